@@ -1,0 +1,40 @@
+# Two commands from a fresh clone: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: demo test unit integration bazel-test venv clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# One stamp per set of extras: re-installs when pyproject.toml changes.
+$(VENV)/.examples: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e '.[examples]'
+	touch $@
+
+$(VENV)/.test: pyproject.toml | $(VENV)/bin/python
+	$(PIP) install -e '.[test,examples]'
+	touch $@
+
+venv: $(VENV)/.test
+
+demo: $(VENV)/.examples
+	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
+
+test: $(VENV)/.test
+	$(PY) -m pytest -p no:cacheprovider tests
+	$(MAKE) --no-print-directory bazel-test
+
+unit: $(VENV)/.test
+	$(PY) -m pytest -p no:cacheprovider tests/unit
+
+integration: $(VENV)/.test
+	$(PY) -m pytest -p no:cacheprovider tests/integration
+
+bazel-test: $(VENV)/.test
+	@bash tools/bazel_test.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,220 @@
+"""The experiment config: YAML in, one validated dataclass out.
+
+Close to Determined's experiment config. A key tfdist does not implement is
+refused (with a "did you mean"), never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import shlex
+from typing import Any, Mapping
+
+import yaml
+
+# Distribution modes this version implements. Later modes (ps, horovod, auto,
+# mirrored, ...) are added here and in the per-node environment builder.
+DISTRIBUTION_MODES = ("mwms",)
+# Modes on the roadmap: named so the error says "not yet" instead of "unknown".
+PLANNED_DISTRIBUTION_MODES = ("ps", "horovod", "auto", "mirrored", "central_storage", "one_device")
+
+RESERVED_ENV_PREFIXES = ("TFDIST_",)
+RESERVED_ENV_NAMES = ("TF_CONFIG",)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """A config value is wrong; the message names the value and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    name: str = "tfdist-job"
+    entrypoint: tuple[str, ...] = ()
+    slots_per_trial: int = 1
+    distribution_mode: str = "mwms"
+    hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    environment_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    max_restarts: int = 5  # Determined's default; acted on by the restart policy
+
+    @property
+    def global_batch_size(self) -> int | None:
+        return self.hyperparameters.get("global_batch_size")
+
+    def with_overrides(self, *, slots: int | None = None, distribution: str | None = None,
+                       entrypoint: tuple[str, ...] | list[str] | None = None) -> "ExperimentConfig":
+        """Applies command-line flags on top of the file, validated like the file."""
+        changes: dict[str, Any] = {}
+        if slots is not None:
+            changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1)
+        if distribution is not None:
+            changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
+        if entrypoint:
+            changes["entrypoint"] = tuple(entrypoint)
+        return dataclasses.replace(self, **changes)
+
+
+# ---------------------------------------------------------------- parsing
+
+def load_config(path: str) -> ExperimentConfig:
+    """Reads and validates a YAML config file. Raises ConfigError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
+    return parse_config(text, source=path)
+
+
+def parse_config(text: str, source: str = "<config>") -> ExperimentConfig:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    try:
+        return config_from_dict({} if raw is None else raw)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+
+
+_TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "hyperparameters",
+             "environment", "max_restarts")
+_RESOURCES_KEYS = ("slots_per_trial",)
+_DISTRIBUTION_KEYS = ("mode",)
+_ENVIRONMENT_KEYS = ("variables",)
+
+
+def config_from_dict(raw: Any) -> ExperimentConfig:
+    root = _check_mapping(raw, "the config", _TOP_KEYS)
+    resources = _check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
+    distribution = _check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
+    environment = _check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
+
+    hparams = root.get("hyperparameters", {})
+    if hparams is None:
+        hparams = {}
+    if not isinstance(hparams, dict):
+        raise ConfigError(f"hyperparameters: expected a mapping, got {_describe(hparams)}")
+    for key in hparams:
+        if not isinstance(key, str):
+            raise ConfigError(f"hyperparameters: keys must be strings, got {_describe(key)}")
+    if "global_batch_size" in hparams:
+        _check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1)
+
+    name = root.get("name", ExperimentConfig.name)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"name: expected a non-empty string, got {_describe(name)}")
+
+    return ExperimentConfig(
+        name=name,
+        entrypoint=_parse_entrypoint(root.get("entrypoint")),
+        slots_per_trial=_check_int(resources.get("slots_per_trial", 1), "resources.slots_per_trial", minimum=1),
+        distribution_mode=_check_choice(distribution.get("mode", "mwms"), "distribution.mode", DISTRIBUTION_MODES),
+        hyperparameters=dict(hparams),
+        environment_variables=_parse_env(environment.get("variables")),
+        max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),
+    )
+
+
+# ---------------------------------------------------------------- checks
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _check_mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {_describe(value)}")
+    prefix = "" if where == "the config" else where + "."
+    for key in value:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean '{prefix}{close[0]}'?" if close else \
+                f"; tfdist supports: {', '.join(allowed)}"
+            raise ConfigError(f"{prefix}{key}: unknown key{hint}")
+    return value
+
+
+def _check_int(value: Any, where: str, *, minimum: int) -> int:
+    # YAML `true` is a bool, which Python treats as an int: refuse it.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{where}: expected an integer, got {_describe(value)}")
+    if value < minimum:
+        raise ConfigError(f"{where}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _check_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected one of {', '.join(choices)}, got {_describe(value)}")
+    if value not in choices:
+        if choices is DISTRIBUTION_MODES and value in PLANNED_DISTRIBUTION_MODES:
+            raise ConfigError(f"{where}: '{value}' is not available in this version of tfdist yet; "
+                              f"use one of {', '.join(choices)}")
+        close = difflib.get_close_matches(value, choices, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"{where}: unknown value '{value}'; expected one of {', '.join(choices)}{hint}")
+    return value
+
+
+def _parse_entrypoint(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as e:
+            raise ConfigError(f"entrypoint: cannot split {value!r} into arguments: {e}") from None
+        if not parts:
+            raise ConfigError("entrypoint: is empty; give a command such as 'python train.py'")
+        return tuple(parts)
+    if isinstance(value, list):
+        if not value:
+            raise ConfigError("entrypoint: is an empty list; give a command such as ['python', 'train.py']")
+        for i, part in enumerate(value):
+            if not isinstance(part, (str, int, float)) or isinstance(part, bool):
+                raise ConfigError(f"entrypoint[{i}]: expected a string, got {_describe(part)}")
+        return tuple(str(p) for p in value)
+    raise ConfigError(f"entrypoint: expected a string or a list of strings, got {_describe(value)}")
+
+
+def _parse_env(value: Any) -> dict[str, str]:
+    """Accepts Determined's list of "KEY=VALUE" strings, or a mapping."""
+    if value is None:
+        return {}
+    pairs: list[tuple[str, Any, str]] = []
+    if isinstance(value, dict):
+        pairs = [(str(k), v, f"environment.variables.{k}") for k, v in value.items()]
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            where = f"environment.variables[{i}]"
+            if not isinstance(item, str) or "=" not in item:
+                raise ConfigError(f"{where}: expected a 'NAME=VALUE' string, got {_describe(item)}")
+            key, _, val = item.partition("=")
+            pairs.append((key, val, where))
+    else:
+        raise ConfigError(
+            f"environment.variables: expected a mapping or a list of 'NAME=VALUE' strings, got {_describe(value)}")
+    env: dict[str, str] = {}
+    for key, val, where in pairs:
+        if not _ENV_NAME.match(key):
+            raise ConfigError(f"{where}: '{key}' is not a valid environment variable name "
+                              "(letters, digits and '_', not starting with a digit)")
+        if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
+            raise ConfigError(f"{where}: {key} is set by tfdist for every worker and cannot be overridden")
+        if isinstance(val, (dict, list)) or val is None:
+            raise ConfigError(f"{where}: expected a string or number, got {_describe(val)}")
+        env[key] = str(val).lower() if isinstance(val, bool) else str(val)
+    return env

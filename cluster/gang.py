@@ -1,0 +1,214 @@
+"""Runs the worker processes of one node as a gang: all succeed or all stop.
+
+Used by `tfdist launch` locally (and by the agent on every node). Each
+worker runs in its own process group so a stop reaches its children too.
+Output lines are handed to a sink tagged with the rank; the last lines of
+each rank are kept for the failure summary.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from typing import Callable, Mapping, Sequence
+
+OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
+TAIL_LINES = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerLaunch:
+    rank: int
+    command: Sequence[str]
+    env: Mapping[str, str]  # the complete environment of the process
+    ready_file: str | None = None  # created by tfdist.init() once the worker joined
+    port: int | None = None  # its TF server port: listening also counts as joined
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerFailure:
+    rank: int
+    exit_code: int | None  # None: never joined, stopped by tfdist
+    reason: str
+    last_lines: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"rank {self.rank} {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GangResult:
+    exit_codes: dict[int, int]
+    failure: WorkerFailure | None  # the first failure: the root cause
+    interrupted: int | None = None  # the signal that stopped the gang, if any
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and self.interrupted is None and all(c == 0 for c in self.exit_codes.values())
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def port_listening(port: int) -> bool:
+    """Whether some socket on this machine listens on `port` (read from /proc, touching no server)."""
+    hex_port = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[1].endswith(hex_port) and fields[3] == "0A":
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+class Gang:
+    def __init__(self, workers: Sequence[WorkerLaunch], sink: OutputSink, *,
+                 startup_timeout: float | None = 300.0, stop_grace: float = 5.0, cwd: str | None = None):
+        self.workers = list(workers)
+        self.sink = sink
+        self.startup_timeout = startup_timeout
+        self.stop_grace = stop_grace
+        self.cwd = cwd
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._tails: dict[int, collections.deque] = {}
+        self._exits: "queue.Queue[tuple[int, int]]" = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._interrupt: int | None = None
+
+    # -- lifecycle -------------------------------------------------------
+    def start(self) -> None:
+        for w in self.workers:
+            self._tails[w.rank] = collections.deque(maxlen=TAIL_LINES)
+            try:
+                proc = subprocess.Popen(
+                    list(w.command), env=dict(w.env), cwd=self.cwd, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            except OSError as e:
+                self.stop()
+                raise LaunchError(f"cannot start rank {w.rank}: {w.command[0]}: {e.strerror}") from None
+            self._procs[w.rank] = proc
+            for stream_name in ("stdout", "stderr"):
+                self._spawn(self._pump, w.rank, stream_name, getattr(proc, stream_name))
+            self._spawn(self._wait, w.rank, proc)
+
+    def interrupt(self, signum: int) -> None:
+        """Called from a signal handler: forward the signal, then stop the gang."""
+        self._interrupt = signum
+        self._signal_all(signum)
+
+    def run(self) -> GangResult:
+        """Waits for the gang; stops every worker on the first failure."""
+        started = time.monotonic()
+        exit_codes: dict[int, int] = {}
+        failure: WorkerFailure | None = None
+        waiting_to_join = {w.rank: w for w in self.workers} if len(self.workers) > 1 else {}
+        while len(exit_codes) < len(self._procs):
+            try:
+                rank, code = self._exits.get(timeout=0.2)
+            except queue.Empty:
+                rank = None
+            if rank is not None:
+                exit_codes[rank] = code
+                waiting_to_join.pop(rank, None)
+                if code != 0 and failure is None and self._interrupt is None:
+                    failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
+                    self.stop()
+                continue
+            if self._interrupt is not None:
+                self.stop()
+                continue
+            for r in [r for r, w in waiting_to_join.items() if self._joined(w)]:
+                del waiting_to_join[r]
+            if (waiting_to_join and failure is None and self.startup_timeout is not None
+                    and time.monotonic() - started > self.startup_timeout):
+                ranks = sorted(waiting_to_join)
+                first = ranks[0]
+                failure = WorkerFailure(
+                    first, None,
+                    f"did not join within the startup timeout of {self.startup_timeout:g}s "
+                    f"(ranks not joined: {', '.join(map(str, ranks))}); the others were waiting for it. "
+                    "Raise --startup-timeout if start-up is just slow",
+                    self._tail(first))
+                waiting_to_join.clear()
+                self.stop()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._kill_groups()  # the job is over: nothing a worker started outlives it
+        return GangResult(exit_codes, failure, self._interrupt)
+
+    def stop(self) -> None:
+        """SIGTERM to every worker's process group, SIGKILL after the grace period (in the background)."""
+        if getattr(self, "_stopping", False):
+            return
+        self._stopping = True
+        self._signal_all(signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, daemon=True).start()
+
+    # -- internals -------------------------------------------------------
+    def _spawn(self, fn, *args) -> None:
+        t = threading.Thread(target=fn, args=args, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _pump(self, rank: int, stream_name: str, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            self._tails[rank].append(line)
+            self.sink(rank, stream_name, line)
+        stream.close()
+
+    def _wait(self, rank: int, proc: subprocess.Popen) -> None:
+        self._exits.put((rank, proc.wait()))
+
+    def _tail(self, rank: int) -> tuple[str, ...]:
+        time.sleep(0.2)  # let the pumps drain what the worker printed last
+        return tuple(self._tails[rank])
+
+    def _joined(self, w: WorkerLaunch) -> bool:
+        if w.ready_file and os.path.exists(w.ready_file):
+            return True
+        return w.port is not None and port_listening(w.port)
+
+    def _signal_all(self, signum: int) -> None:
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    def _kill_after_grace(self) -> None:
+        deadline = time.monotonic() + self.stop_grace
+        while time.monotonic() < deadline:
+            if all(p.poll() is not None for p in self._procs.values()):
+                break
+            time.sleep(0.1)
+        self._kill_groups()
+
+    def _kill_groups(self) -> None:
+        for proc in self._procs.values():
+            try:  # the whole group: children the worker started die with it
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+class LaunchError(RuntimeError):
+    """A worker could not be started at all."""

@@ -1,0 +1,122 @@
+"""Port leases that never collide between tfdist launches on one machine.
+
+TensorFlow's gRPC server cannot share a port, so a port cannot be held
+open for it. Instead: ports are taken from a range below the kernel's
+ephemeral range (so other programs' `bind(0)` and outgoing connections do
+not land on them), each leased port is held with an flock in a per-user
+directory for as long as the job runs (so other tfdist launches skip it),
+and each is checked free with a test bind.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import random
+import socket
+import tempfile
+
+PORT_RANGE_ENV = "TFDIST_PORT_RANGE"  # "LOW-HIGH", inclusive
+
+
+class PortError(RuntimeError):
+    pass
+
+
+def ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def lease_range(env: dict | None = None) -> tuple[int, int]:
+    """The ports tfdist may lease: TFDIST_PORT_RANGE, else just below the ephemeral range."""
+    raw = (env if env is not None else os.environ).get(PORT_RANGE_ENV)
+    if raw:
+        try:
+            low, high = (int(x) for x in raw.split("-"))
+        except ValueError:
+            raise PortError(f"{PORT_RANGE_ENV}={raw!r} is not LOW-HIGH, e.g. 20000-29999") from None
+        if not 1024 <= low <= high <= 65535:
+            raise PortError(f"{PORT_RANGE_ENV}={raw!r} must satisfy 1024 <= LOW <= HIGH <= 65535")
+        return low, high
+    eph_low, eph_high = ephemeral_range()
+    if eph_low > 12000:
+        return max(1024, eph_low - 10000), eph_low - 1
+    return eph_high + 1, 65535
+
+
+def _lock_dir() -> str:
+    path = os.path.join(tempfile.gettempdir(), f"tfdist-ports-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+class PortLease:
+    """Ports held for one job; `release()` (or leaving the `with`) frees them."""
+
+    def __init__(self):
+        self.ports: list[int] = []
+        self._fds: list[int] = []
+
+    def _try_add(self, port: int, lock_dir: str) -> bool:
+        fd = os.open(os.path.join(lock_dir, f"{port}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        if not _is_free(port):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            return False
+        self.ports.append(port)
+        self._fds.append(fd)
+        return True
+
+    def release(self) -> None:
+        for fd in self._fds:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+
+    def __enter__(self) -> "PortLease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def lease_ports(count: int, port_range: tuple[int, int] | None = None) -> PortLease:
+    low, high = port_range or lease_range()
+    lease = PortLease()
+    lock_dir = _lock_dir()
+    candidates = list(range(low, high + 1))
+    start = random.randrange(len(candidates))  # spread concurrent launches over the range
+    for port in candidates[start:] + candidates[:start]:
+        if len(lease.ports) == count:
+            return lease
+        lease._try_add(port, lock_dir)
+    if len(lease.ports) == count:
+        return lease
+    lease.release()
+    raise PortError(f"could not lease {count} free ports in {low}-{high}; set {PORT_RANGE_ENV} to a wider range")

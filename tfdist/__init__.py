@@ -1,0 +1,22 @@
+"""tfdist: distributed TensorFlow/Keras training, the worker-side library.
+
+    import tfdist
+    ctx = tfdist.init(default_hparams={"global_batch_size": 64})
+    with ctx.strategy.scope():
+        model = build_and_compile()
+    model.fit(dataset.batch(ctx.per_worker_batch_size))
+
+Importing tfdist is cheap; TensorFlow is imported by `init()`.
+"""
+
+from tfdist.context import DistributedContext, context_from_env, current, init
+from tfdist.data import download
+from tfdist.errors import DownloadError, LaunchEnvironmentError, TfdistError
+from tfdist.saving import save_model, worker_save_path
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DistributedContext", "DownloadError", "LaunchEnvironmentError", "TfdistError", "context_from_env",
+    "current", "download", "init", "save_model", "worker_save_path", "__version__",
+]

@@ -1,0 +1,1 @@
+"""Version-guarded fixes for upstream bugs that break distributed training."""

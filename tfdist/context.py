@@ -1,0 +1,163 @@
+"""The worker's view of its job: rank, size, batch sizes, hyperparameters, strategy.
+
+`tfdist.init()` builds it from the environment the launcher set. Started
+with plain `python train.py` there is no such environment and the context
+is the single-process one (rank 0 of size 1), so scripts run unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any, Mapping
+
+from tfdist import batching, envvars
+from tfdist.errors import LaunchEnvironmentError
+
+log = logging.getLogger("tfdist")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedContext:
+    """Where this process stands in its job. Rank means process rank; node_rank is separate."""
+
+    job_id: str
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    node_rank: int
+    num_nodes: int
+    num_slots: int  # replicas in the whole job
+    local_slots: int  # replicas this process drives
+    distribution: str
+    hparams: Mapping[str, Any]
+    global_batch_size: int | None
+    per_replica_batch_size: int | None
+    per_worker_batch_size: int | None
+    strategy: Any = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_local_chief(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def effective_global_batch_size(self) -> int | None:
+        """per_replica_batch_size * num_slots: batch a `model.fit` dataset by this
+        (the global batch size less the dropped remainder)."""
+        if self.per_replica_batch_size is None:
+            return None
+        return self.per_replica_batch_size * self.num_slots
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.size > 1
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None:
+        if default is None:
+            raise LaunchEnvironmentError(f"{name} is not set; start the script with `tfdist launch`")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise LaunchEnvironmentError(f"{name}={raw!r} is not an integer") from None
+
+
+def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] | None = None) -> DistributedContext:
+    """Pure: builds the context (without a strategy) from an environment mapping."""
+    launched = envvars.RANK in env
+    hparams: dict[str, Any] = dict(default_hparams or {})
+    if launched:
+        try:
+            hparams.update(json.loads(env.get(envvars.HPARAMS, "{}")))
+        except json.JSONDecodeError as e:
+            raise LaunchEnvironmentError(f"{envvars.HPARAMS} is not valid JSON: {e}") from None
+    rank = _env_int(env, envvars.RANK, 0)
+    size = _env_int(env, envvars.SIZE, 1)
+    local_slots = _env_int(env, envvars.LOCAL_SLOTS, 1)
+    num_slots = _env_int(env, envvars.SLOTS, size * local_slots)
+    if not 0 <= rank < size:
+        raise LaunchEnvironmentError(f"{envvars.RANK}={rank} is outside 0..{size - 1}")
+
+    gbs = hparams.get("global_batch_size")
+    per_replica = per_worker = None
+    if gbs is not None:
+        if isinstance(gbs, bool) or not isinstance(gbs, int):
+            raise LaunchEnvironmentError(f"global_batch_size must be an integer, got {gbs!r}")
+        sizes = batching.split_batch(gbs, num_slots, local_slots)
+        per_replica, per_worker = sizes.per_replica, sizes.per_worker
+        warning = sizes.remainder_warning()
+        if warning and rank == 0:
+            log.warning(warning)
+
+    return DistributedContext(
+        job_id=env.get(envvars.JOB_ID, "local"),
+        rank=rank,
+        size=size,
+        local_rank=_env_int(env, envvars.LOCAL_RANK, 0),
+        local_size=_env_int(env, envvars.LOCAL_SIZE, 1),
+        node_rank=_env_int(env, envvars.NODE_RANK, 0),
+        num_nodes=_env_int(env, envvars.NUM_NODES, 1),
+        num_slots=num_slots,
+        local_slots=local_slots,
+        distribution=env.get(envvars.DISTRIBUTION, "mwms"),
+        hparams=hparams,
+        global_batch_size=gbs,
+        per_replica_batch_size=per_replica,
+        per_worker_batch_size=per_worker,
+    )
+
+
+_current: DistributedContext | None = None
+
+
+def init(default_hparams: Mapping[str, Any] | None = None) -> DistributedContext:
+    """Joins the job: reads the launcher's environment and creates the strategy.
+
+    Call it once, before building models or datasets. `default_hparams` are
+    used where the config does not set a hyperparameter, so the same script
+    also runs as plain `python train.py`.
+    """
+    global _current
+    if _current is not None:
+        return _current
+    _setup_logging()
+    ctx = context_from_env(os.environ, default_hparams)
+    from tfdist import strategy as strategy_lib  # imports TensorFlow
+
+    strategy = strategy_lib.make_strategy(ctx)
+    strategy_lib.check_replicas(ctx, strategy)
+    ctx = dataclasses.replace(ctx, strategy=strategy)
+    _signal_ready()
+    _current = ctx
+    return ctx
+
+
+def current() -> DistributedContext:
+    """The context `init()` returned; calls `init()` if it has not run yet."""
+    return _current if _current is not None else init()
+
+
+def _signal_ready() -> None:
+    """Tells the launcher this worker joined, so its startup timeout stops."""
+    path = os.environ.get(envvars.READY_FILE)
+    if path:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+
+
+def _setup_logging() -> None:
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("tfdist %(levelname)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)

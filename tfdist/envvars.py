@@ -1,0 +1,24 @@
+"""Names of the environment variables the launcher hands every worker.
+
+This module is the contract between the control plane (`cluster/`, which
+writes these) and the worker library (`tfdist/`, which reads them). It
+imports nothing so both sides can use it.
+"""
+
+JOB_ID = "TFDIST_JOB_ID"
+RANK = "TFDIST_RANK"  # process rank, 0 .. size-1; rank 0 is the chief
+SIZE = "TFDIST_SIZE"  # number of worker processes in the job
+LOCAL_RANK = "TFDIST_LOCAL_RANK"  # rank of the process among those on its node
+LOCAL_SIZE = "TFDIST_LOCAL_SIZE"  # processes on this node
+NODE_RANK = "TFDIST_NODE_RANK"  # index of the node in the job's placement
+NUM_NODES = "TFDIST_NUM_NODES"
+SLOTS = "TFDIST_SLOTS"  # total replicas (slots) of the job
+LOCAL_SLOTS = "TFDIST_LOCAL_SLOTS"  # replicas this process drives
+DISTRIBUTION = "TFDIST_DISTRIBUTION"  # distribution mode, e.g. "mwms"
+GLOBAL_BATCH_SIZE = "TFDIST_GLOBAL_BATCH_SIZE"
+PER_REPLICA_BATCH_SIZE = "TFDIST_PER_REPLICA_BATCH_SIZE"
+PER_WORKER_BATCH_SIZE = "TFDIST_PER_WORKER_BATCH_SIZE"
+HPARAMS = "TFDIST_HPARAMS"  # JSON object of the config's hyperparameters
+READY_FILE = "TFDIST_READY_FILE"  # init() touches it once the worker joined
+DATA_DIR = "TFDIST_DATA_DIR"  # root of rank/node-scoped downloads
+TF_CONFIG = "TF_CONFIG"

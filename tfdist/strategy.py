@@ -1,0 +1,36 @@
+"""Picks the tf.distribute strategy for a context. Imports TensorFlow."""
+
+from __future__ import annotations
+
+import logging
+
+import tensorflow as tf
+
+from tfdist.context import DistributedContext
+from tfdist.errors import LaunchEnvironmentError
+
+log = logging.getLogger("tfdist")
+
+
+def make_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
+    if ctx.size > 1:
+        if ctx.distribution != "mwms":
+            raise LaunchEnvironmentError(f"distribution mode {ctx.distribution!r} is not supported by this tfdist")
+        from tfdist.compat import keras_mwms
+
+        keras_mwms.apply()
+        # Reads TF_CONFIG; blocks until every worker of the job has joined.
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if ctx.local_slots > 1:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def check_replicas(ctx: DistributedContext, strategy: tf.distribute.Strategy) -> None:
+    """The strategy must drive exactly the slots the job was launched with."""
+    replicas = strategy.num_replicas_in_sync
+    if replicas != ctx.num_slots:
+        raise LaunchEnvironmentError(
+            f"rank {ctx.rank}: the strategy has {replicas} replicas in sync but the job was launched with "
+            f"{ctx.num_slots} slots. Check TF_CONFIG and the devices visible to this process "
+            "(CUDA_VISIBLE_DEVICES), or launch with --slots matching them.")

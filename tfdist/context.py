@@ -137,6 +137,8 @@ def init(default_hparams: Mapping[str, Any] | None = None) -> DistributedContext
     strategy = strategy_lib.make_strategy(ctx)
     strategy_lib.check_replicas(ctx, strategy)
     ctx = dataclasses.replace(ctx, strategy=strategy)
+    if ctx.size > 1:
+        strategy_lib.register_exit_barrier(ctx.is_chief)
     _signal_ready()
     _current = ctx
     return ctx

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import time
 
 import tensorflow as tf
 
@@ -34,3 +36,29 @@ def check_replicas(ctx: DistributedContext, strategy: tf.distribute.Strategy) ->
             f"rank {ctx.rank}: the strategy has {replicas} replicas in sync but the job was launched with "
             f"{ctx.num_slots} slots. Check TF_CONFIG and the devices visible to this process "
             "(CUDA_VISIBLE_DEVICES), or launch with --slots matching them.")
+
+
+EXIT_BARRIER_TIMEOUT_MS = 30_000
+
+
+CHIEF_EXIT_GRACE_S = 0.5
+
+
+def register_exit_barrier(is_chief: bool) -> None:
+    """At exit, every worker waits for the others before leaving.
+
+    Without it the chief (which hosts TF's coordination service) may exit
+    first, and the other workers log heartbeat errors, or fail, on the way out.
+    """
+
+    def wait_for_everyone():
+        from tensorflow.python.eager import context as tf_context
+
+        try:
+            tf_context.context().wait_at_barrier("tfdist_exit", EXIT_BARRIER_TIMEOUT_MS)
+            if is_chief:  # let the others leave before the coordination service goes
+                time.sleep(CHIEF_EXIT_GRACE_S)
+        except Exception as e:  # a worker that already failed: the launcher reports it
+            log.debug("exit barrier: %s", e)
+
+    atexit.register(wait_for_everyone)

@@ -1,0 +1,129 @@
+"""Config validation: every bad config gets one exact, fixable message."""
+
+import pytest
+
+from cluster.config import ConfigError, ExperimentConfig, load_config, parse_config
+
+GOOD = """
+name: digits
+entrypoint: python train.py --epochs 3
+resources:
+  slots_per_trial: 4
+distribution:
+  mode: mwms
+hyperparameters:
+  global_batch_size: 128
+  learning_rate: 0.01
+  layers: [64, 32]
+environment:
+  variables:
+    - TF_CPP_MIN_LOG_LEVEL=2
+    - MY_FLAG=a=b
+max_restarts: 3
+"""
+
+
+def test_good_config_parses_into_the_dataclass():
+    cfg = parse_config(GOOD, "c.yaml")
+    assert cfg == ExperimentConfig(
+        name="digits",
+        entrypoint=("python", "train.py", "--epochs", "3"),
+        slots_per_trial=4,
+        distribution_mode="mwms",
+        hyperparameters={"global_batch_size": 128, "learning_rate": 0.01, "layers": [64, 32]},
+        environment_variables={"TF_CPP_MIN_LOG_LEVEL": "2", "MY_FLAG": "a=b"},
+        max_restarts=3,
+    )
+    assert cfg.global_batch_size == 128
+
+
+def test_defaults_and_list_entrypoint_and_env_mapping():
+    cfg = parse_config("entrypoint: [python, t.py, 3]\nenvironment: {variables: {A: 1, B: true}}")
+    assert cfg.entrypoint == ("python", "t.py", "3")
+    assert cfg.slots_per_trial == 1 and cfg.distribution_mode == "mwms" and cfg.max_restarts == 5
+    assert cfg.environment_variables == {"A": "1", "B": "true"}
+    assert parse_config("") == ExperimentConfig()
+
+
+BAD = [
+    ("resources: {slot_per_trial: 2}",
+     "c.yaml: resources.slot_per_trial: unknown key; did you mean 'resources.slots_per_trial'?"),
+    ("hyperparameter: {global_batch_size: 2}",
+     "c.yaml: hyperparameter: unknown key; did you mean 'hyperparameters'?"),
+    ("optimizations: {aggregation_frequency: 2}",
+     "c.yaml: optimizations: unknown key; tfdist supports: name, entrypoint, resources, distribution, "
+     "hyperparameters, environment, max_restarts"),
+    ("resources: {slots_per_trial: two}",
+     "c.yaml: resources.slots_per_trial: expected an integer, got 'two' (str)"),
+    ("resources: {slots_per_trial: 0}",
+     "c.yaml: resources.slots_per_trial: must be at least 1, got 0"),
+    ("resources: {slots_per_trial: true}",
+     "c.yaml: resources.slots_per_trial: expected an integer, got True (bool)"),
+    ("resources: {slots_per_trial: 2.5}",
+     "c.yaml: resources.slots_per_trial: expected an integer, got 2.5 (float)"),
+    ("resources: 4",
+     "c.yaml: resources: expected a mapping, got 4 (int)"),
+    ("max_restarts: -1",
+     "c.yaml: max_restarts: must be at least 0, got -1"),
+    ("distribution: {mode: mwm}",
+     "c.yaml: distribution.mode: unknown value 'mwm'; expected one of mwms; did you mean 'mwms'?"),
+    ("distribution: {mode: horovod}",
+     "c.yaml: distribution.mode: 'horovod' is not available in this version of tfdist yet; use one of mwms"),
+    ("distribution: {mode: 3}",
+     "c.yaml: distribution.mode: expected one of mwms, got 3 (int)"),
+    ("hyperparameters: {global_batch_size: 0}",
+     "c.yaml: hyperparameters.global_batch_size: must be at least 1, got 0"),
+    ("hyperparameters: {global_batch_size: '64'}",
+     "c.yaml: hyperparameters.global_batch_size: expected an integer, got '64' (str)"),
+    ("hyperparameters: [1, 2]",
+     "c.yaml: hyperparameters: expected a mapping, got [1, 2] (list)"),
+    ("entrypoint: ''",
+     "c.yaml: entrypoint: is empty; give a command such as 'python train.py'"),
+    ("entrypoint: {script: t.py}",
+     "c.yaml: entrypoint: expected a string or a list of strings, got {'script': 't.py'} (dict)"),
+    ("entrypoint: [python, {a: 1}]",
+     "c.yaml: entrypoint[1]: expected a string, got {'a': 1} (dict)"),
+    ("entrypoint: \"python 'unclosed\"",
+     "c.yaml: entrypoint: cannot split \"python 'unclosed\" into arguments: No closing quotation"),
+    ("environment: {variables: [NOEQUALS]}",
+     "c.yaml: environment.variables[0]: expected a 'NAME=VALUE' string, got 'NOEQUALS' (str)"),
+    ("environment: {variables: {TF_CONFIG: x}}",
+     "c.yaml: environment.variables.TF_CONFIG: TF_CONFIG is set by tfdist for every worker and cannot be overridden"),
+    ("environment: {variables: ['TFDIST_RANK=3']}",
+     "c.yaml: environment.variables[0]: TFDIST_RANK is set by tfdist for every worker and cannot be overridden"),
+    ("environment: {variables: {1BAD: x}}",
+     "c.yaml: environment.variables.1BAD: '1BAD' is not a valid environment variable name "
+     "(letters, digits and '_', not starting with a digit)"),
+    ("environment: {variables: {A: [1]}}",
+     "c.yaml: environment.variables.A: expected a string or number, got [1] (list)"),
+    ("environment: {image: tensorflow}",
+     "c.yaml: environment.image: unknown key; tfdist supports: variables"),
+    ("name: ''", "c.yaml: name: expected a non-empty string, got '' (str)"),
+    ("- a\n- b", "c.yaml: the config: expected a mapping, got ['a', 'b'] (list)"),
+    ("resources:\n  slots_per_trial: 2\n bad: [", "c.yaml:3:2: invalid YAML: expected <block end>, but found '<block mapping start>'"),
+    ("a: b: c", "c.yaml:1:5: invalid YAML: mapping values are not allowed here"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD, ids=[b[1].split(":")[1].strip() + str(i) for i, b in enumerate(BAD)])
+def test_bad_config_gets_exact_message(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "c.yaml")
+    assert str(err.value) == message
+    assert "\n" not in str(err.value)
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(str(tmp_path / "missing.yaml"))
+    assert str(err.value) == f"{tmp_path / 'missing.yaml'}: cannot read config file: No such file or directory"
+
+
+def test_overrides_are_validated_like_the_file():
+    cfg = parse_config(GOOD)
+    assert cfg.with_overrides(slots=2).slots_per_trial == 2
+    assert cfg.with_overrides(entrypoint=["python", "x.py"]).entrypoint == ("python", "x.py")
+    with pytest.raises(ConfigError, match=r"^--slots: must be at least 1, got 0$"):
+        cfg.with_overrides(slots=0)
+    with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of mwms$"):
+        cfg.with_overrides(distribution="ring")

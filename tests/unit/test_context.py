@@ -1,0 +1,44 @@
+"""The worker context, built from the launcher's environment (pure part)."""
+
+import logging
+
+import pytest
+
+from cluster.config import parse_config
+from cluster.worker_env import NodePlacement, job_environments
+from tfdist import context_from_env
+from tfdist.errors import LaunchEnvironmentError
+
+
+def test_plain_python_is_rank_zero_of_one():
+    ctx = context_from_env({}, {"global_batch_size": 32, "lr": 0.1})
+    assert (ctx.rank, ctx.size, ctx.local_rank, ctx.node_rank, ctx.num_nodes, ctx.num_slots) == (0, 1, 0, 0, 1, 1)
+    assert ctx.is_chief and ctx.is_local_chief and not ctx.is_distributed
+    assert ctx.per_replica_batch_size == 32 and ctx.hparams == {"global_batch_size": 32, "lr": 0.1}
+
+
+def test_context_reads_what_the_launcher_writes():
+    cfg = parse_config("hyperparameters: {global_batch_size: 64, lr: 0.5}")
+    envs = job_environments("j1", cfg, [NodePlacement("h", 2, (1, 2)), NodePlacement("g", 2, (3, 4))])
+    ctx = context_from_env(envs[3], {"lr": 0.1, "epochs": 2})
+    assert (ctx.job_id, ctx.rank, ctx.size, ctx.local_rank, ctx.local_size, ctx.node_rank, ctx.num_nodes) == \
+        ("j1", 3, 4, 1, 2, 1, 2)
+    assert ctx.hparams == {"global_batch_size": 64, "lr": 0.5, "epochs": 2}  # config wins over defaults
+    assert (ctx.global_batch_size, ctx.per_replica_batch_size, ctx.per_worker_batch_size) == (64, 16, 16)
+    assert not ctx.is_chief and not ctx.is_local_chief
+
+
+def test_remainder_warning_on_chief(caplog):
+    cfg = parse_config("hyperparameters: {global_batch_size: 10}")
+    envs = job_environments("j", cfg, [NodePlacement("h", 3, (1, 2, 3))])
+    with caplog.at_level(logging.WARNING, logger="tfdist"):
+        ctx = context_from_env(envs[0])
+    assert ctx.per_replica_batch_size == 3 and ctx.effective_global_batch_size == 9
+    assert "remainder of 1 sample(s) per step is dropped" in caplog.text
+
+
+def test_malformed_environment_is_named():
+    with pytest.raises(LaunchEnvironmentError, match="TFDIST_SIZE='two' is not an integer"):
+        context_from_env({"TFDIST_RANK": "0", "TFDIST_SIZE": "two"})
+    with pytest.raises(LaunchEnvironmentError, match="TFDIST_RANK=5 is outside 0..1"):
+        context_from_env({"TFDIST_RANK": "5", "TFDIST_SIZE": "2"})

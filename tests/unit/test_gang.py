@@ -1,0 +1,122 @@
+"""The gang supervisor with real (non-TF) processes: prefixes, exit codes, teardown, timeouts, signals."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from cluster.gang import Gang, WorkerLaunch, port_listening
+from tests.conftest import cli_env, run_cli
+
+
+def _py(code):
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def _gang(commands, marker, **kw):
+    lines = []
+    workers = [WorkerLaunch(rank=r, command=c, env=cli_env(marker, RANK=str(r))) for r, c in enumerate(commands)]
+    return Gang(workers, lambda rank, stream, line: lines.append((rank, stream, line)), **kw), lines
+
+
+def test_success_collects_lines_by_rank_and_stream(marker):
+    gang, lines = _gang([_py("import sys; print('out'); print('err', file=sys.stderr)")] * 2, marker)
+    gang.start()
+    result = gang.run()
+    assert result.ok and result.exit_codes == {0: 0, 1: 0}
+    assert sorted(lines) == [(0, "stderr", "err"), (0, "stdout", "out"), (1, "stderr", "err"), (1, "stdout", "out")]
+
+
+def test_first_failure_stops_siblings_and_keeps_last_lines(marker):
+    crash = _py("""
+        import sys, time
+        time.sleep(0.5)
+        print('about to fail')
+        sys.exit(3)
+    """)
+    hang = _py("import time; print('working', flush=True); time.sleep(600)")
+    gang, _ = _gang([hang, crash, hang], marker, stop_grace=2)
+    gang.start()
+    t0 = time.monotonic()
+    result = gang.run()
+    assert time.monotonic() - t0 < 30
+    assert result.failure.rank == 1 and result.failure.exit_code == 3
+    assert result.failure.describe() == "rank 1 exited with code 3"
+    assert result.failure.last_lines == ("about to fail",)
+    assert result.exit_codes[0] == -signal.SIGTERM and result.exit_codes[2] == -signal.SIGTERM
+
+
+def test_sigterm_ignored_gets_sigkill_after_grace_and_grandchildren_die(marker):
+    stubborn = _py("""
+        import signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+        print('ready', flush=True)
+        time.sleep(600)
+    """)
+    gang, _ = _gang([stubborn, _py("import time, sys; time.sleep(1); sys.exit(7)")], marker, stop_grace=1)
+    gang.start()
+    result = gang.run()
+    assert result.failure.rank == 1 and result.exit_codes[0] == -signal.SIGKILL
+
+
+def test_worker_that_never_joins_hits_the_startup_timeout(tmp_path, marker):
+    joins = _py(f"open({str(tmp_path / 'r0')!r}, 'w').close(); import time; time.sleep(600)")
+    never = _py("import time; time.sleep(600)")
+    workers = [WorkerLaunch(0, joins, cli_env(marker), ready_file=str(tmp_path / "r0")),
+               WorkerLaunch(1, never, cli_env(marker), ready_file=str(tmp_path / "r1"))]
+    gang = Gang(workers, lambda *a: None, startup_timeout=2, stop_grace=1)
+    gang.start()
+    result = gang.run()
+    assert result.failure.rank == 1 and result.failure.exit_code is None
+    assert "did not join within the startup timeout of 2s (ranks not joined: 1)" in result.failure.reason
+
+
+def test_listening_port_counts_as_joined(marker):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert port_listening(port)
+    assert not port_listening(port)
+
+
+def test_launch_forwards_sigterm_to_every_worker(tmp_path, marker):
+    script = tmp_path / "w.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        def bye(signum, frame):
+            print('got', signal.Signals(signum).name, flush=True)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, bye)
+        open(os.environ['TFDIST_READY_FILE'], 'w').close()
+        print('ready', flush=True)
+        time.sleep(600)
+    """))
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--slots", "2", "--", str(script)],
+                            env=cli_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    seen = 0
+    while seen < 2:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        seen += "ready" in line
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert "[rank=0] got SIGTERM" in out and "[rank=1] got SIGTERM" in out
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in err
+
+
+def test_launch_exit_code_and_summary_with_plain_processes(tmp_path, marker):
+    script = tmp_path / "w.py"
+    script.write_text("import os, sys\nprint('hello from', os.environ['TFDIST_RANK'])\n"
+                      "sys.exit(4 if os.environ['TFDIST_RANK'] == '2' else 0)\n")
+    result = run_cli(["launch", "--slots", "3", "--", str(script)], marker, timeout=60)
+    assert result.returncode == 4
+    assert "[rank=2] hello from 2" in result.stdout and "[rank=0] hello from 0" in result.stdout
+    assert "failed: rank 2 exited with code 4; the other workers were stopped" in result.stderr
+    assert "  hello from 2" in result.stderr

@@ -23,9 +23,11 @@ venv: $(VENV)/.test
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
 
+# Bazel first (unit tests as Bazel targets), then the whole suite under pytest,
+# whose summary line closes the output.
 test: $(VENV)/.test
+	bash tools/bazel_test.sh
 	$(PY) -m pytest -p no:cacheprovider tests
-	$(MAKE) --no-print-directory bazel-test
 
 unit: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/unit
@@ -34,7 +36,7 @@ integration: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/integration
 
 bazel-test: $(VENV)/.test
-	@bash tools/bazel_test.sh
+	bash tools/bazel_test.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -19,7 +19,6 @@ import shutil
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 from typing import Callable, Union
 
 from tfdist import envvars
@@ -76,6 +75,8 @@ def download(source: Source, *, scope: str = "rank", name: str | None = None, ro
 
 def fetch_url(url: str, dest_dir: str, timeout: float = 60.0) -> str:
     """Downloads one URL into `dest_dir`; returns the file's path."""
+    import urllib.request  # slow to import; only downloads need it
+
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme not in ("file", "http", "https"):
         raise DownloadError(f"cannot download {url!r}: scheme {parsed.scheme!r} is not supported "

@@ -1,0 +1,319 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir")
+    class EnvironmentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    DISTRIBUTION_MODE_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    entrypoint: _containers.RepeatedScalarFieldContainer[str]
+    slots: int
+    distribution_mode: str
+    hyperparameters_json: str
+    environment: _containers.ScalarMap[str, str]
+    max_restarts: int
+    priority: int
+    working_dir: str
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ...) -> None: ...
+
+class Placement(_message.Message):
+    __slots__ = ("agent", "node_rank", "slots", "address", "ports")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    node_rank: int
+    slots: int
+    address: str
+    ports: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, agent: _Optional[str] = ..., node_rank: _Optional[int] = ..., slots: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WorkerExit(_message.Message):
+    __slots__ = ("rank", "agent", "exit_code", "last_lines")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    LAST_LINES_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    agent: str
+    exit_code: int
+    last_lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXITS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    spec: JobSpec
+    state: str
+    submitted_at: float
+    started_at: float
+    ended_at: float
+    placement: _containers.RepeatedCompositeFieldContainer[Placement]
+    waiting_reason: str
+    message: str
+    exit_code: int
+    exits: _containers.RepeatedCompositeFieldContainer[WorkerExit]
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: JobSpec
+    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    def __init__(self, state: _Optional[str] = ...) -> None: ...
+
+class LogLine(_message.Message):
+    __slots__ = ("seq", "rank", "stream", "text", "time")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    rank: int
+    stream: str
+    text: str
+    time: float
+    def __init__(self, seq: _Optional[int] = ..., rank: _Optional[int] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
+
+class GetLogsRequest(_message.Message):
+    __slots__ = ("job_id", "after_seq", "rank", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    after_seq: int
+    rank: int
+    limit: int
+    def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., rank: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GetLogsResponse(_message.Message):
+    __slots__ = ("lines", "job_ended")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    JOB_ENDED_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[LogLine]
+    job_ended: bool
+    def __init__(self, lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ..., job_ended: _Optional[bool] = ...) -> None: ...
+
+class Address(_message.Message):
+    __slots__ = ("ip", "prefix_len", "interface")
+    IP_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_LEN_FIELD_NUMBER: _ClassVar[int]
+    INTERFACE_FIELD_NUMBER: _ClassVar[int]
+    ip: str
+    prefix_len: int
+    interface: str
+    def __init__(self, ip: _Optional[str] = ..., prefix_len: _Optional[int] = ..., interface: _Optional[str] = ...) -> None: ...
+
+class AgentInfo(_message.Message):
+    __slots__ = ("name", "slots", "gpu", "addresses", "state", "last_heartbeat", "jobs", "free_slots")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    slots: int
+    gpu: bool
+    addresses: _containers.RepeatedCompositeFieldContainer[Address]
+    state: str
+    last_heartbeat: float
+    jobs: _containers.RepeatedScalarFieldContainer[str]
+    free_slots: int
+    def __init__(self, name: _Optional[str] = ..., slots: _Optional[int] = ..., gpu: _Optional[bool] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ..., state: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., free_slots: _Optional[int] = ...) -> None: ...
+
+class ListAgentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAgentsResponse(_message.Message):
+    __slots__ = ("agents",)
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedCompositeFieldContainer[AgentInfo]
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("agent", "running")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    agent: AgentInfo
+    running: _containers.RepeatedCompositeFieldContainer[RunningTask]
+    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ("heartbeat_interval",)
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval: float
+    def __init__(self, heartbeat_interval: _Optional[float] = ...) -> None: ...
+
+class RunningTask(_message.Message):
+    __slots__ = ("job_id", "ranks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PortCheck(_message.Message):
+    __slots__ = ("job_id", "ports")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    ports: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_id: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WorkerProcess(_message.Message):
+    __slots__ = ("rank", "command", "env", "port")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    port: int
+    def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ...) -> None: ...
+
+class StartTask(_message.Message):
+    __slots__ = ("job_id", "working_dir", "workers")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    working_dir: str
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerProcess]
+    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("agent", "running", "port_results")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    PORT_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    running: _containers.RepeatedCompositeFieldContainer[RunningTask]
+    port_results: _containers.RepeatedCompositeFieldContainer[PortCheckResult]
+    def __init__(self, agent: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., port_results: _Optional[_Iterable[_Union[PortCheckResult, _Mapping]]] = ...) -> None: ...
+
+class PortCheckResult(_message.Message):
+    __slots__ = ("job_id", "busy_ports")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    BUSY_PORTS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    busy_ports: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_id: _Optional[str] = ..., busy_ports: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("reregister", "check_ports", "start", "stop_jobs")
+    REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    CHECK_PORTS_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_JOBS_FIELD_NUMBER: _ClassVar[int]
+    reregister: bool
+    check_ports: _containers.RepeatedCompositeFieldContainer[PortCheck]
+    start: _containers.RepeatedCompositeFieldContainer[StartTask]
+    stop_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReportExitRequest(_message.Message):
+    __slots__ = ("agent", "job_id", "exit")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    job_id: str
+    exit: WorkerExit
+    def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., exit: _Optional[_Union[WorkerExit, _Mapping]] = ...) -> None: ...
+
+class ReportExitResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PushLogsRequest(_message.Message):
+    __slots__ = ("agent", "job_id", "lines")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    job_id: str
+    lines: _containers.RepeatedCompositeFieldContainer[LogLine]
+    def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ...) -> None: ...
+
+class PushLogsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,95 @@
+"""The gang scheduler, pure: placements, whole nodes, all-or-nothing, queue policy, feasibility."""
+
+import pytest
+
+from cluster.scheduler import (Assignment, InfeasibleJob, Node, PendingJob, achievable_sizes, check_feasible,
+                               schedule)
+
+
+def nodes(*spec):
+    """nodes(("a", 8, 8), ...) -> [Node(name, slots, free)]"""
+    return [Node(*s) for s in spec]
+
+
+def test_small_job_goes_to_the_tightest_node():
+    d = schedule(nodes(("a", 8, 8), ("b", 8, 3), ("c", 8, 5)), [PendingJob("j", 3)])
+    assert d.assignments == (Assignment("j", (("b", 3),)),) and d.waiting == {}
+
+
+def test_two_small_jobs_pack_one_node():
+    d = schedule(nodes(("a", 4, 4), ("b", 4, 4)), [PendingJob("j1", 2, seq=1), PendingJob("j2", 2, seq=2)])
+    assert [a.nodes for a in d.assignments] == [(("a", 2),), (("a", 2),)]
+
+
+def test_large_job_takes_whole_idle_nodes_only():
+    d = schedule(nodes(("a", 8, 8), ("b", 8, 7), ("c", 8, 8)), [PendingJob("big", 16)])
+    assert d.assignments == (Assignment("big", (("a", 8), ("c", 8))),)
+
+
+def test_all_or_nothing():
+    d = schedule(nodes(("a", 8, 8), ("b", 8, 7)), [PendingJob("big", 16)])
+    assert d.assignments == ()
+    assert d.waiting == {"big": "waiting for whole idle nodes totalling 16 slots; idle now: a"}
+
+
+def test_heterogeneous_exact_sum():
+    d = schedule(nodes(("a", 8, 8), ("b", 4, 4), ("c", 2, 2)), [PendingJob("j", 10)])
+    assert d.assignments == (Assignment("j", (("a", 8), ("c", 2))),)
+    d = schedule(nodes(("a", 8, 8), ("b", 4, 4), ("c", 2, 2)), [PendingJob("j", 9)])
+    assert d.assignments == ()
+
+
+def test_priority_then_fifo():
+    pending = [PendingJob("old", 8, priority=0, seq=1), PendingJob("urgent", 8, priority=5, seq=3),
+               PendingJob("older", 8, priority=0, seq=0)]
+    d = schedule(nodes(("a", 8, 8), ("b", 8, 8)), pending)
+    assert [a.job_id for a in d.assignments] == ["urgent", "older"]
+    assert "old" in d.waiting
+
+
+def test_large_job_is_not_starved_by_later_small_jobs():
+    # a is busy with 6 slots; b idle. "big" needs a and b; the small jobs behind it must not take b.
+    cluster = nodes(("a", 8, 2), ("b", 8, 8))
+    pending = [PendingJob("big", 16, seq=1), PendingJob("s1", 2, seq=2), PendingJob("s2", 4, seq=3)]
+    d = schedule(cluster, pending)
+    assert d.assignments == ()
+    assert d.waiting["big"] == "waiting for whole idle nodes totalling 16 slots; idle now: b"
+    assert d.waiting["s1"].endswith("held for earlier job big: a, b")
+    # Once a drains, big starts.
+    d = schedule(nodes(("a", 8, 8), ("b", 8, 8)), pending)
+    assert [a.job_id for a in d.assignments] == ["big"]
+
+
+def test_backfill_onto_nodes_not_reserved():
+    cluster = nodes(("a", 8, 2), ("b", 8, 8), ("c", 8, 8))
+    pending = [PendingJob("wide", 24, seq=1), PendingJob("small", 4, seq=2)]
+    d = schedule(cluster, pending)
+    assert d.assignments == ()  # all three nodes are held for "wide"
+    cluster = nodes(("a", 8, 2), ("b", 8, 8), ("c", 8, 8), ("d", 4, 4))
+    d = schedule(cluster, [PendingJob("wide", 24, seq=1), PendingJob("small", 4, seq=2)])
+    assert d.assignments == (Assignment("small", (("d", 4),)),)
+
+
+def test_waiting_reason_for_small_job():
+    d = schedule(nodes(("a", 8, 3), ("b", 8, 1)), [PendingJob("j", 4)])
+    assert d.waiting == {"j": "waiting for 4 free slots on one node; the most free on any node is 3 (a)"}
+
+
+def test_feasibility_names_the_nearest_sizes():
+    with pytest.raises(InfeasibleJob) as err:
+        check_feasible(12, nodes(("a", 8, 8), ("b", 8, 0)))
+    assert str(err.value) == (
+        "slots_per_trial=12 can never be scheduled on this cluster (2 nodes of 8 slots): a job larger than one "
+        "node takes whole nodes, so its slots must be a sum of whole nodes. Sizes that fit: 1-8, 16. "
+        "Nearest: 8 or 16.")
+    with pytest.raises(InfeasibleJob, match=r"Sizes that fit: 1-3, 4, 5, 7\. Nearest: 7\.$"):
+        check_feasible(9, nodes(("a", 2, 2), ("b", 2, 2), ("c", 3, 3)))
+    with pytest.raises(InfeasibleJob, match="no agents are registered"):
+        check_feasible(1, [])
+    check_feasible(16, nodes(("a", 8, 0), ("b", 8, 0)))  # busy nodes still count: it can run later
+    check_feasible(3, nodes(("a", 4, 0)))
+
+
+def test_achievable_sizes():
+    assert achievable_sizes([8, 8, 8]) == (8, {16, 24})
+    assert achievable_sizes([]) == (0, set())

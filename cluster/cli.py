@@ -1,18 +1,32 @@
-"""The `tfdist` command line. It maps argv onto the validated config and
-hands over; user mistakes end in one line on stderr and exit code 2."""
+"""The `tfdist` command line. It maps argv onto validated values and hands over;
+user mistakes end in one line on stderr and a non-zero exit, never a traceback."""
 
 from __future__ import annotations
 
+import os
+
+# Workers are started with fork+exec while gRPC threads run; gRPC's fork handlers are not
+# needed for that and log a line per fork. Must be set before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import argparse
+import logging
+import signal
+import socket
 import sys
+import threading
 from typing import Sequence
 
+from cluster.auth import AuthError, read_token
+from cluster.client import ClientError
+from cluster.commands import CommandError
 from cluster.config import DISTRIBUTION_MODES, ConfigError, ExperimentConfig, load_config
-from cluster.local_launch import CommandError
 from cluster.ports import PortError
 from tfdist.batching import BatchSizeError
 
 USAGE_ERROR = 2
+COORDINATOR_ENV = "TFDIST_COORDINATOR"
+TOKEN_FILE_ENV = "TFDIST_TOKEN_FILE"
 
 
 class UsageError(Exception):
@@ -41,25 +55,86 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def _port_range(text: str) -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in text.split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH, e.g. 29500-29999, got {text!r}") from None
+    if not 1024 <= low <= high <= 65535:
+        raise argparse.ArgumentTypeError(f"must satisfy 1024 <= LOW <= HIGH <= 65535, got {text}")
+    return low, high
+
+
+def _client_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--coordinator", metavar="HOST:PORT", default=os.environ.get(COORDINATOR_ENV),
+                   help=f"the coordinator (default ${COORDINATOR_ENV})" +
+                        ("" if required else "; without it, an embedded coordinator runs the job on this machine"))
+    p.add_argument("--token-file", metavar="FILE", default=os.environ.get(TOKEN_FILE_ENV),
+                   help=f"file holding the coordinator's token (default ${TOKEN_FILE_ENV})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfdist", description="Distributed TensorFlow/Keras training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
     launch = sub.add_parser("launch", help="run a training job", description=(
-        "Run COMMAND as a distributed job: one worker process per slot, each with its TF_CONFIG "
-        "and tfdist environment. `train.py ARGS` runs with this Python."))
+        "Run COMMAND as a distributed job and follow it. Without --coordinator, an embedded coordinator "
+        "and a local agent run it on this machine (one worker per slot). `train.py ARGS` runs with Python."))
     launch.add_argument("--config", metavar="FILE", help="experiment config (YAML)")
-    launch.add_argument("--slots", type=_int, metavar="N", help="slots (workers); overrides resources.slots_per_trial")
+    launch.add_argument("--slots", type=_int, metavar="N", help="slots; overrides resources.slots_per_trial")
     launch.add_argument("--distribution", metavar="MODE",
                         help=f"distribution mode ({', '.join(DISTRIBUTION_MODES)}); overrides distribution.mode")
     launch.add_argument("--startup-timeout", type=_positive_float, default=300.0, metavar="SECONDS",
                         help="stop the job if a worker has not joined by then (default 300)")
+    launch.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
+    launch.add_argument("--detach", action="store_true", help="print the job id and return (needs --coordinator)")
+    launch.add_argument("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a temporary dir)")
+    _client_flags(launch, required=False)
     launch.add_argument("entry", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                         help="the command each worker runs; default: the config's entrypoint")
+
+    coord = sub.add_parser("coordinator", help="run the coordinator daemon")
+    coord.add_argument("--listen", default="127.0.0.1:7470", metavar="HOST:PORT",
+                       help="address to serve on (default 127.0.0.1:7470; beyond loopback needs --token-file)")
+    coord.add_argument("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives")
+    coord.add_argument("--token-file", metavar="FILE", default=os.environ.get(TOKEN_FILE_ENV))
+    coord.add_argument("--lost-after", type=_positive_float, default=10.0, metavar="SECONDS",
+                       help="declare an agent lost after this long without a heartbeat (default 10)")
+    coord.add_argument("--heartbeat-interval", type=_positive_float, default=1.0, metavar="SECONDS")
+    coord.add_argument("--port-range", type=_port_range, default=(29500, 29999), metavar="LOW-HIGH",
+                       help="ports leased to workers on every node (default 29500-29999)")
+    coord.add_argument("--subnet", metavar="CIDR", help="network the nodes of a job talk over (default: detected)")
+
+    agent = sub.add_parser("agent", help="run a node agent")
+    _client_flags(agent)
+    agent.add_argument("--slots", type=_int, metavar="N", help="CPU worker slots (default: the node's GPU count)")
+    agent.add_argument("--name", default=socket.gethostname(), help="node name (default: the host name)")
+
+    jobs = sub.add_parser("jobs", help="list jobs")
+    _client_flags(jobs)
+    jobs.add_argument("--json", action="store_true")
+    job = sub.add_parser("job", help="show one job: state, placement, why it waits, how it ended")
+    _client_flags(job)
+    job.add_argument("job_id", metavar="ID")
+    job.add_argument("--json", action="store_true")
+    logs = sub.add_parser("logs", help="print a job's output")
+    _client_flags(logs)
+    logs.add_argument("job_id", metavar="ID")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    logs.add_argument("--rank", type=_int, default=-1, help="only this rank")
+    cancel = sub.add_parser("cancel", help="cancel a job")
+    _client_flags(cancel)
+    cancel.add_argument("job_id", metavar="ID")
+    agents = sub.add_parser("agents", help="list agents")
+    _client_flags(agents)
+    agents.add_argument("--json", action="store_true")
     return parser
 
 
+# ---------------------------------------------------------------- commands
+
 def _launch(args) -> int:
-    from cluster.local_launch import launch_local
+    from cluster.launch import launch
 
     config = load_config(args.config) if args.config else ExperimentConfig()
     entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
@@ -67,20 +142,111 @@ def _launch(args) -> int:
     if not config.entrypoint:
         raise UsageError("tfdist launch: no command to run; give one after `--` "
                          "(tfdist launch --slots 2 -- python train.py) or set `entrypoint` in --config")
-    return launch_local(config, startup_timeout=args.startup_timeout)
+    if args.detach and not args.coordinator:
+        raise UsageError("tfdist launch: --detach needs --coordinator (an embedded coordinator ends with launch)")
+    return launch(config, coordinator=args.coordinator, token=read_token(args.token_file), detach=args.detach,
+                  startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority)
+
+
+def _setup_daemon_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+def _wait_for_signal() -> int:
+    stop = threading.Event()
+    received = []
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda signum, _f: (received.append(signum), stop.set()))
+    while not stop.wait(1.0):
+        pass
+    return 0
+
+
+def _coordinator(args) -> int:
+    from cluster.coordinator.core import Settings
+    from cluster.coordinator.server import CoordinatorServer
+
+    token = read_token(args.token_file)
+    _setup_daemon_logging()
+    settings = Settings(lost_after=args.lost_after, heartbeat_interval=args.heartbeat_interval,
+                        port_range=args.port_range, subnet=args.subnet)
+    server = CoordinatorServer(args.state_dir, args.listen, token, settings).start()
+    print(f"tfdist coordinator listening on {server.address} (state in {args.state_dir})", flush=True)
+    try:
+        return _wait_for_signal()
+    finally:
+        server.stop()
+
+
+def _agent(args) -> int:
+    from cluster.agent.agent import Agent
+
+    if not args.coordinator:
+        raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
+    if args.slots is not None and args.slots < 1:
+        raise UsageError(f"tfdist agent: --slots must be at least 1, got {args.slots}")
+    _setup_daemon_logging()
+    agent = Agent(args.coordinator, name=args.name, slots=args.slots, token=read_token(args.token_file))
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        return _wait_for_signal()
+    finally:
+        agent.stop()
+        thread.join(timeout=15)
+
+
+def _client(args):
+    from cluster.client import Client
+
+    if not args.coordinator:
+        raise UsageError(f"tfdist {args.command}: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
+    return Client(args.coordinator, read_token(args.token_file))
+
+
+def _jobs_commands(args) -> int:
+    from cluster import tables
+
+    client = _client(args)
+    try:
+        if args.command == "jobs":
+            return tables.print_jobs(client.jobs(), args.json)
+        if args.command == "job":
+            return tables.print_job(client.job(args.job_id), args.json)
+        if args.command == "agents":
+            return tables.print_agents(client.list_agents(), args.json)
+        if args.command == "cancel":
+            state = client.cancel(args.job_id)
+            print(f"job {args.job_id}: {state}")
+            return 0
+        if args.command == "logs":
+            from cluster.follow import stream_logs
+
+            job_id = client.job(args.job_id).id
+            stream_logs(client, job_id, follow=args.follow, rank=args.rank)
+            return 0
+    finally:
+        client.close()
+    return USAGE_ERROR
+
+
+COMMANDS = {"launch": _launch, "coordinator": _coordinator, "agent": _agent}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.command == "launch":
-            return _launch(args)
-        parser.print_help()
-        return USAGE_ERROR
-    except (UsageError, ConfigError, BatchSizeError, PortError, CommandError) as e:
-        sys.stderr.write(f"tfdist: error: {e}\n" if not str(e).startswith("tfdist") else f"{e}\n")
-        return USAGE_ERROR
+        if args.command is None:
+            parser.print_help()
+            return USAGE_ERROR
+        return COMMANDS.get(args.command, _jobs_commands)(args)
+    except (UsageError, ConfigError, BatchSizeError, PortError, CommandError, AuthError, ClientError,
+            ValueError, OSError, RuntimeError) as e:
+        message = str(e)
+        sys.stderr.write(f"{message}\n" if message.startswith("tfdist") else f"tfdist: error: {message}\n")
+        return USAGE_ERROR if isinstance(e, (UsageError, ConfigError, BatchSizeError, CommandError)) else 1
 
 
 def entry_point() -> None:

@@ -19,7 +19,22 @@ import time
 from typing import Callable, Mapping, Sequence
 
 OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
+# (rank, exit code, last lines, reason), as each worker exits; reason is set when the gang itself
+# gave up on the worker (it never joined) before killing it.
+ExitSink = Callable[[int, int, tuple, str], None]
 TAIL_LINES = 20
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when the thread that started it dies (a killed launcher or agent
+    must not leave workers behind)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +95,19 @@ def port_listening(port: int) -> bool:
 
 class Gang:
     def __init__(self, workers: Sequence[WorkerLaunch], sink: OutputSink, *,
-                 startup_timeout: float | None = 300.0, stop_grace: float = 5.0, cwd: str | None = None):
+                 startup_timeout: float | None = 300.0, stop_grace: float = 5.0, cwd: str | None = None,
+                 on_exit: ExitSink | None = None):
+        """Call start() and run() from one thread that lives until the gang ends: workers
+        are tied to it and die with it."""
         self.workers = list(workers)
         self.sink = sink
+        self.on_exit = on_exit
         self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
         self.cwd = cwd
         self._procs: dict[int, subprocess.Popen] = {}
         self._tails: dict[int, collections.deque] = {}
+        self._pumps: dict[int, list[threading.Thread]] = {}
         self._exits: "queue.Queue[tuple[int, int]]" = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._interrupt: int | None = None
@@ -99,13 +119,14 @@ class Gang:
             try:
                 proc = subprocess.Popen(
                     list(w.command), env=dict(w.env), cwd=self.cwd, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                    preexec_fn=_die_with_parent)
             except OSError as e:
                 self.stop()
                 raise LaunchError(f"cannot start rank {w.rank}: {w.command[0]}: {e.strerror}") from None
             self._procs[w.rank] = proc
-            for stream_name in ("stdout", "stderr"):
-                self._spawn(self._pump, w.rank, stream_name, getattr(proc, stream_name))
+            self._pumps[w.rank] = [self._spawn(self._pump, w.rank, name, getattr(proc, name))
+                                   for name in ("stdout", "stderr")]
             self._spawn(self._wait, w.rank, proc)
 
     def interrupt(self, signum: int) -> None:
@@ -127,6 +148,8 @@ class Gang:
             if rank is not None:
                 exit_codes[rank] = code
                 waiting_to_join.pop(rank, None)
+                if self.on_exit:
+                    self.on_exit(rank, code, self._tail(rank), "")
                 if code != 0 and failure is None and self._interrupt is None:
                     failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
                     self.stop()
@@ -146,6 +169,8 @@ class Gang:
                     f"(ranks not joined: {', '.join(map(str, ranks))}); the others were waiting for it. "
                     "Raise --startup-timeout if start-up is just slow",
                     self._tail(first))
+                if self.on_exit:
+                    self.on_exit(first, 1, failure.last_lines, failure.describe())
                 waiting_to_join.clear()
                 self.stop()
         for t in self._threads:
@@ -162,10 +187,11 @@ class Gang:
         threading.Thread(target=self._kill_after_grace, daemon=True).start()
 
     # -- internals -------------------------------------------------------
-    def _spawn(self, fn, *args) -> None:
+    def _spawn(self, fn, *args) -> threading.Thread:
         t = threading.Thread(target=fn, args=args, daemon=True)
         t.start()
         self._threads.append(t)
+        return t
 
     def _pump(self, rank: int, stream_name: str, stream) -> None:
         for raw in iter(stream.readline, b""):
@@ -178,7 +204,8 @@ class Gang:
         self._exits.put((rank, proc.wait()))
 
     def _tail(self, rank: int) -> tuple[str, ...]:
-        time.sleep(0.2)  # let the pumps drain what the worker printed last
+        for pump in self._pumps.get(rank, ()):  # what the worker printed last is read first
+            pump.join(timeout=2)
         return tuple(self._tails[rank])
 
     def _joined(self, w: WorkerLaunch) -> bool:

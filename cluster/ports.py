@@ -106,6 +106,15 @@ class PortLease:
         self.release()
 
 
+def lease_exact(ports: list[int]) -> tuple[PortLease, list[int]]:
+    """Leases exactly these ports where possible; returns the lease and the ports that were busy
+    (held by another tfdist job on this machine, or bound by anything)."""
+    lease = PortLease()
+    lock_dir = _lock_dir()
+    busy = [p for p in ports if not lease._try_add(p, lock_dir)]
+    return lease, busy
+
+
 def lease_ports(count: int, port_range: tuple[int, int] | None = None) -> PortLease:
     low, high = port_range or lease_range()
     lease = PortLease()

@@ -62,8 +62,8 @@ def test_crash_stops_siblings_and_is_reported(tmp_path, marker):
     result = run_cli(["launch", "--slots", "3", "--", WORKER, "--mode", "loop", "--epochs", "50",
                       "--out", str(tmp_path), "--crash-rank", "1"], marker)
     assert result.returncode == 13
-    assert "failed: rank 1 exited with code 13; the other workers were stopped" in result.stderr
-    assert "tfdist: last lines of rank 1:\n" in result.stderr and "  rank crashing on purpose" in result.stderr
+    assert "failed: rank 1 on node local exited with code 13; the other workers were stopped" in result.stderr
+    assert "tfdist: last lines of rank 1 (node local):\n" in result.stderr and "  rank crashing on purpose" in result.stderr
     assert not (tmp_path / "rank0.json").exists()  # rank 0 was stopped, it did not run its 50 epochs
 
 
@@ -71,7 +71,7 @@ def test_fit_exception_in_one_rank_fails_the_job(tmp_path, marker):
     result = run_cli(["launch", "--slots", "2", "--", WORKER, "--mode", "fit", "--epochs", "50",
                       "--out", str(tmp_path), "--crash-rank", "0"], marker)
     assert result.returncode == 1
-    assert "failed: rank 0 exited with code 1" in result.stderr
+    assert "failed: rank 0 on node local exited with code 1" in result.stderr
     assert "RuntimeError: boom in rank 0" in result.stderr
 
 
@@ -79,7 +79,8 @@ def test_worker_that_never_joins_hits_startup_timeout(tmp_path, marker):
     result = run_cli(["launch", "--slots", "2", "--startup-timeout", "25", "--", WORKER, "--out", str(tmp_path),
                       "--hang-rank", "1"], marker)
     assert result.returncode == 1
-    assert "rank 1 did not join within the startup timeout of 25s (ranks not joined: 1)" in result.stderr
+    assert "rank 1 on node local did not join within the startup timeout of 25s (ranks not joined: 1)" \
+        in result.stderr
     assert "  hanging before init" in result.stderr
 
 

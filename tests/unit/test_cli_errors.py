@@ -32,7 +32,8 @@ from tests.conftest import run_cli
     (["launch", "--startup-timeout", "-1", "--", "python", "-c", "pass"], None,
      "tfdist launch: argument --startup-timeout: must be positive, got -1 (see `tfdist launch --help`)"),
     (["lunch"], None,
-     "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch') (see `tfdist --help`)"),
+     "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'jobs', "
+     "'job', 'logs', 'cancel', 'agents') (see `tfdist --help`)"),
 ])
 def test_one_clear_line_and_exit_2(tmp_path, marker, args, config, expected):
     if config is not None:

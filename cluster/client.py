@@ -1,0 +1,69 @@
+"""A small client for the coordinator: auth metadata, timeouts, and gRPC errors turned
+into one clear line."""
+
+from __future__ import annotations
+
+import grpc
+
+from cluster.auth import call_credentials_metadata
+from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
+
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+
+class ClientError(RuntimeError):
+    def __init__(self, message: str, code: grpc.StatusCode | None = None):
+        super().__init__(message)
+        self.code = code
+
+
+def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
+    code = e.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ClientError(f"cannot reach the coordinator at {address}: is `tfdist coordinator` running there? "
+                           "(set --coordinator or TFDIST_COORDINATOR)", code)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ClientError(f"the coordinator at {address} did not answer in time", code)
+    return ClientError(e.details() or str(code), code)
+
+
+class Client:
+    def __init__(self, address: str, token: str | None = None, timeout: float = 10.0):
+        self.address = address
+        self.timeout = timeout
+        self._metadata = call_credentials_metadata(token)
+        self.channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        self.coordinator = pb_grpc.CoordinatorStub(self.channel)
+        self.agents = pb_grpc.AgentServiceStub(self.channel)
+
+    def call(self, method, request, timeout: float | None = None):
+        try:
+            return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise describe_rpc_error(self.address, e) from None
+
+    def close(self) -> None:
+        self.channel.close()
+
+    # Convenience wrappers used by the CLI.
+    def submit(self, spec: pb.JobSpec) -> str:
+        return self.call(self.coordinator.SubmitJob, pb.SubmitJobRequest(spec=spec)).job_id
+
+    def job(self, job_id: str) -> pb.Job:
+        return self.call(self.coordinator.GetJob, pb.GetJobRequest(job_id=job_id))
+
+    def jobs(self) -> list[pb.Job]:
+        return list(self.call(self.coordinator.ListJobs, pb.ListJobsRequest()).jobs)
+
+    def cancel(self, job_id: str) -> str:
+        return self.call(self.coordinator.CancelJob, pb.CancelJobRequest(job_id=job_id)).state
+
+    def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> pb.GetLogsResponse:
+        return self.call(self.coordinator.GetLogs,
+                         pb.GetLogsRequest(job_id=job_id, after_seq=after_seq, rank=rank, limit=limit))
+
+    def list_agents(self) -> list[pb.AgentInfo]:
+        return list(self.call(self.coordinator.ListAgents, pb.ListAgentsRequest()).agents)

@@ -1,0 +1,28 @@
+"""The command a worker runs: `train.py` means this Python; missing programs are refused early."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Sequence
+
+
+class CommandError(ValueError):
+    """The command cannot be started on this machine."""
+
+
+def resolve_command(command: Sequence[str], cwd: str | None = None) -> list[str]:
+    """`train.py args` runs with this Python; anything else runs as given.
+    A script or program that does not exist is refused before any worker starts."""
+    command = list(command)
+    if command and command[0].endswith(".py"):
+        command = [sys.executable, *command]
+    if not command:
+        raise CommandError("the command to run is empty")
+    if shutil.which(command[0]) is None:
+        raise CommandError(f"program {command[0]!r} not found on PATH")
+    if os.path.basename(command[0]).startswith("python") and len(command) > 1 \
+            and command[1].endswith(".py") and not os.path.isfile(os.path.join(cwd or os.getcwd(), command[1])):
+        raise CommandError(f"script {command[1]!r} not found (relative to the current directory {cwd or os.getcwd()})")
+    return command

@@ -1,0 +1,1 @@
+"""The coordinator: gang scheduling and job state over gRPC, state in SQLite."""

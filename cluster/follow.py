@@ -1,0 +1,77 @@
+"""Following a job from the client side: stream its logs with `[rank=N]`, report waits,
+summarize the outcome, and map it to an exit code."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from cluster.client import Client
+from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
+
+
+def print_lines(lines, stdout: TextIO, stderr: TextIO) -> None:
+    for line in lines:
+        (stderr if line.stream == "stderr" else stdout).write(f"[rank={line.rank}] {line.text}\n")
+    stdout.flush()
+    stderr.flush()
+
+
+def stream_logs(client: Client, job_id: str, *, follow: bool, rank: int = -1, stdout: TextIO = sys.stdout,
+                stderr: TextIO = sys.stderr, poll: float = 0.2, after_seq: int = 0) -> int:
+    """Prints the job's lines; with `follow`, until the job ended. Returns the last seq seen."""
+    while True:
+        response = client.logs(job_id, after_seq=after_seq, rank=rank)
+        print_lines(response.lines, stdout, stderr)
+        if response.lines:
+            after_seq = response.lines[-1].seq
+        if not follow or response.job_ended:
+            return after_seq
+        if not response.lines:
+            time.sleep(poll)
+
+
+def summary(job: pb.Job) -> list[str]:
+    if job.state == "SUCCEEDED":
+        return []
+    lines = [f"tfdist: job {job.id} {job.state.lower()}: {job.message}"]
+    failed = [e for e in job.exits if e.exit_code != 0]
+    if job.state == "FAILED" and failed:
+        first = failed[0]
+        if first.last_lines:
+            lines.append(f"tfdist: last lines of rank {first.rank} (node {first.agent}):")
+            lines.extend(f"  {l}" for l in first.last_lines)
+    return lines
+
+
+def exit_code(job: pb.Job) -> int:
+    if job.state == "SUCCEEDED":
+        return 0
+    if job.state == "CANCELED":
+        return 130
+    return job.exit_code if 0 < job.exit_code < 256 else 1
+
+
+def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr,
+               poll: float = 0.1) -> pb.Job:
+    """Streams the job's output until it ends; reports why it waits while queued."""
+    after_seq = 0
+    said_waiting = ""
+    while True:
+        response = client.logs(job_id, after_seq=after_seq)
+        print_lines(response.lines, stdout, stderr)
+        if response.lines:
+            after_seq = response.lines[-1].seq
+            if len(response.lines) >= 1000:
+                continue
+        if response.job_ended:
+            return client.job(job_id)
+        job = client.job(job_id)
+        if job.state == "QUEUED" and job.waiting_reason and job.waiting_reason != said_waiting:
+            stderr.write(f"tfdist: job {job_id} queued: {job.waiting_reason}\n")
+            stderr.flush()
+            said_waiting = job.waiting_reason
+        time.sleep(poll)

@@ -1,0 +1,122 @@
+"""`tfdist launch`: submit a job to a coordinator (or to an embedded one) and follow it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+
+from cluster.client import Client
+from cluster.commands import resolve_command
+from cluster.config import ExperimentConfig
+from cluster.follow import exit_code, follow_job, summary
+from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from tfdist import batching
+
+log = logging.getLogger("tfdist")
+
+
+def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int = 0,
+             working_dir: str | None = None) -> pb.JobSpec:
+    return pb.JobSpec(
+        name=config.name, entrypoint=list(config.entrypoint), slots=config.slots_per_trial,
+        distribution_mode=config.distribution_mode,
+        hyperparameters_json=json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
+        environment=dict(config.environment_variables), max_restarts=config.max_restarts, priority=priority,
+        working_dir=working_dir if working_dir is not None else os.getcwd(), startup_timeout=startup_timeout)
+
+
+def preflight(config: ExperimentConfig) -> None:
+    """Mistakes we can see from here, refused before anything is submitted."""
+    if config.global_batch_size is not None:
+        warning = batching.split_batch(config.global_batch_size, config.slots_per_trial).remainder_warning()
+        if warning:
+            sys.stderr.write(f"tfdist: warning: {warning}\n")
+
+
+class EmbeddedCluster:
+    """A coordinator and one local agent in this process, on loopback: local mode takes the
+    same path as a cluster."""
+
+    def __init__(self, slots: int, state_dir: str | None = None):
+        from cluster.agent.agent import Agent
+        from cluster.coordinator.core import Settings
+        from cluster.coordinator.server import CoordinatorServer
+
+        self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")
+        from cluster.ports import lease_range
+
+        # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart.
+        settings = Settings(heartbeat_interval=0.05, lost_after=30.0, port_range=lease_range())
+        self.server = CoordinatorServer(state_dir or self._tmp, "127.0.0.1:0", settings=settings).start()
+        self.agent = Agent(self.server.address, name="local", slots=slots,
+                           addresses=[{"ip": "127.0.0.1", "prefix_len": 8, "interface": "lo"}])
+        self._thread = threading.Thread(target=self.agent.run, daemon=True)
+        self._thread.start()
+        if not self.agent.registered.wait(timeout=30):
+            self.close()
+            raise RuntimeError("the local agent did not register with the embedded coordinator within 30s")
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def close(self) -> None:
+        self.agent.stop()
+        self._thread.join(timeout=10)
+        self.server.stop()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | None, detach: bool,
+           startup_timeout: float, state_dir: str | None = None, priority: int = 0) -> int:
+    preflight(config)
+    embedded = None
+    if coordinator is None:
+        resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
+        if detach:
+            raise ValueError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
+        embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
+        coordinator = embedded.address
+    client = Client(coordinator, token)
+    try:
+        job_id = client.submit(job_spec(config, startup_timeout=startup_timeout, priority=priority))
+        if detach:
+            print(job_id)
+            return 0
+        sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}\n")
+        return _follow_with_cancel(client, job_id)
+    finally:
+        client.close()
+        if embedded:
+            embedded.close()
+
+
+def _follow_with_cancel(client: Client, job_id: str) -> int:
+    """Ctrl-C or SIGTERM cancels the job (once); we keep following until it has ended."""
+    canceled = []
+
+    def cancel(signum, frame):
+        if not canceled:
+            canceled.append(signum)
+            sys.stderr.write(f"tfdist: {signal.Signals(signum).name}: canceling job {job_id}\n")
+            threading.Thread(target=client.cancel, args=(job_id,), daemon=True).start()
+
+    previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        job = follow_job(client, job_id)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    for line in summary(job):
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    if canceled:
+        return 128 + canceled[0]
+    return exit_code(job)

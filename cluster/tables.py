@@ -1,0 +1,68 @@
+"""Readable tables (default) and JSON (--json) for the client commands."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+from google.protobuf import json_format
+
+
+def _when(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _dump(message) -> str:
+    return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2)
+
+
+def print_jobs(jobs, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([json_format.MessageToDict(j, preserving_proto_field_name=True) for j in jobs], indent=2))
+        return 0
+    rows = [[j.id, j.spec.name, j.state, str(j.spec.slots), _when(j.submitted_at),
+             j.waiting_reason if j.state == "QUEUED" else j.message] for j in jobs]
+    print(_table(["ID", "NAME", "STATE", "SLOTS", "SUBMITTED", "INFO"], rows))
+    return 0
+
+
+def print_job(job, as_json: bool) -> int:
+    if as_json:
+        print(_dump(job))
+        return 0
+    print(f"job {job.id} ({job.spec.name}): {job.state}")
+    print(f"  command:   {' '.join(job.spec.entrypoint)}")
+    print(f"  slots:     {job.spec.slots}   priority: {job.spec.priority}   mode: {job.spec.distribution_mode}")
+    print(f"  submitted: {_when(job.submitted_at)}   started: {_when(job.started_at)}   ended: {_when(job.ended_at)}")
+    if job.state == "QUEUED":
+        print(f"  waiting:   {job.waiting_reason or 'scheduling'}")
+    if job.placement:
+        print("  placement:")
+        for p in job.placement:
+            print(f"    node {p.node_rank}: {p.agent} at {p.address}, {p.slots} slots, ports {list(p.ports)}")
+    if job.message:
+        print(f"  outcome:   {job.message}" + (f" (exit code {job.exit_code})" if job.exit_code >= 0 else ""))
+    failed = [e for e in job.exits if e.exit_code != 0]
+    if failed and failed[0].last_lines:
+        print(f"  last lines of rank {failed[0].rank}:")
+        for line in failed[0].last_lines:
+            print(f"    {line}")
+    return 0
+
+
+def print_agents(agents, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps([json_format.MessageToDict(a, preserving_proto_field_name=True) for a in agents], indent=2))
+        return 0
+    rows = [[a.name, a.state, str(a.slots), str(a.free_slots), "GPU" if a.gpu else "CPU",
+             ", ".join(f"{x.ip}/{x.prefix_len}" for x in a.addresses if not x.ip.startswith("127.")) or "loopback",
+             ", ".join(a.jobs) or "-"] for a in agents]
+    print(_table(["NAME", "STATE", "SLOTS", "FREE", "KIND", "ADDRESSES", "JOBS"], rows))
+    return 0

@@ -10,6 +10,8 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import argparse
+
+import grpc
 import logging
 import signal
 import socket
@@ -246,7 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ValueError, OSError, RuntimeError) as e:
         message = str(e)
         sys.stderr.write(f"{message}\n" if message.startswith("tfdist") else f"tfdist: error: {message}\n")
-        return USAGE_ERROR if isinstance(e, (UsageError, ConfigError, BatchSizeError, CommandError)) else 1
+        user_mistake = isinstance(e, (UsageError, ConfigError, BatchSizeError, CommandError, AuthError)) or (
+            isinstance(e, ClientError) and e.code == grpc.StatusCode.INVALID_ARGUMENT)
+        return USAGE_ERROR if user_mistake else 1
 
 
 def entry_point() -> None:

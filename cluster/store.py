@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS agents (
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
   priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL,
-  started_at REAL, ended_at REAL, message TEXT NOT NULL DEFAULT '', exit_code INTEGER);
+  started_at REAL, ended_at REAL, message TEXT NOT NULL DEFAULT '', exit_code INTEGER,
+  placement TEXT NOT NULL DEFAULT '[]');
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS allocations (
   job_id TEXT NOT NULL, agent TEXT NOT NULL, node_rank INTEGER NOT NULL, slots INTEGER NOT NULL,
@@ -48,7 +49,14 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        self._migrate()
         self._log_seq: dict[str, int] = {}
+
+    def _migrate(self) -> None:
+        """Columns added after the first release, added to older state files in place."""
+        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)")}
+        if "placement" not in columns:
+            self._db.execute("ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT '[]'")
 
     def close(self) -> None:
         with self._lock:
@@ -113,7 +121,7 @@ class Store:
 
     @staticmethod
     def _job_row(r: sqlite3.Row) -> dict:
-        return dict(r, spec=json.loads(r["spec"]))
+        return dict(r, spec=json.loads(r["spec"]), placement=json.loads(r["placement"]))
 
     def events(self, job_id: str) -> list[dict]:
         return [dict(r) for r in self._all("SELECT time, message FROM events WHERE job_id=? ORDER BY id", (job_id,))]

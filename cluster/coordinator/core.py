@@ -183,8 +183,9 @@ class CoordinatorCore:
         except placement_lib.PlacementError as e:
             self._end(job_id, JobState.FAILED, now, f"cannot lease ports on {agent}: {e}", exit_code=1)
             return
-        self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {mine['ports']} instead")
         self.store.set_allocations(job_id, allocs)
+        self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {mine['ports']} instead",
+                              placement=json.dumps(allocs))
 
     def _lease(self, agent: str, count: int, job_id: str, excluded: set[int]) -> list[int]:
         in_use = [p for a in self.store.allocations() if a["agent"] == agent and a["job_id"] != job_id
@@ -202,6 +203,8 @@ class CoordinatorCore:
             for alloc in self.store.allocations(job_id):  # an exit proves the workers were started
                 if alloc["agent"] == agent and alloc["state"] == READY:
                     self.store.set_allocation_state(job_id, agent, STARTED)
+                    self._maybe_running(job_id, now)
+                    job = self.store.job(job_id)
             if JobState(job["state"]).terminal:
                 return
             if exit_code != 0:
@@ -319,7 +322,7 @@ class CoordinatorCore:
             self._end(job_id, JobState.FAILED, now, str(e), exit_code=1)
             return
         placed = ", ".join(f"{n}:{s}" for n, s in assignment.nodes)
-        self._transition(job_id, JobState.STARTING, now, f"placed on {placed}")
+        self._transition(job_id, JobState.STARTING, now, f"placed on {placed}", placement=json.dumps(allocs))
 
     def check_agents(self, now: float) -> None:
         """Declares silent agents lost and fails their jobs. Called periodically."""
@@ -343,7 +346,7 @@ class CoordinatorCore:
     def job_view(self, job_ref: str) -> dict:
         with self.lock:
             job = self.store.job(self.resolve_job_id(job_ref))
-            job["placement"] = self.store.allocations(job["id"])
+            job["placement"] = self.store.allocations(job["id"]) or job["placement"]
             job["exits"] = self.store.exits(job["id"])
             job["waiting_reason"] = self.waiting.get(job["id"], "")
             job["events"] = self.store.events(job["id"])

@@ -30,6 +30,9 @@ def _guard(fn):
             context.abort(grpc.StatusCode.NOT_FOUND, str(e))
         except BadRequest as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except Exception as e:  # a bug: log it whole, answer with one line
+            log.exception("%s failed", fn.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {fn.__name__}: {type(e).__name__}: {e}")
     wrapper.__name__ = fn.__name__
     return wrapper
 

@@ -1,0 +1,113 @@
+"""A real cluster on three hosts (network namespaces): coordinator, two agents, real gRPC and TF."""
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.multihost, pytest.mark.timeout(300)]
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(os.path.dirname(HERE), "integration", "workers", "train_worker.py")
+SLEEPER = os.path.join(HERE, "sleeper.py")
+
+
+def _job(cluster, job_id):
+    return cluster.json("job", job_id)
+
+
+def test_two_node_mwms_training_has_identical_weights(make_cluster, tmp_path):
+    cluster = make_cluster(slots_per_agent=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = cluster.cli("launch", "--slots", "2", "--", WORKER, "--mode", "fit", "--out", str(out), timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
+    weights = [list(np.load(out / f"rank{r}.npz").values()) for r in range(2)]
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+    infos = [json.load(open(out / f"rank{r}.json")) for r in range(2)]
+    assert infos[0]["losses"][-1] < infos[0]["losses"][0] and infos[1]["replicas"] == 2
+    job = cluster.json("jobs")[0]
+    placement = _job(cluster, job["id"])["placement"]
+    assert sorted((p["agent"], p["address"]) for p in placement) == [("a1", "198.18.0.2"), ("a2", "198.18.0.3")]
+    assert "[rank=1] rank 1 done" in result.stdout
+
+
+def test_small_jobs_pack_and_a_job_waits_for_capacity(make_cluster):
+    cluster = make_cluster(slots_per_agent=2)
+    first = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "8").stdout.strip()
+    second = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "8").stdout.strip()
+    cluster.wait_for(lambda: {_job(cluster, j)["state"] for j in (first, second)} == {"RUNNING"}, "both running")
+    nodes = {_job(cluster, j)["placement"][0]["agent"] for j in (first, second)}
+    assert len(nodes) == 1  # best fit: both on one node
+
+    big = cluster.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "1").stdout.strip()
+    job = _job(cluster, big)
+    assert job["state"] == "QUEUED"
+    assert job["waiting_reason"].startswith("waiting for whole idle nodes totalling 4 slots; idle now: a")
+    shown = cluster.cli("job", big)
+    assert "waiting:   waiting for whole idle nodes totalling 4 slots" in shown.stdout
+    cluster.wait_for(lambda: _job(cluster, big)["state"] == "SUCCEEDED", "the queued job to run", timeout=90)
+
+
+def test_infeasible_job_is_refused_at_submit(make_cluster):
+    cluster = make_cluster(slots_per_agent=2)
+    result = cluster.cli("launch", "--slots", "3", "--", SLEEPER, "1")
+    assert result.returncode == 2
+    assert result.stderr == (
+        "tfdist: error: slots_per_trial=3 can never be scheduled on this cluster (2 nodes of 2 slots): a job larger "
+        "than one node takes whole nodes, so its slots must be a sum of whole nodes. Sizes that fit: 1-2, 4. "
+        "Nearest: 2 or 4.\n")
+    assert cluster.json("jobs") == []
+
+
+def test_agent_killed_mid_job_fails_the_job_and_stops_the_other_node(make_cluster):
+    cluster = make_cluster(slots_per_agent=2)
+    job_id = cluster.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "120").stdout.strip()
+    cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "RUNNING", "the job to run")
+    cluster.kill("a2")
+    cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "FAILED", "the job to fail", timeout=30)
+    job = _job(cluster, job_id)
+    assert job["message"] == "node a2 was lost (no heartbeat for 4s); the other nodes' workers were stopped" or \
+        job["message"].startswith("node a2 was lost")
+    agents = {a["name"]: a for a in cluster.json("agents")}
+    assert agents["a2"]["state"] == "LOST"
+    cluster.wait_for(lambda: agents_free(cluster, "a1"), "a1's workers to be stopped")
+    logs = cluster.cli("logs", job_id)
+    assert "[rank=0] rank 0 tick 0" in logs.stdout
+
+
+def agents_free(cluster, name):
+    a = {a["name"]: a for a in cluster.json("agents")}[name]
+    return a["free_slots"] == a["slots"] and not a.get("jobs")
+
+
+def test_coordinator_kill9_and_restart_mid_job(make_cluster):
+    cluster = make_cluster(slots_per_agent=2)
+    job_id = cluster.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "16").stdout.strip()
+    cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "RUNNING", "the job to run")
+    time.sleep(1)
+    cluster.kill("c", signal.SIGKILL)
+    time.sleep(2)  # workers go on; agents buffer output and retry
+    cluster.start_coordinator()
+    cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=90)
+    job = _job(cluster, job_id)
+    assert job["spec"]["slots"] == 4 and len(job["placement"]) == 2
+    logs = cluster.cli("logs", job_id).stdout
+    for rank in range(4):
+        assert f"[rank={rank}] rank {rank} tick 15" in logs  # nothing lost across the restart
+    assert cluster.json("agents")[0]["state"] == "ALIVE"
+
+
+def test_token_is_required_beyond_loopback(make_cluster, hosts, marker, tmp_path):
+    cluster = make_cluster(slots_per_agent=1)
+    result = hosts["c"].run(["jobs", "--coordinator", cluster.address], marker, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == ("tfdist: error: missing or wrong token: pass --token-file (or set TFDIST_TOKEN_FILE) "
+                             "with the coordinator's token\n")
+    refused = hosts["a1"].run(["coordinator", "--listen", f"{hosts['a1'].ip}:7471", "--state-dir",
+                               str(tmp_path / "s2")], marker, timeout=60)
+    assert refused.returncode == 2
+    assert "is reachable beyond this machine" in refused.stderr and "--token-file" in refused.stderr

@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.multihost, pytest.mark.timeout(300)]
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(os.path.dirname(HERE), "integration", "workers", "train_worker.py")
 SLEEPER = os.path.join(HERE, "sleeper.py")
+CRASHER = os.path.join(HERE, "crasher.py")
 
 
 def _job(cluster, job_id):
@@ -111,3 +112,13 @@ def test_token_is_required_beyond_loopback(make_cluster, hosts, marker, tmp_path
                                str(tmp_path / "s2")], marker, timeout=60)
     assert refused.returncode == 2
     assert "is reachable beyond this machine" in refused.stderr and "--token-file" in refused.stderr
+
+
+def test_a_dying_worker_stops_its_gang_on_every_node(make_cluster):
+    cluster = make_cluster(slots_per_agent=2)
+    result = cluster.cli("launch", "--slots", "4", "--", CRASHER, "3", timeout=120)
+    assert result.returncode == 5
+    assert "failed: rank 3 on node" in result.stderr and "exited with code 5; the other workers were stopped" \
+        in result.stderr
+    assert "  rank 3 giving up" in result.stderr
+    cluster.wait_for(lambda: agents_free(cluster, "a1") and agents_free(cluster, "a2"), "every node to be freed")

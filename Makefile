@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test unit integration bazel-test venv clean
+.PHONY: demo test unit integration multihost bazel-test venv clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ unit: $(VENV)/.test
 
 integration: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/integration
+
+multihost: $(VENV)/.test
+	$(PY) -m pytest -p no:cacheprovider tests/multihost
 
 bazel-test: $(VENV)/.test
 	bash tools/bazel_test.sh

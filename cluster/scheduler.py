@@ -16,6 +16,7 @@ Rules (Determined's, tightened):
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections import defaultdict
 from typing import Iterable, Sequence
@@ -59,15 +60,19 @@ class InfeasibleJob(ValueError):
 # ---------------------------------------------------------------- feasibility
 
 def achievable_sizes(node_sizes: Iterable[int], limit: int = 4096) -> tuple[int, set[int]]:
-    """(largest single node, sums of whole nodes larger than it, up to `limit`)."""
+    """(largest single node, sums of whole nodes larger than it, up to `limit`).
+
+    A bitset subset-sum: bit k of `reach` is set when some set of nodes sums to k.
+    """
     sizes = list(node_sizes)
     if not sizes:
         return 0, set()
     largest = max(sizes)
-    sums = {0}
-    for s in sizes:
-        sums |= {x + s for x in sums if x + s <= limit}
-    return largest, {x for x in sums if x > largest}
+    mask = (1 << (limit + 1)) - 1
+    reach = 1
+    for size in sizes:
+        reach = (reach | (reach << size)) & mask
+    return largest, {k for k in range(largest + 1, limit + 1) if reach >> k & 1}
 
 
 def describe_sizes(largest: int, multi: set[int], show: int = 8) -> str:
@@ -81,8 +86,12 @@ def check_feasible(slots: int, nodes: Sequence[Node]) -> None:
     """Raises InfeasibleJob, naming the sizes that would fit, if no placement could ever exist."""
     if not nodes:
         raise InfeasibleJob("no agents are registered: start `tfdist agent` on the nodes first")
-    largest, multi = achievable_sizes(n.slots for n in nodes)
-    if slots <= largest or slots in multi:
+    largest = max(n.slots for n in nodes)
+    if slots <= largest:
+        return
+    # The smallest fitting size above `slots`, if any, is at most one node further.
+    largest, multi = achievable_sizes((n.slots for n in nodes), limit=slots + largest)
+    if slots in multi:
         return
     fits = sorted({*range(1, largest + 1), *multi})
     below = max((s for s in fits if s < slots), default=None)
@@ -105,88 +114,133 @@ def _cluster_shape(nodes: Sequence[Node]) -> str:
 
 # ---------------------------------------------------------------- placement
 
-def _best_fit(slots: int, nodes: Iterable[Node]) -> Node | None:
-    best = None
-    for n in nodes:
-        if n.free_slots >= slots and (best is None or (n.free_slots, n.name) < (best.free_slots, best.name)):
-            best = n
-    return best
+class _Capacity:
+    """Free capacity indexed for the two questions the scheduler asks: the tightest node with
+    `k` free slots (buckets by free slots), and idle nodes by size. Reserved nodes are left out."""
 
+    def __init__(self, nodes: Sequence[Node]):
+        self.nodes = {n.name: n for n in nodes}
+        self.largest = max((n.slots for n in nodes), default=0)
+        self.by_free: dict[int, list[str]] = defaultdict(list)
+        self.idle_by_size: dict[int, list[str]] = defaultdict(list)
+        for n in sorted(nodes, key=lambda n: n.name):
+            self._index(n)
+        self.reserved_for: dict[str, str] = {}
 
-def _exact_whole_nodes(slots: int, nodes: Iterable[Node]) -> list[Node] | None:
-    """Whole nodes whose sizes sum to exactly `slots`, fewest (largest) nodes first."""
-    by_size: dict[int, list[Node]] = defaultdict(list)
-    for n in sorted(nodes, key=lambda n: n.name):
-        by_size[n.slots].append(n)
-    # Bounded knapsack over the distinct node sizes (few in practice): sum -> counts per size.
-    reachable: dict[int, tuple[int, ...]] = {0: ()}
-    sizes = sorted(by_size, reverse=True)
-    for size in sizes:
-        nxt: dict[int, tuple[int, ...]] = {}
-        for total, counts in reachable.items():
-            for k in range(0, min(len(by_size[size]), (slots - total) // size) + 1):
-                t = total + k * size
-                if t not in nxt:
-                    nxt[t] = counts + (k,)
-        reachable = nxt
-    counts = reachable.get(slots)
-    if counts is None:
+    def _index(self, n: Node) -> None:
+        bisect.insort(self.by_free[n.free_slots], n.name)
+        if n.idle:
+            bisect.insort(self.idle_by_size[n.slots], n.name)
+
+    def _unindex(self, n: Node) -> None:
+        bucket = self.by_free[n.free_slots]
+        del bucket[bisect.bisect_left(bucket, n.name)]
+        if n.idle:
+            idle = self.idle_by_size[n.slots]
+            del idle[bisect.bisect_left(idle, n.name)]
+
+    def take(self, name: str, used: int) -> None:
+        n = self.nodes[name]
+        self._unindex(n)
+        self.nodes[name] = n = dataclasses.replace(n, free_slots=n.free_slots - used)
+        self._index(n)
+
+    def reserve(self, names: list[str], job_id: str) -> None:
+        for name in names:
+            self._unindex(self.nodes[name])
+            self.reserved_for[name] = job_id
+
+    def best_fit(self, slots: int) -> str | None:
+        for free in range(slots, self.largest + 1):
+            if self.by_free.get(free):
+                return self.by_free[free][0]
         return None
-    chosen: list[Node] = []
-    for size, k in zip(sizes, counts):
-        chosen.extend(by_size[size][:k])
-    return chosen
+
+    def whole_nodes(self, slots: int, idle_by_size: dict[int, list[str]] | None = None) -> list[str] | None:
+        """Idle nodes whose sizes sum to exactly `slots`: a bounded knapsack over the distinct sizes."""
+        idle_by_size = self.idle_by_size if idle_by_size is None else idle_by_size
+        sizes = sorted((s for s, names in idle_by_size.items() if names), reverse=True)
+        reachable: dict[int, tuple[int, ...]] = {0: ()}
+        for size in sizes:
+            nxt: dict[int, tuple[int, ...]] = {}
+            for total, counts in reachable.items():
+                for k in range(min(len(idle_by_size[size]), (slots - total) // size) + 1):
+                    nxt.setdefault(total + k * size, counts + (k,))
+            reachable = nxt
+        counts = reachable.get(slots)
+        if counts is None:
+            return None
+        return [name for size, k in zip(sizes, counts) for name in idle_by_size[size][:k]]
+
+    def place(self, job: PendingJob) -> list[tuple[str, int]] | None:
+        if job.slots <= self.largest:
+            name = self.best_fit(job.slots)
+            return [(name, job.slots)] if name else None
+        names = self.whole_nodes(job.slots)
+        return [(name, self.nodes[name].slots) for name in names] if names else None
+
+    def reservation(self, job: PendingJob) -> list[str]:
+        """The nodes a blocked job will use once they drain: the emptiest that can hold it."""
+        candidates = [n for n in self.nodes.values() if n.name not in self.reserved_for]
+        if job.slots <= self.largest:
+            big_enough = [n for n in candidates if n.slots >= job.slots]
+            return [max(big_enough, key=lambda n: (n.free_slots, n.name)).name] if big_enough else []
+        by_size: dict[int, list[str]] = defaultdict(list)  # as if idle, the closest to idle first
+        for n in sorted(candidates, key=lambda n: (n.slots - n.free_slots, n.name)):
+            by_size[n.slots].append(n.name)
+        return self.whole_nodes(job.slots, by_size) or []
 
 
-def _place(job: PendingJob, nodes: Iterable[Node], largest: int) -> list[tuple[str, int]] | None:
-    if job.slots <= largest:
-        node = _best_fit(job.slots, nodes)
-        return [(node.name, job.slots)] if node else None
-    whole = _exact_whole_nodes(job.slots, (n for n in nodes if n.idle))
-    return [(n.name, n.slots) for n in whole] if whole else None
+def _names(names: list[str], show: int = 6) -> str:
+    if not names:
+        return "none"
+    more = f" and {len(names) - show} more" if len(names) > show else ""
+    return ", ".join(names[:show]) + more
 
 
-def _reserve(job: PendingJob, nodes: list[Node], largest: int) -> list[str]:
-    """The nodes a blocked job will use once they drain: the emptiest that can hold it."""
-    if job.slots <= largest:
-        big_enough = [n for n in nodes if n.slots >= job.slots]
-        return [max(big_enough, key=lambda n: (n.free_slots, n.name)).name] if big_enough else []
-    # As if every node were idle, preferring those closest to idle.
-    drained = [Node(n.name, n.slots, n.slots) for n in sorted(nodes, key=lambda n: (n.slots - n.free_slots, n.name))]
-    whole = _exact_whole_nodes(job.slots, drained)
-    return [n.name for n in whole] if whole else []
-
-
-def _why_waiting(job: PendingJob, nodes: list[Node], largest: int, reserved_for: dict[str, str]) -> str:
-    held = sorted(n for n, j in reserved_for.items() if j != job.id)
-    held_note = f"; held for earlier job {reserved_for[held[0]]}: {', '.join(held)}" if held else ""
-    if job.slots <= largest:
-        best = max(nodes, key=lambda n: n.free_slots, default=None)
-        most = f"the most free on any node is {best.free_slots} ({best.name})" if best else "no node is alive"
-        return f"waiting for {job.slots} free slots on one node; {most}{held_note}"
-    idle = [n.name for n in nodes if n.idle and reserved_for.get(n.name, job.id) == job.id]
-    return (f"waiting for whole idle nodes totalling {job.slots} slots; idle now: "
-            f"{', '.join(idle) if idle else 'none'}{held_note}")
+def _reasons(blocked: list[PendingJob], cap: _Capacity) -> dict[str, str]:
+    """Why each blocked job waits, from aggregates computed once."""
+    if not blocked:
+        return {}
+    best_free = max((n.free_slots for n in cap.nodes.values()), default=0)
+    best_name = min((n.name for n in cap.nodes.values() if n.free_slots == best_free), default="-")
+    idle = sorted(n.name for n in cap.nodes.values() if n.idle)
+    holder = next(iter(cap.reserved_for.values()), None)
+    held = sorted(cap.reserved_for)
+    reasons = {}
+    for job in blocked:
+        mine = job.id == holder
+        held_note = f"; held for earlier job {holder}: {_names(held)}" if held and not mine else ""
+        if job.slots <= cap.largest:
+            reasons[job.id] = (f"waiting for {job.slots} free slots on one node; the most free on any node is "
+                               f"{best_free} ({best_name}){held_note}")
+        else:
+            usable = idle if mine else [n for n in idle if n not in cap.reserved_for]
+            reasons[job.id] = (f"waiting for whole idle nodes totalling {job.slots} slots; idle now: "
+                               f"{_names(usable)}{held_note}")
+    return reasons
 
 
 def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob]) -> Decision:
     """Places what can be placed now. `nodes` are the alive nodes with their free slots."""
-    free = {n.name: n for n in nodes}
-    largest = max((n.slots for n in nodes), default=0)
-    reserved_for: dict[str, str] = {}  # node -> job id holding it
+    cap = _Capacity(nodes)
+    uniform = len({n.slots for n in nodes}) <= 1
     assignments: list[Assignment] = []
-    waiting: dict[str, str] = {}
+    blocked: list[PendingJob] = []
+    smallest_blocked_whole = None  # a whole-node job that did not fit: larger ones will not either...
     for job in sorted(pending, key=lambda j: (-j.priority, j.seq)):
-        usable = [n for n in free.values() if n.name not in reserved_for]
-        placed = _place(job, usable, largest)
+        placed = None
+        if not (smallest_blocked_whole and job.slots > cap.largest and job.slots >= smallest_blocked_whole
+                and uniform):  # ...in a uniform cluster, where fitting is monotone in size
+            placed = cap.place(job)
         if placed:
             assignments.append(Assignment(job.id, tuple(placed)))
             for name, used in placed:
-                n = free[name]
-                free[name] = dataclasses.replace(n, free_slots=n.free_slots - used)
+                cap.take(name, used)
             continue
-        if not reserved_for:  # the first blocked job keeps its nodes from backfill
-            for name in _reserve(job, list(free.values()), largest):
-                reserved_for[name] = job.id
-        waiting[job.id] = _why_waiting(job, list(free.values()), largest, reserved_for)
-    return Decision(tuple(assignments), waiting)
+        if job.slots > cap.largest:
+            smallest_blocked_whole = min(smallest_blocked_whole or job.slots, job.slots)
+        if not cap.reserved_for:  # the first blocked job keeps its nodes from backfill
+            cap.reserve(cap.reservation(job), job.id)
+        blocked.append(job)
+    return Decision(tuple(assignments), _reasons(blocked, cap))

@@ -1,8 +1,10 @@
 """Durable coordinator state in SQLite: jobs, allocations, exits, events, logs, agents.
 
-Every acknowledged submission is committed (WAL, synchronous=FULL) before the
-RPC returns, so it survives `kill -9`. Liveness (heartbeat times) is kept in
-memory by the coordinator: it is rebuilt when agents re-attach.
+WAL journal. Every commit survives a `kill -9` of the coordinator (a process
+crash loses nothing committed in WAL mode); submissions are also synced to
+disk before the RPC returns (synchronous=FULL), so they survive a power loss
+too. Other transitions use synchronous=NORMAL: no fsync on the heartbeat path.
+Liveness (heartbeat times) is kept in memory: it is rebuilt when agents re-attach.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class Store:
         self._db.row_factory = sqlite3.Row
         self._lock = threading.RLock()
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._migrate()
         self._log_seq: dict[str, int] = {}
@@ -62,8 +64,10 @@ class Store:
         with self._lock:
             self._db.close()
 
-    def _tx(self, statements: Iterable[tuple[str, tuple]]) -> None:
+    def _tx(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
         with self._lock:
+            if durable:
+                self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for sql, args in statements:
@@ -72,6 +76,9 @@ class Store:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            finally:
+                if durable:
+                    self._db.execute("PRAGMA synchronous=NORMAL")
 
     def _all(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -98,7 +105,7 @@ class Store:
             ("INSERT INTO jobs(id, seq, spec, state, priority, slots, submitted_at) VALUES (?,?,?,?,?,?,?)",
              (job_id, seq, json.dumps(spec), "QUEUED", priority, slots, now)),
             ("INSERT INTO events(job_id, time, message) VALUES (?,?,?)", (job_id, now, event)),
-        ])
+        ], durable=True)
 
     def update_job(self, job_id: str, now: float, event: str | None = None, **fields: Any) -> None:
         sets = ", ".join(f"{k}=?" for k in fields)

@@ -103,6 +103,8 @@ class Agent:
         if response.reregister:
             self._registered = False
             return True
+        if response.heartbeat_interval:
+            self.heartbeat_interval = response.heartbeat_interval
         for check in response.check_ports:
             self._check_ports(check.job_id, list(check.ports))
         for task in response.start:

@@ -56,7 +56,8 @@ class AgentLive:
 @dataclasses.dataclass(frozen=True)
 class Settings:
     lost_after: float = 10.0  # seconds without a heartbeat before a node is declared lost
-    heartbeat_interval: float = 1.0
+    heartbeat_interval: float = 1.0  # the shortest; large clusters get longer ones
+    max_heartbeats_per_s: float = 250.0  # what the coordinator asks of all agents together
     port_range: tuple[int, int] = (29500, 29999)
     subnet: str | None = None
     startup_timeout: float = 300.0
@@ -71,11 +72,57 @@ class CoordinatorCore:
         self.agents: dict[str, AgentLive] = {}
         self.excluded_ports: dict[tuple[str, str], set[int]] = {}  # (job, agent) -> ports found busy
         self.waiting: dict[str, str] = {}
+        # Allocations are read on every heartbeat: kept in memory, written through to SQLite.
+        self._allocs: dict[str, list[dict]] = {}
+        self._by_agent: dict[str, dict[str, dict]] = {}
+        for a in store.allocations():
+            self._allocs.setdefault(a["job_id"], []).append(a)
+        self._reindex()
         # After a restart every known agent gets a full grace period to re-attach.
         for a in store.agents():
             self.agents[a["name"]] = AgentLive(a["name"], a["slots"], a["gpu"], a["addresses"], now)
+        self._update_heartbeat_interval()
+
+    # ---------------------------------------------------------------- allocations (cached)
+    def allocations(self, job_id: str | None = None) -> list[dict]:
+        if job_id is not None:
+            return [dict(a) for a in self._allocs.get(job_id, [])]
+        return [dict(a) for allocs in self._allocs.values() for a in allocs]
+
+    def _agent_allocations(self, agent: str) -> list[dict]:
+        return [dict(a) for a in self._by_agent.get(agent, {}).values()]
+
+    def _set_allocations(self, job_id: str, allocs: list[dict]) -> None:
+        self.store.set_allocations(job_id, allocs)
+        self._allocs[job_id] = [dict(a, job_id=job_id) for a in allocs]
+        if not allocs:
+            del self._allocs[job_id]
+        self._reindex()
+
+    def _set_allocation_state(self, job_id: str, agent: str, state: str) -> None:
+        self.store.set_allocation_state(job_id, agent, state)
+        for a in self._allocs.get(job_id, []):
+            if a["agent"] == agent:
+                a["state"] = state
+
+    def _reindex(self) -> None:
+        self._by_agent = {}
+        for job_id, allocs in self._allocs.items():
+            for a in allocs:
+                self._by_agent.setdefault(a["agent"], {})[job_id] = a
 
     # ---------------------------------------------------------------- agents
+    def heartbeat_interval(self) -> float:
+        return self._heartbeat_interval
+
+    def _update_heartbeat_interval(self) -> None:
+        """Agents heartbeat every `heartbeat_interval` seconds, stretched so that all of them together
+        send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per
+        call), but never so far apart that fewer than three fit in `lost_after`. Under the lock."""
+        alive = sum(1 for a in self.agents.values() if not a.lost)
+        wanted = max(self.settings.heartbeat_interval, alive / self.settings.max_heartbeats_per_s)
+        self._heartbeat_interval = min(wanted, max(self.settings.heartbeat_interval, self.settings.lost_after / 3))
+
     def register(self, name: str, slots: int, gpu: bool, addresses: list[dict], running: list[str],
                  now: float) -> None:
         if not name or slots < 1:
@@ -84,6 +131,7 @@ class CoordinatorCore:
             self.store.upsert_agent(name, slots, gpu, addresses, now)
             previous = self.agents.get(name)
             self.agents[name] = AgentLive(name, slots, gpu, addresses, now, running=set(running))
+            self._update_heartbeat_interval()
             verb = "re-attached" if previous else "registered"
             log.info("agent %s %s: %d %s slots, running %s", name, verb, slots, "GPU" if gpu else "CPU",
                      sorted(running) or "nothing")
@@ -93,6 +141,12 @@ class CoordinatorCore:
     def heartbeat(self, name: str, running: list[str], busy_ports: dict[str, list[int]],
                   now: float) -> dict | None:
         """Returns the agent's work, or None if it must register again."""
+        agent = self.agents.get(name)
+        if agent is not None and not agent.lost and not running and not busy_ports and not agent.running \
+                and name not in self._by_agent:
+            # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
+            agent.last_heartbeat = now
+            return {"check_ports": [], "start": [], "stop_jobs": []}
         with self.lock:
             agent = self.agents.get(name)
             if agent is None or agent.lost:
@@ -107,37 +161,35 @@ class CoordinatorCore:
 
     def _mark_started(self, agent: str, running: list[str], now: float) -> None:
         for job_id in running:
-            for alloc in self.store.allocations(job_id):
-                if alloc["agent"] == agent and alloc["state"] == READY:
-                    self.store.set_allocation_state(job_id, agent, STARTED)
-                    self._maybe_running(job_id, now)
+            alloc = self._by_agent.get(agent, {}).get(job_id)
+            if alloc is not None and alloc["state"] == READY:
+                self._set_allocation_state(job_id, agent, STARTED)
+                self._maybe_running(job_id, now)
 
     def _maybe_running(self, job_id: str, now: float) -> None:
         job = self.store.job(job_id)
         if job and job["state"] == JobState.STARTING.value and \
-                all(a["state"] == STARTED for a in self.store.allocations(job_id)):
+                all(a["state"] == STARTED for a in self.allocations(job_id)):
             self._transition(job_id, JobState.RUNNING, now, "every node started its workers", started_at=now)
 
     def _release_stopped(self, agent: str, now: float) -> None:
         """A RELEASING allocation is freed once the agent no longer runs the job."""
         running = self.agents[agent].running
-        for alloc in [a for a in self.store.allocations() if a["agent"] == agent and a["state"] == RELEASING]:
+        for alloc in [a for a in self._agent_allocations(agent) if a["state"] == RELEASING]:
             if alloc["job_id"] not in running:
                 self._free_allocation(alloc["job_id"], agent)
                 self._schedule(now)
 
     def _free_allocation(self, job_id: str, agent: str) -> None:
-        left = [a for a in self.store.allocations(job_id) if a["agent"] != agent]
-        self.store.set_allocations(job_id, left)
+        left = [a for a in self.allocations(job_id) if a["agent"] != agent]
+        self._set_allocations(job_id, left)
         self.excluded_ports.pop((job_id, agent), None)
 
     def _work_for(self, agent: str) -> dict:
         work: dict[str, Any] = {"check_ports": [], "start": [], "stop_jobs": []}
         running = self.agents[agent].running
         active_here = {}
-        for alloc in self.store.allocations():
-            if alloc["agent"] != agent:
-                continue
+        for alloc in self._agent_allocations(agent):
             active_here[alloc["job_id"]] = alloc
             if alloc["state"] == PREPARING:
                 work["check_ports"].append({"job_id": alloc["job_id"], "ports": alloc["ports"]})
@@ -152,7 +204,7 @@ class CoordinatorCore:
         return work
 
     def _start_task(self, job_id: str, agent: str) -> dict | None:
-        allocs = self.store.allocations(job_id)
+        allocs = self.allocations(job_id)
         if not all(a["state"] in (READY, STARTED) for a in allocs):
             return None  # some node is still checking its ports: nobody starts yet
         job = self.store.job(job_id)
@@ -169,12 +221,12 @@ class CoordinatorCore:
                 "startup_timeout": float(spec.get("startup_timeout") or 0)}
 
     def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
-        allocs = self.store.allocations(job_id)
+        allocs = self.allocations(job_id)
         mine = next((a for a in allocs if a["agent"] == agent), None)
         if mine is None or mine["state"] != PREPARING:
             return
         if not busy:
-            self.store.set_allocation_state(job_id, agent, READY)
+            self._set_allocation_state(job_id, agent, READY)
             return
         excluded = self.excluded_ports.setdefault((job_id, agent), set())
         excluded.update(busy)
@@ -183,13 +235,12 @@ class CoordinatorCore:
         except placement_lib.PlacementError as e:
             self._end(job_id, JobState.FAILED, now, f"cannot lease ports on {agent}: {e}", exit_code=1)
             return
-        self.store.set_allocations(job_id, allocs)
+        self._set_allocations(job_id, allocs)
         self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {mine['ports']} instead",
                               placement=json.dumps(allocs))
 
     def _lease(self, agent: str, count: int, job_id: str, excluded: set[int]) -> list[int]:
-        in_use = [p for a in self.store.allocations() if a["agent"] == agent and a["job_id"] != job_id
-                  for p in a["ports"]]
+        in_use = [p for a in self._agent_allocations(agent) if a["job_id"] != job_id for p in a["ports"]]
         return placement_lib.choose_ports(count, self.settings.port_range, in_use, excluded)
 
     def report_exit(self, agent: str, job_id: str, rank: int, exit_code: int, last_lines: list[str],
@@ -200,9 +251,9 @@ class CoordinatorCore:
                 raise NotFound(f"job {job_id} not found")
             if not self.store.record_exit(job_id, rank, agent, exit_code, last_lines[-20:], now):
                 return
-            for alloc in self.store.allocations(job_id):  # an exit proves the workers were started
+            for alloc in self.allocations(job_id):  # an exit proves the workers were started
                 if alloc["agent"] == agent and alloc["state"] == READY:
-                    self.store.set_allocation_state(job_id, agent, STARTED)
+                    self._set_allocation_state(job_id, agent, STARTED)
                     self._maybe_running(job_id, now)
                     job = self.store.job(job_id)
             if JobState(job["state"]).terminal:
@@ -215,7 +266,7 @@ class CoordinatorCore:
                           f"rank {rank} on node {agent} {what}; the other workers were stopped",
                           exit_code=exit_code if 0 < exit_code < 256 else 1)
                 return
-            total = sum(len(self._ranks_on(a)) for a in self.store.allocations(job_id))
+            total = sum(len(self._ranks_on(a)) for a in self.allocations(job_id))
             if len(self.store.exits(job_id)) >= total:
                 self._end(job_id, JobState.SUCCEEDED, now, "every worker exited with code 0", exit_code=0)
 
@@ -270,11 +321,11 @@ class CoordinatorCore:
 
     def _end(self, job_id: str, state: JobState, now: float, message: str, exit_code: int) -> None:
         self._transition(job_id, state, now, message, ended_at=now, message=message, exit_code=exit_code)
-        allocs = self.store.allocations(job_id)
+        allocs = self.allocations(job_id)
         for a in allocs:
             a["state"] = RELEASING
         # Nodes that never started anything hold nothing.
-        self.store.set_allocations(job_id, [a for a in allocs if a["agent"] in self.agents
+        self._set_allocations(job_id, [a for a in allocs if a["agent"] in self.agents
                                             and not self.agents[a["agent"]].lost])
         self.waiting.pop(job_id, None)
         self._schedule(now)
@@ -289,8 +340,8 @@ class CoordinatorCore:
     # ---------------------------------------------------------------- scheduling
     def _nodes(self, include_busy: bool = False) -> list[scheduler.Node]:
         used: dict[str, int] = {}
-        for a in self.store.allocations():
-            used[a["agent"]] = used.get(a["agent"], 0) + a["slots"]
+        for agent, allocs in self._by_agent.items():
+            used[agent] = sum(a["slots"] for a in allocs.values())
         return [scheduler.Node(a.name, a.slots, a.slots if include_busy else a.slots - used.get(a.name, 0))
                 for a in self.agents.values() if not a.lost]
 
@@ -311,14 +362,14 @@ class CoordinatorCore:
         try:
             addresses = placement_lib.choose_addresses({n: self.agents[n].addresses for n in names},
                                                        self.settings.subnet)
-            allocs = []
-            for rank, (name, slots) in enumerate(assignment.nodes):
-                count = 1 if self.agents[name].gpu else slots
-                allocs.append({"agent": name, "node_rank": rank, "slots": slots, "address": addresses[name],
-                               "ports": self._lease(name, count, job_id, set()), "state": PREPARING})
-                self.store.set_allocations(job_id, allocs)  # later nodes must see this node's ports as used
+            # Each node of a job is a different agent: its ports only compete with other jobs there.
+            allocs = [{"agent": name, "node_rank": rank, "slots": slots, "address": addresses[name],
+                       "ports": self._lease(name, 1 if self.agents[name].gpu else slots, job_id, set()),
+                       "state": PREPARING}
+                      for rank, (name, slots) in enumerate(assignment.nodes)]
+            self._set_allocations(job_id, allocs)
         except placement_lib.PlacementError as e:
-            self.store.set_allocations(job_id, [])
+            self._set_allocations(job_id, [])
             self._end(job_id, JobState.FAILED, now, str(e), exit_code=1)
             return
         placed = ", ".join(f"{n}:{s}" for n, s in assignment.nodes)
@@ -331,9 +382,10 @@ class CoordinatorCore:
                 if agent.lost or now - agent.last_heartbeat <= self.settings.lost_after:
                     continue
                 agent.lost = True
+                self._update_heartbeat_interval()
                 silence = now - agent.last_heartbeat
                 log.warning("agent %s lost: no heartbeat for %.1fs", agent.name, silence)
-                for alloc in [a for a in self.store.allocations() if a["agent"] == agent.name]:
+                for alloc in self._agent_allocations(agent.name):
                     job = self.store.job(alloc["job_id"])
                     if not JobState(job["state"]).terminal:
                         self._end(alloc["job_id"], JobState.FAILED, now,
@@ -346,7 +398,7 @@ class CoordinatorCore:
     def job_view(self, job_ref: str) -> dict:
         with self.lock:
             job = self.store.job(self.resolve_job_id(job_ref))
-            job["placement"] = self.store.allocations(job["id"]) or job["placement"]
+            job["placement"] = self.allocations(job["id"]) or job["placement"]
             job["exits"] = self.store.exits(job["id"])
             job["waiting_reason"] = self.waiting.get(job["id"], "")
             job["events"] = self.store.events(job["id"])
@@ -363,7 +415,7 @@ class CoordinatorCore:
     def agents_view(self, now: float) -> list[dict]:
         with self.lock:
             used: dict[str, list] = {}
-            for a in self.store.allocations():
+            for a in self.allocations():
                 used.setdefault(a["agent"], []).append(a)
             return [{"name": a.name, "slots": a.slots, "gpu": a.gpu, "addresses": a.addresses,
                      "state": "LOST" if a.lost else "ALIVE", "last_heartbeat": a.last_heartbeat,
@@ -376,7 +428,7 @@ class CoordinatorCore:
         with self.lock:
             job = self.store.job(job_id)
             # Ended once no node holds the job any more: its agents shipped every line first.
-            ended = JobState(job["state"]).terminal and not self.store.allocations(job_id)
+            ended = JobState(job["state"]).terminal and not self._allocs.get(job_id)
         lines = self.store.logs(job_id, after_seq, rank, limit)
         return lines, ended and len(lines) < limit
 

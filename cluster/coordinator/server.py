@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from concurrent import futures
@@ -105,7 +106,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.core.register(a.name, a.slots, a.gpu,
                            [{"ip": x.ip, "prefix_len": x.prefix_len, "interface": x.interface} for x in a.addresses],
                            [t.job_id for t in request.running], self.clock())
-        return pb.RegisterResponse(heartbeat_interval=self.core.settings.heartbeat_interval)
+        return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval())
 
     @_guard
     def Heartbeat(self, request, context):
@@ -117,7 +118,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             check_ports=[pb.PortCheck(**c) for c in work["check_ports"]],
             start=[pb.StartTask(job_id=s["job_id"], working_dir=s["working_dir"], startup_timeout=s["startup_timeout"],
                                 workers=[pb.WorkerProcess(**w) for w in s["workers"]]) for s in work["start"]],
-            stop_jobs=work["stop_jobs"])
+            stop_jobs=work["stop_jobs"], heartbeat_interval=self.core.heartbeat_interval())
 
     @_guard
     def ReportExit(self, request, context):
@@ -139,6 +140,9 @@ class CoordinatorServer:
     def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", token: str | None = None,
                  settings: Settings = Settings(), max_workers: int = 32):
         check_listen_policy(listen, token)
+        # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
+        # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
+        sys.setswitchinterval(0.0005)
         self.store = Store(f"{state_dir}/coordinator.sqlite" if state_dir != ":memory:" else ":memory:")
         self.core = CoordinatorCore(self.store, settings, now=time.time())
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

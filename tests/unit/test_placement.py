@@ -1,0 +1,37 @@
+import pytest
+
+from cluster.placement import PlacementError, choose_addresses, choose_ports
+
+
+def a(ip, prefix=24, iface="eth0"):
+    return {"ip": ip, "prefix_len": prefix, "interface": iface}
+
+
+def test_common_subnet_is_found_and_loopback_skipped():
+    nodes = {"n1": [a("127.0.0.1", 8, "lo"), a("10.1.0.5", 16), a("198.18.0.2")],
+             "n2": [a("127.0.0.1", 8, "lo"), a("198.18.0.3")]}
+    assert choose_addresses(nodes) == {"n1": "198.18.0.2", "n2": "198.18.0.3"}
+
+
+def test_most_specific_common_subnet_wins():
+    nodes = {"n1": [a("10.0.0.1", 8), a("10.5.0.1", 24)], "n2": [a("10.0.0.2", 8), a("10.5.0.2", 24)]}
+    assert choose_addresses(nodes) == {"n1": "10.5.0.1", "n2": "10.5.0.2"}
+
+
+def test_override_subnet_and_errors():
+    nodes = {"n1": [a("10.0.0.1", 8), a("192.168.1.1")], "n2": [a("10.0.0.2", 8), a("192.168.1.2")]}
+    assert choose_addresses(nodes, "10.0.0.0/8") == {"n1": "10.0.0.1", "n2": "10.0.0.2"}
+    with pytest.raises(PlacementError, match="node n1 has no address in the configured subnet 172.16.0.0/12"):
+        choose_addresses(nodes, "172.16.0.0/12")
+    with pytest.raises(PlacementError, match="nodes n1, n2 share no IPv4 subnet; start the coordinator with --subnet"):
+        choose_addresses({"n1": [a("10.0.0.1")], "n2": [a("10.9.0.2")]})
+
+
+def test_single_node_uses_loopback():
+    assert choose_addresses({"n1": [a("10.0.0.1")]}) == {"n1": "127.0.0.1"}
+
+
+def test_ports_skip_used_and_excluded():
+    assert choose_ports(3, (100, 110), in_use=[100, 102], excluded=[101]) == [103, 104, 105]
+    with pytest.raises(PlacementError, match="no 3 free ports left in 100-102"):
+        choose_ports(3, (100, 102), in_use=[101])

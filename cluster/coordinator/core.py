@@ -282,7 +282,8 @@ class CoordinatorCore:
         self.store.append_logs(job_id, [(r, s, t[:MAX_LOG_LINE], ts) for r, s, t, ts in lines])
 
     # ---------------------------------------------------------------- jobs
-    def submit(self, spec: dict, now: float) -> str:
+    def submit(self, spec: dict, now: float) -> tuple[str, str]:
+        """Stores the job durably, schedules at once; returns (job id, state after scheduling)."""
         slots = int(spec.get("slots", 0))
         if slots < 1:
             raise BadRequest(f"slots must be at least 1, got {slots}")
@@ -299,7 +300,7 @@ class CoordinatorCore:
             self.store.insert_job(job_id, seq, spec, int(spec.get("priority", 0)), slots, now,
                                   f"submitted: {slots} slots")
             self._schedule(now)
-            return job_id
+            return job_id, self.store.job(job_id)["state"]
 
     def resolve_job_id(self, job_ref: str) -> str:
         """Accepts a full id or just its number."""

@@ -64,7 +64,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_guard
     def SubmitJob(self, request, context):
-        return pb.SubmitJobResponse(job_id=self.core.submit(spec_to_dict(request.spec), self.clock()))
+        job_id, state = self.core.submit(spec_to_dict(request.spec), self.clock())
+        return pb.SubmitJobResponse(job_id=job_id, state=state)
 
     @_guard
     def GetJob(self, request, context):

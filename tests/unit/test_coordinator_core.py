@@ -18,6 +18,11 @@ def spec(slots, cmd=("python", "train.py"), **extra):
             "priority": 0, "working_dir": "/w", **extra}
 
 
+def submit(core, job_spec, now):
+    """Submits; returns the job id (the state right after scheduling is checked where it matters)."""
+    return core.submit(job_spec, now)[0]
+
+
 @pytest.fixture
 def core(tmp_path):
     c = CoordinatorCore(Store(str(tmp_path / "c.sqlite")), Settings(lost_after=10, port_range=(30000, 30009)))
@@ -46,8 +51,8 @@ def start_job(core, job_id, agents, now=1):
 
 
 def test_two_node_job_gets_per_node_tf_config_on_the_common_subnet(core):
-    job_id = core.submit(spec(4), now=1)
-    assert core.job_view(job_id)["state"] == "STARTING"
+    job_id, state = core.submit(spec(4), now=1)
+    assert state == "STARTING" and core.job_view(job_id)["state"] == "STARTING"
     starts = start_job(core, job_id, ["a1", "a2"])
     envs = [w["env"] for a in ("a1", "a2") for w in starts[a]["workers"]]
     tf_config = json.loads(envs[3]["TF_CONFIG"])
@@ -72,7 +77,7 @@ def test_two_node_job_gets_per_node_tf_config_on_the_common_subnet(core):
 
 
 def test_busy_port_is_released_and_replaced(core):
-    job_id = core.submit(spec(2), now=1)
+    job_id = submit(core, spec(2), now=1)
     work = beat(core, "a1", 1) or beat(core, "a2", 1)
     agent = core.job_view(job_id)["placement"][0]["agent"]
     ports = core.job_view(job_id)["placement"][0]["ports"]
@@ -84,16 +89,16 @@ def test_busy_port_is_released_and_replaced(core):
 
 
 def test_two_small_jobs_pack_one_node_and_never_share_ports(core):
-    j1 = core.submit(spec(1), now=1)
-    j2 = core.submit(spec(1), now=1)
+    j1 = submit(core, spec(1), now=1)
+    j2 = submit(core, spec(1), now=1)
     p1, p2 = core.job_view(j1)["placement"][0], core.job_view(j2)["placement"][0]
     assert p1["agent"] == p2["agent"]
     assert not set(p1["ports"]) & set(p2["ports"])
 
 
 def test_job_waits_with_a_reason_then_starts(core):
-    big = core.submit(spec(4), now=1)
-    waiting = core.submit(spec(2), now=1)
+    big = submit(core, spec(4), now=1)
+    waiting = submit(core, spec(2), now=1)
     view = core.job_view(waiting)
     assert view["state"] == "QUEUED"
     assert view["waiting_reason"] == "waiting for 2 free slots on one node; the most free on any node is 0 (a1)"
@@ -107,12 +112,12 @@ def test_job_waits_with_a_reason_then_starts(core):
 def test_infeasible_job_is_refused_with_sizes(core):
     with pytest.raises(BadRequest, match=r"slots_per_trial=3 can never be scheduled on this cluster \(2 nodes of "
                                          r"2 slots\).*Sizes that fit: 1-2, 4\. Nearest: 2 or 4\."):
-        core.submit(spec(3), now=1)
+        submit(core, spec(3), now=1)
     assert core.jobs_view() == []
 
 
 def test_worker_failure_stops_the_gang_everywhere(core):
-    job_id = core.submit(spec(4), now=1)
+    job_id = submit(core, spec(4), now=1)
     start_job(core, job_id, ["a1", "a2"])
     core.report_exit("a2", job_id, 3, 7, ["boom"], now=2)
     view = core.job_view(job_id)
@@ -124,7 +129,7 @@ def test_worker_failure_stops_the_gang_everywhere(core):
 
 
 def test_lost_node_fails_its_job_and_stops_the_others(core):
-    job_id = core.submit(spec(4), now=1)
+    job_id = submit(core, spec(4), now=1)
     start_job(core, job_id, ["a1", "a2"], now=1)
     beat(core, "a1", 9, running=[job_id])
     core.check_agents(now=11.5)  # a2 silent since t=1
@@ -140,7 +145,7 @@ def test_restart_resumes_from_the_file(tmp_path):
     path = str(tmp_path / "c.sqlite")
     core = CoordinatorCore(Store(path), Settings(port_range=(30000, 30009)))
     core.register("a1", 2, False, ADDR["a1"], [], now=0)
-    job_id = core.submit(spec(2), now=1)
+    job_id = submit(core, spec(2), now=1)
     start_job(core, job_id, ["a1"])
     core.store.close()
     # kill -9: nothing but the file survives.
@@ -154,7 +159,7 @@ def test_restart_resumes_from_the_file(tmp_path):
 
 
 def test_cancel_and_job_refs(core):
-    job_id = core.submit(spec(2), now=1)
+    job_id = submit(core, spec(2), now=1)
     assert core.resolve_job_id(job_id.split("-")[0]) == job_id
     assert core.cancel(job_id, now=2) == "CANCELED"
     with pytest.raises(NotFound, match="job 99 not found"):
@@ -163,8 +168,8 @@ def test_cancel_and_job_refs(core):
 
 def test_bad_specs(core):
     with pytest.raises(BadRequest, match="slots must be at least 1, got 0"):
-        core.submit(spec(0), now=1)
+        submit(core, spec(0), now=1)
     with pytest.raises(BadRequest, match="the job has no entrypoint"):
-        core.submit(spec(1, cmd=()), now=1)
+        submit(core, spec(1, cmd=()), now=1)
     with pytest.raises(BadRequest, match="environment.variables.TF_CONFIG"):
-        core.submit(spec(1, environment={"TF_CONFIG": "x"}), now=1)
+        submit(core, spec(1, environment={"TF_CONFIG": "x"}), now=1)

@@ -61,9 +61,12 @@ class Client:
     def cancel(self, job_id: str) -> str:
         return self.call(self.coordinator.CancelJob, pb.CancelJobRequest(job_id=job_id)).state
 
-    def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> pb.GetLogsResponse:
+    def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000,
+             wait: float = 0.0) -> pb.GetLogsResponse:
+        """With `wait`, the coordinator holds the call until there are new lines or the job ended."""
         return self.call(self.coordinator.GetLogs,
-                         pb.GetLogsRequest(job_id=job_id, after_seq=after_seq, rank=rank, limit=limit))
+                         pb.GetLogsRequest(job_id=job_id, after_seq=after_seq, rank=rank, limit=limit,
+                                           wait_ms=int(wait * 1000)), timeout=self.timeout + wait)
 
     def list_agents(self) -> list[pb.AgentInfo]:
         return list(self.call(self.coordinator.ListAgents, pb.ListAgentsRequest()).agents)

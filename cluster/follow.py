@@ -4,7 +4,6 @@ summarize the outcome, and map it to an exit code."""
 from __future__ import annotations
 
 import sys
-import time
 from typing import TextIO
 
 from cluster.client import Client
@@ -20,18 +19,19 @@ def print_lines(lines, stdout: TextIO, stderr: TextIO) -> None:
     stderr.flush()
 
 
+LONG_POLL = 2.0  # seconds the coordinator may hold a GetLogs call open
+
+
 def stream_logs(client: Client, job_id: str, *, follow: bool, rank: int = -1, stdout: TextIO = sys.stdout,
-                stderr: TextIO = sys.stderr, poll: float = 0.2, after_seq: int = 0) -> int:
+                stderr: TextIO = sys.stderr, after_seq: int = 0) -> int:
     """Prints the job's lines; with `follow`, until the job ended. Returns the last seq seen."""
     while True:
-        response = client.logs(job_id, after_seq=after_seq, rank=rank)
+        response = client.logs(job_id, after_seq=after_seq, rank=rank, wait=LONG_POLL if follow else 0.0)
         print_lines(response.lines, stdout, stderr)
         if response.lines:
             after_seq = response.lines[-1].seq
         if not follow or response.job_ended:
             return after_seq
-        if not response.lines:
-            time.sleep(poll)
 
 
 def summary(job: pb.Job) -> list[str]:
@@ -55,18 +55,17 @@ def exit_code(job: pb.Job) -> int:
     return job.exit_code if 0 < job.exit_code < 256 else 1
 
 
-def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr,
-               poll: float = 0.1) -> pb.Job:
-    """Streams the job's output until it ends; reports why it waits while queued."""
+def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> pb.Job:
+    """Streams the job's output until it ends (long polls: lines arrive as they are shipped);
+    reports why it waits while queued."""
     after_seq = 0
     said_waiting = ""
     while True:
-        response = client.logs(job_id, after_seq=after_seq)
+        response = client.logs(job_id, after_seq=after_seq, wait=LONG_POLL)
         print_lines(response.lines, stdout, stderr)
         if response.lines:
             after_seq = response.lines[-1].seq
-            if len(response.lines) >= 1000:
-                continue
+            continue
         if response.job_ended:
             return client.job(job_id)
         job = client.job(job_id)
@@ -74,4 +73,3 @@ def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr:
             stderr.write(f"tfdist: job {job_id} queued: {job.waiting_reason}\n")
             stderr.flush()
             said_waiting = job.waiting_reason
-        time.sleep(poll)

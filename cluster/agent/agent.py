@@ -51,6 +51,8 @@ class Agent:
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
         self._ready_dirs: dict[str, str] = {}
         self._stop = threading.Event()
+        self._wake = threading.Event()  # heartbeat now: a job ended
+        self._ship_now = threading.Event()  # ship now: a worker exited
         self._registered = False
         self.registered = threading.Event()  # set once the first registration succeeded
 
@@ -67,11 +69,14 @@ class Agent:
                 log.warning("coordinator unreachable (%s); workers keep running, retrying", e)
                 urgent = False
             if not urgent:
-                self._stop.wait(self.heartbeat_interval)
+                self._wake.wait(self.heartbeat_interval)
+            self._wake.clear()
 
     def stop(self) -> None:
         """Stops the loop and every job's workers (the agent is shutting down)."""
         self._stop.set()
+        self._wake.set()
+        self._ship_now.set()
         with self._lock:
             gangs = list(self._gangs.values())
         for gang in gangs:
@@ -176,6 +181,7 @@ class Agent:
             self._finished[job_id] = None
             while len(self._finished) > 10_000:
                 self._finished.popitem(last=False)
+        self._wake.set()  # tell the coordinator at once: the job's slots are free
 
     def _sink(self, job_id: str):
         buffer = self._logs[job_id]
@@ -190,6 +196,7 @@ class Agent:
         def on_exit(rank: int, code: int, last_lines: tuple, reason: str = "") -> None:
             self._exits.append((job_id, pb.WorkerExit(rank=rank, agent=self.name, exit_code=code,
                                                       last_lines=list(last_lines), reason=reason)))
+            self._ship_now.set()
         return on_exit
 
     def _drain(self, job_id: str, timeout: float = 3600.0) -> None:
@@ -199,7 +206,8 @@ class Agent:
             if not self._logs.get(job_id) and not any(j == job_id for j, _ in list(self._exits)):
                 self._logs.pop(job_id, None)
                 return
-            time.sleep(0.05)
+            self._ship_now.set()
+            time.sleep(0.01)
 
     # ---------------------------------------------------------------- shipping
     def _ship_loop(self) -> None:
@@ -210,7 +218,8 @@ class Agent:
                 log.debug("shipping deferred: %s", e)
                 self._stop.wait(1.0)
                 continue
-            self._stop.wait(0.1)
+            self._ship_now.wait(0.1)
+            self._ship_now.clear()
 
     def _ship_once(self) -> None:
         for job_id, buffer in list(self._logs.items()):

@@ -179,6 +179,7 @@ class CoordinatorCore:
             if alloc["job_id"] not in running:
                 self._free_allocation(alloc["job_id"], agent)
                 self._schedule(now)
+                self.changed.notify_all()
 
     def _free_allocation(self, job_id: str, agent: str) -> None:
         left = [a for a in self.allocations(job_id) if a["agent"] != agent]
@@ -280,6 +281,8 @@ class CoordinatorCore:
             if self.store.job(job_id) is None:
                 raise NotFound(f"job {job_id} not found")
         self.store.append_logs(job_id, [(r, s, t[:MAX_LOG_LINE], ts) for r, s, t, ts in lines])
+        with self.lock:
+            self.changed.notify_all()  # wakes followers waiting in logs()
 
     # ---------------------------------------------------------------- jobs
     def submit(self, spec: dict, now: float) -> tuple[str, str]:
@@ -424,14 +427,23 @@ class CoordinatorCore:
                      "free_slots": a.slots - sum(x["slots"] for x in used.get(a.name, []))}
                     for a in sorted(self.agents.values(), key=lambda a: a.name)]
 
-    def logs(self, job_ref: str, after_seq: int, rank: int, limit: int) -> tuple[list[dict], bool]:
+    def logs(self, job_ref: str, after_seq: int, rank: int, limit: int, wait: float = 0.0,
+             clock=None) -> tuple[list[dict], bool]:
+        """Lines after `after_seq`; with `wait`, blocks until there are some or the job ended."""
+        import time as _time
+
+        clock = clock or _time.monotonic
         job_id = self.resolve_job_id(job_ref)
+        deadline = clock() + wait
         with self.lock:
-            job = self.store.job(job_id)
-            # Ended once no node holds the job any more: its agents shipped every line first.
-            ended = JobState(job["state"]).terminal and not self._allocs.get(job_id)
-        lines = self.store.logs(job_id, after_seq, rank, limit)
-        return lines, ended and len(lines) < limit
+            while True:
+                # Ended once no node holds the job any more: its agents shipped every line first.
+                ended = JobState(self.store.job(job_id)["state"]).terminal and not self._allocs.get(job_id)
+                lines = self.store.logs(job_id, after_seq, rank, limit)
+                left = deadline - clock()
+                if lines or ended or left <= 0:
+                    return lines, ended and len(lines) < limit
+                self.changed.wait(min(left, 1.0))
 
 
 def _config_from_spec(spec: dict) -> ExperimentConfig:

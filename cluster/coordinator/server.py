@@ -82,7 +82,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @_guard
     def GetLogs(self, request, context):
         limit = min(request.limit or 1000, 5000)
-        lines, ended = self.core.logs(request.job_id, request.after_seq, request.rank, limit)
+        wait = min(max(request.wait_ms, 0), 10_000) / 1000.0
+        lines, ended = self.core.logs(request.job_id, request.after_seq, request.rank, limit, wait)
         return pb.GetLogsResponse(job_ended=ended, lines=[
             pb.LogLine(seq=l["seq"], rank=l["rank"], stream=l["stream"], text=l["text"], time=l["time"])
             for l in lines])

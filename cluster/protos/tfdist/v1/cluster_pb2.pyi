@@ -148,16 +148,18 @@ class LogLine(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., rank: _Optional[int] = ..., stream: _Optional[str] = ..., text: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
 
 class GetLogsRequest(_message.Message):
-    __slots__ = ("job_id", "after_seq", "rank", "limit")
+    __slots__ = ("job_id", "after_seq", "rank", "limit", "wait_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     after_seq: int
     rank: int
     limit: int
-    def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., rank: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., rank: _Optional[int] = ..., limit: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class GetLogsResponse(_message.Message):
     __slots__ = ("lines", "job_ended")

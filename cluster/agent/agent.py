@@ -72,6 +72,10 @@ class Agent:
                 self._wake.wait(self.heartbeat_interval)
             self._wake.clear()
 
+    def wake(self) -> None:
+        """Heartbeat at once instead of at the next interval (e.g. work was just submitted)."""
+        self._wake.set()
+
     def stop(self) -> None:
         """Stops the loop and every job's workers (the agent is shutting down)."""
         self._stop.set()

@@ -33,6 +33,10 @@ CREATE TABLE IF NOT EXISTS exits (
   last_lines TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (job_id, rank));
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT, time REAL NOT NULL, message TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS metrics (
+  job_id TEXT NOT NULL, rank INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,
+  time REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_id, name, step);
 CREATE TABLE IF NOT EXISTS logs (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, rank INTEGER NOT NULL, stream TEXT NOT NULL,
   text TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (job_id, seq));
@@ -165,6 +169,35 @@ class Store:
     def exits(self, job_id: str) -> list[dict]:
         return [dict(r, last_lines=json.loads(r["last_lines"]))
                 for r in self._all("SELECT * FROM exits WHERE job_id=? ORDER BY time, rank", (job_id,))]
+
+    # ---------------------------------------------------------------- metrics
+    def append_metrics(self, job_id: str, rows: list[tuple[int, int, str, float, float]]) -> None:
+        """rows: (rank, step, name, value, time)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT INTO metrics(job_id, rank, step, name, value, time) VALUES (?,?,?,?,?,?)",
+                                     [(job_id, *r) for r in rows])
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def metrics(self, job_id: str, name: str | None = None) -> list[dict]:
+        if name is None:
+            rows = self._all("SELECT rank, step, name, value, time FROM metrics WHERE job_id=? ORDER BY step, rowid",
+                             (job_id,))
+        else:
+            rows = self._all("SELECT rank, step, name, value, time FROM metrics WHERE job_id=? AND name=? "
+                             "ORDER BY step, rowid", (job_id, name))
+        return [dict(r) for r in rows]
+
+    def latest_metrics(self, job_id: str) -> list[dict]:
+        """The newest row of every metric name (highest step, then the last reported)."""
+        rows = self._all("SELECT rank, step, name, value, time FROM metrics m WHERE job_id=? AND rowid = ("
+                         "SELECT rowid FROM metrics WHERE job_id=m.job_id AND name=m.name "
+                         "ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY name", (job_id,))
+        return [dict(r) for r in rows]
 
     # ---------------------------------------------------------------- logs
     def append_logs(self, job_id: str, lines: list[tuple[int, str, str, float]]) -> None:

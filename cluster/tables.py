@@ -47,6 +47,9 @@ def print_job(job, as_json: bool) -> int:
         print("  placement:")
         for p in job.placement:
             print(f"    node {p.node_rank}: {p.agent} at {p.address}, {p.slots} slots, ports {list(p.ports)}")
+    if job.latest_metrics:
+        shown = ", ".join(f"{m.name}={m.value:.6g} (step {m.step}, rank {m.rank})" for m in job.latest_metrics)
+        print(f"  metrics:   {shown}")
     if job.message:
         print(f"  outcome:   {job.message}" + (f" (exit code {job.exit_code})" if job.exit_code >= 0 else ""))
     failed = [e for e in job.exits if e.exit_code != 0]

@@ -12,11 +12,12 @@ Importing tfdist is cheap; TensorFlow is imported by `init()`.
 from tfdist.context import DistributedContext, context_from_env, current, init
 from tfdist.data import download
 from tfdist.errors import DownloadError, LaunchEnvironmentError, TfdistError
+from tfdist.metrics import report_metrics
 from tfdist.saving import save_model, worker_save_path
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DistributedContext", "DownloadError", "LaunchEnvironmentError", "TfdistError", "context_from_env",
-    "current", "download", "init", "save_model", "worker_save_path", "__version__",
+    "current", "download", "init", "report_metrics", "save_model", "worker_save_path", "__version__",
 ]

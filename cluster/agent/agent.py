@@ -7,6 +7,7 @@ their output and exits buffered, and re-attaches when the coordinator is back.
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import shutil
@@ -50,6 +51,8 @@ class Agent:
         self._port_results: dict[str, list[int]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
         self._ready_dirs: dict[str, str] = {}
+        self._metric_files: dict[str, dict[str, int]] = {}  # job -> {file written by tfdist.report_metrics: offset}
+        self._metrics: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self._stop = threading.Event()
         self._wake = threading.Event()  # heartbeat now: a job ended
         self._ship_now = threading.Event()  # ship now: a worker exited
@@ -156,9 +159,12 @@ class Agent:
             ready_dir = tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-")  # tfdist.init() touches rank files
             self._ready_dirs[task.job_id] = ready_dir
             workers = []
+            self._metric_files[task.job_id] = {}
             for w in task.workers:
                 ready = os.path.join(ready_dir, f"rank{w.rank}.ready")
-                env = {**os.environ, **w.env, envvars.READY_FILE: ready}
+                metrics = os.path.join(ready_dir, f"rank{w.rank}.metrics")
+                self._metric_files[task.job_id][metrics] = 0
+                env = {**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics}
                 workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port))
             gang = Gang(workers, self._sink(task.job_id), startup_timeout=task.startup_timeout or self.startup_timeout,
                         cwd=task.working_dir or None, on_exit=self._exit_sink(task.job_id))
@@ -181,6 +187,8 @@ class Agent:
             if lease:
                 lease.release()
             shutil.rmtree(self._ready_dirs.pop(job_id, ""), ignore_errors=True)
+            self._metric_files.pop(job_id, None)
+            self._metrics.pop(job_id, None)
             self._gangs.pop(job_id, None)
             self._finished[job_id] = None
             while len(self._finished) > 10_000:
@@ -207,7 +215,8 @@ class Agent:
         """Waits until the job's output and exits reached the coordinator (it may be restarting)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self._stop.is_set():
-            if not self._logs.get(job_id) and not any(j == job_id for j, _ in list(self._exits)):
+            if not self._logs.get(job_id) and not self._metrics.get(job_id) and \
+                    not any(j == job_id for j, _ in list(self._exits)):
                 self._logs.pop(job_id, None)
                 return
             self._ship_now.set()
@@ -225,7 +234,41 @@ class Agent:
             self._ship_now.wait(0.1)
             self._ship_now.clear()
 
+    def _read_metrics(self) -> None:
+        """New complete lines of the workers' metrics files (a partial last line waits)."""
+        with self._lock:
+            files = {job: dict(paths) for job, paths in self._metric_files.items()}
+        for job_id, paths in files.items():
+            for path, offset in paths.items():
+                try:
+                    with open(path, "rb") as f:
+                        f.seek(offset)
+                        data = f.read()
+                except FileNotFoundError:
+                    continue
+                complete = data[:data.rfind(b"\n") + 1]
+                for raw in complete.splitlines():
+                    try:
+                        record = json.loads(raw)
+                        for name, value in record["values"].items():
+                            self._metrics[job_id].append(pb.Metric(rank=int(record["rank"]), step=int(record["step"]),
+                                                                   name=str(name), value=float(value),
+                                                                   time=float(record["time"])))
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        log.warning("job %s: skipping a malformed metrics line in %s", job_id, path)
+                with self._lock:
+                    if job_id in self._metric_files:
+                        self._metric_files[job_id][path] = offset + len(complete)
+
     def _ship_once(self) -> None:
+        self._read_metrics()
+        for job_id, queue in list(self._metrics.items()):
+            while queue:
+                batch = [queue[i] for i in range(min(LOG_BATCH, len(queue)))]
+                self.client.call(self.client.agents.ReportMetrics,
+                                 pb.ReportMetricsRequest(agent=self.name, job_id=job_id, metrics=batch))
+                for _ in batch:
+                    queue.popleft()
         for job_id, buffer in list(self._logs.items()):
             while buffer:
                 batch = [buffer[i] for i in range(min(LOG_BATCH, len(buffer)))]

@@ -284,6 +284,17 @@ class CoordinatorCore:
         with self.lock:
             self.changed.notify_all()  # wakes followers waiting in logs()
 
+    def push_metrics(self, agent: str, job_id: str, rows: list[tuple[int, int, str, float, float]]) -> None:
+        if not rows:
+            return
+        with self.lock:
+            if self.store.job(job_id) is None:
+                raise NotFound(f"job {job_id} not found")
+        for rank, step, name, value, t in rows:
+            if not name or len(name) > 200:
+                raise BadRequest(f"metric name {name[:40]!r} must have 1-200 characters")
+        self.store.append_metrics(job_id, rows)
+
     # ---------------------------------------------------------------- jobs
     def submit(self, spec: dict, now: float) -> tuple[str, str]:
         """Stores the job durably, schedules at once; returns (job id, state after scheduling)."""
@@ -406,6 +417,7 @@ class CoordinatorCore:
             job["exits"] = self.store.exits(job["id"])
             job["waiting_reason"] = self.waiting.get(job["id"], "")
             job["events"] = self.store.events(job["id"])
+            job["latest_metrics"] = self.store.latest_metrics(job["id"])
             return job
 
     def jobs_view(self) -> list[dict]:

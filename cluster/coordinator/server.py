@@ -55,7 +55,8 @@ def job_to_pb(job: dict) -> pb.Job:
         placement=[pb.Placement(agent=a["agent"], node_rank=a["node_rank"], slots=a["slots"], address=a["address"],
                                 ports=a["ports"]) for a in job.get("placement", [])],
         exits=[pb.WorkerExit(rank=e["rank"], agent=e["agent"], exit_code=e["exit_code"], last_lines=e["last_lines"])
-               for e in job.get("exits", [])])
+               for e in job.get("exits", [])],
+        latest_metrics=[pb.Metric(**m) for m in job.get("latest_metrics", [])])
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -134,6 +135,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.core.push_logs(request.agent, request.job_id,
                             [(l.rank, l.stream, l.text, l.time) for l in request.lines])
         return pb.PushLogsResponse()
+
+
+    @_guard
+    def ReportMetrics(self, request, context):
+        self.core.push_metrics(request.agent, request.job_id,
+                               [(m.rank, m.step, m.name, m.value, m.time) for m in request.metrics])
+        return pb.ReportMetricsResponse()
 
 
 class CoordinatorServer:

@@ -56,6 +56,8 @@ with ctx.strategy.scope():
 
 model.fit(train_ds, epochs=ctx.hparams["epochs"], verbose=2 if ctx.is_chief else 0)
 loss, accuracy = model.evaluate(test_ds, verbose=0)
+if ctx.is_chief:  # kept by the coordinator: `tfdist job ID` shows it
+    tfdist.report_metrics(ctx.hparams["epochs"], test_loss=loss, test_accuracy=accuracy)
 tfdist.save_model(model, args.save)
 if ctx.is_chief:
     print(f"final test accuracy: {accuracy:.4f} (target {TARGET_ACCURACY}; {ctx.size} workers, "

@@ -92,3 +92,19 @@ def test_client_needs_a_coordinator(marker):
     result = run_cli(["jobs"], marker, timeout=30, TFDIST_COORDINATOR="")
     assert result.returncode == 2
     assert result.stderr == "tfdist jobs: --coordinator HOST:PORT is required (or set TFDIST_COORDINATOR)\n"
+
+
+def test_metrics_reach_the_coordinator(daemons, marker, tmp_path):
+    script = tmp_path / "m.py"
+    script.write_text("import tfdist\n"
+                      "for step in range(5):\n"
+                      "    tfdist.report_metrics(step, loss=1.0 / (step + 1))\n"
+                      "tfdist.report_metrics(5, accuracy=0.75)\n")
+    result = run_cli(["launch", "--slots", "2", "--", str(script)], marker, **daemons)
+    assert result.returncode == 0, result.stderr
+    job = json.loads(run_cli(["jobs", "--json"], marker, **daemons).stdout)[-1]
+    shown = json.loads(run_cli(["job", job["id"], "--json"], marker, **daemons).stdout)
+    latest = {m["name"]: m for m in shown["latest_metrics"]}
+    assert latest["loss"]["step"] == "4" and latest["loss"]["value"] == 0.2  # int64 is a string in JSON
+    assert latest["accuracy"]["value"] == 0.75
+    assert "metrics:   accuracy=0.75 (step 5" in run_cli(["job", job["id"]], marker, **daemons).stdout

@@ -48,3 +48,12 @@ def test_survives_reopen(tmp_path):
     assert s.job("j")["spec"] == {"a": 1} and s.agents()[0]["name"] == "n1"
     s.append_logs("j", [(0, "stdout", "y", 0.0)])
     assert [l["seq"] for l in s.logs("j")] == [1, 2]
+
+
+def test_metrics_and_latest(store):
+    store.append_metrics("j", [(0, 1, "loss", 0.9, 1.0), (0, 1, "acc", 0.5, 1.0), (1, 2, "loss", 0.7, 2.0)])
+    store.append_metrics("j", [(0, 2, "loss", 0.6, 2.1)])
+    assert [(m["step"], m["value"]) for m in store.metrics("j", "loss")] == [(1, 0.9), (2, 0.7), (2, 0.6)]
+    latest = {m["name"]: (m["rank"], m["step"], m["value"]) for m in store.latest_metrics("j")}
+    assert latest == {"acc": (0, 1, 0.5), "loss": (0, 2, 0.6)}
+    assert store.latest_metrics("other") == []

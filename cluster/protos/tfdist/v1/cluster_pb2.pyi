@@ -66,7 +66,7 @@ class WorkerExit(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits")
+    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class Job(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     EXITS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_METRICS_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: str
@@ -89,7 +90,22 @@ class Job(_message.Message):
     message: str
     exit_code: int
     exits: _containers.RepeatedCompositeFieldContainer[WorkerExit]
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ...) -> None: ...
+    latest_metrics: _containers.RepeatedCompositeFieldContainer[Metric]
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ...) -> None: ...
+
+class Metric(_message.Message):
+    __slots__ = ("rank", "step", "name", "value", "time")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    step: int
+    name: str
+    value: float
+    time: float
+    def __init__(self, rank: _Optional[int] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[float] = ..., time: _Optional[float] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
@@ -327,5 +343,19 @@ class PushLogsRequest(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ...) -> None: ...
 
 class PushLogsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReportMetricsRequest(_message.Message):
+    __slots__ = ("agent", "job_id", "metrics")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    job_id: str
+    metrics: _containers.RepeatedCompositeFieldContainer[Metric]
+    def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ...) -> None: ...
+
+class ReportMetricsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

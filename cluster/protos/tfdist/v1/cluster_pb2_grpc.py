@@ -341,6 +341,11 @@ class AgentServiceStub:
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.PushLogsRequest.SerializeToString,
                 response_deserializer=tfdist_dot_v1_dot_cluster__pb2.PushLogsResponse.FromString,
                 _registered_method=True)
+        self.ReportMetrics = channel.unary_unary(
+                '/tfdist.v1.AgentService/ReportMetrics',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -370,6 +375,12 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportMetrics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -392,6 +403,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.PushLogs,
                     request_deserializer=tfdist_dot_v1_dot_cluster__pb2.PushLogsRequest.FromString,
                     response_serializer=tfdist_dot_v1_dot_cluster__pb2.PushLogsResponse.SerializeToString,
+            ),
+            'ReportMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportMetrics,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -502,6 +518,33 @@ class AgentService:
             '/tfdist.v1.AgentService/PushLogs',
             tfdist_dot_v1_dot_cluster__pb2.PushLogsRequest.SerializeToString,
             tfdist_dot_v1_dot_cluster__pb2.PushLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.AgentService/ReportMetrics',
+            tfdist_dot_v1_dot_cluster__pb2.ReportMetricsRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.ReportMetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,37 @@
+"""Reporting metrics to the coordinator: `tfdist.report_metrics(step, loss=0.1, accuracy=0.9)`.
+
+The worker appends one JSON line per call to the file the agent gave it
+(TFDIST_METRICS_FILE); the agent ships new lines to the coordinator, which
+keeps them in SQLite (`tfdist job ID` shows the latest of each). No network
+and no TensorFlow in the worker's path; without a launcher it does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+from tfdist import envvars
+
+
+def report_metrics(step: int, **values: float) -> None:
+    """Records `values` (name=number) for training step `step` from this rank."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    clean = {}
+    for name, value in values.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"metric {name}={value!r} is not a number") from None
+        if math.isfinite(number):  # NaN/inf are not stored: JSON cannot carry them
+            clean[name] = number
+    path = os.environ.get(envvars.METRICS_FILE)
+    if not path or not clean:
+        return
+    line = json.dumps({"rank": int(os.environ.get(envvars.RANK, "0")), "step": step, "values": clean,
+                       "time": time.time()})
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")

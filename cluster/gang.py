@@ -61,11 +61,10 @@ class WorkerFailure:
 class GangResult:
     exit_codes: dict[int, int]
     failure: WorkerFailure | None  # the first failure: the root cause
-    interrupted: int | None = None  # the signal that stopped the gang, if any
 
     @property
     def ok(self) -> bool:
-        return self.failure is None and self.interrupted is None and all(c == 0 for c in self.exit_codes.values())
+        return self.failure is None and all(c == 0 for c in self.exit_codes.values())
 
 
 def describe_exit(code: int) -> str:
@@ -110,7 +109,7 @@ class Gang:
         self._pumps: dict[int, list[threading.Thread]] = {}
         self._exits: "queue.Queue[tuple[int, int]]" = queue.Queue()
         self._threads: list[threading.Thread] = []
-        self._interrupt: int | None = None
+        self._stopping = False
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> None:
@@ -129,11 +128,6 @@ class Gang:
                                    for name in ("stdout", "stderr")]
             self._spawn(self._wait, w.rank, proc)
 
-    def interrupt(self, signum: int) -> None:
-        """Called from a signal handler: forward the signal, then stop the gang."""
-        self._interrupt = signum
-        self._signal_all(signum)
-
     def run(self) -> GangResult:
         """Waits for the gang; stops every worker on the first failure."""
         started = time.monotonic()
@@ -150,12 +144,9 @@ class Gang:
                 waiting_to_join.pop(rank, None)
                 if self.on_exit:
                     self.on_exit(rank, code, self._tail(rank), "")
-                if code != 0 and failure is None and self._interrupt is None:
+                if code != 0 and failure is None and not self._stopping:
                     failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
                     self.stop()
-                continue
-            if self._interrupt is not None:
-                self.stop()
                 continue
             for r in [r for r, w in waiting_to_join.items() if self._joined(w)]:
                 del waiting_to_join[r]
@@ -176,11 +167,12 @@ class Gang:
         for t in self._threads:
             t.join(timeout=5)
         self._kill_groups()  # the job is over: nothing a worker started outlives it
-        return GangResult(exit_codes, failure, self._interrupt)
+        return GangResult(exit_codes, failure)
 
     def stop(self) -> None:
-        """SIGTERM to every worker's process group, SIGKILL after the grace period (in the background)."""
-        if getattr(self, "_stopping", False):
+        """SIGTERM to every worker's process group, SIGKILL after the grace period (in the background).
+        Exits after a stop are consequences, not failures of their own."""
+        if self._stopping:
             return
         self._stopping = True
         self._signal_all(signal.SIGTERM)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import random
 import socket
 import tempfile
 
@@ -113,19 +112,3 @@ def lease_exact(ports: list[int]) -> tuple[PortLease, list[int]]:
     lock_dir = _lock_dir()
     busy = [p for p in ports if not lease._try_add(p, lock_dir)]
     return lease, busy
-
-
-def lease_ports(count: int, port_range: tuple[int, int] | None = None) -> PortLease:
-    low, high = port_range or lease_range()
-    lease = PortLease()
-    lock_dir = _lock_dir()
-    candidates = list(range(low, high + 1))
-    start = random.randrange(len(candidates))  # spread concurrent launches over the range
-    for port in candidates[start:] + candidates[:start]:
-        if len(lease.ports) == count:
-            return lease
-        lease._try_add(port, lock_dir)
-    if len(lease.ports) == count:
-        return lease
-    lease.release()
-    raise PortError(f"could not lease {count} free ports in {low}-{high}; set {PORT_RANGE_ENV} to a wider range")

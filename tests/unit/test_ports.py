@@ -1,27 +1,32 @@
+"""Machine-wide port leases: what keeps two tfdist jobs on one machine (even under two different
+coordinators, or in two network namespaces) from ever being handed the same port."""
+
 import socket
 
 import pytest
 
-from cluster.ports import PortError, lease_ports, lease_range
+from cluster.ports import PortError, lease_exact, lease_range
 
 
-def test_two_leases_never_share_a_port():
-    with lease_ports(20, (40100, 40140)) as a, lease_ports(20, (40100, 40140)) as b:
-        assert len(set(a.ports)) == 20 and not set(a.ports) & set(b.ports)
+def test_a_leased_port_is_busy_for_everyone_else():
+    first, busy = lease_exact([40100, 40101])
+    assert busy == [] and first.ports == [40100, 40101]
+    second, busy = lease_exact([40101, 40102])
+    assert busy == [40101] and second.ports == [40102]
+    first.release()
+    third, busy = lease_exact([40101])
+    assert busy == []
+    second.release()
+    third.release()
 
 
-def test_port_in_use_is_skipped():
+def test_a_bound_port_is_busy():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 40200))
         s.listen()
-        with lease_ports(2, (40200, 40202)) as lease:
-            assert 40200 not in lease.ports
-
-
-def test_range_exhausted_is_a_clear_error():
-    with lease_ports(3, (40300, 40302)):
-        with pytest.raises(PortError, match="could not lease 1 free ports in 40300-40302; set TFDIST_PORT_RANGE"):
-            lease_ports(1, (40300, 40302))
+        lease, busy = lease_exact([40200, 40201])
+        assert busy == [40200] and lease.ports == [40201]
+        lease.release()
 
 
 def test_default_range_avoids_the_ephemeral_range():

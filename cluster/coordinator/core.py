@@ -19,6 +19,7 @@ from cluster import placement as placement_lib
 from cluster import scheduler
 from cluster.config import ExperimentConfig
 from cluster.model import JobState, check_transition
+from cluster.coordinator.allocations import AllocationTable
 from cluster.store import Store
 from cluster.worker_env import NodePlacement, plan_workers, worker_environment
 
@@ -72,44 +73,11 @@ class CoordinatorCore:
         self.agents: dict[str, AgentLive] = {}
         self.excluded_ports: dict[tuple[str, str], set[int]] = {}  # (job, agent) -> ports found busy
         self.waiting: dict[str, str] = {}
-        # Allocations are read on every heartbeat: kept in memory, written through to SQLite.
-        self._allocs: dict[str, list[dict]] = {}
-        self._by_agent: dict[str, dict[str, dict]] = {}
-        for a in store.allocations():
-            self._allocs.setdefault(a["job_id"], []).append(a)
-        self._reindex()
+        self.allocs = AllocationTable(store)
         # After a restart every known agent gets a full grace period to re-attach.
         for a in store.agents():
             self.agents[a["name"]] = AgentLive(a["name"], a["slots"], a["gpu"], a["addresses"], now)
         self._update_heartbeat_interval()
-
-    # ---------------------------------------------------------------- allocations (cached)
-    def allocations(self, job_id: str | None = None) -> list[dict]:
-        if job_id is not None:
-            return [dict(a) for a in self._allocs.get(job_id, [])]
-        return [dict(a) for allocs in self._allocs.values() for a in allocs]
-
-    def _agent_allocations(self, agent: str) -> list[dict]:
-        return [dict(a) for a in self._by_agent.get(agent, {}).values()]
-
-    def _set_allocations(self, job_id: str, allocs: list[dict]) -> None:
-        self.store.set_allocations(job_id, allocs)
-        self._allocs[job_id] = [dict(a, job_id=job_id) for a in allocs]
-        if not allocs:
-            del self._allocs[job_id]
-        self._reindex()
-
-    def _set_allocation_state(self, job_id: str, agent: str, state: str) -> None:
-        self.store.set_allocation_state(job_id, agent, state)
-        for a in self._allocs.get(job_id, []):
-            if a["agent"] == agent:
-                a["state"] = state
-
-    def _reindex(self) -> None:
-        self._by_agent = {}
-        for job_id, allocs in self._allocs.items():
-            for a in allocs:
-                self._by_agent.setdefault(a["agent"], {})[job_id] = a
 
     # ---------------------------------------------------------------- agents
     def heartbeat_interval(self) -> float:
@@ -143,7 +111,7 @@ class CoordinatorCore:
         """Returns the agent's work, or None if it must register again."""
         agent = self.agents.get(name)
         if agent is not None and not agent.lost and not running and not busy_ports and not agent.running \
-                and name not in self._by_agent:
+                and not self.allocs.on_agent(name):
             # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
             agent.last_heartbeat = now
             return {"check_ports": [], "start": [], "stop_jobs": []}
@@ -161,36 +129,36 @@ class CoordinatorCore:
 
     def _mark_started(self, agent: str, running: list[str], now: float) -> None:
         for job_id in running:
-            alloc = self._by_agent.get(agent, {}).get(job_id)
+            alloc = self.allocs.get(job_id, agent)
             if alloc is not None and alloc["state"] == READY:
-                self._set_allocation_state(job_id, agent, STARTED)
+                self.allocs.set_state(job_id, agent, STARTED)
                 self._maybe_running(job_id, now)
 
     def _maybe_running(self, job_id: str, now: float) -> None:
         job = self.store.job(job_id)
         if job and job["state"] == JobState.STARTING.value and \
-                all(a["state"] == STARTED for a in self.allocations(job_id)):
+                all(a["state"] == STARTED for a in self.allocs.of_job(job_id)):
             self._transition(job_id, JobState.RUNNING, now, "every node started its workers", started_at=now)
 
     def _release_stopped(self, agent: str, now: float) -> None:
         """A RELEASING allocation is freed once the agent no longer runs the job."""
         running = self.agents[agent].running
-        for alloc in [a for a in self._agent_allocations(agent) if a["state"] == RELEASING]:
+        for alloc in [a for a in self.allocs.on_agent(agent) if a["state"] == RELEASING]:
             if alloc["job_id"] not in running:
                 self._free_allocation(alloc["job_id"], agent)
                 self._schedule(now)
                 self.changed.notify_all()
 
     def _free_allocation(self, job_id: str, agent: str) -> None:
-        left = [a for a in self.allocations(job_id) if a["agent"] != agent]
-        self._set_allocations(job_id, left)
+        left = [a for a in self.allocs.of_job(job_id) if a["agent"] != agent]
+        self.allocs.replace(job_id, left)
         self.excluded_ports.pop((job_id, agent), None)
 
     def _work_for(self, agent: str) -> dict:
         work: dict[str, Any] = {"check_ports": [], "start": [], "stop_jobs": []}
         running = self.agents[agent].running
         active_here = {}
-        for alloc in self._agent_allocations(agent):
+        for alloc in self.allocs.on_agent(agent):
             active_here[alloc["job_id"]] = alloc
             if alloc["state"] == PREPARING:
                 work["check_ports"].append({"job_id": alloc["job_id"], "ports": alloc["ports"]})
@@ -205,7 +173,7 @@ class CoordinatorCore:
         return work
 
     def _start_task(self, job_id: str, agent: str) -> dict | None:
-        allocs = self.allocations(job_id)
+        allocs = self.allocs.of_job(job_id)
         if not all(a["state"] in (READY, STARTED) for a in allocs):
             return None  # some node is still checking its ports: nobody starts yet
         job = self.store.job(job_id)
@@ -222,12 +190,12 @@ class CoordinatorCore:
                 "startup_timeout": float(spec.get("startup_timeout") or 0)}
 
     def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
-        allocs = self.allocations(job_id)
+        allocs = self.allocs.of_job(job_id)
         mine = next((a for a in allocs if a["agent"] == agent), None)
         if mine is None or mine["state"] != PREPARING:
             return
         if not busy:
-            self._set_allocation_state(job_id, agent, READY)
+            self.allocs.set_state(job_id, agent, READY)
             return
         excluded = self.excluded_ports.setdefault((job_id, agent), set())
         excluded.update(busy)
@@ -236,12 +204,12 @@ class CoordinatorCore:
         except placement_lib.PlacementError as e:
             self._end(job_id, JobState.FAILED, now, f"cannot lease ports on {agent}: {e}", exit_code=1)
             return
-        self._set_allocations(job_id, allocs)
+        self.allocs.replace(job_id, allocs)
         self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {mine['ports']} instead",
                               placement=json.dumps(allocs))
 
     def _lease(self, agent: str, count: int, job_id: str, excluded: set[int]) -> list[int]:
-        in_use = [p for a in self._agent_allocations(agent) if a["job_id"] != job_id for p in a["ports"]]
+        in_use = [p for a in self.allocs.on_agent(agent) if a["job_id"] != job_id for p in a["ports"]]
         return placement_lib.choose_ports(count, self.settings.port_range, in_use, excluded)
 
     def report_exit(self, agent: str, job_id: str, rank: int, exit_code: int, last_lines: list[str],
@@ -252,9 +220,9 @@ class CoordinatorCore:
                 raise NotFound(f"job {job_id} not found")
             if not self.store.record_exit(job_id, rank, agent, exit_code, last_lines[-20:], now):
                 return
-            for alloc in self.allocations(job_id):  # an exit proves the workers were started
+            for alloc in self.allocs.of_job(job_id):  # an exit proves the workers were started
                 if alloc["agent"] == agent and alloc["state"] == READY:
-                    self._set_allocation_state(job_id, agent, STARTED)
+                    self.allocs.set_state(job_id, agent, STARTED)
                     self._maybe_running(job_id, now)
                     job = self.store.job(job_id)
             if JobState(job["state"]).terminal:
@@ -267,7 +235,7 @@ class CoordinatorCore:
                           f"rank {rank} on node {agent} {what}; the other workers were stopped",
                           exit_code=exit_code if 0 < exit_code < 256 else 1)
                 return
-            total = sum(len(self._ranks_on(a)) for a in self.allocations(job_id))
+            total = sum(len(self._ranks_on(a)) for a in self.allocs.of_job(job_id))
             if len(self.store.exits(job_id)) >= total:
                 self._end(job_id, JobState.SUCCEEDED, now, "every worker exited with code 0", exit_code=0)
 
@@ -336,11 +304,11 @@ class CoordinatorCore:
 
     def _end(self, job_id: str, state: JobState, now: float, message: str, exit_code: int) -> None:
         self._transition(job_id, state, now, message, ended_at=now, message=message, exit_code=exit_code)
-        allocs = self.allocations(job_id)
+        allocs = self.allocs.of_job(job_id)
         for a in allocs:
             a["state"] = RELEASING
         # Nodes that never started anything hold nothing.
-        self._set_allocations(job_id, [a for a in allocs if a["agent"] in self.agents
+        self.allocs.replace(job_id, [a for a in allocs if a["agent"] in self.agents
                                             and not self.agents[a["agent"]].lost])
         self.waiting.pop(job_id, None)
         self._schedule(now)
@@ -355,8 +323,7 @@ class CoordinatorCore:
     # ---------------------------------------------------------------- scheduling
     def _nodes(self, include_busy: bool = False) -> list[scheduler.Node]:
         used: dict[str, int] = {}
-        for agent, allocs in self._by_agent.items():
-            used[agent] = sum(a["slots"] for a in allocs.values())
+        used.update(self.allocs.used_slots())
         return [scheduler.Node(a.name, a.slots, a.slots if include_busy else a.slots - used.get(a.name, 0))
                 for a in self.agents.values() if not a.lost]
 
@@ -382,9 +349,9 @@ class CoordinatorCore:
                        "ports": self._lease(name, 1 if self.agents[name].gpu else slots, job_id, set()),
                        "state": PREPARING}
                       for rank, (name, slots) in enumerate(assignment.nodes)]
-            self._set_allocations(job_id, allocs)
+            self.allocs.replace(job_id, allocs)
         except placement_lib.PlacementError as e:
-            self._set_allocations(job_id, [])
+            self.allocs.replace(job_id, [])
             self._end(job_id, JobState.FAILED, now, str(e), exit_code=1)
             return
         placed = ", ".join(f"{n}:{s}" for n, s in assignment.nodes)
@@ -400,7 +367,7 @@ class CoordinatorCore:
                 self._update_heartbeat_interval()
                 silence = now - agent.last_heartbeat
                 log.warning("agent %s lost: no heartbeat for %.1fs", agent.name, silence)
-                for alloc in self._agent_allocations(agent.name):
+                for alloc in self.allocs.on_agent(agent.name):
                     job = self.store.job(alloc["job_id"])
                     if not JobState(job["state"]).terminal:
                         self._end(alloc["job_id"], JobState.FAILED, now,
@@ -413,7 +380,7 @@ class CoordinatorCore:
     def job_view(self, job_ref: str) -> dict:
         with self.lock:
             job = self.store.job(self.resolve_job_id(job_ref))
-            job["placement"] = self.allocations(job["id"]) or job["placement"]
+            job["placement"] = self.allocs.of_job(job["id"]) or job["placement"]
             job["exits"] = self.store.exits(job["id"])
             job["waiting_reason"] = self.waiting.get(job["id"], "")
             job["events"] = self.store.events(job["id"])
@@ -431,7 +398,7 @@ class CoordinatorCore:
     def agents_view(self, now: float) -> list[dict]:
         with self.lock:
             used: dict[str, list] = {}
-            for a in self.allocations():
+            for a in self.allocs.all():
                 used.setdefault(a["agent"], []).append(a)
             return [{"name": a.name, "slots": a.slots, "gpu": a.gpu, "addresses": a.addresses,
                      "state": "LOST" if a.lost else "ALIVE", "last_heartbeat": a.last_heartbeat,
@@ -450,7 +417,7 @@ class CoordinatorCore:
         with self.lock:
             while True:
                 # Ended once no node holds the job any more: its agents shipped every line first.
-                ended = JobState(self.store.job(job_id)["state"]).terminal and not self._allocs.get(job_id)
+                ended = JobState(self.store.job(job_id)["state"]).terminal and not self.allocs.of_job(job_id)
                 lines = self.store.logs(job_id, after_seq, rank, limit)
                 left = deadline - clock()
                 if lines or ended or left <= 0:

@@ -72,7 +72,7 @@ def test_two_node_job_gets_per_node_tf_config_on_the_common_subnet(core):
     assert [a["state"] for a in view["placement"]] == ["RELEASING", "RELEASING"]
     beat(core, "a1", 6)
     beat(core, "a2", 6)
-    assert core.store.allocations(job_id) == [] and core.allocations(job_id) == []
+    assert core.store.allocations(job_id) == [] and core.allocs.of_job(job_id) == []
     assert [p["agent"] for p in core.job_view(job_id)["placement"]] == ["a1", "a2"]  # kept for `tfdist job`
 
 

@@ -38,8 +38,8 @@ def test_two_node_mwms_training_has_identical_weights(make_cluster, tmp_path):
 
 def test_small_jobs_pack_and_a_job_waits_for_capacity(make_cluster):
     cluster = make_cluster(slots_per_agent=2)
-    first = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "8").stdout.strip()
-    second = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "8").stdout.strip()
+    first = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
+    second = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
     cluster.wait_for(lambda: {_job(cluster, j)["state"] for j in (first, second)} == {"RUNNING"}, "both running")
     nodes = {_job(cluster, j)["placement"][0]["agent"] for j in (first, second)}
     assert len(nodes) == 1  # best fit: both on one node
@@ -50,6 +50,8 @@ def test_small_jobs_pack_and_a_job_waits_for_capacity(make_cluster):
     assert job["waiting_reason"].startswith("waiting for whole idle nodes totalling 4 slots; idle now: a")
     shown = cluster.cli("job", big)
     assert "waiting:   waiting for whole idle nodes totalling 4 slots" in shown.stdout
+    for small in (first, second):  # capacity frees up: the queued job starts on its own
+        assert cluster.cli("cancel", small).returncode == 0
     cluster.wait_for(lambda: _job(cluster, big)["state"] == "SUCCEEDED", "the queued job to run", timeout=90)
 
 

@@ -260,22 +260,21 @@ class Agent:
                     if job_id in self._metric_files:
                         self._metric_files[job_id][path] = offset + len(complete)
 
-    def _ship_once(self) -> None:
-        self._read_metrics()
-        for job_id, queue in list(self._metrics.items()):
+    def _ship_batches(self, queues: dict, send) -> None:
+        """Sends every queue's items in batches; an item leaves its queue only once it was sent."""
+        for job_id, queue in list(queues.items()):
             while queue:
                 batch = [queue[i] for i in range(min(LOG_BATCH, len(queue)))]
-                self.client.call(self.client.agents.ReportMetrics,
-                                 pb.ReportMetricsRequest(agent=self.name, job_id=job_id, metrics=batch))
+                send(job_id, batch)
                 for _ in batch:
                     queue.popleft()
-        for job_id, buffer in list(self._logs.items()):
-            while buffer:
-                batch = [buffer[i] for i in range(min(LOG_BATCH, len(buffer)))]
-                self.client.call(self.client.agents.PushLogs,
-                                 pb.PushLogsRequest(agent=self.name, job_id=job_id, lines=batch))
-                for _ in batch:
-                    buffer.popleft()
+
+    def _ship_once(self) -> None:
+        self._read_metrics()
+        self._ship_batches(self._metrics, lambda job_id, batch: self.client.call(
+            self.client.agents.ReportMetrics, pb.ReportMetricsRequest(agent=self.name, job_id=job_id, metrics=batch)))
+        self._ship_batches(self._logs, lambda job_id, batch: self.client.call(
+            self.client.agents.PushLogs, pb.PushLogsRequest(agent=self.name, job_id=job_id, lines=batch)))
         while self._exits:  # after the logs: a job's last lines arrive before its exit
             job_id, exit_ = self._exits[0]
             if self._logs.get(job_id):

@@ -4,9 +4,12 @@ summarize the outcome, and map it to an exit code."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import TextIO
 
-from cluster.client import Client
+import grpc
+
+from cluster.client import Client, ClientError
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
@@ -20,13 +23,44 @@ def print_lines(lines, stdout: TextIO, stderr: TextIO) -> None:
 
 
 LONG_POLL = 2.0  # seconds the coordinator may hold a GetLogs call open
+RECONNECT_FOR = 300.0  # a follower waits this long for a coordinator that went away (restart)
+
+
+class _Reconnecting:
+    """Retries calls while the coordinator is unreachable: a restart must not end `tfdist launch`
+    (the job goes on without it)."""
+
+    def __init__(self, client: Client, stderr: TextIO, patience: float = RECONNECT_FOR):
+        self.client, self.stderr, self.patience = client, stderr, patience
+
+    def __call__(self, fn, *args, **kwargs):
+        deadline = None
+        while True:
+            try:
+                result = fn(*args, **kwargs)
+                if deadline is not None:
+                    self.stderr.write("tfdist: reconnected to the coordinator\n")
+                return result
+            except ClientError as e:
+                if e.code != grpc.StatusCode.UNAVAILABLE or self.patience <= 0:
+                    raise
+                if deadline is None:
+                    deadline = time.monotonic() + self.patience
+                    self.stderr.write(f"tfdist: lost the coordinator at {self.client.address}; the job goes on, "
+                                      f"retrying for {self.patience:.0f}s\n")
+                    self.stderr.flush()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
 
 def stream_logs(client: Client, job_id: str, *, follow: bool, rank: int = -1, stdout: TextIO = sys.stdout,
                 stderr: TextIO = sys.stderr, after_seq: int = 0) -> int:
-    """Prints the job's lines; with `follow`, until the job ended. Returns the last seq seen."""
+    """Prints the job's lines; with `follow`, until the job ended (riding out a coordinator restart).
+    Returns the last seq seen."""
+    call = _Reconnecting(client, stderr, RECONNECT_FOR if follow else 0.0)
     while True:
-        response = client.logs(job_id, after_seq=after_seq, rank=rank, wait=LONG_POLL if follow else 0.0)
+        response = call(client.logs, job_id, after_seq=after_seq, rank=rank, wait=LONG_POLL if follow else 0.0)
         print_lines(response.lines, stdout, stderr)
         if response.lines:
             after_seq = response.lines[-1].seq
@@ -60,15 +94,16 @@ def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr:
     reports why it waits while queued."""
     after_seq = 0
     said_waiting = ""
+    call = _Reconnecting(client, stderr)
     while True:
-        response = client.logs(job_id, after_seq=after_seq, wait=LONG_POLL)
+        response = call(client.logs, job_id, after_seq=after_seq, wait=LONG_POLL)
         print_lines(response.lines, stdout, stderr)
         if response.lines:
             after_seq = response.lines[-1].seq
             continue
         if response.job_ended:
-            return client.job(job_id)
-        job = client.job(job_id)
+            return call(client.job, job_id)
+        job = call(client.job, job_id)
         if job.state == "QUEUED" and job.waiting_reason and job.waiting_reason != said_waiting:
             stderr.write(f"tfdist: job {job_id} queued: {job.waiting_reason}\n")
             stderr.flush()

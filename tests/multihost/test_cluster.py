@@ -3,10 +3,13 @@
 import json
 import os
 import signal
+import subprocess
 import time
 
 import numpy as np
 import pytest
+
+from tests.conftest import cli_env
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(300)]
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -87,10 +90,14 @@ def agents_free(cluster, name):
     return a["free_slots"] == a["slots"] and not a.get("jobs")
 
 
-def test_coordinator_kill9_and_restart_mid_job(make_cluster):
+def test_coordinator_kill9_and_restart_mid_job(make_cluster, hosts, marker):
     cluster = make_cluster(slots_per_agent=2)
     job_id = cluster.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "16").stdout.strip()
     cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "RUNNING", "the job to run")
+    # A user following the job from another host must ride out the restart.
+    follower = subprocess.Popen(hosts["a1"].command(["logs", job_id, "-f", "--coordinator", cluster.address,
+                                                     "--token-file", cluster.token_file]),
+                                env=cli_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1)
     cluster.kill("c", signal.SIGKILL)
     time.sleep(2)  # workers go on; agents buffer output and retry
@@ -98,6 +105,10 @@ def test_coordinator_kill9_and_restart_mid_job(make_cluster):
     cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=90)
     job = _job(cluster, job_id)
     assert job["spec"]["slots"] == 4 and len(job["placement"]) == 2
+    out, err = follower.communicate(timeout=60)
+    assert follower.returncode == 0, err
+    assert "lost the coordinator" in err and "reconnected to the coordinator" in err
+    assert "[rank=3] rank 3 tick 15" in out
     logs = cluster.cli("logs", job_id).stdout
     for rank in range(4):
         assert f"[rank={rank}] rank {rank} tick 15" in logs  # nothing lost across the restart

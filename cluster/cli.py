@@ -188,12 +188,12 @@ def _agent(args) -> int:
         raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"tfdist agent: --slots must be at least 1, got {args.slots}")
-    from cluster.agent.netinfo import gpu_count
-
-    if args.slots is None and gpu_count() == 0:
-        raise UsageError("tfdist agent: this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
+    token = read_token(args.token_file)
+    try:
+        agent = Agent(args.coordinator, name=args.name, slots=args.slots, token=token)
+    except ValueError as e:  # no GPUs and no --slots
+        raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging()
-    agent = Agent(args.coordinator, name=args.name, slots=args.slots, token=read_token(args.token_file))
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import signal
@@ -17,8 +16,6 @@ from cluster.config import ExperimentConfig
 from cluster.follow import exit_code, follow_job, summary
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
-
-log = logging.getLogger("tfdist")
 
 
 def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int = 0,
@@ -47,10 +44,9 @@ class EmbeddedCluster:
         from cluster.agent.agent import Agent
         from cluster.coordinator.core import Settings
         from cluster.coordinator.server import CoordinatorServer
-
-        self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")
         from cluster.ports import lease_range
 
+        self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")
         # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart.
         # The launcher nudges its agent right after submitting (`nudge`), so a slow heartbeat costs no
         # start-up time and leaves the CPU to the workers.

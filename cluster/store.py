@@ -122,6 +122,10 @@ class Store:
         rows = self._all("SELECT * FROM jobs WHERE id=?", (job_id,))
         return self._job_row(rows[0]) if rows else None
 
+    def job_by_seq(self, seq: int) -> dict | None:
+        rows = self._all("SELECT * FROM jobs WHERE seq=?", (seq,))
+        return self._job_row(rows[0]) if rows else None
+
     def jobs(self, states: Iterable[str] | None = None) -> list[dict]:
         if states is None:
             return [self._job_row(r) for r in self._all("SELECT * FROM jobs ORDER BY seq")]

@@ -35,7 +35,7 @@ class Agent:
                  addresses: list[dict] | None = None, startup_timeout: float = 300.0):
         gpus = gpu_count() if slots is None else 0
         if slots is None and gpus == 0:
-            raise ValueError("this node has no GPUs: give --slots N (CPU worker slots)")
+            raise ValueError("this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
         self.name = name
         self.gpu = slots is None
         self.slots = gpus if self.gpu else slots

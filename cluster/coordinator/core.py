@@ -13,11 +13,13 @@ import json
 import logging
 import secrets
 import threading
+import time
 from typing import Any
 
 from cluster import placement as placement_lib
 from cluster import scheduler
-from cluster.config import ExperimentConfig
+from cluster.config import ConfigError, ExperimentConfig, config_from_dict
+from cluster.gang import describe_exit
 from cluster.model import JobState, check_transition
 from cluster.coordinator.allocations import AllocationTable
 from cluster.store import Store
@@ -61,7 +63,6 @@ class Settings:
     max_heartbeats_per_s: float = 250.0  # what the coordinator asks of all agents together
     port_range: tuple[int, int] = (29500, 29999)
     subnet: str | None = None
-    startup_timeout: float = 300.0
 
 
 class CoordinatorCore:
@@ -143,11 +144,13 @@ class CoordinatorCore:
     def _release_stopped(self, agent: str, now: float) -> None:
         """A RELEASING allocation is freed once the agent no longer runs the job."""
         running = self.agents[agent].running
-        for alloc in [a for a in self.allocs.on_agent(agent) if a["state"] == RELEASING]:
-            if alloc["job_id"] not in running:
-                self._free_allocation(alloc["job_id"], agent)
-                self._schedule(now)
-                self.changed.notify_all()
+        stopped = [a["job_id"] for a in self.allocs.on_agent(agent)
+                   if a["state"] == RELEASING and a["job_id"] not in running]
+        for job_id in stopped:
+            self._free_allocation(job_id, agent)
+        if stopped:
+            self._schedule(now)
+            self.changed.notify_all()
 
     def _free_allocation(self, job_id: str, agent: str) -> None:
         left = [a for a in self.allocs.of_job(job_id) if a["agent"] != agent]
@@ -228,19 +231,14 @@ class CoordinatorCore:
             if JobState(job["state"]).terminal:
                 return
             if exit_code != 0:
-                from cluster.gang import describe_exit
-
                 what = reason.replace(f"rank {rank} ", "", 1) if reason else describe_exit(exit_code)
                 self._end(job_id, JobState.FAILED, now,
                           f"rank {rank} on node {agent} {what}; the other workers were stopped",
                           exit_code=exit_code if 0 < exit_code < 256 else 1)
                 return
-            total = sum(len(self._ranks_on(a)) for a in self.allocs.of_job(job_id))
-            if len(self.store.exits(job_id)) >= total:
+            processes = sum(len(a["ports"]) for a in self.allocs.of_job(job_id))  # one port per process
+            if len(self.store.exits(job_id)) >= processes:
                 self._end(job_id, JobState.SUCCEEDED, now, "every worker exited with code 0", exit_code=0)
-
-    def _ranks_on(self, alloc: dict) -> list[int]:
-        return alloc["ports"]  # one port per worker process on the node
 
     def push_logs(self, agent: str, job_id: str, lines: list[tuple[int, str, str, float]]) -> None:
         if not lines:
@@ -289,9 +287,9 @@ class CoordinatorCore:
         if self.store.job(job_ref):
             return job_ref
         if job_ref.isdigit():
-            for job in self.store.jobs():
-                if job["seq"] == int(job_ref):
-                    return job["id"]
+            job = self.store.job_by_seq(int(job_ref))
+            if job:
+                return job["id"]
         raise NotFound(f"job {job_ref} not found; `tfdist jobs` lists the jobs")
 
     def cancel(self, job_ref: str, now: float) -> str:
@@ -307,7 +305,7 @@ class CoordinatorCore:
         allocs = self.allocs.of_job(job_id)
         for a in allocs:
             a["state"] = RELEASING
-        # Nodes that never started anything hold nothing.
+        # A lost node holds nothing: nobody is left there to report the job stopped.
         self.allocs.replace(job_id, [a for a in allocs if a["agent"] in self.agents
                                             and not self.agents[a["agent"]].lost])
         self.waiting.pop(job_id, None)
@@ -322,8 +320,7 @@ class CoordinatorCore:
 
     # ---------------------------------------------------------------- scheduling
     def _nodes(self, include_busy: bool = False) -> list[scheduler.Node]:
-        used: dict[str, int] = {}
-        used.update(self.allocs.used_slots())
+        used = self.allocs.used_slots()
         return [scheduler.Node(a.name, a.slots, a.slots if include_busy else a.slots - used.get(a.name, 0))
                 for a in self.agents.values() if not a.lost]
 
@@ -409,9 +406,7 @@ class CoordinatorCore:
     def logs(self, job_ref: str, after_seq: int, rank: int, limit: int, wait: float = 0.0,
              clock=None) -> tuple[list[dict], bool]:
         """Lines after `after_seq`; with `wait`, blocks until there are some or the job ended."""
-        import time as _time
-
-        clock = clock or _time.monotonic
+        clock = clock or time.monotonic
         job_id = self.resolve_job_id(job_ref)
         deadline = clock() + wait
         with self.lock:
@@ -426,8 +421,6 @@ class CoordinatorCore:
 
 
 def _config_from_spec(spec: dict) -> ExperimentConfig:
-    from cluster.config import ConfigError, config_from_dict
-
     raw = {
         "name": spec.get("name") or "tfdist-job",
         "entrypoint": list(spec.get("entrypoint") or []) or None,

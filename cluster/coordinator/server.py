@@ -3,7 +3,6 @@ Domain errors map to status codes here and only here."""
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
@@ -11,7 +10,6 @@ import time
 from concurrent import futures
 
 import grpc
-from google.protobuf import json_format
 
 from cluster.auth import TokenInterceptor, check_listen_policy
 from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings

@@ -78,7 +78,7 @@ def test_two_node_job_gets_per_node_tf_config_on_the_common_subnet(core):
 
 def test_busy_port_is_released_and_replaced(core):
     job_id = submit(core, spec(2), now=1)
-    work = beat(core, "a1", 1) or beat(core, "a2", 1)
+    beat(core, "a1", 1) or beat(core, "a2", 1)
     agent = core.job_view(job_id)["placement"][0]["agent"]
     ports = core.job_view(job_id)["placement"][0]["ports"]
     beat(core, agent, 2, busy={job_id: [ports[0]]})

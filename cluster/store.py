@@ -9,11 +9,12 @@ Liveness (heartbeat times) is kept in memory: it is rebuilt when agents re-attac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -68,14 +69,15 @@ class Store:
         with self._lock:
             self._db.close()
 
-    def _tx(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
+    @contextlib.contextmanager
+    def _transaction(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One transaction; `durable` also syncs it to disk before returning."""
         with self._lock:
             if durable:
                 self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for sql, args in statements:
-                    self._db.execute(sql, args)
+                yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -83,6 +85,11 @@ class Store:
             finally:
                 if durable:
                     self._db.execute("PRAGMA synchronous=NORMAL")
+
+    def _tx(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
+        with self._transaction(durable) as db:
+            for sql, args in statements:
+                db.execute(sql, args)
 
     def _all(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -177,15 +184,9 @@ class Store:
     # ---------------------------------------------------------------- metrics
     def append_metrics(self, job_id: str, rows: list[tuple[int, int, str, float, float]]) -> None:
         """rows: (rank, step, name, value, time)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT INTO metrics(job_id, rank, step, name, value, time) VALUES (?,?,?,?,?,?)",
-                                     [(job_id, *r) for r in rows])
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._transaction() as db:
+            db.executemany("INSERT INTO metrics(job_id, rank, step, name, value, time) VALUES (?,?,?,?,?,?)",
+                           [(job_id, *r) for r in rows])
 
     def metrics(self, job_id: str, name: str | None = None) -> list[dict]:
         if name is None:
@@ -214,14 +215,8 @@ class Store:
             for rank, stream, text, t in lines:
                 seq += 1
                 rows.append((job_id, seq, rank, stream, text, t))
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany("INSERT INTO logs(job_id, seq, rank, stream, text, time) VALUES (?,?,?,?,?,?)",
-                                     rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            with self._transaction() as db:
+                db.executemany("INSERT INTO logs(job_id, seq, rank, stream, text, time) VALUES (?,?,?,?,?,?)", rows)
             self._log_seq[job_id] = seq
 
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[dict]:

@@ -13,10 +13,12 @@ import stat
 
 import grpc
 
+from tfdist.errors import UserError
+
 METADATA_KEY = "authorization"
 
 
-class AuthError(ValueError):
+class AuthError(UserError, ValueError):
     pass
 
 

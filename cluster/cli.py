@@ -19,19 +19,16 @@ import sys
 import threading
 from typing import Sequence
 
-from cluster.auth import AuthError, read_token
-from cluster.client import ClientError
-from cluster.commands import CommandError
-from cluster.config import DISTRIBUTION_MODES, ConfigError, ExperimentConfig, load_config
-from cluster.ports import PortError
-from tfdist.batching import BatchSizeError
+from cluster.auth import read_token
+from cluster.config import DISTRIBUTION_MODES, ExperimentConfig, load_config
+from tfdist.errors import TfdistError, UserError
 
 USAGE_ERROR = 2
 COORDINATOR_ENV = "TFDIST_COORDINATOR"
 TOKEN_FILE_ENV = "TFDIST_TOKEN_FILE"
 
 
-class UsageError(Exception):
+class UsageError(UserError):
     pass
 
 
@@ -75,6 +72,12 @@ def _client_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help=f"file holding the coordinator's token (default ${TOKEN_FILE_ENV})")
 
 
+def _verbosity_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verbosity", choices=("debug", "info", "warning", "error"),
+                   default=os.environ.get("TFDIST_VERBOSITY", "info"),
+                   help="daemon log level (default $TFDIST_VERBOSITY or info)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfdist", description="Distributed TensorFlow/Keras training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -106,11 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     coord.add_argument("--port-range", type=_port_range, default=(29500, 29999), metavar="LOW-HIGH",
                        help="ports leased to workers on every node (default 29500-29999)")
     coord.add_argument("--subnet", metavar="CIDR", help="network the nodes of a job talk over (default: detected)")
+    _verbosity_flag(coord)
 
     agent = sub.add_parser("agent", help="run a node agent")
     _client_flags(agent)
     agent.add_argument("--slots", type=_int, metavar="N", help="CPU worker slots (default: the node's GPU count)")
     agent.add_argument("--name", default=socket.gethostname(), help="node name (default: the host name)")
+    _verbosity_flag(agent)
 
     jobs = sub.add_parser("jobs", help="list jobs")
     _client_flags(jobs)
@@ -150,40 +155,76 @@ def _launch(args) -> int:
                   startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority)
 
 
-def _setup_daemon_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+def _setup_daemon_logging(verbosity: str) -> None:
+    """absl's log format, the one TensorFlow's own lines use (`I1122 10:58:35.140213 PID file.py:6] ...`),
+    so a node's daemon and worker logs read alike."""
+    from absl import flags as absl_flags
+    from absl import logging as absl_logging
+
+    absl_flags.FLAGS.mark_as_parsed()  # tfdist parses its own flags; absl's defaults are fine
+    absl_logging.use_absl_handler()
+    absl_logging.set_verbosity(verbosity)
 
 
-def _wait_for_signal() -> int:
+STOP_DEADLINE = 10.0  # seconds a daemon may take to stop after SIGTERM, whatever the other side does
+
+
+def _stop_on_signal() -> threading.Event:
+    """Set by the first SIGINT/SIGTERM. Installed before anything slow starts, so a signal is never
+    missed; a second signal exits at once."""
     stop = threading.Event()
-    received = []
+
+    def handler(signum, _frame):
+        if stop.is_set():
+            os._exit(128 + signum)
+        stop.set()
+
     for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, lambda signum, _f: (received.append(signum), stop.set()))
+        signal.signal(s, handler)
+    return stop
+
+
+def _serve(stop: threading.Event, shutdown, what: str) -> int:
+    """Waits for the stop signal, then runs `shutdown` under a deadline: a daemon stops within
+    STOP_DEADLINE seconds even if a peer hangs, a call blocks or a thread does not end."""
     while not stop.wait(1.0):
         pass
-    return 0
+    log = logging.getLogger(f"tfdist.{what}")
+    log.info("stopping")
+
+    def overdue():
+        log.error("did not stop within %gs; exiting anyway", STOP_DEADLINE)
+        sys.stderr.flush()
+        os._exit(1)
+
+    watchdog = threading.Timer(STOP_DEADLINE, overdue)
+    watchdog.daemon = True
+    watchdog.start()
+    shutdown()
+    log.info("stopped")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # nothing left worth waiting for: no interpreter teardown behind gRPC's threads
 
 
 def _coordinator(args) -> int:
     from cluster.coordinator.core import Settings
     from cluster.coordinator.server import CoordinatorServer
 
+    stop = _stop_on_signal()
     token = read_token(args.token_file)
-    _setup_daemon_logging()
+    _setup_daemon_logging(args.verbosity)
     settings = Settings(lost_after=args.lost_after, heartbeat_interval=args.heartbeat_interval,
                         port_range=args.port_range, subnet=args.subnet)
     server = CoordinatorServer(args.state_dir, args.listen, token, settings).start()
     print(f"tfdist coordinator listening on {server.address} (state in {args.state_dir})", flush=True)
-    try:
-        return _wait_for_signal()
-    finally:
-        server.stop()
+    return _serve(stop, lambda: server.stop(grace=1.0), "coordinator")
 
 
 def _agent(args) -> int:
     from cluster.agent.agent import Agent
 
+    stop = _stop_on_signal()
     if not args.coordinator:
         raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
     if args.slots is not None and args.slots < 1:
@@ -193,14 +234,9 @@ def _agent(args) -> int:
         agent = Agent(args.coordinator, name=args.name, slots=args.slots, token=token)
     except ValueError as e:  # no GPUs and no --slots
         raise UsageError(f"tfdist agent: {e}") from None
-    _setup_daemon_logging()
-    thread = threading.Thread(target=agent.run, daemon=True)
-    thread.start()
-    try:
-        return _wait_for_signal()
-    finally:
-        agent.stop()
-        thread.join(timeout=15)
+    _setup_daemon_logging(args.verbosity)
+    threading.Thread(target=agent.run, daemon=True).start()
+    return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent")
 
 
 def _client(args):
@@ -248,13 +284,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return USAGE_ERROR
         return COMMANDS.get(args.command, _jobs_commands)(args)
-    except (UsageError, ConfigError, BatchSizeError, PortError, CommandError, AuthError, ClientError,
-            ValueError, OSError, RuntimeError) as e:
+    except (TfdistError, OSError) as e:  # each error carries its exit code; OSError: a file or socket
         message = str(e)
         sys.stderr.write(f"{message}\n" if message.startswith("tfdist") else f"tfdist: error: {message}\n")
-        user_mistake = isinstance(e, (UsageError, ConfigError, BatchSizeError, CommandError, AuthError)) or (
-            isinstance(e, ClientError) and e.code == grpc.StatusCode.INVALID_ARGUMENT)
-        return USAGE_ERROR if user_mistake else 1
+        return getattr(e, "exit_code", 1)
 
 
 def entry_point() -> None:

@@ -3,19 +3,26 @@ into one clear line."""
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from cluster.auth import call_credentials_metadata
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
+from tfdist.errors import TfdistError
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
-class ClientError(RuntimeError):
+class ClientError(TfdistError):
     def __init__(self, message: str, code: grpc.StatusCode | None = None):
         super().__init__(message)
         self.code = code
+        if code is not None:  # the coordinator's refusal of a bad request is the user's mistake
+            self.grpc_code = code.name
+            self.exit_code = 2 if code == grpc.StatusCode.INVALID_ARGUMENT else 1
 
 
 def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
@@ -49,8 +56,17 @@ class Client:
         self.channel.close()
 
     # Convenience wrappers used by the CLI.
-    def submit(self, spec: pb.JobSpec) -> str:
-        return self.call(self.coordinator.SubmitJob, pb.SubmitJobRequest(spec=spec)).job_id
+    def submit(self, spec: pb.JobSpec, retry_for: float = 30.0) -> str:
+        """Submits; while the coordinator is unreachable (a restart), retries the same submission for
+        up to `retry_for` seconds. The spec's submission id makes a retry the same job."""
+        deadline = time.monotonic() + retry_for
+        while True:
+            try:
+                return self.call(self.coordinator.SubmitJob, pb.SubmitJobRequest(spec=spec)).job_id
+            except ClientError as e:
+                if e.code not in RETRYABLE or not spec.submission_id or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def job(self, job_id: str) -> pb.Job:
         return self.call(self.coordinator.GetJob, pb.GetJobRequest(job_id=job_id))

@@ -7,8 +7,10 @@ import shutil
 import sys
 from typing import Sequence
 
+from tfdist.errors import UserError
 
-class CommandError(ValueError):
+
+class CommandError(UserError, ValueError):
     """The command cannot be started on this machine."""
 
 

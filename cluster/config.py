@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from tfdist.errors import UserError
+
 # Distribution modes this version implements. Later modes (ps, horovod, auto,
 # mirrored, ...) are added here and in the per-node environment builder.
 DISTRIBUTION_MODES = ("mwms",)
@@ -21,11 +23,11 @@ DISTRIBUTION_MODES = ("mwms",)
 PLANNED_DISTRIBUTION_MODES = ("ps", "horovod", "auto", "mirrored", "central_storage", "one_device")
 
 RESERVED_ENV_PREFIXES = ("TFDIST_",)
-RESERVED_ENV_NAMES = ("TF_CONFIG",)
+RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config value is wrong; the message names the value and the fix."""
 
 

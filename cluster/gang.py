@@ -18,6 +18,8 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
+from cluster.policy import describe_exit
+
 OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
 # (rank, exit code, last lines, reason), as each worker exits; reason is set when the gang itself
 # gave up on the worker (it never joined) before killing it.
@@ -49,7 +51,7 @@ class WorkerLaunch:
 @dataclasses.dataclass(frozen=True)
 class WorkerFailure:
     rank: int
-    exit_code: int | None  # None: never joined, stopped by tfdist
+    exit_code: int
     reason: str
     last_lines: tuple[str, ...]
 
@@ -65,15 +67,6 @@ class GangResult:
     @property
     def ok(self) -> bool:
         return self.failure is None and all(c == 0 for c in self.exit_codes.values())
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 def port_listening(port: int) -> bool:
@@ -93,15 +86,14 @@ def port_listening(port: int) -> bool:
 
 
 class Gang:
-    def __init__(self, workers: Sequence[WorkerLaunch], sink: OutputSink, *,
-                 startup_timeout: float | None = 300.0, stop_grace: float = 5.0, cwd: str | None = None,
-                 on_exit: ExitSink | None = None):
+    def __init__(self, workers: Sequence[WorkerLaunch], sink: OutputSink, *, stop_grace: float = 5.0,
+                 cwd: str | None = None, on_exit: ExitSink | None = None):
         """Call start() and run() from one thread that lives until the gang ends: workers
-        are tied to it and die with it."""
+        are tied to it and die with it. Whether every rank joins in time is the coordinator's
+        call (it sees the whole job); `joined_ranks()` says who has joined here."""
         self.workers = list(workers)
         self.sink = sink
         self.on_exit = on_exit
-        self.startup_timeout = startup_timeout
         self.stop_grace = stop_grace
         self.cwd = cwd
         self._procs: dict[int, subprocess.Popen] = {}
@@ -109,6 +101,7 @@ class Gang:
         self._pumps: dict[int, list[threading.Thread]] = {}
         self._exits: "queue.Queue[tuple[int, int]]" = queue.Queue()
         self._threads: list[threading.Thread] = []
+        self._joined: set[int] = set()
         self._stopping = False
 
     # -- lifecycle -------------------------------------------------------
@@ -130,44 +123,30 @@ class Gang:
 
     def run(self) -> GangResult:
         """Waits for the gang; stops every worker on the first failure."""
-        started = time.monotonic()
         exit_codes: dict[int, int] = {}
         failure: WorkerFailure | None = None
-        waiting_to_join = {w.rank: w for w in self.workers} if len(self.workers) > 1 else {}
         while len(exit_codes) < len(self._procs):
-            try:
-                rank, code = self._exits.get(timeout=0.2)
-            except queue.Empty:
-                rank = None
-            if rank is not None:
-                exit_codes[rank] = code
-                waiting_to_join.pop(rank, None)
-                if self.on_exit:
-                    self.on_exit(rank, code, self._tail(rank), "")
-                if code != 0 and failure is None and not self._stopping:
-                    failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
-                    self.stop()
-                continue
-            for r in [r for r, w in waiting_to_join.items() if self._joined(w)]:
-                del waiting_to_join[r]
-            if (waiting_to_join and failure is None and self.startup_timeout is not None
-                    and time.monotonic() - started > self.startup_timeout):
-                ranks = sorted(waiting_to_join)
-                first = ranks[0]
-                failure = WorkerFailure(
-                    first, None,
-                    f"did not join within the startup timeout of {self.startup_timeout:g}s "
-                    f"(ranks not joined: {', '.join(map(str, ranks))}); the others were waiting for it. "
-                    "Raise --startup-timeout if start-up is just slow",
-                    self._tail(first))
-                if self.on_exit:
-                    self.on_exit(first, 1, failure.last_lines, failure.describe())
-                waiting_to_join.clear()
+            rank, code = self._exits.get()
+            exit_codes[rank] = code
+            if self.on_exit:
+                self.on_exit(rank, code, self._tail(rank), "")
+            if code != 0 and failure is None and not self._stopping:
+                failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
                 self.stop()
         for t in self._threads:
             t.join(timeout=5)
         self._kill_groups()  # the job is over: nothing a worker started outlives it
         return GangResult(exit_codes, failure)
+
+    def joined_ranks(self) -> list[int]:
+        """Ranks that joined: tfdist.init() wrote their ready file, or their port listens."""
+        for w in self.workers:
+            if w.rank not in self._joined and w.rank in self._procs and self._joined_now(w):
+                self._joined.add(w.rank)
+        return sorted(self._joined)
+
+    def process_groups(self) -> list[int]:
+        return [p.pid for p in self._procs.values()]
 
     def stop(self) -> None:
         """SIGTERM to every worker's process group, SIGKILL after the grace period (in the background).
@@ -200,7 +179,7 @@ class Gang:
             pump.join(timeout=2)
         return tuple(self._tails[rank])
 
-    def _joined(self, w: WorkerLaunch) -> bool:
+    def _joined_now(self, w: WorkerLaunch) -> bool:
         if w.ready_file and os.path.exists(w.ready_file):
             return True
         return w.port is not None and port_listening(w.port)

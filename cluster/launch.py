@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import threading
+import uuid
 
 from cluster.client import Client
 from cluster.commands import resolve_command
@@ -16,6 +17,7 @@ from cluster.config import ExperimentConfig
 from cluster.follow import exit_code, follow_job, summary
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
+from tfdist.errors import UnavailableError, UserError
 
 
 def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int = 0,
@@ -25,7 +27,8 @@ def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int 
         distribution_mode=config.distribution_mode,
         hyperparameters_json=json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
         environment=dict(config.environment_variables), max_restarts=config.max_restarts, priority=priority,
-        working_dir=working_dir if working_dir is not None else os.getcwd(), startup_timeout=startup_timeout)
+        working_dir=working_dir if working_dir is not None else os.getcwd(), startup_timeout=startup_timeout,
+        submission_id=uuid.uuid4().hex)
 
 
 def preflight(config: ExperimentConfig) -> None:
@@ -44,6 +47,7 @@ class EmbeddedCluster:
         from cluster.agent.agent import Agent
         from cluster.coordinator.core import Settings
         from cluster.coordinator.server import CoordinatorServer
+        from cluster.model import Address
         from cluster.ports import lease_range
 
         self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")
@@ -52,13 +56,13 @@ class EmbeddedCluster:
         # start-up time and leaves the CPU to the workers.
         settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
         self.server = CoordinatorServer(state_dir or self._tmp, "127.0.0.1:0", settings=settings).start()
-        self.agent = Agent(self.server.address, name="local", slots=slots,
-                           addresses=[{"ip": "127.0.0.1", "prefix_len": 8, "interface": "lo"}])
+        self.agent = Agent(self.server.address, name="local", slots=slots, addresses=[Address("127.0.0.1", 8, "lo")],
+                           gpus=[])
         self._thread = threading.Thread(target=self.agent.run, daemon=True)
         self._thread.start()
         if not self.agent.registered.wait(timeout=30):
             self.close()
-            raise RuntimeError("the local agent did not register with the embedded coordinator within 30s")
+            raise UnavailableError("the local agent did not register with the embedded coordinator within 30s")
 
     @property
     def address(self) -> str:
@@ -83,7 +87,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
     if coordinator is None:
         resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
         if detach:
-            raise ValueError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
+            raise UserError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
         embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
         coordinator = embedded.address
     client = Client(coordinator, token)
@@ -95,24 +99,36 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             print(job_id)
             return 0
         sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}\n")
-        return _follow_with_cancel(client, job_id)
+        return _follow_with_cancel(client, job_id, embedded is not None)
     finally:
         client.close()
         if embedded:
             embedded.close()
 
 
-def _follow_with_cancel(client: Client, job_id: str) -> int:
-    """Ctrl-C or SIGTERM cancels the job (once); we keep following until it has ended."""
-    canceled = []
+def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
+    """Ctrl-C or SIGTERM cancels the job and keeps following until it has ended; a second one
+    exits at once (the job's end is then the coordinator's business)."""
+    signals: list[int] = []
 
-    def cancel(signum, frame):
-        if not canceled:
-            canceled.append(signum)
-            sys.stderr.write(f"tfdist: {signal.Signals(signum).name}: canceling job {job_id}\n")
-            threading.Thread(target=client.cancel, args=(job_id,), daemon=True).start()
+    def on_signal(signum, frame):
+        signals.append(signum)
+        name = signal.Signals(signum).name
+        if len(signals) == 1:
+            sys.stderr.write(f"tfdist: {name}: canceling job {job_id} (again to stop waiting)\n")
+            sys.stderr.flush()
+            threading.Thread(target=_cancel_quietly, args=(client, job_id), daemon=True).start()
+            return
+        if embedded:
+            sys.stderr.write(f"tfdist: {name} again: cancel requested; leaving now (this machine's workers are "
+                             "stopped with this process)\n")
+        else:
+            sys.stderr.write(f"tfdist: {name} again: cancel requested; not waiting for job {job_id} to end. "
+                             f"Follow it with `tfdist job {job_id}` or `tfdist logs -f {job_id}`\n")
+        sys.stderr.flush()
+        os._exit(128 + signals[0])
 
-    previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         job = follow_job(client, job_id)
     finally:
@@ -121,6 +137,13 @@ def _follow_with_cancel(client: Client, job_id: str) -> int:
     for line in summary(job):
         sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    if canceled:
-        return 128 + canceled[0]
+    if signals:
+        return 128 + signals[0]
     return exit_code(job)
+
+
+def _cancel_quietly(client: Client, job_id: str) -> None:
+    try:
+        client.cancel(job_id)
+    except Exception as e:  # the follower reports what happens next
+        sys.stderr.write(f"tfdist: could not cancel job {job_id}: {e}\n")

@@ -1,13 +1,19 @@
-"""Job lifecycle: states and the transitions allowed between them."""
+"""Typed values of the control plane: jobs, allocations, agents, exits, and the lifecycles
+(allowed transitions) of jobs and allocations. Immutable; changed with `dataclasses.replace`."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
+from typing import Any, Mapping
+
+from tfdist.errors import TfdistError
 
 
 class JobState(str, enum.Enum):
     QUEUED = "QUEUED"  # accepted, waiting for capacity
-    STARTING = "STARTING"  # placed: ports being checked, workers being started
+    STARTING = "STARTING"  # placed: ports leased and checked, peers probed, workers being started
     RUNNING = "RUNNING"  # every node started its workers
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
@@ -18,9 +24,9 @@ class JobState(str, enum.Enum):
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED)
 
 
-ALLOWED = {
+JOB_TRANSITIONS = {
     JobState.QUEUED: {JobState.STARTING, JobState.CANCELED, JobState.FAILED},
-    JobState.STARTING: {JobState.RUNNING, JobState.QUEUED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED},
+    JobState.STARTING: {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED},
     JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED},
     JobState.SUCCEEDED: set(),
     JobState.FAILED: set(),
@@ -28,10 +34,136 @@ ALLOWED = {
 }
 
 
-class InvalidTransition(RuntimeError):
-    pass
+class AllocState(str, enum.Enum):
+    """What a job's hold on one node has got to. Each step is confirmed by the node's agent."""
+
+    LEASING = "LEASING"  # the agent is asked to lease the ports (flock + bind) and listen on them
+    LEASED = "LEASED"  # ports held and listening; multi-node jobs now probe each other
+    REACHABLE = "REACHABLE"  # this node reached every peer's ports (or needs none): may start
+    STARTED = "STARTED"  # the agent runs (or ran) the workers
+    RELEASING = "RELEASING"  # the job ended; slots are held until the agent has stopped it
 
 
-def check_transition(current: JobState, new: JobState) -> None:
-    if new not in ALLOWED[current]:
+ALLOC_TRANSITIONS = {
+    AllocState.LEASING: {AllocState.LEASED, AllocState.REACHABLE, AllocState.RELEASING},  # one node: no probe
+    AllocState.LEASED: {AllocState.LEASING, AllocState.REACHABLE, AllocState.STARTED, AllocState.RELEASING},
+    AllocState.REACHABLE: {AllocState.LEASING, AllocState.STARTED, AllocState.RELEASING},
+    AllocState.STARTED: {AllocState.RELEASING},
+    AllocState.RELEASING: set(),
+}
+
+
+class InvalidTransition(TfdistError):
+    """A bug: something tried a transition the lifecycle does not allow."""
+
+
+def check_job_transition(current: JobState, new: JobState) -> None:
+    if new not in JOB_TRANSITIONS[current]:
         raise InvalidTransition(f"job cannot go from {current.value} to {new.value}")
+
+
+def check_alloc_transition(current: AllocState, new: AllocState) -> None:
+    if new != current and new not in ALLOC_TRANSITIONS[current]:
+        raise InvalidTransition(f"allocation cannot go from {current.value} to {new.value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    index: int  # nvidia-smi's index: PCI bus order (tfdist sets CUDA_DEVICE_ORDER=PCI_BUS_ID to match)
+    uuid: str
+    name: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    ip: str
+    prefix_len: int
+    interface: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRecord:
+    """What an agent told the coordinator about its node."""
+
+    name: str
+    slots: int
+    addresses: tuple[Address, ...]
+    gpus: tuple[Gpu, ...] = ()
+
+    @property
+    def gpu(self) -> bool:
+        return bool(self.gpus)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """What was submitted. Stored as JSON with the job; unknown keys of older files are ignored."""
+
+    entrypoint: tuple[str, ...]
+    slots: int
+    name: str = "tfdist-job"
+    distribution_mode: str = "mwms"
+    hyperparameters_json: str = "{}"
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    max_restarts: int = 0
+    priority: int = 0
+    working_dir: str = ""
+    startup_timeout: float = 0.0  # 0: the coordinator's default
+    submission_id: str = ""
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["entrypoint"] = list(self.entrypoint)
+        data["environment"] = dict(self.environment)
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["entrypoint"] = tuple(values.get("entrypoint") or ())
+        values["environment"] = dict(values.get("environment") or {})
+        values["slots"] = int(values.get("slots", 0))
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    """The part of one node a job holds: slots, GPUs and ports, and how far it got."""
+
+    job_id: str
+    agent: str
+    node_rank: int
+    slots: int
+    address: str  # where the job's other nodes reach this one
+    ports: tuple[int, ...]  # one per worker process on the node
+    gpus: tuple[int, ...] = ()  # GPU indices; empty on CPU-slot nodes
+    state: AllocState = AllocState.LEASING
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    id: str
+    seq: int
+    spec: JobSpec
+    state: JobState
+    submitted_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    message: str = ""
+    exit_code: int | None = None
+    placement: tuple[Allocation, ...] = ()  # as placed (kept after the job ended), node_rank order
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerExit:
+    rank: int
+    agent: str
+    exit_code: int  # negative: killed by that signal
+    last_lines: tuple[str, ...] = ()
+    time: float = 0.0
+    reason: str = ""  # set when tfdist itself gave up on the worker

@@ -6,15 +6,18 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable, Mapping, Sequence
 
+from cluster.model import Address
+from tfdist.errors import TfdistError
 
-class PlacementError(ValueError):
+
+class PlacementError(TfdistError, ValueError):
     pass
 
 
-def choose_addresses(node_addresses: Mapping[str, Sequence[dict]], subnet: str | None = None) -> dict[str, str]:
+def choose_addresses(node_addresses: Mapping[str, Sequence[Address]], subnet: str | None = None) -> dict[str, str]:
     """One address per node such that all of them are on one common subnet.
 
-    `node_addresses`: node -> [{"ip", "prefix_len", "interface"}]. `subnet` (CIDR) overrides the
+    `node_addresses`: node -> its addresses. `subnet` (CIDR) overrides the
     choice, like Determined's dtrain_network_interface. A one-node job may use loopback.
     """
     names = list(node_addresses)
@@ -22,7 +25,7 @@ def choose_addresses(node_addresses: Mapping[str, Sequence[dict]], subnet: str |
         net = ipaddress.ip_network(subnet, strict=False)
         chosen = {}
         for name in names:
-            ips = [a["ip"] for a in node_addresses[name] if ipaddress.ip_address(a["ip"]) in net]
+            ips = [a.ip for a in node_addresses[name] if ipaddress.ip_address(a.ip) in net]
             if not ips:
                 raise PlacementError(f"node {name} has no address in the configured subnet {subnet}")
             chosen[name] = ips[0]
@@ -32,11 +35,11 @@ def choose_addresses(node_addresses: Mapping[str, Sequence[dict]], subnet: str |
     networks: dict = {}
     for name in names:
         for a in node_addresses[name]:
-            ip = ipaddress.ip_address(a["ip"])
+            ip = ipaddress.ip_address(a.ip)
             if ip.version != 4 or ip.is_loopback or ip.is_link_local:
                 continue
-            net = ipaddress.ip_interface(f"{a['ip']}/{a['prefix_len']}").network
-            networks.setdefault(net, {}).setdefault(name, a["ip"])
+            net = ipaddress.ip_interface(f"{a.ip}/{a.prefix_len}").network
+            networks.setdefault(net, {}).setdefault(name, a.ip)
     common = [(net, ips) for net, ips in networks.items() if len(ips) == len(names)]
     if not common:
         raise PlacementError(f"nodes {', '.join(names)} share no IPv4 subnet; start the coordinator with "
@@ -56,3 +59,14 @@ def choose_ports(count: int, port_range: tuple[int, int], in_use: Iterable[int],
             if len(ports) == count:
                 return ports
     raise PlacementError(f"no {count} free ports left in {low}-{high} on the node; widen --port-range")
+
+
+def choose_gpus(all_gpus: Iterable[int], held: Iterable[int], count: int) -> tuple[int, ...]:
+    """The lowest `count` GPU indices of the node that no other job holds (neighbours in PCI order
+    usually share a switch). Two jobs never share a GPU."""
+    taken = set(held)
+    free = sorted(g for g in all_gpus if g not in taken)
+    if len(free) < count:
+        raise PlacementError(f"{count} GPUs wanted but only {len(free)} free ({free}); the scheduler and the "
+                             "allocations disagree")
+    return tuple(free[:count])

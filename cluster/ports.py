@@ -16,10 +16,12 @@ import os
 import socket
 import tempfile
 
+from tfdist.errors import UserError
+
 PORT_RANGE_ENV = "TFDIST_PORT_RANGE"  # "LOW-HIGH", inclusive
 
 
-class PortError(RuntimeError):
+class PortError(UserError, RuntimeError):
     pass
 
 
@@ -55,22 +57,28 @@ def _lock_dir() -> str:
     return path
 
 
-def _is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
+def _listen(port: int) -> socket.socket | None:
+    """A socket bound to `port` on every address and listening, or None if the port is taken.
+    Listening lets the job's other nodes check, before TensorFlow starts, that they reach it."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+    try:
+        s.bind(("0.0.0.0", port))
+        s.listen(64)
+    except OSError:
+        s.close()
+        return None
+    return s
 
 
 class PortLease:
-    """Ports held for one job; `release()` (or leaving the `with`) frees them."""
+    """Ports held for one job: an flock per port (machine-wide, across tfdist processes) and, until
+    `stop_listening()`, a listening socket on each. `release()` (or leaving the `with`) frees them."""
 
     def __init__(self):
         self.ports: list[int] = []
         self._fds: list[int] = []
+        self._sockets: list[socket.socket] = []
 
     def _try_add(self, port: int, lock_dir: str) -> bool:
         fd = os.open(os.path.join(lock_dir, f"{port}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -81,15 +89,24 @@ class PortLease:
             if e.errno in (errno.EAGAIN, errno.EACCES):
                 return False
             raise
-        if not _is_free(port):
+        listener = _listen(port)
+        if listener is None:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             return False
         self.ports.append(port)
         self._fds.append(fd)
+        self._sockets.append(listener)
         return True
 
+    def stop_listening(self) -> None:
+        """Frees the ports for the workers (the flocks stay until `release()`)."""
+        for s in self._sockets:
+            s.close()
+        self._sockets.clear()
+
     def release(self) -> None:
+        self.stop_listening()
         for fd in self._fds:
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)

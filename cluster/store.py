@@ -1,9 +1,12 @@
-"""Durable coordinator state in SQLite: jobs, allocations, exits, events, logs, agents.
+"""Durable coordinator state in SQLite: jobs, allocations, exits, events, logs, metrics, agents.
 
-WAL journal. Every commit survives a `kill -9` of the coordinator (a process
-crash loses nothing committed in WAL mode); submissions are also synced to
-disk before the RPC returns (synchronous=FULL), so they survive a power loss
-too. Other transitions use synchronous=NORMAL: no fsync on the heartbeat path.
+Every event the coordinator handles is applied in ONE transaction
+(`with store.transaction():` around it; the write methods join it), so a
+`kill -9` at any moment leaves either all of an event or none of it.
+WAL journal: every commit survives a process crash; submissions are also
+synced to disk before the RPC returns (synchronous=FULL), so they survive a
+power loss too. Readers that must not wait for the writer (log followers)
+use `Reader`, a connection of their own that sees the last commit.
 Liveness (heartbeat times) is kept in memory: it is rebuilt when agents re-attach.
 """
 
@@ -16,22 +19,25 @@ import sqlite3
 import threading
 from typing import Any, Iterable, Iterator
 
+from cluster.model import (AgentRecord, Address, Allocation, AllocState, Gpu, Job, JobSpec, JobState, WorkerExit)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
   name TEXT PRIMARY KEY, slots INTEGER NOT NULL, gpu INTEGER NOT NULL, addresses TEXT NOT NULL,
-  registered_at REAL NOT NULL);
+  registered_at REAL NOT NULL, gpus TEXT NOT NULL DEFAULT '[]');
 CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
   priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL,
   started_at REAL, ended_at REAL, message TEXT NOT NULL DEFAULT '', exit_code INTEGER,
-  placement TEXT NOT NULL DEFAULT '[]');
+  placement TEXT NOT NULL DEFAULT '[]', submission_id TEXT);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS allocations (
   job_id TEXT NOT NULL, agent TEXT NOT NULL, node_rank INTEGER NOT NULL, slots INTEGER NOT NULL,
-  address TEXT NOT NULL, ports TEXT NOT NULL, state TEXT NOT NULL, PRIMARY KEY (job_id, agent));
+  address TEXT NOT NULL, ports TEXT NOT NULL, state TEXT NOT NULL, gpus TEXT NOT NULL DEFAULT '[]',
+  PRIMARY KEY (job_id, agent));
 CREATE TABLE IF NOT EXISTS exits (
   job_id TEXT NOT NULL, rank INTEGER NOT NULL, agent TEXT NOT NULL, exit_code INTEGER NOT NULL,
-  last_lines TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (job_id, rank));
+  last_lines TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', PRIMARY KEY (job_id, rank));
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT, time REAL NOT NULL, message TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS metrics (
@@ -41,7 +47,49 @@ CREATE INDEX IF NOT EXISTS metrics_job ON metrics(job_id, name, step);
 CREATE TABLE IF NOT EXISTS logs (
   job_id TEXT NOT NULL, seq INTEGER NOT NULL, rank INTEGER NOT NULL, stream TEXT NOT NULL,
   text TEXT NOT NULL, time REAL NOT NULL, PRIMARY KEY (job_id, seq));
+CREATE TABLE IF NOT EXISTS shipped (
+  job_id TEXT NOT NULL, source TEXT NOT NULL, kind TEXT NOT NULL, last_seq INTEGER NOT NULL,
+  PRIMARY KEY (job_id, source, kind));
 """
+
+# Columns added after the first release: (table, column, declaration).
+MIGRATIONS = (
+    ("jobs", "placement", "TEXT NOT NULL DEFAULT '[]'"),
+    ("jobs", "submission_id", "TEXT"),
+    ("agents", "gpus", "TEXT NOT NULL DEFAULT '[]'"),
+    ("allocations", "gpus", "TEXT NOT NULL DEFAULT '[]'"),
+    ("exits", "reason", "TEXT NOT NULL DEFAULT ''"),
+)
+# Allocation states of the first release, by what they meant.
+OLD_ALLOC_STATES = {"PREPARING": "LEASING", "READY": "LEASED"}
+
+
+def _alloc_to_json(a: Allocation) -> dict:
+    return {"agent": a.agent, "node_rank": a.node_rank, "slots": a.slots, "address": a.address,
+            "ports": list(a.ports), "gpus": list(a.gpus), "state": a.state.value}
+
+
+def _alloc_from(job_id: str, d: Any) -> Allocation:
+    state = OLD_ALLOC_STATES.get(d["state"], d["state"])
+    gpus = d["gpus"] if "gpus" in d.keys() else "[]"
+    return Allocation(job_id=job_id, agent=d["agent"], node_rank=d["node_rank"], slots=d["slots"],
+                      address=d["address"], ports=tuple(d["ports"] if isinstance(d["ports"], list)
+                                                        else json.loads(d["ports"])),
+                      gpus=tuple(gpus if isinstance(gpus, list) else json.loads(gpus)), state=AllocState(state))
+
+
+def _job_from(r: sqlite3.Row) -> Job:
+    return Job(id=r["id"], seq=r["seq"], spec=JobSpec.from_dict(json.loads(r["spec"])), state=JobState(r["state"]),
+               submitted_at=r["submitted_at"], started_at=r["started_at"], ended_at=r["ended_at"],
+               message=r["message"] or "", exit_code=r["exit_code"],
+               placement=tuple(_alloc_from(r["id"], d) for d in json.loads(r["placement"])))
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA busy_timeout=10000")
+    return db
 
 
 class Store:
@@ -50,44 +98,60 @@ class Store:
     def __init__(self, path: str):
         if path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
+        self.path = path
+        self._db = _connect(path)
         self._lock = threading.RLock()
+        self._depth = 0  # nesting of transaction() in the thread holding _lock
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._migrate()
-        self._log_seq: dict[str, int] = {}
 
     def _migrate(self) -> None:
-        """Columns added after the first release, added to older state files in place."""
-        columns = {r["name"] for r in self._db.execute("PRAGMA table_info(jobs)")}
-        if "placement" not in columns:
-            self._db.execute("ALTER TABLE jobs ADD COLUMN placement TEXT NOT NULL DEFAULT '[]'")
+        """Columns and states added after the first release, brought into older state files in place."""
+        for table, column, decl in MIGRATIONS:
+            columns = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in columns:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        for old, new in OLD_ALLOC_STATES.items():
+            self._db.execute("UPDATE allocations SET state=? WHERE state=?", (new, old))
+        self._db.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission ON jobs(submission_id) "
+                         "WHERE submission_id IS NOT NULL AND submission_id != ''")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
+    # ---------------------------------------------------------------- transactions
     @contextlib.contextmanager
-    def _transaction(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
-        """One transaction; `durable` also syncs it to disk before returning."""
+    def transaction(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One transaction; nested uses join the outermost, which commits (or rolls back) everything.
+        `durable` on the outermost: the commit is synced to disk before returning (the coordinator
+        opens submissions durable; a nested request cannot upgrade a transaction already begun)."""
         with self._lock:
-            if durable:
-                self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("BEGIN IMMEDIATE")
+            outer = self._depth == 0
+            if outer:
+                if durable:
+                    self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
             try:
                 yield self._db
-                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._depth -= 1
+                if outer:
+                    self._db.execute("ROLLBACK")
+                    if durable:
+                        self._db.execute("PRAGMA synchronous=NORMAL")
                 raise
-            finally:
+            self._depth -= 1
+            if outer:
+                self._db.execute("COMMIT")
                 if durable:
                     self._db.execute("PRAGMA synchronous=NORMAL")
 
-    def _tx(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
-        with self._transaction(durable) as db:
+    def _write(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
+        with self.transaction(durable) as db:
             for sql, args in statements:
                 db.execute(sql, args)
 
@@ -96,13 +160,19 @@ class Store:
             return self._db.execute(sql, args).fetchall()
 
     # ---------------------------------------------------------------- agents
-    def upsert_agent(self, name: str, slots: int, gpu: bool, addresses: list[dict], now: float) -> None:
-        self._tx([("INSERT INTO agents(name, slots, gpu, addresses, registered_at) VALUES (?,?,?,?,?) "
-                   "ON CONFLICT(name) DO UPDATE SET slots=excluded.slots, gpu=excluded.gpu, "
-                   "addresses=excluded.addresses", (name, slots, int(gpu), json.dumps(addresses), now))])
+    def upsert_agent(self, agent: AgentRecord, now: float) -> None:
+        self._write([("INSERT INTO agents(name, slots, gpu, addresses, registered_at, gpus) VALUES (?,?,?,?,?,?) "
+                      "ON CONFLICT(name) DO UPDATE SET slots=excluded.slots, gpu=excluded.gpu, "
+                      "addresses=excluded.addresses, gpus=excluded.gpus",
+                      (agent.name, agent.slots, int(agent.gpu),
+                       json.dumps([{"ip": a.ip, "prefix_len": a.prefix_len, "interface": a.interface}
+                                   for a in agent.addresses]), now,
+                       json.dumps([{"index": g.index, "uuid": g.uuid, "name": g.name} for g in agent.gpus])))])
 
-    def agents(self) -> list[dict]:
-        return [dict(r, gpu=bool(r["gpu"]), addresses=json.loads(r["addresses"]))
+    def agents(self) -> list[AgentRecord]:
+        return [AgentRecord(name=r["name"], slots=r["slots"],
+                            addresses=tuple(Address(**a) for a in json.loads(r["addresses"])),
+                            gpus=tuple(Gpu(**g) for g in json.loads(r["gpus"] or "[]")))
                 for r in self._all("SELECT * FROM agents ORDER BY name")]
 
     # ---------------------------------------------------------------- jobs
@@ -110,83 +180,106 @@ class Store:
         rows = self._all("SELECT COALESCE(MAX(seq), 0) AS m FROM jobs")
         return rows[0]["m"] + 1
 
-    def insert_job(self, job_id: str, seq: int, spec: dict, priority: int, slots: int, now: float,
-                   event: str) -> None:
-        self._tx([
-            ("INSERT INTO jobs(id, seq, spec, state, priority, slots, submitted_at) VALUES (?,?,?,?,?,?,?)",
-             (job_id, seq, json.dumps(spec), "QUEUED", priority, slots, now)),
+    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str) -> None:
+        self._write([
+            ("INSERT INTO jobs(id, seq, spec, state, priority, slots, submitted_at, submission_id) "
+             "VALUES (?,?,?,?,?,?,?,?)",
+             (job_id, seq, spec.to_json(), JobState.QUEUED.value, spec.priority, spec.slots, now,
+              spec.submission_id or None)),
             ("INSERT INTO events(job_id, time, message) VALUES (?,?,?)", (job_id, now, event)),
         ], durable=True)
 
-    def update_job(self, job_id: str, now: float, event: str | None = None, **fields: Any) -> None:
+    def update_job(self, job_id: str, now: float, event: str | None = None, *,
+                   placement: Iterable[Allocation] | None = None, **fields: Any) -> None:
+        if placement is not None:
+            fields["placement"] = json.dumps([_alloc_to_json(a) for a in placement])
+        if "state" in fields and isinstance(fields["state"], JobState):
+            fields["state"] = fields["state"].value
         sets = ", ".join(f"{k}=?" for k in fields)
         statements = [(f"UPDATE jobs SET {sets} WHERE id=?", (*fields.values(), job_id))] if fields else []
         if event:
             statements.append(("INSERT INTO events(job_id, time, message) VALUES (?,?,?)", (job_id, now, event)))
-        self._tx(statements)
+        self._write(statements)
 
-    def job(self, job_id: str) -> dict | None:
+    def job(self, job_id: str) -> Job | None:
         rows = self._all("SELECT * FROM jobs WHERE id=?", (job_id,))
-        return self._job_row(rows[0]) if rows else None
+        return _job_from(rows[0]) if rows else None
 
-    def job_by_seq(self, seq: int) -> dict | None:
+    def job_by_seq(self, seq: int) -> Job | None:
         rows = self._all("SELECT * FROM jobs WHERE seq=?", (seq,))
-        return self._job_row(rows[0]) if rows else None
+        return _job_from(rows[0]) if rows else None
 
-    def jobs(self, states: Iterable[str] | None = None) -> list[dict]:
+    def job_by_submission(self, submission_id: str) -> Job | None:
+        rows = self._all("SELECT * FROM jobs WHERE submission_id=?", (submission_id,))
+        return _job_from(rows[0]) if rows else None
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         if states is None:
-            return [self._job_row(r) for r in self._all("SELECT * FROM jobs ORDER BY seq")]
-        states = list(states)
-        marks = ",".join("?" * len(states))
-        return [self._job_row(r) for r in self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY seq",
-                                                     tuple(states))]
+            return [_job_from(r) for r in self._all("SELECT * FROM jobs ORDER BY seq")]
+        values = [s.value for s in states]
+        marks = ",".join("?" * len(values))
+        return [_job_from(r) for r in self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY seq",
+                                                tuple(values))]
 
-    @staticmethod
-    def _job_row(r: sqlite3.Row) -> dict:
-        return dict(r, spec=json.loads(r["spec"]), placement=json.loads(r["placement"]))
-
-    def events(self, job_id: str) -> list[dict]:
-        return [dict(r) for r in self._all("SELECT time, message FROM events WHERE job_id=? ORDER BY id", (job_id,))]
+    def events(self, job_id: str) -> list[tuple[float, str]]:
+        return [(r["time"], r["message"])
+                for r in self._all("SELECT time, message FROM events WHERE job_id=? ORDER BY id", (job_id,))]
 
     # ---------------------------------------------------------------- allocations
-    def set_allocations(self, job_id: str, allocations: list[dict]) -> None:
+    def set_allocations(self, job_id: str, allocations: Iterable[Allocation]) -> None:
         statements = [("DELETE FROM allocations WHERE job_id=?", (job_id,))]
-        statements += [("INSERT INTO allocations(job_id, agent, node_rank, slots, address, ports, state) "
-                        "VALUES (?,?,?,?,?,?,?)", (job_id, a["agent"], a["node_rank"], a["slots"], a["address"],
-                                                   json.dumps(a["ports"]), a["state"])) for a in allocations]
-        self._tx(statements)
+        statements += [("INSERT INTO allocations(job_id, agent, node_rank, slots, address, ports, state, gpus) "
+                        "VALUES (?,?,?,?,?,?,?,?)", (job_id, a.agent, a.node_rank, a.slots, a.address,
+                                                     json.dumps(list(a.ports)), a.state.value,
+                                                     json.dumps(list(a.gpus)))) for a in allocations]
+        self._write(statements)
 
-    def set_allocation_state(self, job_id: str, agent: str, state: str) -> None:
-        self._tx([("UPDATE allocations SET state=? WHERE job_id=? AND agent=?", (state, job_id, agent))])
-
-    def allocations(self, job_id: str | None = None) -> list[dict]:
+    def allocations(self, job_id: str | None = None) -> list[Allocation]:
         if job_id is None:
             rows = self._all("SELECT * FROM allocations ORDER BY job_id, node_rank")
         else:
             rows = self._all("SELECT * FROM allocations WHERE job_id=? ORDER BY node_rank", (job_id,))
-        return [dict(r, ports=json.loads(r["ports"])) for r in rows]
+        return [_alloc_from(r["job_id"], r) for r in rows]
 
     # ---------------------------------------------------------------- exits
-    def record_exit(self, job_id: str, rank: int, agent: str, exit_code: int, last_lines: list[str],
-                    now: float) -> bool:
+    def record_exit(self, job_id: str, e: WorkerExit) -> bool:
         """Returns False if this rank's exit was already recorded (a retried report)."""
-        with self._lock:
-            if self._all("SELECT 1 FROM exits WHERE job_id=? AND rank=?", (job_id, rank)):
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM exits WHERE job_id=? AND rank=?", (job_id, e.rank)).fetchall():
                 return False
-            self._tx([("INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time) VALUES (?,?,?,?,?,?)",
-                       (job_id, rank, agent, exit_code, json.dumps(last_lines), now))])
+            db.execute("INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason) "
+                       "VALUES (?,?,?,?,?,?,?)", (job_id, e.rank, e.agent, e.exit_code, json.dumps(list(e.last_lines)),
+                                                  e.time, e.reason))
             return True
 
-    def exits(self, job_id: str) -> list[dict]:
-        return [dict(r, last_lines=json.loads(r["last_lines"]))
+    def exits(self, job_id: str) -> list[WorkerExit]:
+        return [WorkerExit(rank=r["rank"], agent=r["agent"], exit_code=r["exit_code"],
+                           last_lines=tuple(json.loads(r["last_lines"])), time=r["time"], reason=r["reason"] or "")
                 for r in self._all("SELECT * FROM exits WHERE job_id=? ORDER BY time, rank", (job_id,))]
 
-    # ---------------------------------------------------------------- metrics
-    def append_metrics(self, job_id: str, rows: list[tuple[int, int, str, float, float]]) -> None:
-        """rows: (rank, step, name, value, time)."""
-        with self._transaction() as db:
+    # ---------------------------------------------------------------- shipped output
+    def _fresh(self, db: sqlite3.Connection, job_id: str, source: str, kind: str, first_seq: int,
+               count: int) -> int:
+        """How many leading items of a batch numbered first_seq.. were stored before (a retried batch);
+        records the batch as stored. Unnumbered batches (first_seq 0) are taken whole."""
+        if not source or first_seq <= 0:
+            return 0
+        row = db.execute("SELECT last_seq FROM shipped WHERE job_id=? AND source=? AND kind=?",
+                         (job_id, source, kind)).fetchone()
+        last = row["last_seq"] if row else 0
+        db.execute("INSERT INTO shipped(job_id, source, kind, last_seq) VALUES (?,?,?,?) ON CONFLICT(job_id, source, "
+                   "kind) DO UPDATE SET last_seq=MAX(last_seq, excluded.last_seq)",
+                   (job_id, source, kind, first_seq + count - 1))
+        return min(max(0, last - first_seq + 1), count)
+
+    def append_metrics(self, job_id: str, rows: list[tuple[int, int, str, float, float]], source: str = "",
+                       first_seq: int = 0) -> int:
+        """rows: (rank, step, name, value, time). Returns how many were new."""
+        with self.transaction() as db:
+            skip = self._fresh(db, job_id, source, "metrics", first_seq, len(rows))
             db.executemany("INSERT INTO metrics(job_id, rank, step, name, value, time) VALUES (?,?,?,?,?,?)",
-                           [(job_id, *r) for r in rows])
+                           [(job_id, *r) for r in rows[skip:]])
+            return len(rows) - skip
 
     def metrics(self, job_id: str, name: str | None = None) -> list[dict]:
         if name is None:
@@ -205,25 +298,60 @@ class Store:
         return [dict(r) for r in rows]
 
     # ---------------------------------------------------------------- logs
-    def append_logs(self, job_id: str, lines: list[tuple[int, str, str, float]]) -> None:
-        """lines: (rank, stream, text, time). Numbered per job in arrival order."""
-        with self._lock:
-            seq = self._log_seq.get(job_id)
-            if seq is None:
-                seq = self._all("SELECT COALESCE(MAX(seq), 0) AS m FROM logs WHERE job_id=?", (job_id,))[0]["m"]
-            rows = []
-            for rank, stream, text, t in lines:
-                seq += 1
-                rows.append((job_id, seq, rank, stream, text, t))
-            with self._transaction() as db:
-                db.executemany("INSERT INTO logs(job_id, seq, rank, stream, text, time) VALUES (?,?,?,?,?,?)", rows)
-            self._log_seq[job_id] = seq
+    def append_logs(self, job_id: str, lines: list[tuple[int, str, str, float]], source: str = "",
+                    first_seq: int = 0) -> int:
+        """lines: (rank, stream, text, time), numbered per job in arrival order. Returns how many were new."""
+        with self.transaction() as db:
+            skip = self._fresh(db, job_id, source, "logs", first_seq, len(lines))
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) AS m FROM logs WHERE job_id=?", (job_id,)).fetchone()["m"]
+            rows = [(job_id, seq + i + 1, rank, stream, text, t) for i, (rank, stream, text, t) in
+                    enumerate(lines[skip:])]
+            db.executemany("INSERT INTO logs(job_id, seq, rank, stream, text, time) VALUES (?,?,?,?,?,?)", rows)
+            return len(rows)
 
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[dict]:
-        if rank >= 0:
-            rows = self._all("SELECT * FROM logs WHERE job_id=? AND seq>? AND rank=? ORDER BY seq LIMIT ?",
-                             (job_id, after_seq, rank, limit))
-        else:
-            rows = self._all("SELECT * FROM logs WHERE job_id=? AND seq>? ORDER BY seq LIMIT ?",
-                             (job_id, after_seq, limit))
-        return [dict(r) for r in rows]
+        return _read_logs(self._all, job_id, after_seq, rank, limit)
+
+
+def _read_logs(query, job_id: str, after_seq: int, rank: int, limit: int) -> list[dict]:
+    if rank >= 0:
+        rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? AND rank=? ORDER BY seq LIMIT ?",
+                     (job_id, after_seq, rank, limit))
+    else:
+        rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? ORDER BY seq LIMIT ?", (job_id, after_seq, limit))
+    return [dict(r) for r in rows]
+
+
+class Reader:
+    """Read-only access for log followers: one connection per thread, never the writer's lock, so a
+    follower never waits behind (or holds up) the coordinator's transactions. A ":memory:" store has
+    no second connection: there the store's own is used."""
+
+    def __init__(self, store: Store):
+        self._store = store
+        self._local = threading.local()
+
+    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        if self._store.path == ":memory:":
+            return self._store._all(sql, args)
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = _connect(self._store.path)
+        return db.execute(sql, args).fetchall()
+
+    def job(self, job_id: str) -> Job | None:
+        rows = self._query("SELECT * FROM jobs WHERE id=?", (job_id,))
+        return _job_from(rows[0]) if rows else None
+
+    def job_by_seq(self, seq: int) -> Job | None:
+        rows = self._query("SELECT * FROM jobs WHERE seq=?", (seq,))
+        return _job_from(rows[0]) if rows else None
+
+    def ended(self, job_id: str) -> bool:
+        """Terminal, and no node holds the job any more: its agents shipped every line first."""
+        rows = self._query("SELECT state, (SELECT COUNT(*) FROM allocations WHERE job_id=?) AS held FROM jobs "
+                           "WHERE id=?", (job_id, job_id))
+        return bool(rows) and JobState(rows[0]["state"]).terminal and rows[0]["held"] == 0
+
+    def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[dict]:
+        return _read_logs(self._query, job_id, after_seq, rank, limit)

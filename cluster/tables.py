@@ -19,6 +19,18 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _ids(ids) -> str:
+    """GPU indices, runs shortened: [0, 1, 2, 3, 6] -> 0-3,6."""
+    ids = sorted(ids)
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
 def _dump(message) -> str:
     return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2)
 
@@ -46,7 +58,9 @@ def print_job(job, as_json: bool) -> int:
     if job.placement:
         print("  placement:")
         for p in job.placement:
-            print(f"    node {p.node_rank}: {p.agent} at {p.address}, {p.slots} slots, ports {list(p.ports)}")
+            gpus = f", GPUs {_ids(p.gpus)}" if p.gpus else ""
+            state = f" [{p.state}]" if p.state and job.state not in ("SUCCEEDED", "FAILED", "CANCELED") else ""
+            print(f"    node {p.node_rank}: {p.agent} at {p.address}, {p.slots} slots{gpus}, ports {list(p.ports)}{state}")
     if job.latest_metrics:
         shown = ", ".join(f"{m.name}={m.value:.6g} (step {m.step}, rank {m.rank})" for m in job.latest_metrics)
         print(f"  metrics:   {shown}")
@@ -64,7 +78,8 @@ def print_agents(agents, as_json: bool) -> int:
     if as_json:
         print(json.dumps([json_format.MessageToDict(a, preserving_proto_field_name=True) for a in agents], indent=2))
         return 0
-    rows = [[a.name, a.state, str(a.slots), str(a.free_slots), "GPU" if a.gpu else "CPU",
+    rows = [[a.name, a.state, str(a.slots), str(a.free_slots),
+             f"GPU {_ids([g.index for g in a.gpus])} (free {_ids(a.free_gpus) or '-'})" if a.gpu else "CPU",
              ", ".join(f"{x.ip}/{x.prefix_len}" for x in a.addresses if not x.ip.startswith("127.")) or "loopback",
              ", ".join(a.jobs) or "-"] for a in agents]
     print(_table(["NAME", "STATE", "SLOTS", "FREE", "KIND", "ADDRESSES", "JOBS"], rows))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from tfdist.errors import UserError
 
-class BatchSizeError(ValueError):
+
+class BatchSizeError(UserError, ValueError):
     """The global batch size cannot be split over the job's slots."""
 
 

@@ -37,6 +37,7 @@ class DistributedContext:
     global_batch_size: int | None
     per_replica_batch_size: int | None
     per_worker_batch_size: int | None
+    gpus: tuple[int, ...] = ()  # GPU indices this process holds (nvidia-smi's numbering); () on CPU slots
     strategy: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
@@ -114,7 +115,16 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
         global_batch_size=gbs,
         per_replica_batch_size=per_replica,
         per_worker_batch_size=per_worker,
+        gpus=_env_gpus(env),
     )
+
+
+def _env_gpus(env: Mapping[str, str]) -> tuple[int, ...]:
+    raw = env.get(envvars.GPUS, "")
+    try:
+        return tuple(int(g) for g in raw.split(",") if g.strip())
+    except ValueError:
+        raise LaunchEnvironmentError(f"{envvars.GPUS}={raw!r} is not a comma-separated list of GPU indices") from None
 
 
 _current: DistributedContext | None = None

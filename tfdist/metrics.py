@@ -15,6 +15,8 @@ import time
 
 from tfdist import envvars
 
+MAX_NAME = 200  # the coordinator stores names of 1-200 characters
+
 
 def report_metrics(step: int, **values: float) -> None:
     """Records `values` (name=number) for training step `step` from this rank."""
@@ -22,6 +24,8 @@ def report_metrics(step: int, **values: float) -> None:
         raise ValueError(f"step must be a non-negative integer, got {step!r}")
     clean = {}
     for name, value in values.items():
+        if len(name) > MAX_NAME:
+            raise ValueError(f"metric name {name[:40]!r}... has {len(name)} characters; use at most {MAX_NAME}")
         try:
             number = float(value)
         except (TypeError, ValueError):

@@ -1,7 +1,11 @@
-"""The agent's loop: heartbeat, check ports, start and stop gangs, ship output and exits.
+"""The agent's loop: heartbeat, lease and probe ports, start and stop gangs, ship output and exits.
 
 Workers outlive a coordinator restart: the agent keeps them running, keeps
-their output and exits buffered, and re-attaches when the coordinator is back.
+their output and exits queued, and re-attaches when the coordinator is back.
+Workers do NOT outlive their agent: they die with it (PR_SET_PDEATHSIG), and
+an agent that starts again kills whatever their process groups left behind
+(it keeps their ids in a file), then registers without them, so the
+coordinator fails their jobs at once instead of waiting on workers that are gone.
 """
 
 from __future__ import annotations
@@ -10,57 +14,68 @@ import collections
 import json
 import logging
 import os
+import secrets
 import shutil
+import signal
+import socket
 import tempfile
 import threading
 import time
 
-from cluster.agent.netinfo import discover_addresses, gpu_count
-import grpc
-
+from cluster.agent.netinfo import discover_addresses, discover_gpus
+from cluster.agent.outbox import Outbox
 from cluster.client import Client, ClientError
 from cluster.commands import CommandError, resolve_command
 from cluster.gang import Gang, WorkerLaunch
+from cluster.model import Address, Gpu
 from cluster.ports import PortLease, lease_exact
-from tfdist import envvars
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from tfdist import envvars
 
 log = logging.getLogger("tfdist.agent")
-LOG_BATCH = 500
-MAX_BUFFERED_LINES = 200_000
+MAX_METRIC_NAME = 200
+DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable coordinator
 
 
 class Agent:
     def __init__(self, coordinator: str, *, name: str, slots: int | None = None, token: str | None = None,
-                 addresses: list[dict] | None = None, startup_timeout: float = 300.0):
-        gpus = gpu_count() if slots is None else 0
-        if slots is None and gpus == 0:
-            raise ValueError("this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
+                 addresses: list[Address] | None = None, gpus: list[Gpu] | None = None):
+        if slots is None:
+            gpus = discover_gpus() if gpus is None else gpus
+            if not gpus:
+                raise ValueError("this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
+        else:
+            if discover_gpus() if gpus is None else gpus:
+                log.warning("--slots %d: CPU worker slots; this node's GPUs are hidden from its workers", slots)
+            gpus = []
         self.name = name
-        self.gpu = slots is None
-        self.slots = gpus if self.gpu else slots
-        self.addresses = addresses or discover_addresses(coordinator)
+        self.gpus = list(gpus)
+        self.slots = len(self.gpus) if self.gpus else slots
+        self.addresses = addresses or [Address(a["ip"], a["prefix_len"], a.get("interface", ""))
+                                       for a in discover_addresses(coordinator)]
         self.client = Client(coordinator, token)
-        self.startup_timeout = startup_timeout
         self.heartbeat_interval = 1.0
+        self.source = f"{name}/{secrets.token_hex(4)}"  # this agent process, for the coordinator's dedup
+        self.outbox = Outbox(self.client, name, self.source)
         self._lock = threading.Lock()
         self._gangs: dict[str, Gang] = {}  # job id -> gang whose workers run or are being reaped
         self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._logs: dict[str, collections.deque] = collections.defaultdict(collections.deque)
-        self._exits: collections.deque = collections.deque()  # (job id, WorkerExit)
         self._port_results: dict[str, list[int]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
-        self._ready_dirs: dict[str, str] = {}
+        self._probing: set[str] = set()
+        self._probe_results: dict[str, list[pb.ProbeFailure]] = {}
+        self._job_dirs: dict[str, str] = {}
         self._metric_files: dict[str, dict[str, int]] = {}  # job -> {file written by tfdist.report_metrics: offset}
-        self._metrics: dict[str, collections.deque] = collections.defaultdict(collections.deque)
         self._stop = threading.Event()
-        self._wake = threading.Event()  # heartbeat now: a job ended
-        self._ship_now = threading.Event()  # ship now: a worker exited
+        self._wake = threading.Event()  # heartbeat now
         self._registered = False
         self.registered = threading.Event()  # set once the first registration succeeded
+        self._groups_file = os.path.join(tempfile.gettempdir(), f"tfdist-agent-{os.getuid()}",
+                                         f"{name.replace('/', '_')}.groups.json")
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> None:
+        kill_leftovers(self._groups_file)
         shipper = threading.Thread(target=self._ship_loop, daemon=True)
         shipper.start()
         while not self._stop.is_set():
@@ -80,38 +95,62 @@ class Agent:
         self._wake.set()
 
     def stop(self) -> None:
-        """Stops the loop and every job's workers (the agent is shutting down)."""
+        """Stops the loop and every job's workers (the agent is shutting down). Returns at once."""
         self._stop.set()
         self._wake.set()
-        self._ship_now.set()
+        self.outbox.wake.set()
         with self._lock:
             gangs = list(self._gangs.values())
+            leases = list(self._port_leases.values())
         for gang in gangs:
             gang.stop()
+        for lease in leases:
+            lease.release()
+
+    def shutdown(self, timeout: float) -> None:
+        """stop(), then waits up to `timeout` for the workers to end (SIGTERM, then SIGKILL after
+        the gang's grace period), so they may save what they were doing."""
+        self.stop()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._gangs:
+                    break
+            time.sleep(0.05)
+        self._save_groups()
 
     def _running(self) -> list[pb.RunningTask]:
         with self._lock:
-            return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers]) for j, g in self._gangs.items()]
+            return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers], joined_ranks=g.joined_ranks())
+                    for j, g in self._gangs.items()]
+
+    def _leased(self) -> list[str]:
+        with self._lock:
+            return [j for j in self._port_leases if j not in self._gangs]
 
     def _register(self) -> None:
-        info = pb.AgentInfo(name=self.name, slots=self.slots, gpu=self.gpu,
-                            addresses=[pb.Address(ip=a["ip"], prefix_len=a["prefix_len"],
-                                                  interface=a.get("interface", "")) for a in self.addresses])
-        response = self.client.call(self.client.agents.Register,
-                                    pb.RegisterRequest(agent=info, running=self._running()))
+        info = pb.AgentInfo(name=self.name, slots=self.slots, gpu=bool(self.gpus),
+                            gpus=[pb.Gpu(index=g.index, uuid=g.uuid, name=g.name) for g in self.gpus],
+                            addresses=[pb.Address(ip=a.ip, prefix_len=a.prefix_len, interface=a.interface)
+                                       for a in self.addresses])
+        response = self.client.call(self.client.agents.Register, pb.RegisterRequest(
+            agent=info, running=self._running(), leased_jobs=self._leased()))
         self.heartbeat_interval = response.heartbeat_interval or 1.0
         self._registered = True
         self.registered.set()
         log.info("registered with %s as %s (%d %s slots)", self.client.address, self.name, self.slots,
-                 "GPU" if self.gpu else "CPU")
+                 "GPU" if self.gpus else "CPU")
 
     def _heartbeat(self) -> bool:
-        """One heartbeat; True when there is follow-up to send at once (port check results)."""
+        """One heartbeat; True when there is follow-up to send at once (port checks to answer)."""
         with self._lock:
-            results = [pb.PortCheckResult(job_id=j, busy_ports=b) for j, b in self._port_results.items()]
+            ports = [pb.PortCheckResult(job_id=j, busy_ports=b) for j, b in self._port_results.items()]
             self._port_results.clear()
+            probes = [pb.ProbeResult(job_id=j, failures=f) for j, f in self._probe_results.items()]
+            self._probe_results.clear()
         response = self.client.call(self.client.agents.Heartbeat, pb.HeartbeatRequest(
-            agent=self.name, running=self._running(), port_results=results))
+            agent=self.name, running=self._running(), leased_jobs=self._leased(), port_results=ports,
+            probe_results=probes))
         if response.reregister:
             self._registered = False
             return True
@@ -119,20 +158,32 @@ class Agent:
             self.heartbeat_interval = response.heartbeat_interval
         for check in response.check_ports:
             self._check_ports(check.job_id, list(check.ports))
+        for probe in response.probe:
+            self._start_probe(probe)
         for task in response.start:
             self._start(task)
         for job_id in response.stop_jobs:
-            with self._lock:
-                gang = self._gangs.get(job_id)
-            if gang:
-                log.info("stopping job %s", job_id)
-                gang.stop()
+            self._stop_job(job_id)
         return bool(response.check_ports)
+
+    def _stop_job(self, job_id: str) -> None:
+        with self._lock:
+            gang = self._gangs.get(job_id)
+            lease = None if gang else self._port_leases.pop(job_id, None)
+        if gang:
+            log.info("stopping job %s", job_id)
+            gang.stop()
+        if lease:
+            lease.release()
+            self._wake.set()
 
     def _check_ports(self, job_id: str, ports: list[int]) -> None:
         """Leases the ports machine-wide (so no other tfdist job on this machine, with this or
-        another coordinator, takes them) and reports those that are busy."""
+        another coordinator, takes them), listens on them for the peers' probes, and reports
+        those that are busy."""
         with self._lock:
+            if job_id in self._gangs or job_id in self._finished:
+                return
             old = self._port_leases.pop(job_id, None)
             if old:
                 old.release()
@@ -143,31 +194,58 @@ class Agent:
                 self._port_leases[job_id] = lease
             self._port_results[job_id] = busy
 
+    def _start_probe(self, probe: pb.Probe) -> None:
+        with self._lock:
+            if probe.job_id in self._probing or probe.job_id not in self._port_leases:
+                return
+            self._probing.add(probe.job_id)
+        threading.Thread(target=self._probe, args=(probe,), daemon=True).start()
+
+    def _probe(self, probe: pb.Probe) -> None:
+        """Connects to every peer's leased ports; the failures go back with the next heartbeat."""
+        failures = []
+        for target in probe.targets:
+            error = connect_error(target.address, target.port, probe.timeout or 3.0)
+            if error:
+                failures.append(pb.ProbeFailure(target=target, error=error))
+        if failures:
+            log.warning("job %s: cannot reach %s", probe.job_id,
+                        ", ".join(f"{f.target.peer} at {f.target.address}:{f.target.port} ({f.error})"
+                                  for f in failures))
+        with self._lock:
+            self._probing.discard(probe.job_id)
+            self._probe_results[probe.job_id] = failures
+        self._wake.set()
+
     # ---------------------------------------------------------------- jobs
     def _start(self, task: pb.StartTask) -> None:
         with self._lock:
             if task.job_id in self._gangs or task.job_id in self._finished:
                 return  # a start repeated before our heartbeat said we run it
+            lease = self._port_leases.get(task.job_id)
             try:
-                command = resolve_command(list(task.workers[0].command), task.working_dir or None) if task.workers else []
+                command = resolve_command(list(task.workers[0].command), task.working_dir or None) \
+                    if task.workers else []
             except CommandError as e:
-                command = []
                 for w in task.workers:
-                    self._exit_sink(task.job_id)(w.rank, 127, (f"{self.name}: {e}",))
+                    self.outbox.exit(task.job_id, pb.WorkerExit(rank=w.rank, agent=self.name, exit_code=127,
+                                                                last_lines=[f"{self.name}: {e}"]))
                 self._finished[task.job_id] = None
                 return
-            ready_dir = tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-")  # tfdist.init() touches rank files
-            self._ready_dirs[task.job_id] = ready_dir
+            if lease:
+                lease.stop_listening()  # the ports are the workers' now
+            job_dir = tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-")  # ready and metrics files
+            self._job_dirs[task.job_id] = job_dir
             workers = []
             self._metric_files[task.job_id] = {}
             for w in task.workers:
-                ready = os.path.join(ready_dir, f"rank{w.rank}.ready")
-                metrics = os.path.join(ready_dir, f"rank{w.rank}.metrics")
+                ready = os.path.join(job_dir, f"rank{w.rank}.ready")
+                metrics = os.path.join(job_dir, f"rank{w.rank}.metrics")
                 self._metric_files[task.job_id][metrics] = 0
                 env = {**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics}
                 workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port))
-            gang = Gang(workers, self._sink(task.job_id), startup_timeout=task.startup_timeout or self.startup_timeout,
-                        cwd=task.working_dir or None, on_exit=self._exit_sink(task.job_id))
+            gang = Gang(workers, self._sink(task.job_id), cwd=task.working_dir or None,
+                        on_exit=self._exit_sink(task.job_id))
             self._gangs[task.job_id] = gang
         log.info("starting job %s: ranks %s", task.job_id, [w.rank for w in task.workers])
         threading.Thread(target=self._run_gang, args=(task.job_id, gang), daemon=True).start()
@@ -176,68 +254,76 @@ class Agent:
         # start() and run() in this thread: the workers die with it (PDEATHSIG).
         try:
             gang.start()
+            self._save_groups()
             gang.run()
         except Exception as e:  # could not even start: report every rank as failed
             log.error("job %s: %s", job_id, e)
             for w in gang.workers:
                 self._exit_sink(job_id)(w.rank, 127, (str(e),))
+        self._read_metrics(final=True, only=job_id)  # the last rows, before the files go
         self._drain(job_id)
         with self._lock:
             lease = self._port_leases.pop(job_id, None)
             if lease:
                 lease.release()
-            shutil.rmtree(self._ready_dirs.pop(job_id, ""), ignore_errors=True)
+            shutil.rmtree(self._job_dirs.pop(job_id, ""), ignore_errors=True)
             self._metric_files.pop(job_id, None)
-            self._metrics.pop(job_id, None)
             self._gangs.pop(job_id, None)
             self._finished[job_id] = None
             while len(self._finished) > 10_000:
                 self._finished.popitem(last=False)
+        self.outbox.forget(job_id)
+        self._save_groups()
         self._wake.set()  # tell the coordinator at once: the job's slots are free
 
-    def _sink(self, job_id: str):
-        buffer = self._logs[job_id]
+    def _save_groups(self) -> None:
+        """The workers' process groups, so a restarted agent can stop what a killed one left."""
+        with self._lock:
+            groups = {j: g.process_groups() for j, g in self._gangs.items()}
+        try:
+            os.makedirs(os.path.dirname(self._groups_file), mode=0o700, exist_ok=True)
+            tmp = self._groups_file + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(groups, f)
+            os.replace(tmp, self._groups_file)
+        except OSError as e:
+            log.warning("cannot record worker process groups in %s: %s", self._groups_file, e)
 
+    def _sink(self, job_id: str):
         def sink(rank: int, stream: str, line: str) -> None:
-            buffer.append(pb.LogLine(rank=rank, stream=stream, text=line, time=time.time()))
-            if len(buffer) > MAX_BUFFERED_LINES:  # coordinator away for long: keep the newest
-                buffer.popleft()
+            self.outbox.line(job_id, rank, stream, line)
         return sink
 
     def _exit_sink(self, job_id: str):
         def on_exit(rank: int, code: int, last_lines: tuple, reason: str = "") -> None:
-            self._exits.append((job_id, pb.WorkerExit(rank=rank, agent=self.name, exit_code=code,
-                                                      last_lines=list(last_lines), reason=reason)))
-            self._ship_now.set()
+            self.outbox.exit(job_id, pb.WorkerExit(rank=rank, agent=self.name, exit_code=code,
+                                                   last_lines=list(last_lines), reason=reason))
         return on_exit
 
-    def _drain(self, job_id: str, timeout: float = 3600.0) -> None:
+    def _drain(self, job_id: str) -> None:
         """Waits until the job's output and exits reached the coordinator (it may be restarting)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self._stop.is_set():
-            if not self._logs.get(job_id) and not self._metrics.get(job_id) and \
-                    not any(j == job_id for j, _ in list(self._exits)):
-                self._logs.pop(job_id, None)
-                return
-            self._ship_now.set()
-            time.sleep(0.01)
+        deadline = time.monotonic() + DRAIN_LIMIT
+        while self.outbox.owes(job_id) and time.monotonic() < deadline and not self._stop.is_set():
+            self.outbox.wake.set()
+            self._stop.wait(0.01)
 
     # ---------------------------------------------------------------- shipping
     def _ship_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self._ship_once()
+                self._read_metrics()
+                self.outbox.ship_once()
             except ClientError as e:
                 log.debug("shipping deferred: %s", e)
                 self._stop.wait(1.0)
                 continue
-            self._ship_now.wait(0.1)
-            self._ship_now.clear()
+            self.outbox.wake.wait(0.1)
+            self.outbox.wake.clear()
 
-    def _read_metrics(self) -> None:
-        """New complete lines of the workers' metrics files (a partial last line waits)."""
+    def _read_metrics(self, final: bool = False, only: str | None = None) -> None:
+        """New complete lines of the workers' metrics files (a partial last line waits, unless `final`)."""
         with self._lock:
-            files = {job: dict(paths) for job, paths in self._metric_files.items()}
+            files = {job: dict(paths) for job, paths in self._metric_files.items() if only in (None, job)}
         for job_id, paths in files.items():
             for path, offset in paths.items():
                 try:
@@ -246,44 +332,74 @@ class Agent:
                         data = f.read()
                 except FileNotFoundError:
                     continue
-                complete = data[:data.rfind(b"\n") + 1]
+                complete = data if final else data[:data.rfind(b"\n") + 1]
                 for raw in complete.splitlines():
-                    try:
-                        record = json.loads(raw)
-                        for name, value in record["values"].items():
-                            self._metrics[job_id].append(pb.Metric(rank=int(record["rank"]), step=int(record["step"]),
-                                                                   name=str(name), value=float(value),
-                                                                   time=float(record["time"])))
-                    except (ValueError, KeyError, TypeError, AttributeError):
-                        log.warning("job %s: skipping a malformed metrics line in %s", job_id, path)
+                    self._parse_metrics_line(job_id, path, raw)
                 with self._lock:
                     if job_id in self._metric_files:
                         self._metric_files[job_id][path] = offset + len(complete)
 
-    def _ship_batches(self, queues: dict, send) -> None:
-        """Sends every queue's items in batches; an item leaves its queue only once it was sent."""
-        for job_id, queue in list(queues.items()):
-            while queue:
-                batch = [queue[i] for i in range(min(LOG_BATCH, len(queue)))]
-                send(job_id, batch)
-                for _ in batch:
-                    queue.popleft()
-
-    def _ship_once(self) -> None:
-        self._read_metrics()
-        self._ship_batches(self._metrics, lambda job_id, batch: self.client.call(
-            self.client.agents.ReportMetrics, pb.ReportMetricsRequest(agent=self.name, job_id=job_id, metrics=batch)))
-        self._ship_batches(self._logs, lambda job_id, batch: self.client.call(
-            self.client.agents.PushLogs, pb.PushLogsRequest(agent=self.name, job_id=job_id, lines=batch)))
-        while self._exits:  # after the logs: a job's last lines arrive before its exit
-            job_id, exit_ = self._exits[0]
-            if self._logs.get(job_id):
-                break
+    def _parse_metrics_line(self, job_id: str, path: str, raw: bytes) -> None:
+        try:
+            record = json.loads(raw)
+            rank, step, at = int(record["rank"]), int(record["step"]), float(record["time"])
+            values = dict(record["values"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("job %s: skipping a malformed metrics line in %s", job_id, path)
+            return
+        for name, value in values.items():
+            name = str(name)
+            if not name or len(name) > MAX_METRIC_NAME:
+                self.outbox.line(job_id, rank, "stderr", f"tfdist: dropped metric {name[:40]!r}"
+                                 f"{'...' if len(name) > 40 else ''} of step {step}: a metric name has 1-"
+                                 f"{MAX_METRIC_NAME} characters ({len(name)} given)")
+                continue
             try:
-                self.client.call(self.client.agents.ReportExit,
-                                 pb.ReportExitRequest(agent=self.name, job_id=job_id, exit=exit_))
-            except ClientError as e:
-                if e.code != grpc.StatusCode.NOT_FOUND:
-                    raise
-                log.warning("dropping the exit of rank %d: %s", exit_.rank, e)  # the job is gone
-            self._exits.popleft()
+                number = float(value)
+            except (TypeError, ValueError):
+                continue
+            self.outbox.metric(job_id, pb.Metric(rank=rank, step=step, name=name, value=number, time=at))
+
+
+def connect_error(address: str, port: int, timeout: float) -> str:
+    """'' if a TCP connection to address:port opens within `timeout`, else what went wrong."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return ""
+    except socket.timeout:
+        return f"no answer within {timeout:g}s (packets dropped: a firewall?)"
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def kill_leftovers(groups_file: str) -> None:
+    """Kills the process groups a previous run of this agent recorded (its workers' children that
+    outlived it), checking each process still belongs to that job before touching it."""
+    try:
+        with open(groups_file) as f:
+            groups = json.load(f)
+    except (OSError, ValueError):
+        return
+    wanted = {int(pgid): job for job, pgids in groups.items() for pgid in pgids}
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                pgid = int(f.read().rsplit(")", 1)[1].split()[2])
+            if pgid not in wanted:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if f"{envvars.JOB_ID}={wanted[pgid]}".encode() not in f.read().split(b"\0"):
+                    continue
+            os.kill(int(entry), signal.SIGKILL)
+            killed.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    if killed:
+        log.warning("killed %d leftover worker process(es) of a previous run of this agent: %s", len(killed), killed)
+    try:
+        os.unlink(groups_file)
+    except OSError:
+        pass

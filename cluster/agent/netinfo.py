@@ -1,11 +1,14 @@
-"""What this node offers: its network addresses and its slots."""
+"""What this node offers: its network addresses and its GPUs."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
+
+from cluster.model import Gpu
 
 
 def discover_addresses(coordinator: str | None = None) -> list[dict]:
@@ -36,14 +39,33 @@ def discover_addresses(coordinator: str | None = None) -> list[dict]:
     return addresses
 
 
-def gpu_count() -> int:
-    """GPUs visible to this node (nvidia-smi), 0 if none."""
+def discover_gpus(env: dict | None = None) -> list[Gpu]:
+    """The GPUs this agent may hand out: `nvidia-smi --query-gpu=index,uuid,name`, restricted to
+    the agent's own CUDA_VISIBLE_DEVICES (indices or UUIDs) when it was started under one (e.g. by a
+    cluster manager). Indices are nvidia-smi's: PCI bus order."""
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return 0
+        return []
     try:
-        out = subprocess.run([smi, "--list-gpus"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+        return []
+    if out.returncode != 0:
+        return []
+    gpus = parse_gpu_query(out.stdout)
+    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        gpus = [g for g in gpus if str(g.index) in wanted or g.uuid in wanted]
+    return gpus
 
+
+def parse_gpu_query(text: str) -> list[Gpu]:
+    """Lines of `index, uuid, name` (nvidia-smi's CSV without header); malformed lines are skipped."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",", 2)]
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].startswith("GPU-"):
+            gpus.append(Gpu(int(parts[0]), parts[1], parts[2] if len(parts) > 2 else ""))
+    return gpus

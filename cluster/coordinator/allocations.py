@@ -1,56 +1,79 @@
-"""The allocations of active jobs (which slots and ports of which node a job holds).
+"""The allocations of active jobs (which slots, GPUs and ports of which node a job holds).
 
 Read on every heartbeat, so kept in memory, indexed by job and by agent, and
-written through to SQLite on every change. Readers get copies.
+written through to SQLite inside the caller's transaction. If that
+transaction rolls back, `reload()` brings the cache back to what was committed.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from cluster.model import Allocation, AllocState, check_alloc_transition
 from cluster.store import Store
 
 
 class AllocationTable:
     def __init__(self, store: Store):
         self._store = store
-        self._by_job: dict[str, list[dict]] = {}
-        self._by_agent: dict[str, dict[str, dict]] = {}
-        for a in store.allocations():
-            self._by_job.setdefault(a["job_id"], []).append(a)
+        self._by_job: dict[str, tuple[Allocation, ...]] = {}
+        self._by_agent: dict[str, dict[str, Allocation]] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        by_job: dict[str, list[Allocation]] = {}
+        for a in self._store.allocations():
+            by_job.setdefault(a.job_id, []).append(a)
+        self._by_job = {job: tuple(sorted(allocs, key=lambda a: a.node_rank)) for job, allocs in by_job.items()}
         self._reindex()
 
-    def of_job(self, job_id: str) -> list[dict]:
-        return [dict(a) for a in self._by_job.get(job_id, [])]
+    def of_job(self, job_id: str) -> tuple[Allocation, ...]:
+        return self._by_job.get(job_id, ())
 
-    def all(self) -> list[dict]:
-        return [dict(a) for allocs in self._by_job.values() for a in allocs]
+    def all(self) -> list[Allocation]:
+        return [a for allocs in self._by_job.values() for a in allocs]
 
-    def on_agent(self, agent: str) -> list[dict]:
-        return [dict(a) for a in self._by_agent.get(agent, {}).values()]
+    def on_agent(self, agent: str) -> list[Allocation]:
+        return list(self._by_agent.get(agent, {}).values())
 
-    def get(self, job_id: str, agent: str) -> dict | None:
-        a = self._by_agent.get(agent, {}).get(job_id)
-        return dict(a) if a is not None else None
+    def get(self, job_id: str, agent: str) -> Allocation | None:
+        return self._by_agent.get(agent, {}).get(job_id)
 
     def used_slots(self) -> dict[str, int]:
-        return {agent: sum(a["slots"] for a in allocs.values()) for agent, allocs in self._by_agent.items()}
+        return {agent: sum(a.slots for a in allocs.values()) for agent, allocs in self._by_agent.items()}
 
-    def replace(self, job_id: str, allocs: list[dict]) -> None:
+    def held_gpus(self, agent: str, but: str | None = None) -> list[int]:
+        return [g for a in self.on_agent(agent) if a.job_id != but for g in a.gpus]
+
+    def replace(self, job_id: str, allocs) -> None:
         """The job's allocations become `allocs` (empty: it holds nothing any more)."""
+        allocs = tuple(sorted(allocs, key=lambda a: a.node_rank))
         self._store.set_allocations(job_id, allocs)
         if allocs:
-            self._by_job[job_id] = [dict(a, job_id=job_id) for a in allocs]
+            self._by_job[job_id] = allocs
         else:
             self._by_job.pop(job_id, None)
         self._reindex()
 
-    def set_state(self, job_id: str, agent: str, state: str) -> None:
-        self._store.set_allocation_state(job_id, agent, state)
-        for a in self._by_job.get(job_id, []):
-            if a["agent"] == agent:
-                a["state"] = state
+    def update(self, job_id: str, agent: str, **changes) -> Allocation:
+        """Changes one allocation (its state through the lifecycle table)."""
+        current = self.get(job_id, agent)
+        if current is None:
+            raise KeyError(f"job {job_id} holds nothing on {agent}")
+        if "state" in changes:
+            check_alloc_transition(current.state, changes["state"])
+        new = dataclasses.replace(current, **changes)
+        self.replace(job_id, [new if a.agent == agent else a for a in self.of_job(job_id)])
+        return new
+
+    def set_state(self, job_id: str, state: AllocState) -> None:
+        """Every allocation of the job to `state`."""
+        for a in self.of_job(job_id):
+            check_alloc_transition(a.state, state)
+        self.replace(job_id, [dataclasses.replace(a, state=state) for a in self.of_job(job_id)])
 
     def _reindex(self) -> None:
         self._by_agent = {}
         for job_id, allocs in self._by_job.items():
             for a in allocs:
-                self._by_agent.setdefault(a["agent"], {})[job_id] = a
+                self._by_agent.setdefault(a.agent, {})[job_id] = a

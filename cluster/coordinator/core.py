@@ -1,59 +1,65 @@
-"""The coordinator's logic, without gRPC: every method takes plain values and `now`.
+"""The coordinator's logic, without gRPC: every method takes typed values and `now`.
 
-Agent work is level-triggered: what an agent must do (check ports, start
-workers, stop a job) is derived on every heartbeat from the durable state,
-never from a queue of messages that a restart could lose. So a coordinator
-killed with -9 and restarted resumes from SQLite, and agents re-attach.
+Each event (register, heartbeat, exit, submit, cancel, node loss, timeout) is
+applied under one lock in ONE SQLite transaction, so a `kill -9` at any
+point leaves all of it or none of it, and every RPC can be retried: a retried
+submit finds its job by submission id, a retried exit or output batch is
+stored once. Agent work is level-triggered: what an agent must do (lease
+ports, probe peers, start workers, stop a job) is derived on every heartbeat
+from the durable state, never from messages a restart could lose. Decisions
+(outcomes, failures, timeouts) are pure functions in cluster/policy.py; the
+per-mode launch plan (cluster/modes) decides processes and environments.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import secrets
 import threading
-import time
-from typing import Any
+from typing import Iterable, Mapping, Sequence
 
-from cluster import placement as placement_lib
-from cluster import scheduler
+from cluster import modes, placement as placement_lib, policy, scheduler
 from cluster.config import ConfigError, ExperimentConfig, config_from_dict
-from cluster.gang import describe_exit
-from cluster.model import JobState, check_transition
 from cluster.coordinator.allocations import AllocationTable
+from cluster.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, WorkerExit,
+                           check_job_transition)
+from cluster.modes import JobPlan, NodePlacement, Placement
 from cluster.store import Store
-from cluster.worker_env import NodePlacement, plan_workers, worker_environment
+from tfdist.errors import NotFoundError, UserError
 
 log = logging.getLogger("tfdist.coordinator")
 
-# Allocation states (per job and node).
-PREPARING = "PREPARING"  # the agent is asked whether the leased ports are free
-READY = "READY"  # ports confirmed; the agent is told to start the workers
-STARTED = "STARTED"  # the agent runs (or ran) the workers
-RELEASING = "RELEASING"  # the job ended; slots are held until the agent has stopped it
-
 MAX_LOG_LINE = 8192
+MAX_METRIC_NAME = 200
+PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
 
 
-class NotFound(KeyError):
-    def __str__(self) -> str:
-        return self.args[0]
+class NotFound(NotFoundError):
+    pass
 
 
-class BadRequest(ValueError):
+class BadRequest(UserError):
     pass
 
 
 @dataclasses.dataclass
 class AgentLive:
-    name: str
-    slots: int
-    gpu: bool
-    addresses: list[dict]
+    record: AgentRecord
     last_heartbeat: float
     lost: bool = False
-    running: set = dataclasses.field(default_factory=set)
+    running: dict = dataclasses.field(default_factory=dict)  # job id -> ranks that joined
+    leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.leased)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +69,72 @@ class Settings:
     max_heartbeats_per_s: float = 250.0  # what the coordinator asks of all agents together
     port_range: tuple[int, int] = (29500, 29999)
     subnet: str | None = None
+    startup_timeout: float = 300.0  # for jobs that do not set their own
+    probe_timeout: float = PROBE_TIMEOUT
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeTask:
+    job_id: str
+    targets: tuple[tuple[str, str, int], ...]  # (peer agent, address, port)
+    timeout: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StartTask:
+    job_id: str
+    working_dir: str
+    command: tuple[str, ...]
+    processes: tuple[modes.ProcessPlan, ...]
+
+
+@dataclasses.dataclass
+class Work:
+    """What one heartbeat answers an agent."""
+
+    check_ports: list[tuple[str, tuple[int, ...]]] = dataclasses.field(default_factory=list)
+    probes: list[ProbeTask] = dataclasses.field(default_factory=list)
+    start: list[StartTask] = dataclasses.field(default_factory=list)
+    stop_jobs: list[str] = dataclasses.field(default_factory=list)
+
+
+class LogBoard:
+    """Wakes log followers when a job's output or state changed, with a lock of its own: a follower
+    never takes the coordinator's lock."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._versions: dict[str, int] = {}
+
+    def version(self, job_id: str) -> int:
+        with self._cond:
+            return self._versions.get(job_id, 0)
+
+    def bump(self, job_ids: Iterable[str]) -> None:
+        with self._cond:
+            for j in job_ids:
+                self._versions[j] = self._versions.get(j, 0) + 1
+            self._cond.notify_all()
+
+    def wait(self, job_id: str, seen: int, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._versions.get(job_id, 0) != seen, timeout)
+
+
+def config_from_spec(spec: JobSpec) -> ExperimentConfig:
+    raw = {
+        "name": spec.name or "tfdist-job",
+        "entrypoint": list(spec.entrypoint) or None,
+        "resources": {"slots_per_trial": spec.slots},
+        "distribution": {"mode": spec.distribution_mode or "mwms"},
+        "hyperparameters": json.loads(spec.hyperparameters_json or "{}"),
+        "environment": {"variables": dict(spec.environment)},
+        "max_restarts": spec.max_restarts,
+    }
+    try:
+        return config_from_dict(raw)
+    except (ConfigError, ValueError) as e:
+        raise BadRequest(str(e)) from None
 
 
 class CoordinatorCore:
@@ -70,15 +142,40 @@ class CoordinatorCore:
         self.store = store
         self.settings = settings
         self.lock = threading.RLock()
-        self.changed = threading.Condition(self.lock)  # notified on every job state change
+        self.board = LogBoard()
         self.agents: dict[str, AgentLive] = {}
         self.excluded_ports: dict[tuple[str, str], set[int]] = {}  # (job, agent) -> ports found busy
         self.waiting: dict[str, str] = {}
         self.allocs = AllocationTable(store)
+        self._plans: dict[str, JobPlan] = {}
+        self._start_clock: dict[str, float] = {}  # job -> when its start-up began (or the coordinator did)
+        self._joined: dict[str, set[int]] = {}  # job -> ranks that joined (reported by agents; not durable)
+        self._fully_joined: set[str] = set()
+        self._touched: set[str] = set()  # jobs whose followers to wake after this event
         # After a restart every known agent gets a full grace period to re-attach.
-        for a in store.agents():
-            self.agents[a["name"]] = AgentLive(a["name"], a["slots"], a["gpu"], a["addresses"], now)
+        for record in store.agents():
+            self.agents[record.name] = AgentLive(record, now)
+        with self._event():
+            for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
+                self._start_clock[job.id] = now
+                self._decide(job.id, now)  # exits recorded by an older version, never decided
         self._update_heartbeat_interval()
+
+    @contextlib.contextmanager
+    def _event(self, durable: bool = False):
+        """One event: under the lock, in one transaction; the cache follows a rollback."""
+        with self.lock:
+            try:
+                with self.store.transaction(durable):
+                    yield
+            except BaseException:
+                self.allocs.reload()
+                self._plans.clear()
+                self._touched.clear()
+                raise
+            touched, self._touched = self._touched, set()
+        if touched:
+            self.board.bump(touched)
 
     # ---------------------------------------------------------------- agents
     def heartbeat_interval(self) -> float:
@@ -87,276 +184,372 @@ class CoordinatorCore:
     def _update_heartbeat_interval(self) -> None:
         """Agents heartbeat every `heartbeat_interval` seconds, stretched so that all of them together
         send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per
-        call), but never so far apart that fewer than three fit in `lost_after`. Under the lock."""
+        call), but never so far apart that fewer than three fit in `lost_after`."""
         alive = sum(1 for a in self.agents.values() if not a.lost)
         wanted = max(self.settings.heartbeat_interval, alive / self.settings.max_heartbeats_per_s)
         self._heartbeat_interval = min(wanted, max(self.settings.heartbeat_interval, self.settings.lost_after / 3))
 
-    def register(self, name: str, slots: int, gpu: bool, addresses: list[dict], running: list[str],
+    def register(self, record: AgentRecord, running: Mapping[str, Iterable[int]], leased: Iterable[str],
                  now: float) -> None:
-        if not name or slots < 1:
-            raise BadRequest(f"agent {name!r}: needs a name and at least 1 slot, got {slots}")
-        with self.lock:
-            self.store.upsert_agent(name, slots, gpu, addresses, now)
-            previous = self.agents.get(name)
-            self.agents[name] = AgentLive(name, slots, gpu, addresses, now, running=set(running))
+        if not record.name or record.slots < 1:
+            raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
+        if record.gpus and len(record.gpus) != record.slots:
+            raise BadRequest(f"agent {record.name}: {record.slots} slots but {len(record.gpus)} GPUs")
+        with self._event():
+            self.store.upsert_agent(record, now)
+            previous = self.agents.get(record.name)
+            agent = AgentLive(record, now, running={j: set(r) for j, r in running.items()}, leased=set(leased))
+            self.agents[record.name] = agent
             self._update_heartbeat_interval()
-            verb = "re-attached" if previous else "registered"
-            log.info("agent %s %s: %d %s slots, running %s", name, verb, slots, "GPU" if gpu else "CPU",
-                     sorted(running) or "nothing")
-            self._mark_started(name, running, now)
+            log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
+                     record.slots, "GPU" if record.gpu else "CPU", sorted(agent.running) or "nothing")
+            self._reconcile(agent, now, came_back=True)
             self._schedule(now)
 
-    def heartbeat(self, name: str, running: list[str], busy_ports: dict[str, list[int]],
-                  now: float) -> dict | None:
+    def heartbeat(self, name: str, running: Mapping[str, Iterable[int]], leased: Iterable[str],
+                  port_results: Mapping[str, Sequence[int]], probe_results: Mapping[str, Sequence[tuple]],
+                  now: float) -> Work | None:
         """Returns the agent's work, or None if it must register again."""
+        leased = set(leased)
         agent = self.agents.get(name)
-        if agent is not None and not agent.lost and not running and not busy_ports and not agent.running \
-                and not self.allocs.on_agent(name):
+        if agent is not None and not agent.lost and not running and not leased and not port_results \
+                and not probe_results and not agent.busy and not self.allocs.on_agent(name):
             # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
             agent.last_heartbeat = now
-            return {"check_ports": [], "start": [], "stop_jobs": []}
-        with self.lock:
+            return Work()
+        with self._event():
             agent = self.agents.get(name)
             if agent is None or agent.lost:
                 return None
             agent.last_heartbeat = now
-            agent.running = set(running)
-            for job_id, busy in busy_ports.items():
-                self._port_result(job_id, name, busy, now)
-            self._mark_started(name, running, now)
-            self._release_stopped(name, now)
-            return self._work_for(name)
+            agent.running = {j: set(r) for j, r in running.items()}
+            agent.leased = leased
+            for job_id, busy in port_results.items():
+                self._port_result(job_id, name, list(busy), now)
+            for job_id, failures in probe_results.items():
+                self._probe_result(job_id, name, list(failures), now)
+            self._reconcile(agent, now, came_back=False)
+            return self._work_for(agent)
 
-    def _mark_started(self, agent: str, running: list[str], now: float) -> None:
-        for job_id in running:
-            alloc = self.allocs.get(job_id, agent)
-            if alloc is not None and alloc["state"] == READY:
-                self.allocs.set_state(job_id, agent, STARTED)
-                self._maybe_running(job_id, now)
+    def _reconcile(self, agent: AgentLive, now: float, came_back: bool) -> None:
+        """Brings the allocations on `agent` in line with what it says it runs and holds."""
+        for alloc in self.allocs.on_agent(agent.name):
+            job_id = alloc.job_id
+            has_it = job_id in agent.running or job_id in agent.leased
+            if alloc.state == AllocState.RELEASING:
+                continue
+            if job_id in agent.running:
+                self._joined_update(job_id, agent.running[job_id])
+                if alloc.state in (AllocState.LEASED, AllocState.REACHABLE):
+                    self.allocs.update(job_id, agent.name, state=AllocState.STARTED)
+                    self._maybe_running(job_id, now)
+                continue
+            if alloc.state in (AllocState.LEASED, AllocState.REACHABLE) and not has_it:
+                # The agent lost its port leases (it restarted before the job started anywhere):
+                # lease again, every node of the job, and probe again.
+                if any(a.state == AllocState.STARTED for a in self.allocs.of_job(job_id)):
+                    self._fail(job_id, now, policy.vanished(agent.name, self._ranks_on(job_id, agent.name),
+                                                            "restarted while the job was starting"))
+                else:
+                    self.allocs.set_state(job_id, AllocState.LEASING)
+                    self.store.update_job(job_id, now, f"node {agent.name} lost its leased ports; leasing again")
+            elif alloc.state == AllocState.STARTED:
+                exited = {e.rank for e in self.store.exits(job_id)}
+                missing = [r for r in self._ranks_on(job_id, agent.name) if r not in exited]
+                if missing:
+                    why = ("restarted (its agent registered again without the job's workers)" if came_back
+                           else "no longer runs the job's workers and never reported their exits")
+                    self._fail(job_id, now, policy.vanished(agent.name, missing, why))
+        # What ended (just now, or before) and the agent no longer holds frees its slots.
+        released = [a.job_id for a in self.allocs.on_agent(agent.name) if a.state == AllocState.RELEASING
+                    and a.job_id not in agent.running and a.job_id not in agent.leased]
+        for job_id in released:
+            self._free(job_id, agent.name)
+        if released:
+            self._schedule(now)
+
+    def _joined_update(self, job_id: str, ranks: Iterable[int]) -> None:
+        self._joined.setdefault(job_id, set()).update(ranks)
+
+    def _ranks_on(self, job_id: str, agent: str) -> list[int]:
+        alloc = self.allocs.get(job_id, agent)
+        plan = self._plan(job_id)
+        if alloc is None or plan is None:
+            return []
+        return [p.rank for p in plan.on_node(alloc.node_rank)]
 
     def _maybe_running(self, job_id: str, now: float) -> None:
         job = self.store.job(job_id)
-        if job and job["state"] == JobState.STARTING.value and \
-                all(a["state"] == STARTED for a in self.allocs.of_job(job_id)):
-            self._transition(job_id, JobState.RUNNING, now, "every node started its workers", started_at=now)
+        if job and job.state == JobState.STARTING and \
+                all(a.state == AllocState.STARTED for a in self.allocs.of_job(job_id)):
+            self._transition(job, JobState.RUNNING, now, "every node started its workers", started_at=now)
 
-    def _release_stopped(self, agent: str, now: float) -> None:
-        """A RELEASING allocation is freed once the agent no longer runs the job."""
-        running = self.agents[agent].running
-        stopped = [a["job_id"] for a in self.allocs.on_agent(agent)
-                   if a["state"] == RELEASING and a["job_id"] not in running]
-        for job_id in stopped:
-            self._free_allocation(job_id, agent)
-        if stopped:
-            self._schedule(now)
-            self.changed.notify_all()
-
-    def _free_allocation(self, job_id: str, agent: str) -> None:
-        left = [a for a in self.allocs.of_job(job_id) if a["agent"] != agent]
-        self.allocs.replace(job_id, left)
+    def _free(self, job_id: str, agent: str) -> None:
+        self.allocs.replace(job_id, [a for a in self.allocs.of_job(job_id) if a.agent != agent])
         self.excluded_ports.pop((job_id, agent), None)
+        if not self.allocs.of_job(job_id):
+            self._plans.pop(job_id, None)
+            self._joined.pop(job_id, None)
+            self._fully_joined.discard(job_id)
+        self._touched.add(job_id)
 
-    def _work_for(self, agent: str) -> dict:
-        work: dict[str, Any] = {"check_ports": [], "start": [], "stop_jobs": []}
-        running = self.agents[agent].running
-        active_here = {}
-        for alloc in self.allocs.on_agent(agent):
-            active_here[alloc["job_id"]] = alloc
-            if alloc["state"] == PREPARING:
-                work["check_ports"].append({"job_id": alloc["job_id"], "ports": alloc["ports"]})
-            elif alloc["state"] == READY and alloc["job_id"] not in running:
-                start = self._start_task(alloc["job_id"], agent)
+    def _work_for(self, agent: AgentLive) -> Work:
+        work = Work()
+        for alloc in self.allocs.on_agent(agent.name):
+            job_allocs = self.allocs.of_job(alloc.job_id)
+            if alloc.state == AllocState.LEASING:
+                work.check_ports.append((alloc.job_id, alloc.ports))
+            elif alloc.state == AllocState.LEASED and all(a.state == AllocState.LEASED or
+                                                          a.state == AllocState.REACHABLE for a in job_allocs):
+                targets = tuple((a.agent, a.address, p) for a in job_allocs if a.agent != alloc.agent
+                                for p in a.ports)
+                work.probes.append(ProbeTask(alloc.job_id, targets, self.settings.probe_timeout))
+            elif alloc.state == AllocState.REACHABLE and alloc.job_id not in agent.running and \
+                    all(a.state in (AllocState.REACHABLE, AllocState.STARTED) for a in job_allocs):
+                start = self._start_task(alloc)
                 if start:
-                    work["start"].append(start)
-        for job_id in running:
-            alloc = active_here.get(job_id)
-            if alloc is None or alloc["state"] == RELEASING:
-                work["stop_jobs"].append(job_id)
+                    work.start.append(start)
+        held = {a.job_id: a for a in self.allocs.on_agent(agent.name)}
+        for job_id in sorted(set(agent.running) | agent.leased):
+            alloc = held.get(job_id)
+            if alloc is None or alloc.state == AllocState.RELEASING:
+                work.stop_jobs.append(job_id)
         return work
 
-    def _start_task(self, job_id: str, agent: str) -> dict | None:
-        allocs = self.allocs.of_job(job_id)
-        if not all(a["state"] in (READY, STARTED) for a in allocs):
-            return None  # some node is still checking its ports: nobody starts yet
+    def _plan(self, job_id: str) -> JobPlan | None:
+        """The job's launch plan (from its placement and spec), computed once per placement."""
+        if job_id in self._plans:
+            return self._plans[job_id]
         job = self.store.job(job_id)
-        spec = job["spec"]
-        nodes = [NodePlacement(host=a["address"], slots=a["slots"], ports=tuple(a["ports"]),
-                               process_per_slot=not self.agents[a["agent"]].gpu) for a in allocs]
-        workers = plan_workers(nodes)
-        config = _config_from_spec(spec)
-        node_rank = next(a["node_rank"] for a in allocs if a["agent"] == agent)
-        procs = [{"rank": w.rank, "command": list(spec["entrypoint"]), "port": w.port,
-                  "env": worker_environment(job_id, config, workers, w.rank)}
-                 for w in workers if w.node_rank == node_rank]
-        return {"job_id": job_id, "working_dir": spec.get("working_dir", ""), "workers": procs,
-                "startup_timeout": float(spec.get("startup_timeout") or 0)}
+        allocs = self.allocs.of_job(job_id) or (job.placement if job else ())
+        if job is None or not allocs:
+            return None
+        gpu_nodes = {a.agent: bool(a.gpus) for a in allocs}
+        placement = Placement(job_id, tuple(NodePlacement(a.agent, a.address, a.slots, a.ports, gpu_nodes[a.agent])
+                                            for a in allocs))
+        plan = modes.planner(job.spec.distribution_mode).plan(placement, config_from_spec(job.spec),
+                                                              [a.gpus for a in allocs])
+        self._plans[job_id] = plan
+        return plan
+
+    def _start_task(self, alloc: Allocation) -> StartTask | None:
+        job = self.store.job(alloc.job_id)
+        plan = self._plan(alloc.job_id)
+        if job is None or plan is None:
+            return None
+        return StartTask(job_id=job.id, working_dir=job.spec.working_dir, command=job.spec.entrypoint,
+                         processes=plan.on_node(alloc.node_rank))
 
     def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
-        allocs = self.allocs.of_job(job_id)
-        mine = next((a for a in allocs if a["agent"] == agent), None)
-        if mine is None or mine["state"] != PREPARING:
-            return
+        mine = self.allocs.get(job_id, agent)
+        if mine is None or mine.state != AllocState.LEASING:
+            return  # a repeated or late answer
         if not busy:
-            self.allocs.set_state(job_id, agent, READY)
+            multi_node = len(self.allocs.of_job(job_id)) > 1
+            self.allocs.update(job_id, agent, state=AllocState.LEASED if multi_node else AllocState.REACHABLE)
             return
         excluded = self.excluded_ports.setdefault((job_id, agent), set())
         excluded.update(busy)
         try:
-            mine["ports"] = self._lease(agent, len(mine["ports"]), job_id, excluded)
+            ports = tuple(self._lease(agent, len(mine.ports), job_id, excluded))
         except placement_lib.PlacementError as e:
-            self._end(job_id, JobState.FAILED, now, f"cannot lease ports on {agent}: {e}", exit_code=1)
+            self._fail(job_id, now, policy.Outcome(JobState.FAILED, f"cannot lease ports on {agent}: {e}", 1))
             return
-        self.allocs.replace(job_id, allocs)
-        self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {mine['ports']} instead",
-                              placement=json.dumps(allocs))
+        # No peer has probed yet: probes wait until every node of the job holds its ports.
+        self.allocs.update(job_id, agent, ports=ports)
+        self._plans.pop(job_id, None)
+        job = self.store.job(job_id)
+        self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {list(ports)} instead",
+                              placement=self._with_live(job.placement, self.allocs.of_job(job_id)))
+
+    def _probe_result(self, job_id: str, agent: str, failures: list[tuple], now: float) -> None:
+        mine = self.allocs.get(job_id, agent)
+        if mine is None or mine.state != AllocState.LEASED:
+            return
+        current = {(a.agent, a.address, p) for a in self.allocs.of_job(job_id) for p in a.ports}
+        failures = [f for f in failures if tuple(f[:3]) in current]  # about ports still leased
+        if failures:
+            self._fail(job_id, now, policy.unreachable(agent, failures))
+        else:
+            self.allocs.update(job_id, agent, state=AllocState.REACHABLE)
 
     def _lease(self, agent: str, count: int, job_id: str, excluded: set[int]) -> list[int]:
-        in_use = [p for a in self.allocs.on_agent(agent) if a["job_id"] != job_id for p in a["ports"]]
+        in_use = [p for a in self.allocs.on_agent(agent) if a.job_id != job_id for p in a.ports]
         return placement_lib.choose_ports(count, self.settings.port_range, in_use, excluded)
 
-    def report_exit(self, agent: str, job_id: str, rank: int, exit_code: int, last_lines: list[str],
-                    now: float, reason: str = "") -> None:
-        with self.lock:
+    @staticmethod
+    def _with_live(placement: Sequence[Allocation], live: Sequence[Allocation]) -> list[Allocation]:
+        by_agent = {a.agent: a for a in live}
+        return [by_agent.get(a.agent, a) for a in placement]
+
+    def report_exit(self, agent: str, job_id: str, exit_: WorkerExit, now: float) -> None:
+        with self._event():
             job = self.store.job(job_id)
             if job is None:
                 raise NotFound(f"job {job_id} not found")
-            if not self.store.record_exit(job_id, rank, agent, exit_code, last_lines[-20:], now):
-                return
-            for alloc in self.allocs.of_job(job_id):  # an exit proves the workers were started
-                if alloc["agent"] == agent and alloc["state"] == READY:
-                    self.allocs.set_state(job_id, agent, STARTED)
-                    self._maybe_running(job_id, now)
-                    job = self.store.job(job_id)
-            if JobState(job["state"]).terminal:
-                return
-            if exit_code != 0:
-                what = reason.replace(f"rank {rank} ", "", 1) if reason else describe_exit(exit_code)
-                self._end(job_id, JobState.FAILED, now,
-                          f"rank {rank} on node {agent} {what}; the other workers were stopped",
-                          exit_code=exit_code if 0 < exit_code < 256 else 1)
-                return
-            processes = sum(len(a["ports"]) for a in self.allocs.of_job(job_id))  # one port per process
-            if len(self.store.exits(job_id)) >= processes:
-                self._end(job_id, JobState.SUCCEEDED, now, "every worker exited with code 0", exit_code=0)
+            if not self.store.record_exit(job_id, dataclasses.replace(exit_, agent=agent, time=now,
+                                                                      last_lines=tuple(exit_.last_lines[-20:]))):
+                return  # a retried report: applied once
+            alloc = self.allocs.get(job_id, agent)
+            if alloc is not None and alloc.state in (AllocState.LEASED, AllocState.REACHABLE):
+                self.allocs.update(job_id, agent, state=AllocState.STARTED)  # an exit proves the start
+                self._maybe_running(job_id, now)
+            self._touched.add(job_id)
+            self._decide(job_id, now)
 
-    def push_logs(self, agent: str, job_id: str, lines: list[tuple[int, str, str, float]]) -> None:
+    def _decide(self, job_id: str, now: float) -> None:
+        """Applies the job's outcome once its exits decide it (the pure rule of its mode)."""
+        job = self.store.job(job_id)
+        plan = self._plan(job_id)
+        if job is None or job.terminal or plan is None:
+            return
+        outcome = policy.job_outcome(plan.success, plan.size, self.store.exits(job_id))
+        if outcome is None:
+            return
+        if outcome.state == JobState.FAILED:
+            self._fail(job_id, now, outcome)
+        else:
+            self._end(job_id, outcome, now)
+
+    def push_logs(self, agent: str, job_id: str, lines: list[tuple[int, str, str, float]], source: str = "",
+                  first_seq: int = 0) -> None:
         if not lines:
             return
-        with self.lock:
+        with self._event():
             if self.store.job(job_id) is None:
                 raise NotFound(f"job {job_id} not found")
-        self.store.append_logs(job_id, [(r, s, t[:MAX_LOG_LINE], ts) for r, s, t, ts in lines])
-        with self.lock:
-            self.changed.notify_all()  # wakes followers waiting in logs()
+            self.store.append_logs(job_id, [(r, s, t[:MAX_LOG_LINE], ts) for r, s, t, ts in lines], source, first_seq)
+            self._touched.add(job_id)
 
-    def push_metrics(self, agent: str, job_id: str, rows: list[tuple[int, int, str, float, float]]) -> None:
+    def push_metrics(self, agent: str, job_id: str, rows: list[tuple[int, int, str, float, float]], source: str = "",
+                     first_seq: int = 0) -> None:
         if not rows:
             return
-        with self.lock:
+        for rank, step, name, value, t in rows:
+            if not name or len(name) > MAX_METRIC_NAME:
+                raise BadRequest(f"metric name {name[:40]!r}... must have 1-{MAX_METRIC_NAME} characters")
+        with self._event():
             if self.store.job(job_id) is None:
                 raise NotFound(f"job {job_id} not found")
-        for rank, step, name, value, t in rows:
-            if not name or len(name) > 200:
-                raise BadRequest(f"metric name {name[:40]!r} must have 1-200 characters")
-        self.store.append_metrics(job_id, rows)
+            self.store.append_metrics(job_id, rows, source, first_seq)
 
     # ---------------------------------------------------------------- jobs
-    def submit(self, spec: dict, now: float) -> tuple[str, str]:
-        """Stores the job durably, schedules at once; returns (job id, state after scheduling)."""
-        slots = int(spec.get("slots", 0))
-        if slots < 1:
-            raise BadRequest(f"slots must be at least 1, got {slots}")
-        if not spec.get("entrypoint"):
+    def submit(self, spec: JobSpec, now: float) -> tuple[str, str]:
+        """Stores the job durably and schedules at once; returns (job id, state after scheduling).
+        A spec whose submission id is already known returns that job: a retried submit is one job."""
+        if spec.slots < 1:
+            raise BadRequest(f"slots must be at least 1, got {spec.slots}")
+        if not spec.entrypoint:
             raise BadRequest("the job has no entrypoint: give a command")
-        _config_from_spec(spec)  # validates the rest the way the CLI does
-        with self.lock:
+        config_from_spec(spec)  # validates the rest the way the CLI does
+        with self._event(durable=True):
+            if spec.submission_id:
+                known = self.store.job_by_submission(spec.submission_id)
+                if known is not None:
+                    return known.id, known.state.value
             try:
-                scheduler.check_feasible(slots, self._nodes(include_busy=True))
+                scheduler.check_feasible(spec.slots, self._nodes(include_busy=True))
             except scheduler.InfeasibleJob as e:
                 raise BadRequest(str(e)) from None
             seq = self.store.next_job_seq()
             job_id = f"{seq}-{secrets.token_hex(2)}"
-            self.store.insert_job(job_id, seq, spec, int(spec.get("priority", 0)), slots, now,
-                                  f"submitted: {slots} slots")
+            self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots")
             self._schedule(now)
-            return job_id, self.store.job(job_id)["state"]
+            return job_id, self.store.job(job_id).state.value
 
-    def resolve_job_id(self, job_ref: str) -> str:
+    def resolve_job_id(self, job_ref: str, reader=None) -> str:
         """Accepts a full id or just its number."""
-        if self.store.job(job_ref):
+        source = reader or self.store
+        if source.job(job_ref):
             return job_ref
         if job_ref.isdigit():
-            job = self.store.job_by_seq(int(job_ref))
+            job = source.job_by_seq(int(job_ref))
             if job:
-                return job["id"]
+                return job.id
         raise NotFound(f"job {job_ref} not found; `tfdist jobs` lists the jobs")
 
     def cancel(self, job_ref: str, now: float) -> str:
-        with self.lock:
+        with self._event():
             job_id = self.resolve_job_id(job_ref)
             job = self.store.job(job_id)
-            if not JobState(job["state"]).terminal:
-                self._end(job_id, JobState.CANCELED, now, "canceled by the user", exit_code=130)
-            return self.store.job(job_id)["state"]
+            if not job.terminal:
+                self._end(job_id, policy.Outcome(JobState.CANCELED, "canceled by the user", 130), now)
+            return self.store.job(job_id).state.value
 
-    def _end(self, job_id: str, state: JobState, now: float, message: str, exit_code: int) -> None:
-        self._transition(job_id, state, now, message, ended_at=now, message=message, exit_code=exit_code)
-        allocs = self.allocs.of_job(job_id)
-        for a in allocs:
-            a["state"] = RELEASING
+    def _fail(self, job_id: str, now: float, outcome: policy.Outcome) -> None:
+        decision = policy.on_failure(outcome)
+        if decision.action == policy.FailureAction.FAIL:
+            self._end(job_id, decision.outcome, now)
+
+    def _end(self, job_id: str, outcome: policy.Outcome, now: float) -> None:
+        job = self.store.job(job_id)
+        if job is None or job.terminal:
+            return
+        self._transition(job, outcome.state, now, outcome.message, ended_at=now, message=outcome.message,
+                         exit_code=outcome.exit_code)
+        live = self.allocs.of_job(job_id)
+        if live:
+            self.store.update_job(job_id, now, placement=self._with_live(job.placement, live))
         # A lost node holds nothing: nobody is left there to report the job stopped.
-        self.allocs.replace(job_id, [a for a in allocs if a["agent"] in self.agents
-                                            and not self.agents[a["agent"]].lost])
+        kept = [dataclasses.replace(a, state=AllocState.RELEASING) for a in live
+                if a.agent in self.agents and not self.agents[a.agent].lost]
+        self.allocs.replace(job_id, kept)
         self.waiting.pop(job_id, None)
+        self._start_clock.pop(job_id, None)
         self._schedule(now)
 
-    def _transition(self, job_id: str, new: JobState, now: float, event: str, **fields) -> None:
-        current = JobState(self.store.job(job_id)["state"])
-        check_transition(current, new)
-        self.store.update_job(job_id, now, f"{new.value}: {event}", state=new.value, **fields)
-        log.info("job %s %s: %s", job_id, new.value, event)
-        self.changed.notify_all()
+    def _transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
+        check_job_transition(job.state, new)
+        self.store.update_job(job.id, now, f"{new.value}: {event}", state=new, **fields)
+        log.info("job %s %s: %s", job.id, new.value, event)
+        self._touched.add(job.id)
 
     # ---------------------------------------------------------------- scheduling
     def _nodes(self, include_busy: bool = False) -> list[scheduler.Node]:
         used = self.allocs.used_slots()
-        return [scheduler.Node(a.name, a.slots, a.slots if include_busy else a.slots - used.get(a.name, 0))
+        return [scheduler.Node(a.name, a.record.slots,
+                               a.record.slots if include_busy else a.record.slots - used.get(a.name, 0))
                 for a in self.agents.values() if not a.lost]
 
     def _schedule(self, now: float) -> None:
-        queued = self.store.jobs([JobState.QUEUED.value])
+        queued = self.store.jobs([JobState.QUEUED])
         if not queued:
             self.waiting = {}
             return
-        pending = [scheduler.PendingJob(j["id"], j["slots"], j["priority"], j["seq"]) for j in queued]
+        pending = [scheduler.PendingJob(j.id, j.spec.slots, j.spec.priority, j.seq) for j in queued]
         decision = scheduler.schedule(self._nodes(), pending)
         self.waiting = dict(decision.waiting)
         for assignment in decision.assignments:
             self._place(assignment, now)
 
     def _place(self, assignment: scheduler.Assignment, now: float) -> None:
-        job_id = assignment.job_id
+        job = self.store.job(assignment.job_id)
+        planner = modes.planner(job.spec.distribution_mode)
         names = [name for name, _ in assignment.nodes]
         try:
-            addresses = placement_lib.choose_addresses({n: self.agents[n].addresses for n in names},
+            addresses = placement_lib.choose_addresses({n: self.agents[n].record.addresses for n in names},
                                                        self.settings.subnet)
-            # Each node of a job is a different agent: its ports only compete with other jobs there.
-            allocs = [{"agent": name, "node_rank": rank, "slots": slots, "address": addresses[name],
-                       "ports": self._lease(name, 1 if self.agents[name].gpu else slots, job_id, set()),
-                       "state": PREPARING}
-                      for rank, (name, slots) in enumerate(assignment.nodes)]
-            self.allocs.replace(job_id, allocs)
+            allocs = []
+            for rank, (name, slots) in enumerate(assignment.nodes):
+                record = self.agents[name].record
+                gpus = placement_lib.choose_gpus([g.index for g in record.gpus], self.allocs.held_gpus(name),
+                                                 slots) if record.gpu else ()
+                count = planner.processes_on(NodePlacement(name, addresses[name], slots, (), record.gpu))
+                allocs.append(Allocation(job.id, name, rank, slots, addresses[name],
+                                         tuple(self._lease(name, count, job.id, set())), gpus))
         except placement_lib.PlacementError as e:
-            self.allocs.replace(job_id, [])
-            self._end(job_id, JobState.FAILED, now, str(e), exit_code=1)
+            self._end(job.id, policy.Outcome(JobState.FAILED, str(e), 1), now)
             return
-        placed = ", ".join(f"{n}:{s}" for n, s in assignment.nodes)
-        self._transition(job_id, JobState.STARTING, now, f"placed on {placed}", placement=json.dumps(allocs))
+        self.allocs.replace(job.id, allocs)
+        self._start_clock[job.id] = now
+        placed = ", ".join(f"{a.agent}:{a.slots}" + (f" (GPUs {','.join(map(str, a.gpus))})" if a.gpus else "")
+                           for a in allocs)
+        self._transition(job, JobState.STARTING, now, f"placed on {placed}", placement=allocs)
 
     def check_agents(self, now: float) -> None:
-        """Declares silent agents lost and fails their jobs. Called periodically."""
-        with self.lock:
+        """Declares silent agents lost (failing their jobs) and fails jobs whose start-up is overdue.
+        Called periodically."""
+        with self._event():
             for agent in self.agents.values():
                 if agent.lost or now - agent.last_heartbeat <= self.settings.lost_after:
                     continue
@@ -365,72 +558,25 @@ class CoordinatorCore:
                 silence = now - agent.last_heartbeat
                 log.warning("agent %s lost: no heartbeat for %.1fs", agent.name, silence)
                 for alloc in self.allocs.on_agent(agent.name):
-                    job = self.store.job(alloc["job_id"])
-                    if not JobState(job["state"]).terminal:
-                        self._end(alloc["job_id"], JobState.FAILED, now,
-                                  f"node {agent.name} was lost (no heartbeat for {silence:.0f}s); "
-                                  "the other nodes' workers were stopped", exit_code=1)
-                    self._free_allocation(alloc["job_id"], agent.name)
+                    self._fail(alloc.job_id, now, policy.lost(agent.name, silence))
+                    self._free(alloc.job_id, agent.name)
+            for job_id, clock in list(self._start_clock.items()):
+                self._check_startup(job_id, clock, now)
             self._schedule(now)
 
-    # ---------------------------------------------------------------- queries
-    def job_view(self, job_ref: str) -> dict:
-        with self.lock:
-            job = self.store.job(self.resolve_job_id(job_ref))
-            job["placement"] = self.allocs.of_job(job["id"]) or job["placement"]
-            job["exits"] = self.store.exits(job["id"])
-            job["waiting_reason"] = self.waiting.get(job["id"], "")
-            job["events"] = self.store.events(job["id"])
-            job["latest_metrics"] = self.store.latest_metrics(job["id"])
-            return job
-
-    def jobs_view(self) -> list[dict]:
-        with self.lock:
-            jobs = self.store.jobs()
-            for job in jobs:
-                job["waiting_reason"] = self.waiting.get(job["id"], "")
-                job["placement"] = []
-            return jobs
-
-    def agents_view(self, now: float) -> list[dict]:
-        with self.lock:
-            used: dict[str, list] = {}
-            for a in self.allocs.all():
-                used.setdefault(a["agent"], []).append(a)
-            return [{"name": a.name, "slots": a.slots, "gpu": a.gpu, "addresses": a.addresses,
-                     "state": "LOST" if a.lost else "ALIVE", "last_heartbeat": a.last_heartbeat,
-                     "jobs": sorted({x["job_id"] for x in used.get(a.name, [])}),
-                     "free_slots": a.slots - sum(x["slots"] for x in used.get(a.name, []))}
-                    for a in sorted(self.agents.values(), key=lambda a: a.name)]
-
-    def logs(self, job_ref: str, after_seq: int, rank: int, limit: int, wait: float = 0.0,
-             clock=None) -> tuple[list[dict], bool]:
-        """Lines after `after_seq`; with `wait`, blocks until there are some or the job ended."""
-        clock = clock or time.monotonic
-        job_id = self.resolve_job_id(job_ref)
-        deadline = clock() + wait
-        with self.lock:
-            while True:
-                # Ended once no node holds the job any more: its agents shipped every line first.
-                ended = JobState(self.store.job(job_id)["state"]).terminal and not self.allocs.of_job(job_id)
-                lines = self.store.logs(job_id, after_seq, rank, limit)
-                left = deadline - clock()
-                if lines or ended or left <= 0:
-                    return lines, ended and len(lines) < limit
-                self.changed.wait(min(left, 1.0))
-
-
-def _config_from_spec(spec: dict) -> ExperimentConfig:
-    raw = {
-        "name": spec.get("name") or "tfdist-job",
-        "entrypoint": list(spec.get("entrypoint") or []) or None,
-        "resources": {"slots_per_trial": int(spec.get("slots", 1))},
-        "distribution": {"mode": spec.get("distribution_mode") or "mwms"},
-        "hyperparameters": json.loads(spec.get("hyperparameters_json") or "{}"),
-        "environment": {"variables": dict(spec.get("environment") or {})},
-        "max_restarts": int(spec.get("max_restarts", 0)),
-    }
-    try:
-        return config_from_dict(raw)
-    except ConfigError as e:
-        raise BadRequest(str(e)) from None
+    def _check_startup(self, job_id: str, clock: float, now: float) -> None:
+        if job_id in self._fully_joined:
+            return
+        job = self.store.job(job_id)
+        plan = self._plan(job_id)
+        if job is None or job.terminal or plan is None:
+            self._start_clock.pop(job_id, None)
+            return
+        joined = self._joined.get(job_id, set()) | {e.rank for e in self.store.exits(job_id)}
+        if job.state == JobState.RUNNING and (plan.size <= 1 or joined >= set(range(plan.size))):
+            self._fully_joined.add(job_id)
+            return
+        timeout = job.spec.startup_timeout or self.settings.startup_timeout
+        outcome = policy.startup_overdue(plan.size, self.allocs.of_job(job_id), joined, clock, now, timeout)
+        if outcome is not None:
+            self._fail(job_id, now, outcome)

@@ -12,67 +12,104 @@ from concurrent import futures
 import grpc
 
 from cluster.auth import TokenInterceptor, check_listen_policy
-from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings
+from cluster.coordinator import views
+from cluster.coordinator.core import CoordinatorCore, Settings, Work
+from cluster.model import Address, AgentRecord, Allocation, Gpu, JobSpec, WorkerExit
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.store import Store
+from tfdist.errors import TfdistError
 
 log = logging.getLogger("tfdist.coordinator")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+RPC_THREADS = 32  # heartbeats, submissions, queries
+FOLLOWER_THREADS = 64  # long-polling log followers on top; more followers poll without waiting
 
 
 def _guard(fn):
+    """Domain errors become their status code (each error carries its own); anything else is a bug:
+    logged whole, answered with one line."""
     def wrapper(self, request, context):
         try:
             return fn(self, request, context)
-        except NotFound as e:
-            context.abort(grpc.StatusCode.NOT_FOUND, str(e))
-        except BadRequest as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        except Exception as e:  # a bug: log it whole, answer with one line
+        except TfdistError as e:
+            context.abort(grpc.StatusCode[e.grpc_code], str(e))
+        except Exception as e:
             log.exception("%s failed", fn.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {fn.__name__}: {type(e).__name__}: {e}")
     wrapper.__name__ = fn.__name__
     return wrapper
 
 
-def spec_to_dict(spec: pb.JobSpec) -> dict:
-    return {"name": spec.name, "entrypoint": list(spec.entrypoint), "slots": spec.slots,
-            "distribution_mode": spec.distribution_mode, "hyperparameters_json": spec.hyperparameters_json,
-            "environment": dict(spec.environment), "max_restarts": spec.max_restarts, "priority": spec.priority,
-            "working_dir": spec.working_dir, "startup_timeout": spec.startup_timeout}
+def spec_from_pb(spec: pb.JobSpec) -> JobSpec:
+    return JobSpec(name=spec.name, entrypoint=tuple(spec.entrypoint), slots=spec.slots,
+                   distribution_mode=spec.distribution_mode, hyperparameters_json=spec.hyperparameters_json or "{}",
+                   environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
+                   working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
+                   submission_id=spec.submission_id)
 
 
-def job_to_pb(job: dict) -> pb.Job:
-    spec = job["spec"]
+def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
+    return pb.JobSpec(name=spec.name, entrypoint=list(spec.entrypoint), slots=spec.slots,
+                      distribution_mode=spec.distribution_mode, hyperparameters_json=spec.hyperparameters_json,
+                      environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
+                      working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
+                      submission_id=spec.submission_id)
+
+
+def placement_to_pb(a: Allocation) -> pb.Placement:
+    return pb.Placement(agent=a.agent, node_rank=a.node_rank, slots=a.slots, address=a.address, ports=list(a.ports),
+                        gpus=list(a.gpus), state=a.state.value)
+
+
+def job_to_pb(view: views.JobView) -> pb.Job:
+    job = view.job
     return pb.Job(
-        id=job["id"], spec=pb.JobSpec(**{k: v for k, v in spec.items() if k in pb.JobSpec.DESCRIPTOR.fields_by_name}),
-        state=job["state"], submitted_at=job["submitted_at"], started_at=job["started_at"] or 0,
-        ended_at=job["ended_at"] or 0, waiting_reason=job.get("waiting_reason", ""), message=job["message"] or "",
-        exit_code=job["exit_code"] if job["exit_code"] is not None else -1,
-        placement=[pb.Placement(agent=a["agent"], node_rank=a["node_rank"], slots=a["slots"], address=a["address"],
-                                ports=a["ports"]) for a in job.get("placement", [])],
-        exits=[pb.WorkerExit(rank=e["rank"], agent=e["agent"], exit_code=e["exit_code"], last_lines=e["last_lines"])
-               for e in job.get("exits", [])],
-        latest_metrics=[pb.Metric(**m) for m in job.get("latest_metrics", [])])
+        id=job.id, spec=spec_to_pb(job.spec), state=job.state.value, submitted_at=job.submitted_at,
+        started_at=job.started_at or 0, ended_at=job.ended_at or 0, waiting_reason=view.waiting_reason,
+        message=job.message, exit_code=job.exit_code if job.exit_code is not None else -1,
+        placement=[placement_to_pb(a) for a in view.placement],
+        exits=[pb.WorkerExit(rank=e.rank, agent=e.agent, exit_code=e.exit_code, last_lines=list(e.last_lines),
+                             reason=e.reason) for e in view.exits],
+        latest_metrics=[pb.Metric(**m) for m in view.latest_metrics])
+
+
+def agent_from_pb(a: pb.AgentInfo) -> AgentRecord:
+    return AgentRecord(name=a.name, slots=a.slots,
+                       addresses=tuple(Address(x.ip, x.prefix_len, x.interface) for x in a.addresses),
+                       gpus=tuple(Gpu(g.index, g.uuid, g.name) for g in a.gpus))
+
+
+def work_to_pb(work: Work, interval: float) -> pb.HeartbeatResponse:
+    return pb.HeartbeatResponse(
+        check_ports=[pb.PortCheck(job_id=j, ports=list(ports)) for j, ports in work.check_ports],
+        probe=[pb.Probe(job_id=p.job_id, timeout=p.timeout,
+                        targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
+               for p in work.probes],
+        start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, workers=[
+            pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus))
+            for p in s.processes]) for s in work.start],
+        stop_jobs=work.stop_jobs, heartbeat_interval=interval)
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def __init__(self, core: CoordinatorCore, clock=time.time):
         self.core, self.clock = core, clock
+        self.follower = views.LogFollower(core)
+        self.follow_slots = threading.BoundedSemaphore(FOLLOWER_THREADS)
 
     @_guard
     def SubmitJob(self, request, context):
-        job_id, state = self.core.submit(spec_to_dict(request.spec), self.clock())
+        job_id, state = self.core.submit(spec_from_pb(request.spec), self.clock())
         return pb.SubmitJobResponse(job_id=job_id, state=state)
 
     @_guard
     def GetJob(self, request, context):
-        return job_to_pb(self.core.job_view(request.job_id))
+        return job_to_pb(views.job_view(self.core, request.job_id))
 
     @_guard
     def ListJobs(self, request, context):
-        return pb.ListJobsResponse(jobs=[job_to_pb(j) for j in self.core.jobs_view()])
+        return pb.ListJobsResponse(jobs=[job_to_pb(v) for v in views.jobs_view(self.core)])
 
     @_guard
     def CancelJob(self, request, context):
@@ -82,7 +119,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetLogs(self, request, context):
         limit = min(request.limit or 1000, 5000)
         wait = min(max(request.wait_ms, 0), 10_000) / 1000.0
-        lines, ended = self.core.logs(request.job_id, request.after_seq, request.rank, limit, wait)
+        # Waiting followers may use FOLLOWER_THREADS threads at most; the rest answer at once.
+        waiting = wait > 0 and self.follow_slots.acquire(blocking=False)
+        try:
+            lines, ended = self.follower.logs(request.job_id, request.after_seq, request.rank, limit,
+                                              wait if waiting else 0.0)
+        finally:
+            if waiting:
+                self.follow_slots.release()
         return pb.GetLogsResponse(job_ended=ended, lines=[
             pb.LogLine(seq=l["seq"], rank=l["rank"], stream=l["stream"], text=l["text"], time=l["time"])
             for l in lines])
@@ -90,11 +134,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @_guard
     def ListAgents(self, request, context):
         return pb.ListAgentsResponse(agents=[
-            pb.AgentInfo(name=a["name"], slots=a["slots"], gpu=a["gpu"], state=a["state"],
-                         last_heartbeat=a["last_heartbeat"], jobs=a["jobs"], free_slots=a["free_slots"],
-                         addresses=[pb.Address(ip=x["ip"], prefix_len=x["prefix_len"],
-                                               interface=x.get("interface", "")) for x in a["addresses"]])
-            for a in self.core.agents_view(self.clock())])
+            pb.AgentInfo(name=a.name, slots=a.slots, gpu=a.record.gpu, state=a.state, last_heartbeat=a.last_heartbeat,
+                         jobs=list(a.jobs), free_slots=a.free_slots, free_gpus=list(a.free_gpus),
+                         gpus=[pb.Gpu(index=g.index, uuid=g.uuid, name=g.name) for g in a.record.gpus],
+                         addresses=[pb.Address(ip=x.ip, prefix_len=x.prefix_len, interface=x.interface)
+                                    for x in a.record.addresses])
+            for a in views.agents_view(self.core)])
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
@@ -103,42 +148,41 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     @_guard
     def Register(self, request, context):
-        a = request.agent
-        self.core.register(a.name, a.slots, a.gpu,
-                           [{"ip": x.ip, "prefix_len": x.prefix_len, "interface": x.interface} for x in a.addresses],
-                           [t.job_id for t in request.running], self.clock())
+        self.core.register(agent_from_pb(request.agent), {t.job_id: list(t.joined_ranks) for t in request.running},
+                           list(request.leased_jobs), self.clock())
         return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval())
 
     @_guard
     def Heartbeat(self, request, context):
-        work = self.core.heartbeat(request.agent, [t.job_id for t in request.running],
-                                   {r.job_id: list(r.busy_ports) for r in request.port_results}, self.clock())
+        work = self.core.heartbeat(
+            request.agent, {t.job_id: list(t.joined_ranks) for t in request.running}, list(request.leased_jobs),
+            {r.job_id: list(r.busy_ports) for r in request.port_results},
+            {r.job_id: [(f.target.peer, f.target.address, f.target.port, f.error) for f in r.failures]
+             for r in request.probe_results}, self.clock())
         if work is None:
             return pb.HeartbeatResponse(reregister=True)
-        return pb.HeartbeatResponse(
-            check_ports=[pb.PortCheck(**c) for c in work["check_ports"]],
-            start=[pb.StartTask(job_id=s["job_id"], working_dir=s["working_dir"], startup_timeout=s["startup_timeout"],
-                                workers=[pb.WorkerProcess(**w) for w in s["workers"]]) for s in work["start"]],
-            stop_jobs=work["stop_jobs"], heartbeat_interval=self.core.heartbeat_interval())
+        return work_to_pb(work, self.core.heartbeat_interval())
 
     @_guard
     def ReportExit(self, request, context):
         e = request.exit
-        self.core.report_exit(request.agent, request.job_id, e.rank, e.exit_code, list(e.last_lines), self.clock(),
-                              e.reason)
+        self.core.report_exit(request.agent, request.job_id,
+                              WorkerExit(e.rank, request.agent, e.exit_code, tuple(e.last_lines), reason=e.reason),
+                              self.clock())
         return pb.ReportExitResponse()
 
     @_guard
     def PushLogs(self, request, context):
         self.core.push_logs(request.agent, request.job_id,
-                            [(l.rank, l.stream, l.text, l.time) for l in request.lines])
+                            [(l.rank, l.stream, l.text, l.time) for l in request.lines], request.source,
+                            request.first_seq)
         return pb.PushLogsResponse()
-
 
     @_guard
     def ReportMetrics(self, request, context):
         self.core.push_metrics(request.agent, request.job_id,
-                               [(m.rank, m.step, m.name, m.value, m.time) for m in request.metrics])
+                               [(m.rank, m.step, m.name, m.value, m.time) for m in request.metrics], request.source,
+                               request.first_seq)
         return pb.ReportMetricsResponse()
 
 
@@ -146,7 +190,7 @@ class CoordinatorServer:
     """The daemon: gRPC server + a thread that declares silent agents lost."""
 
     def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", token: str | None = None,
-                 settings: Settings = Settings(), max_workers: int = 32):
+                 settings: Settings = Settings(), max_workers: int = RPC_THREADS):
         check_listen_policy(listen, token)
         # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
         # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
@@ -157,7 +201,7 @@ class CoordinatorServer:
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0)]
         interceptors = [TokenInterceptor(token)] if token else []
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers), options=options,
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers + FOLLOWER_THREADS), options=options,
                                   interceptors=interceptors)
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core), self.server)
         pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.core), self.server)

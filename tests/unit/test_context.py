@@ -5,9 +5,14 @@ import logging
 import pytest
 
 from cluster.config import parse_config
-from cluster.worker_env import NodePlacement, job_environments
+from cluster.modes import NodePlacement, Placement, mwms
 from tfdist import context_from_env
 from tfdist.errors import LaunchEnvironmentError
+
+
+def job_environments(job_id, cfg, nodes, devices=None):
+    plan = mwms.plan(Placement(job_id, tuple(nodes)), cfg, devices or [()] * len(nodes))
+    return [dict(p.env) for p in plan.processes]
 
 
 def test_plain_python_is_rank_zero_of_one():
@@ -19,7 +24,7 @@ def test_plain_python_is_rank_zero_of_one():
 
 def test_context_reads_what_the_launcher_writes():
     cfg = parse_config("hyperparameters: {global_batch_size: 64, lr: 0.5}")
-    envs = job_environments("j1", cfg, [NodePlacement("h", 2, (1, 2)), NodePlacement("g", 2, (3, 4))])
+    envs = job_environments("j1", cfg, [NodePlacement("h", "h", 2, (1, 2)), NodePlacement("g", "g", 2, (3, 4))])
     ctx = context_from_env(envs[3], {"lr": 0.1, "epochs": 2})
     assert (ctx.job_id, ctx.rank, ctx.size, ctx.local_rank, ctx.local_size, ctx.node_rank, ctx.num_nodes) == \
         ("j1", 3, 4, 1, 2, 1, 2)
@@ -30,7 +35,7 @@ def test_context_reads_what_the_launcher_writes():
 
 def test_remainder_warning_on_chief(caplog):
     cfg = parse_config("hyperparameters: {global_batch_size: 10}")
-    envs = job_environments("j", cfg, [NodePlacement("h", 3, (1, 2, 3))])
+    envs = job_environments("j", cfg, [NodePlacement("h", "h", 3, (1, 2, 3))])
     with caplog.at_level(logging.WARNING, logger="tfdist"):
         ctx = context_from_env(envs[0])
     assert ctx.per_replica_batch_size == 3 and ctx.effective_global_batch_size == 9
@@ -42,3 +47,11 @@ def test_malformed_environment_is_named():
         context_from_env({"TFDIST_RANK": "0", "TFDIST_SIZE": "two"})
     with pytest.raises(LaunchEnvironmentError, match="TFDIST_RANK=5 is outside 0..1"):
         context_from_env({"TFDIST_RANK": "5", "TFDIST_SIZE": "2"})
+
+
+def test_gpus_reach_the_context():
+    cfg = parse_config("")
+    envs = job_environments("j", cfg, [NodePlacement("h", "h", 2, (1,), gpu_node=True)], [(3, 5)])
+    ctx = context_from_env(envs[0])
+    assert ctx.gpus == (3, 5) and ctx.local_slots == 2
+    assert context_from_env({}).gpus == ()

@@ -1,175 +1,339 @@
-"""The coordinator's logic without gRPC: time is passed in, state is a real SQLite store."""
+"""The coordinator's logic without gRPC: time is passed in, state is a real SQLite store, and the
+agents are scripted nodes that answer the coordinator's work the way `tfdist agent` does."""
 
 import json
 
 import pytest
 
 from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings
+from cluster.coordinator.views import agents_view, job_view, jobs_view
+from cluster.model import Address, AgentRecord, AllocState, Gpu, JobSpec, JobState, WorkerExit
 from cluster.store import Store
 
-ADDR = {"a1": [{"ip": "198.18.0.2", "prefix_len": 24, "interface": "eth0"}],
-        "a2": [{"ip": "198.18.0.3", "prefix_len": 24, "interface": "eth0"},
-               {"ip": "10.9.0.3", "prefix_len": 16, "interface": "eth1"}]}
+ADDR = {"a1": (Address("198.18.0.2", 24, "eth0"),),
+        "a2": (Address("198.18.0.3", 24, "eth0"), Address("10.9.0.3", 16, "eth1"))}
 
 
 def spec(slots, cmd=("python", "train.py"), **extra):
-    return {"name": "t", "entrypoint": list(cmd), "slots": slots, "distribution_mode": "mwms",
-            "hyperparameters_json": json.dumps({"global_batch_size": 8}), "environment": {}, "max_restarts": 0,
-            "priority": 0, "working_dir": "/w", **extra}
+    return JobSpec(name="t", entrypoint=tuple(cmd), slots=slots, hyperparameters_json=json.dumps({"global_batch_size": 8}),
+                   working_dir="/w", **extra)
 
 
-def submit(core, job_spec, now):
-    """Submits; returns the job id (the state right after scheduling is checked where it matters)."""
-    return core.submit(job_spec, now)[0]
+class Node:
+    """A scripted agent: answers port checks and probes (as told), starts and stops what it is told to."""
+
+    def __init__(self, core, name, slots=2, gpus=()):
+        self.core, self.name = core, name
+        self.record = AgentRecord(name, len(gpus) or slots, ADDR.get(name, (Address("198.18.0.9", 24),)),
+                                  tuple(Gpu(i, f"GPU-{name}-{i}") for i in gpus))
+        self.leased, self.running, self.started = set(), {}, {}
+        self.port_answers, self.probe_answers = {}, {}
+        self.busy_ports, self.unreachable, self.join = set(), [], True
+
+    def register(self, now=0):
+        self.core.register(self.record, self.running, self.leased, now)
+
+    def beat(self, now):
+        ports, self.port_answers = self.port_answers, {}
+        probes, self.probe_answers = self.probe_answers, {}
+        work = self.core.heartbeat(self.name, self.running, self.leased - set(self.running), ports, probes, now)
+        if work is None:
+            return None
+        for job_id, leased_ports in work.check_ports:
+            busy = [p for p in leased_ports if p in self.busy_ports]
+            self.port_answers[job_id] = busy
+            if not busy:
+                self.leased.add(job_id)
+        for probe in work.probes:
+            self.probe_answers[probe.job_id] = [(*t, "refused") for t in probe.targets if t[0] in self.unreachable]
+        for task in work.start:
+            self.started[task.job_id] = task
+            self.running[task.job_id] = [p.rank for p in task.processes] if self.join else []
+        for job_id in work.stop_jobs:
+            self.running.pop(job_id, None)
+            self.leased.discard(job_id)
+        return work
+
+    def finish(self, job_id, now, code=0):
+        """Every rank of the job here exits with `code`."""
+        for p in self.started[job_id].processes:
+            self.core.report_exit(self.name, job_id, WorkerExit(p.rank, self.name, code), now)
+        self.running.pop(job_id, None)
+        self.leased.discard(job_id)
+
+
+def drive(nodes, now, rounds=8):
+    for _ in range(rounds):
+        for n in nodes:
+            n.beat(now)
 
 
 @pytest.fixture
 def core(tmp_path):
-    c = CoordinatorCore(Store(str(tmp_path / "c.sqlite")), Settings(lost_after=10, port_range=(30000, 30009)))
-    c.register("a1", 2, False, ADDR["a1"], [], now=0)
-    c.register("a2", 2, False, ADDR["a2"], [], now=0)
-    return c
+    return CoordinatorCore(Store(str(tmp_path / "c.sqlite")), Settings(lost_after=10, port_range=(30000, 30009),
+                                                                      startup_timeout=60))
 
 
-def beat(core, agent, now, running=(), busy=None):
-    return core.heartbeat(agent, list(running), busy or {}, now)
+@pytest.fixture
+def nodes(core):
+    made = [Node(core, "a1"), Node(core, "a2")]
+    for n in made:
+        n.register()
+    return made
 
 
-def start_job(core, job_id, agents, now=1):
-    """Drives the port check and start for `agents`; returns each agent's start task."""
-    for a in agents:
-        work = beat(core, a, now)
-        assert [c["job_id"] for c in work["check_ports"]] == [job_id]
-        beat(core, a, now, busy={job_id: []})
-    starts = {}
-    for a in agents:
-        work = beat(core, a, now)
-        starts[a] = work["start"][0]
-    for a in agents:
-        beat(core, a, now, running=[job_id])
-    return starts
+def state(core, job_id):
+    return job_view(core, job_id).job.state
 
 
-def test_two_node_job_gets_per_node_tf_config_on_the_common_subnet(core):
-    job_id, state = core.submit(spec(4), now=1)
-    assert state == "STARTING" and core.job_view(job_id)["state"] == "STARTING"
-    starts = start_job(core, job_id, ["a1", "a2"])
-    envs = [w["env"] for a in ("a1", "a2") for w in starts[a]["workers"]]
-    tf_config = json.loads(envs[3]["TF_CONFIG"])
-    assert tf_config == {"cluster": {"worker": ["198.18.0.2:30000", "198.18.0.2:30001",
-                                                "198.18.0.3:30000", "198.18.0.3:30001"]},
-                         "task": {"index": 3, "type": "worker"}}
+def test_two_node_job_gets_per_node_tf_config_on_the_common_subnet(core, nodes):
+    job_id, st = core.submit(spec(4), now=1)
+    assert st == "STARTING"
+    drive(nodes, 1)
+    envs = [dict(p.env) for n in nodes for p in n.started[job_id].processes]
+    assert json.loads(envs[3]["TF_CONFIG"]) == {"cluster": {"worker": ["198.18.0.2:30000", "198.18.0.2:30001",
+                                                                       "198.18.0.3:30000", "198.18.0.3:30001"]},
+                                                "task": {"index": 3, "type": "worker"}}
     assert [e["TFDIST_RANK"] for e in envs] == ["0", "1", "2", "3"]
     assert [e["TFDIST_NODE_RANK"] for e in envs] == ["0", "0", "1", "1"]
     assert envs[2]["TFDIST_LOCAL_RANK"] == "0" and envs[0]["TFDIST_PER_REPLICA_BATCH_SIZE"] == "2"
-    assert starts["a1"]["working_dir"] == "/w"
-    assert core.job_view(job_id)["state"] == "RUNNING"
-    for rank, agent in enumerate(["a1", "a1", "a2", "a2"]):
-        core.report_exit(agent, job_id, rank, 0, [], now=5)
-    view = core.job_view(job_id)
-    assert view["state"] == "SUCCEEDED" and view["exit_code"] == 0
-    # Slots are held until the agents say the job is gone.
-    assert [a["state"] for a in view["placement"]] == ["RELEASING", "RELEASING"]
-    beat(core, "a1", 6)
-    beat(core, "a2", 6)
-    assert core.store.allocations(job_id) == [] and core.allocs.of_job(job_id) == []
-    assert [p["agent"] for p in core.job_view(job_id)["placement"]] == ["a1", "a2"]  # kept for `tfdist job`
+    assert nodes[0].started[job_id].working_dir == "/w"
+    assert state(core, job_id) == JobState.RUNNING
+    for n in nodes:
+        n.finish(job_id, now=5)
+    view = job_view(core, job_id)
+    assert view.job.state == JobState.SUCCEEDED and view.job.exit_code == 0
+    # Slots are held until the agents say the job is gone; the placement stays whole throughout.
+    assert [a.state for a in view.placement] == [AllocState.RELEASING] * 2
+    nodes[0].beat(6)
+    assert [a.agent for a in job_view(core, job_id).placement] == ["a1", "a2"]
+    nodes[1].beat(6)
+    assert core.store.allocations(job_id) == [] and core.allocs.of_job(job_id) == ()
+    assert [a.agent for a in job_view(core, job_id).placement] == ["a1", "a2"]  # kept for `tfdist job`
 
 
-def test_busy_port_is_released_and_replaced(core):
-    job_id = submit(core, spec(2), now=1)
-    beat(core, "a1", 1) or beat(core, "a2", 1)
-    agent = core.job_view(job_id)["placement"][0]["agent"]
-    ports = core.job_view(job_id)["placement"][0]["ports"]
-    beat(core, agent, 2, busy={job_id: [ports[0]]})
-    new_ports = core.job_view(job_id)["placement"][0]["ports"]
-    assert ports[0] not in new_ports and len(new_ports) == 2
-    assert beat(core, agent, 2)["start"] == []  # still checking: nobody starts
-    assert beat(core, agent, 2)["check_ports"] == [{"job_id": job_id, "ports": new_ports}]
+def test_nodes_probe_each_other_before_anything_starts(core, nodes):
+    job_id = core.submit(spec(4), now=1)[0]
+    for n in nodes:
+        n.beat(1)  # lease
+    for n in nodes:
+        n.beat(1)  # answer the lease: LEASED
+    probes = {n.name: n.beat(1).probes for n in nodes}
+    assert [t for t in probes["a1"][0].targets] == [("a2", "198.18.0.3", 30000), ("a2", "198.18.0.3", 30001)]
+    assert not nodes[0].started and not nodes[1].started  # nobody starts before every probe answered
 
 
-def test_two_small_jobs_pack_one_node_and_never_share_ports(core):
-    j1 = submit(core, spec(1), now=1)
-    j2 = submit(core, spec(1), now=1)
-    p1, p2 = core.job_view(j1)["placement"][0], core.job_view(j2)["placement"][0]
-    assert p1["agent"] == p2["agent"]
-    assert not set(p1["ports"]) & set(p2["ports"])
+def test_an_unreachable_peer_fails_the_job_before_tensorflow_starts(core, nodes):
+    nodes[0].unreachable = ["a2"]
+    job_id = core.submit(spec(4), now=1)[0]
+    drive(nodes, 1)
+    job = job_view(core, job_id).job
+    assert job.state == JobState.FAILED and job.exit_code == 1
+    assert job.message.startswith("node a1 cannot reach node a2 at 198.18.0.3:30000: refused (and 1 more). "
+                                  "Nothing was started.")
+    assert not nodes[0].started and not nodes[1].started
+    drive(nodes, 2)
+    assert all(a.free_slots == 2 for a in agents_view(core))  # leases given back, slots free
 
 
-def test_job_waits_with_a_reason_then_starts(core):
-    big = submit(core, spec(4), now=1)
-    waiting = submit(core, spec(2), now=1)
-    view = core.job_view(waiting)
-    assert view["state"] == "QUEUED"
-    assert view["waiting_reason"] == "waiting for 2 free slots on one node; the most free on any node is 0 (a1)"
-    start_job(core, big, ["a1", "a2"])
-    for rank, agent in enumerate(["a1", "a1", "a2", "a2"]):
-        core.report_exit(agent, big, rank, 0, [], now=3)
-    beat(core, "a1", 4)
-    assert core.job_view(waiting)["state"] == "STARTING"
+def test_busy_port_is_released_and_replaced(core, nodes):
+    nodes[0].busy_ports = {30000}
+    nodes[1].busy_ports = {30000}
+    job_id = core.submit(spec(2), now=1)[0]
+    drive(nodes, 1)
+    placement = job_view(core, job_id).placement[0]
+    assert 30000 not in placement.ports and len(placement.ports) == 2
+    assert state(core, job_id) == JobState.RUNNING
+    assert "ports [30000] busy on" in " ".join(m for _, m in core.store.events(job_id))
 
 
-def test_infeasible_job_is_refused_with_sizes(core):
+def test_two_small_jobs_pack_one_node_and_never_share_ports(core, nodes):
+    j1 = core.submit(spec(1), now=1)[0]
+    j2 = core.submit(spec(1), now=1)[0]
+    p1, p2 = job_view(core, j1).placement[0], job_view(core, j2).placement[0]
+    assert p1.agent == p2.agent
+    assert not set(p1.ports) & set(p2.ports)
+
+
+def test_gpus_are_assigned_and_never_shared(core):
+    node = Node(core, "g1", gpus=range(8))
+    node.register()
+    two = core.submit(spec(2), now=1)[0]
+    one_a = core.submit(spec(1), now=1)[0]
+    one_b = core.submit(spec(1), now=1)[0]
+    drive([node], 1)
+    held = {j: job_view(core, j).placement[0].gpus for j in (two, one_a, one_b)}
+    assert held == {two: (0, 1), one_a: (2,), one_b: (3,)}
+    envs = {j: dict(node.started[j].processes[0].env) for j in held}
+    assert [len(node.started[j].processes) for j in held] == [1, 1, 1]  # one process drives the node's GPUs
+    assert envs[two]["CUDA_VISIBLE_DEVICES"] == "0,1" and envs[one_b]["CUDA_VISIBLE_DEVICES"] == "3"
+    assert envs[two]["TFDIST_LOCAL_SLOTS"] == "2" and envs[two]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert agents_view(core)[0].free_gpus == (4, 5, 6, 7)
+    node.finish(one_a, now=2)
+    node.beat(3)
+    assert core.submit(spec(1), now=3)[0]  # the freed GPU is handed out again
+    assert agents_view(core)[0].free_gpus == (4, 5, 6, 7)
+
+
+def test_job_waits_with_a_reason_then_starts(core, nodes):
+    big = core.submit(spec(4), now=1)[0]
+    waiting = core.submit(spec(2), now=1)[0]
+    assert state(core, waiting) == JobState.QUEUED
+    assert job_view(core, waiting).waiting_reason == \
+        "waiting for 2 free slots on one node; the most free on any node is 0 (a1)"
+    drive(nodes, 1)
+    for n in nodes:
+        n.finish(big, now=3)
+    nodes[0].beat(4)
+    assert state(core, waiting) == JobState.STARTING
+
+
+def test_infeasible_job_is_refused_with_sizes(core, nodes):
     with pytest.raises(BadRequest, match=r"slots_per_trial=3 can never be scheduled on this cluster \(2 nodes of "
                                          r"2 slots\).*Sizes that fit: 1-2, 4\. Nearest: 2 or 4\."):
-        submit(core, spec(3), now=1)
-    assert core.jobs_view() == []
+        core.submit(spec(3), now=1)
+    assert jobs_view(core) == []
 
 
-def test_worker_failure_stops_the_gang_everywhere(core):
-    job_id = submit(core, spec(4), now=1)
-    start_job(core, job_id, ["a1", "a2"])
-    core.report_exit("a2", job_id, 3, 7, ["boom"], now=2)
-    view = core.job_view(job_id)
-    assert view["state"] == "FAILED" and view["exit_code"] == 7
-    assert view["message"] == "rank 3 on node a2 exited with code 7; the other workers were stopped"
-    assert beat(core, "a1", 3, running=[job_id])["stop_jobs"] == [job_id]
-    core.report_exit("a1", job_id, 0, -15, [], now=3)  # the collateral exits do not change the outcome
-    assert core.job_view(job_id)["message"].startswith("rank 3 on node a2")
+def test_a_retried_submit_is_one_job(core, nodes):
+    first = core.submit(spec(1, submission_id="abc"), now=1)
+    again = core.submit(spec(1, submission_id="abc"), now=2)
+    assert first == again and len(jobs_view(core)) == 1
 
 
-def test_lost_node_fails_its_job_and_stops_the_others(core):
-    job_id = submit(core, spec(4), now=1)
-    start_job(core, job_id, ["a1", "a2"], now=1)
-    beat(core, "a1", 9, running=[job_id])
+def test_worker_failure_stops_the_gang_everywhere(core, nodes):
+    job_id = core.submit(spec(4), now=1)[0]
+    drive(nodes, 1)
+    core.report_exit("a2", job_id, WorkerExit(3, "a2", 7, ("boom",)), now=2)
+    job = job_view(core, job_id).job
+    assert job.state == JobState.FAILED and job.exit_code == 7
+    assert job.message == "rank 3 on node a2 exited with code 7; the other workers were stopped"
+    assert nodes[0].beat(3).stop_jobs == [job_id]
+    core.report_exit("a1", job_id, WorkerExit(0, "a1", -15), now=3)  # collateral exits change nothing
+    assert job_view(core, job_id).job.message.startswith("rank 3 on node a2")
+
+
+def test_lost_node_fails_its_job_and_stops_the_others(core, nodes):
+    job_id = core.submit(spec(4), now=1)[0]
+    drive(nodes, 1)
+    nodes[0].beat(9)
     core.check_agents(now=11.5)  # a2 silent since t=1
-    view = core.job_view(job_id)
-    assert view["state"] == "FAILED"
-    assert view["message"] == "node a2 was lost (no heartbeat for 10s); the other nodes' workers were stopped"
-    assert beat(core, "a1", 12, running=[job_id])["stop_jobs"] == [job_id]
-    assert beat(core, "a2", 12) is None  # a lost agent must register again
-    assert [a["state"] for a in core.agents_view(12)] == ["ALIVE", "LOST"]
+    job = job_view(core, job_id).job
+    assert job.state == JobState.FAILED
+    assert job.message == "node a2 was lost (no heartbeat for 10s); the other nodes' workers were stopped"
+    assert nodes[0].beat(12).stop_jobs == [job_id]
+    assert nodes[1].beat(12) is None  # a lost agent must register again
+    assert [a.state for a in agents_view(core)] == ["ALIVE", "LOST"]
 
 
-def test_restart_resumes_from_the_file(tmp_path):
+def test_an_agent_that_comes_back_without_its_workers_fails_their_job_at_once(core, nodes):
+    job_id = core.submit(spec(4), now=1)[0]
+    drive(nodes, 1)
+    assert state(core, job_id) == JobState.RUNNING
+    restarted = Node(core, "a2")  # kill -9 and started again under the same name: nothing running
+    restarted.register(now=2)
+    job = job_view(core, job_id).job
+    assert job.state == JobState.FAILED and job.message == (
+        "node a2 restarted (its agent registered again without the job's workers): rank(s) 2, 3 are gone; "
+        "the other workers were stopped")
+    assert [a.agent for a in core.allocs.of_job(job_id)] == ["a1"]  # a2's slots are free at once
+    assert nodes[0].beat(3).stop_jobs == [job_id]
+    nodes[0].beat(4)
+    assert all(a.free_slots == 2 for a in agents_view(core))
+
+
+def test_a_coordinator_restart_keeps_what_agents_hold(tmp_path):
     path = str(tmp_path / "c.sqlite")
     core = CoordinatorCore(Store(path), Settings(port_range=(30000, 30009)))
-    core.register("a1", 2, False, ADDR["a1"], [], now=0)
-    job_id = submit(core, spec(2), now=1)
-    start_job(core, job_id, ["a1"])
+    nodes = [Node(core, "a1"), Node(core, "a2")]
+    for n in nodes:
+        n.register()
+    running = core.submit(spec(4), now=1)[0]
+    drive(nodes, 1)
+    leased = core.submit(spec(4), now=1)[0]  # waits: the cluster is full
     core.store.close()
-    # kill -9: nothing but the file survives.
-    core = CoordinatorCore(Store(path), Settings(port_range=(30000, 30009)), now=100)
-    assert core.job_view(job_id)["state"] == "RUNNING"
-    work = beat(core, "a1", 101, running=[job_id])  # the agent re-attaches with its running job
-    assert work == {"check_ports": [], "start": [], "stop_jobs": []}
-    core.report_exit("a1", job_id, 0, 0, [], now=102)
-    core.report_exit("a1", job_id, 1, 0, [], now=102)
-    assert core.job_view(job_id)["state"] == "SUCCEEDED"
+    core = CoordinatorCore(Store(path), Settings(port_range=(30000, 30009)), now=100)  # kill -9: the file survives
+    for n in nodes:
+        n.core = core
+        n.register(now=100)  # the agents re-attach with what they run
+    assert state(core, running) == JobState.RUNNING and state(core, leased) == JobState.QUEUED
+    for n in nodes:
+        n.finish(running, now=102)
+    assert state(core, running) == JobState.SUCCEEDED
+    drive(nodes, 103)
+    assert state(core, leased) == JobState.RUNNING
 
 
-def test_cancel_and_job_refs(core):
-    job_id = submit(core, spec(2), now=1)
+def test_a_rank_that_never_joins_fails_the_job_naming_it(core):
+    nodes = [Node(core, "a1", slots=1), Node(core, "a2", slots=1)]
+    for n in nodes:
+        n.register()
+    nodes[1].join = False  # its process hangs before tfdist.init()
+    job_id = core.submit(spec(2, startup_timeout=15), now=1)[0]
+    drive(nodes, 1)
+    drive(nodes, 10, rounds=1)
+    core.check_agents(now=10)
+    assert state(core, job_id) == JobState.RUNNING
+    drive(nodes, 16.5, rounds=1)
+    core.check_agents(now=16.5)
+    job = job_view(core, job_id).job
+    assert job.state == JobState.FAILED and job.message.startswith(
+        "rank(s) 1 did not join within the startup timeout of 15s (never called tfdist.init() nor listened on "
+        "their port)")
+    assert nodes[0].beat(17).stop_jobs == [job_id]
+
+
+def test_a_node_that_never_starts_fails_the_job(core, nodes):
+    job_id = core.submit(spec(4, startup_timeout=15), now=1)[0]
+    nodes[0].beat(1)  # told to lease; it never answers, and a2 never hears of the job
+    core.check_agents(now=5)
+    nodes[1].beat(5)
+    core.heartbeat("a1", {}, [], {}, {}, now=17)
+    core.heartbeat("a2", {}, [], {}, {}, now=17)
+    core.check_agents(now=17)
+    assert job_view(core, job_id).job.message == (
+        "node(s) a1, a2 did not start their workers within the startup timeout of 15s; the other workers were "
+        "stopped")
+
+
+def test_one_process_jobs_are_not_held_to_joining(core, nodes):
+    nodes[0].join = nodes[1].join = False
+    job_id = core.submit(spec(1, startup_timeout=15), now=1)[0]
+    drive(nodes, 1)
+    drive(nodes, 100, rounds=1)
+    core.check_agents(now=100)
+    assert state(core, job_id) == JobState.RUNNING
+
+
+def test_an_event_that_fails_midway_changes_nothing(core, nodes, monkeypatch):
+    job_id = core.submit(spec(4), now=1)[0]
+    drive(nodes, 1)
+    core.report_exit("a1", job_id, WorkerExit(0, "a1", 0), now=2)
+
+    def crash(*a, **k):
+        raise RuntimeError("killed between the exit and the outcome")
+
+    monkeypatch.setattr(core, "_decide", crash)
+    with pytest.raises(RuntimeError):
+        core.report_exit("a2", job_id, WorkerExit(2, "a2", 9), now=3)
+    monkeypatch.undo()
+    assert [e.rank for e in core.store.exits(job_id)] == [0]  # the exit was not half-applied
+    core.report_exit("a2", job_id, WorkerExit(2, "a2", 9), now=4)  # the agent retries: decided now
+    assert job_view(core, job_id).job.message.startswith("rank 2 on node a2 exited with code 9")
+
+
+def test_cancel_and_job_refs(core, nodes):
+    job_id = core.submit(spec(2), now=1)[0]
     assert core.resolve_job_id(job_id.split("-")[0]) == job_id
     assert core.cancel(job_id, now=2) == "CANCELED"
     with pytest.raises(NotFound, match="job 99 not found"):
-        core.job_view("99")
+        job_view(core, "99")
 
 
-def test_bad_specs(core):
+def test_bad_specs(core, nodes):
     with pytest.raises(BadRequest, match="slots must be at least 1, got 0"):
-        submit(core, spec(0), now=1)
+        core.submit(spec(0), now=1)
     with pytest.raises(BadRequest, match="the job has no entrypoint"):
-        submit(core, spec(1, cmd=()), now=1)
+        core.submit(spec(1, cmd=()), now=1)
     with pytest.raises(BadRequest, match="environment.variables.TF_CONFIG"):
-        submit(core, spec(1, environment={"TF_CONFIG": "x"}), now=1)
+        core.submit(spec(1, environment={"TF_CONFIG": "x"}), now=1)

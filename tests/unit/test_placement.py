@@ -1,10 +1,11 @@
 import pytest
 
-from cluster.placement import PlacementError, choose_addresses, choose_ports
+from cluster.model import Address
+from cluster.placement import PlacementError, choose_addresses, choose_gpus, choose_ports
 
 
 def a(ip, prefix=24, iface="eth0"):
-    return {"ip": ip, "prefix_len": prefix, "interface": iface}
+    return Address(ip, prefix, iface)
 
 
 def test_common_subnet_is_found_and_loopback_skipped():
@@ -35,3 +36,10 @@ def test_ports_skip_used_and_excluded():
     assert choose_ports(3, (100, 110), in_use=[100, 102], excluded=[101]) == [103, 104, 105]
     with pytest.raises(PlacementError, match="no 3 free ports left in 100-102"):
         choose_ports(3, (100, 102), in_use=[101])
+
+
+def test_gpus_are_never_shared():
+    assert choose_gpus(range(8), held=[0, 1, 5], count=3) == (2, 3, 4)
+    assert choose_gpus(range(8), held=[], count=8) == tuple(range(8))
+    with pytest.raises(PlacementError, match=r"2 GPUs wanted but only 1 free \(\[7\]\)"):
+        choose_gpus(range(8), held=range(7), count=2)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir", "startup_timeout")
+    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir", "startup_timeout", "submission_id")
     class EnvironmentEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class JobSpec(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
     slots: int
@@ -35,21 +36,26 @@ class JobSpec(_message.Message):
     priority: int
     working_dir: str
     startup_timeout: float
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ...) -> None: ...
+    submission_id: str
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ...) -> None: ...
 
 class Placement(_message.Message):
-    __slots__ = ("agent", "node_rank", "slots", "address", "ports")
+    __slots__ = ("agent", "node_rank", "slots", "address", "ports", "gpus", "state")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     NODE_RANK_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     agent: str
     node_rank: int
     slots: int
     address: str
     ports: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, agent: _Optional[str] = ..., node_rank: _Optional[int] = ..., slots: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    state: str
+    def __init__(self, agent: _Optional[str] = ..., node_rank: _Optional[int] = ..., slots: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., gpus: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WorkerExit(_message.Message):
     __slots__ = ("rank", "agent", "exit_code", "last_lines", "reason")
@@ -195,8 +201,18 @@ class Address(_message.Message):
     interface: str
     def __init__(self, ip: _Optional[str] = ..., prefix_len: _Optional[int] = ..., interface: _Optional[str] = ...) -> None: ...
 
+class Gpu(_message.Message):
+    __slots__ = ("index", "uuid", "name")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    name: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
 class AgentInfo(_message.Message):
-    __slots__ = ("name", "slots", "gpu", "addresses", "state", "last_heartbeat", "jobs", "free_slots")
+    __slots__ = ("name", "slots", "gpu", "addresses", "state", "last_heartbeat", "jobs", "free_slots", "gpus", "free_gpus")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +221,8 @@ class AgentInfo(_message.Message):
     LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    FREE_GPUS_FIELD_NUMBER: _ClassVar[int]
     name: str
     slots: int
     gpu: bool
@@ -213,7 +231,9 @@ class AgentInfo(_message.Message):
     last_heartbeat: float
     jobs: _containers.RepeatedScalarFieldContainer[str]
     free_slots: int
-    def __init__(self, name: _Optional[str] = ..., slots: _Optional[int] = ..., gpu: _Optional[bool] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ..., state: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., free_slots: _Optional[int] = ...) -> None: ...
+    gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
+    free_gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., slots: _Optional[int] = ..., gpu: _Optional[bool] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ..., state: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., free_slots: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., free_gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ListAgentsRequest(_message.Message):
     __slots__ = ()
@@ -226,12 +246,14 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("agent", "running")
+    __slots__ = ("agent", "running", "leased_jobs")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    LEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
     agent: AgentInfo
     running: _containers.RepeatedCompositeFieldContainer[RunningTask]
-    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ...) -> None: ...
+    leased_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("heartbeat_interval",)
@@ -240,12 +262,14 @@ class RegisterResponse(_message.Message):
     def __init__(self, heartbeat_interval: _Optional[float] = ...) -> None: ...
 
 class RunningTask(_message.Message):
-    __slots__ = ("job_id", "ranks")
+    __slots__ = ("job_id", "ranks", "joined_ranks")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
+    JOINED_RANKS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     ranks: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ...) -> None: ...
+    joined_ranks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., joined_ranks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PortCheck(_message.Message):
     __slots__ = ("job_id", "ports")
@@ -256,7 +280,7 @@ class PortCheck(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WorkerProcess(_message.Message):
-    __slots__ = ("rank", "command", "env", "port")
+    __slots__ = ("rank", "command", "env", "port", "gpus")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -268,11 +292,13 @@ class WorkerProcess(_message.Message):
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
     rank: int
     command: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     port: int
-    def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ...) -> None: ...
+    gpus: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StartTask(_message.Message):
     __slots__ = ("job_id", "working_dir", "workers", "startup_timeout")
@@ -287,14 +313,54 @@ class StartTask(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("agent", "running", "port_results")
+    __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     PORT_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    LEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    PROBE_RESULTS_FIELD_NUMBER: _ClassVar[int]
     agent: str
     running: _containers.RepeatedCompositeFieldContainer[RunningTask]
     port_results: _containers.RepeatedCompositeFieldContainer[PortCheckResult]
-    def __init__(self, agent: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., port_results: _Optional[_Iterable[_Union[PortCheckResult, _Mapping]]] = ...) -> None: ...
+    leased_jobs: _containers.RepeatedScalarFieldContainer[str]
+    probe_results: _containers.RepeatedCompositeFieldContainer[ProbeResult]
+    def __init__(self, agent: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., port_results: _Optional[_Iterable[_Union[PortCheckResult, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., probe_results: _Optional[_Iterable[_Union[ProbeResult, _Mapping]]] = ...) -> None: ...
+
+class ProbeTarget(_message.Message):
+    __slots__ = ("peer", "address", "port")
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    peer: str
+    address: str
+    port: int
+    def __init__(self, peer: _Optional[str] = ..., address: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class Probe(_message.Message):
+    __slots__ = ("job_id", "targets", "timeout")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    targets: _containers.RepeatedCompositeFieldContainer[ProbeTarget]
+    timeout: float
+    def __init__(self, job_id: _Optional[str] = ..., targets: _Optional[_Iterable[_Union[ProbeTarget, _Mapping]]] = ..., timeout: _Optional[float] = ...) -> None: ...
+
+class ProbeFailure(_message.Message):
+    __slots__ = ("target", "error")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    target: ProbeTarget
+    error: str
+    def __init__(self, target: _Optional[_Union[ProbeTarget, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ProbeResult(_message.Message):
+    __slots__ = ("job_id", "failures")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    failures: _containers.RepeatedCompositeFieldContainer[ProbeFailure]
+    def __init__(self, job_id: _Optional[str] = ..., failures: _Optional[_Iterable[_Union[ProbeFailure, _Mapping]]] = ...) -> None: ...
 
 class PortCheckResult(_message.Message):
     __slots__ = ("job_id", "busy_ports")
@@ -305,18 +371,20 @@ class PortCheckResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., busy_ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval")
+    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe")
     REREGISTER_FIELD_NUMBER: _ClassVar[int]
     CHECK_PORTS_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     STOP_JOBS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
     reregister: bool
     check_ports: _containers.RepeatedCompositeFieldContainer[PortCheck]
     start: _containers.RepeatedCompositeFieldContainer[StartTask]
     stop_jobs: _containers.RepeatedScalarFieldContainer[str]
     heartbeat_interval: float
-    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ...) -> None: ...
+    probe: _containers.RepeatedCompositeFieldContainer[Probe]
+    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ...) -> None: ...
 
 class ReportExitRequest(_message.Message):
     __slots__ = ("agent", "job_id", "exit")
@@ -333,28 +401,36 @@ class ReportExitResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class PushLogsRequest(_message.Message):
-    __slots__ = ("agent", "job_id", "lines")
+    __slots__ = ("agent", "job_id", "lines", "source", "first_seq")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LINES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     agent: str
     job_id: str
     lines: _containers.RepeatedCompositeFieldContainer[LogLine]
-    def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ...) -> None: ...
+    source: str
+    first_seq: int
+    def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[LogLine, _Mapping]]] = ..., source: _Optional[str] = ..., first_seq: _Optional[int] = ...) -> None: ...
 
 class PushLogsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ReportMetricsRequest(_message.Message):
-    __slots__ = ("agent", "job_id", "metrics")
+    __slots__ = ("agent", "job_id", "metrics", "source", "first_seq")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQ_FIELD_NUMBER: _ClassVar[int]
     agent: str
     job_id: str
     metrics: _containers.RepeatedCompositeFieldContainer[Metric]
-    def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ...) -> None: ...
+    source: str
+    first_seq: int
+    def __init__(self, agent: _Optional[str] = ..., job_id: _Optional[str] = ..., metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., source: _Optional[str] = ..., first_seq: _Optional[int] = ...) -> None: ...
 
 class ReportMetricsResponse(_message.Message):
     __slots__ = ()

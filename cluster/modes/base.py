@@ -1,0 +1,139 @@
+"""The values every mode's plan takes and returns, and the environment every mode shares."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Mapping, Sequence
+
+from cluster.config import ExperimentConfig
+from tfdist import batching, envvars
+
+
+class SuccessRule(str, enum.Enum):
+    """When a job has succeeded (a failing process always fails it)."""
+
+    ALL_RANKS = "ALL_RANKS"  # every process exited 0 (collective modes: MWMS, Horovod)
+    CHIEF = "CHIEF"  # rank 0 exited 0; the others are then stopped (parameter-server mode)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodePlacement:
+    """One node of a job, as placed: its address, slots and the ports leased there."""
+
+    agent: str
+    host: str  # the address the job's other nodes reach this one at
+    slots: int
+    ports: tuple[int, ...]  # as many as the plan runs processes on the node
+    gpu_node: bool = False  # slots are GPUs (the devices come separately)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    job_id: str
+    nodes: tuple[NodePlacement, ...]  # node_rank order
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessPlan:
+    """One worker process of a job."""
+
+    rank: int
+    node_rank: int
+    local_rank: int
+    local_size: int
+    port: int
+    gpus: tuple[int, ...]  # GPU indices it sees (CUDA_VISIBLE_DEVICES); empty on CPU slots
+    replicas: int  # slots this process drives
+    env: Mapping[str, str]  # what tfdist adds to the node's environment
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    processes: tuple[ProcessPlan, ...]  # rank order
+    success: SuccessRule
+
+    @property
+    def size(self) -> int:
+        return len(self.processes)
+
+    def on_node(self, node_rank: int) -> tuple[ProcessPlan, ...]:
+        return tuple(p for p in self.processes if p.node_rank == node_rank)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a process stands, before the mode adds its own variables."""
+
+    rank: int
+    node_rank: int
+    local_rank: int
+    local_size: int
+    host: str
+    port: int
+    gpus: tuple[int, ...]
+    replicas: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def layout(placement: Placement, devices: Sequence[Sequence[int]], processes_on) -> list[Layout]:
+    """Numbers the processes node by node. `processes_on(node)` is the mode's count for a node;
+    a node's GPUs are split evenly over its processes."""
+    if len(devices) != len(placement.nodes):
+        raise ValueError(f"{len(devices)} device lists for {len(placement.nodes)} nodes")
+    result: list[Layout] = []
+    for node_rank, (node, gpus) in enumerate(zip(placement.nodes, devices)):
+        count = processes_on(node)
+        if len(node.ports) != count:
+            raise ValueError(f"node {node_rank} ({node.agent}) runs {count} processes but got "
+                             f"{len(node.ports)} ports")
+        if node.gpu_node and len(gpus) != node.slots:
+            raise ValueError(f"node {node_rank} ({node.agent}) holds {node.slots} GPU slots but got "
+                             f"{len(gpus)} GPUs")
+        per_process = len(gpus) // count if gpus else 0
+        for local_rank in range(count):
+            mine = tuple(gpus[local_rank * per_process:(local_rank + 1) * per_process])
+            result.append(Layout(rank=len(result), node_rank=node_rank, local_rank=local_rank, local_size=count,
+                                 host=node.host, port=node.ports[local_rank], gpus=mine,
+                                 replicas=node.slots // count))
+    return result
+
+
+def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout], me: Layout,
+               gpu_job: bool) -> dict[str, str]:
+    """The variables every mode sets: ranks, sizes, batch sizes, hyperparameters, devices."""
+    slots = sum(p.replicas for p in processes)
+    env: dict[str, str] = dict(config.environment_variables)
+    env.update({
+        envvars.JOB_ID: job_id,
+        envvars.RANK: str(me.rank),
+        envvars.SIZE: str(len(processes)),
+        envvars.LOCAL_RANK: str(me.local_rank),
+        envvars.LOCAL_SIZE: str(me.local_size),
+        envvars.NODE_RANK: str(me.node_rank),
+        envvars.NUM_NODES: str(processes[-1].node_rank + 1),
+        envvars.SLOTS: str(slots),
+        envvars.LOCAL_SLOTS: str(me.replicas),
+        envvars.DISTRIBUTION: config.distribution_mode,
+        envvars.HPARAMS: json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
+        # Lines reach the launcher as they are printed, not when a buffer fills.
+        "PYTHONUNBUFFERED": "1",
+    })
+    if gpu_job:
+        # Exactly the GPUs this process holds; indices as nvidia-smi numbers them (PCI bus order).
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in me.gpus)
+        env[envvars.GPUS] = ",".join(str(g) for g in me.gpus)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # CPU slots: a GPU on the machine is not this job's to take
+    gbs = config.global_batch_size
+    if gbs is not None:
+        sizes = batching.split_batch(gbs, slots, me.replicas)
+        env[envvars.GLOBAL_BATCH_SIZE] = str(gbs)
+        env[envvars.PER_REPLICA_BATCH_SIZE] = str(sizes.per_replica)
+        env[envvars.PER_WORKER_BATCH_SIZE] = str(sizes.per_worker)
+    return env

@@ -1,0 +1,35 @@
+"""MultiWorkerMirroredStrategy: every process is a TF worker, rank 0 the chief.
+
+CPU-slot nodes run one process per slot; GPU nodes run one process that drives
+all the node's GPUs the job holds (MWMS mirrors over local devices itself).
+The job succeeds when every rank exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from cluster.config import ExperimentConfig
+from cluster.modes.base import JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout
+from tfdist import envvars
+
+
+def processes_on(node: NodePlacement) -> int:
+    return 1 if node.gpu_node else node.slots
+
+
+def tf_config(processes: Sequence[Layout], rank: int) -> dict:
+    return {"cluster": {"worker": [p.address for p in processes]}, "task": {"type": "worker", "index": rank}}
+
+
+def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
+    processes = layout(placement, devices, processes_on)
+    gpu_job = any(n.gpu_node for n in placement.nodes)
+    result = []
+    for p in processes:
+        env = common_env(placement.job_id, config, processes, p, gpu_job)
+        env[envvars.TF_CONFIG] = json.dumps(tf_config(processes, p.rank), sort_keys=True)
+        result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
+                                  local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas, env=env))
+    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS)

@@ -1,0 +1,100 @@
+"""Pure decisions over typed values: how a job ended, what to do about a failure, whether its
+start-up is overdue. The coordinator applies what these return; nothing here has side effects."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import signal
+from typing import Iterable, Sequence
+
+from cluster.model import Allocation, AllocState, JobState, WorkerExit
+from cluster.modes.base import SuccessRule
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    state: JobState
+    message: str
+    exit_code: int
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit]) -> Outcome | None:
+    """The job's outcome once its exits decide it, else None. The earliest failure is the root cause;
+    exits that follow it (the others being stopped) do not change it."""
+    ordered = sorted(exits, key=lambda e: (e.time, e.rank))
+    for e in ordered:
+        if e.exit_code != 0:
+            what = e.reason or describe_exit(e.exit_code)
+            return Outcome(JobState.FAILED, f"rank {e.rank} on node {e.agent} {what}; the other workers were stopped",
+                           e.exit_code if 0 < e.exit_code < 256 else 1)
+    if rule is SuccessRule.CHIEF and any(e.rank == 0 for e in ordered):
+        return Outcome(JobState.SUCCEEDED, "the chief (rank 0) exited with code 0", 0)
+    if rule is SuccessRule.ALL_RANKS and len({e.rank for e in ordered}) >= size:
+        return Outcome(JobState.SUCCEEDED, "every worker exited with code 0", 0)
+    return None
+
+
+class FailureAction(str, enum.Enum):
+    FAIL = "FAIL"  # end the job now (restarts come with max_restarts in a later release)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureDecision:
+    action: FailureAction
+    outcome: Outcome
+
+
+def on_failure(outcome: Outcome) -> FailureDecision:
+    """What to do when a job's process, node or start-up failed."""
+    return FailureDecision(FailureAction.FAIL, outcome)
+
+
+def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterable[int], started_clock: float,
+                    now: float, timeout: float) -> Outcome | None:
+    """A job not fully started within `timeout` of being placed fails, naming who is missing: the nodes
+    that never started their workers, else the ranks that never joined (called tfdist.init() or listened
+    on their port). A one-process job has nobody waiting on it: only its start is bounded."""
+    if now - started_clock <= timeout:
+        return None
+    not_started = [a.agent for a in allocations if a.state != AllocState.STARTED]
+    if not_started:
+        return Outcome(JobState.FAILED, f"node(s) {', '.join(not_started)} did not start their workers within the "
+                                        f"startup timeout of {timeout:g}s; the other workers were stopped", 1)
+    if size <= 1:
+        return None
+    missing = sorted(set(range(size)) - set(joined))
+    if not missing:
+        return None
+    return Outcome(JobState.FAILED, f"rank(s) {', '.join(map(str, missing))} did not join within the startup timeout "
+                                    f"of {timeout:g}s (never called tfdist.init() nor listened on their port); the "
+                                    "other workers were stopped. Raise --startup-timeout if start-up is just slow", 1)
+
+
+def unreachable(agent: str, failures: Sequence[tuple[str, str, int, str]]) -> Outcome:
+    """A node could not connect to a peer's leased ports before start: fail fast, naming both ends."""
+    peer, address, port, error = failures[0]
+    more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+    return Outcome(JobState.FAILED, f"node {agent} cannot reach node {peer} at {address}:{port}: {error}{more}. "
+                                    "Nothing was started. Check firewalls between the nodes, or start the "
+                                    "coordinator with --subnet CIDR naming the network they share", 1)
+
+
+def vanished(agent: str, ranks: Sequence[int], why: str) -> Outcome:
+    return Outcome(JobState.FAILED, f"node {agent} {why}: rank(s) {', '.join(map(str, ranks))} are gone; "
+                                    "the other workers were stopped", 1)
+
+
+def lost(agent: str, silence: float) -> Outcome:
+    return Outcome(JobState.FAILED, f"node {agent} was lost (no heartbeat for {silence:.0f}s); the other nodes' "
+                                    "workers were stopped", 1)
+

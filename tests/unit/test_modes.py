@@ -1,0 +1,98 @@
+"""Launch plans: processes per node, roles, each process's environment (exact JSON) and the success
+rule, built by pure functions from a placement, a config and the node's devices."""
+
+import json
+
+import pytest
+
+from cluster.config import parse_config
+from cluster.modes import NodePlacement, Placement, SuccessRule, mwms, planner
+
+
+def cpu(host, slots, ports, agent=None):
+    return NodePlacement(agent or host, host, slots, tuple(ports))
+
+
+def gpu(host, slots, port):
+    return NodePlacement(host, host, slots, (port,), gpu_node=True)
+
+
+def plan(nodes, cfg="", devices=None, job_id="j"):
+    return mwms.plan(Placement(job_id, tuple(nodes)), parse_config(cfg), devices or [()] * len(nodes))
+
+
+def test_tf_config_exact_json_for_three_cpu_slots():
+    p = plan([cpu("127.0.0.1", 3, (29001, 29002, 29003))])
+    assert p.processes[1].env["TF_CONFIG"] == (
+        '{"cluster": {"worker": ["127.0.0.1:29001", "127.0.0.1:29002", "127.0.0.1:29003"]}, '
+        '"task": {"index": 1, "type": "worker"}}')
+    assert p.success is SuccessRule.ALL_RANKS and p.size == 3
+    assert all(proc.env["CUDA_VISIBLE_DEVICES"] == "" for proc in p.processes)  # CPU slots never take a GPU
+
+
+def test_two_gpu_nodes_get_one_process_each_driving_exactly_their_gpus():
+    p = plan([gpu("10.0.0.1", 4, 5000), gpu("10.0.0.2", 2, 5001)], "hyperparameters: {global_batch_size: 60}",
+             devices=[(4, 5, 6, 7), (0, 1)])
+    assert [(w.rank, w.local_rank, w.node_rank, w.port, w.gpus, w.replicas) for w in p.processes] == [
+        (0, 0, 0, 5000, (4, 5, 6, 7), 4), (1, 0, 1, 5001, (0, 1), 2)]
+    env = p.processes[0].env
+    assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"], env["TFDIST_GPUS"]) == ("4,5,6,7", "PCI_BUS_ID",
+                                                                                           "4,5,6,7")
+    assert json.loads(env["TF_CONFIG"])["cluster"]["worker"] == ["10.0.0.1:5000", "10.0.0.2:5001"]
+    assert env["TFDIST_SLOTS"] == "6" and env["TFDIST_LOCAL_SLOTS"] == "4"
+    assert env["TFDIST_PER_REPLICA_BATCH_SIZE"] == "10" and env["TFDIST_PER_WORKER_BATCH_SIZE"] == "40"
+    assert mwms.processes_on(gpu("h", 8, 1)) == 1 and mwms.processes_on(cpu("h", 8, ())) == 8
+
+
+def test_two_cpu_nodes_rank_node_by_node():
+    p = plan([cpu("a", 2, (1, 2)), cpu("b", 2, (3, 4))])
+    assert [(w.rank, w.local_rank, w.node_rank, w.port) for w in p.processes] == [
+        (0, 0, 0, 1), (1, 1, 0, 2), (2, 0, 1, 3), (3, 1, 1, 4)]
+    assert [w.rank for w in p.on_node(1)] == [2, 3]
+
+
+def test_full_environment_of_one_worker():
+    p = plan([cpu("127.0.0.1", 3, (1, 2, 3))], """
+distribution: {mode: mwms}
+hyperparameters: {global_batch_size: 10, lr: 0.5}
+environment: {variables: {FOO: bar}}
+""", job_id="job-7")
+    assert dict(p.processes[2].env) == {
+        "FOO": "bar",
+        "TFDIST_JOB_ID": "job-7",
+        "TFDIST_RANK": "2",
+        "TFDIST_SIZE": "3",
+        "TFDIST_LOCAL_RANK": "2",
+        "TFDIST_LOCAL_SIZE": "3",
+        "TFDIST_NODE_RANK": "0",
+        "TFDIST_NUM_NODES": "1",
+        "TFDIST_SLOTS": "3",
+        "TFDIST_LOCAL_SLOTS": "1",
+        "TFDIST_DISTRIBUTION": "mwms",
+        "TFDIST_HPARAMS": '{"global_batch_size": 10, "lr": 0.5}',
+        "TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, '
+                     '"task": {"index": 2, "type": "worker"}}',
+        "PYTHONUNBUFFERED": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "TFDIST_GLOBAL_BATCH_SIZE": "10",
+        "TFDIST_PER_REPLICA_BATCH_SIZE": "3",
+        "TFDIST_PER_WORKER_BATCH_SIZE": "3",
+    }
+
+
+def test_no_batch_variables_without_global_batch_size():
+    env = plan([cpu("h", 1, (9,))]).processes[0].env
+    assert not any(k.endswith("BATCH_SIZE") for k in env)
+
+
+def test_inconsistent_placements_are_refused():
+    with pytest.raises(ValueError, match=r"node 0 \(h\) runs 2 processes but got 1 ports"):
+        plan([cpu("h", 2, (1,))])
+    with pytest.raises(ValueError, match=r"node 0 \(h\) holds 4 GPU slots but got 2 GPUs"):
+        plan([gpu("h", 4, 1)], devices=[(0, 1)])
+
+
+def test_every_mode_is_planned_by_its_module():
+    assert planner("mwms") is mwms
+    with pytest.raises(ValueError, match="no launch plan for distribution mode 'nope'"):
+        planner("nope")

@@ -72,7 +72,7 @@ def summary(job: pb.Job) -> list[str]:
     if job.state == "SUCCEEDED":
         return []
     lines = [f"tfdist: job {job.id} {job.state.lower()}: {job.message}"]
-    failed = [e for e in job.exits if e.exit_code != 0]
+    failed = [e for e in job.exits if e.rank == job.failed_rank] or [e for e in job.exits if e.exit_code != 0]
     if job.state == "FAILED" and failed:
         first = failed[0]
         if first.last_lines:

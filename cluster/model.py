@@ -152,6 +152,7 @@ class Job:
     ended_at: float | None = None
     message: str = ""
     exit_code: int | None = None
+    failed_rank: int | None = None  # the rank whose failure ended it
     placement: tuple[Allocation, ...] = ()  # as placed (kept after the job ended), node_rank order
 
     @property

@@ -17,6 +17,7 @@ class Outcome:
     state: JobState
     message: str
     exit_code: int
+    rank: int | None = None  # the rank whose failure (or absence) decided it, for its last lines
 
 
 def describe_exit(code: int) -> str:
@@ -36,7 +37,7 @@ def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit]) -> Ou
         if e.exit_code != 0:
             what = e.reason or describe_exit(e.exit_code)
             return Outcome(JobState.FAILED, f"rank {e.rank} on node {e.agent} {what}; the other workers were stopped",
-                           e.exit_code if 0 < e.exit_code < 256 else 1)
+                           e.exit_code if 0 < e.exit_code < 256 else 1, e.rank)
     if rule is SuccessRule.CHIEF and any(e.rank == 0 for e in ordered):
         return Outcome(JobState.SUCCEEDED, "the chief (rank 0) exited with code 0", 0)
     if rule is SuccessRule.ALL_RANKS and len({e.rank for e in ordered}) >= size:
@@ -77,7 +78,8 @@ def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterab
         return None
     return Outcome(JobState.FAILED, f"rank(s) {', '.join(map(str, missing))} did not join within the startup timeout "
                                     f"of {timeout:g}s (never called tfdist.init() nor listened on their port); the "
-                                    "other workers were stopped. Raise --startup-timeout if start-up is just slow", 1)
+                                    "other workers were stopped. Raise --startup-timeout if start-up is just slow", 1,
+                   missing[0])
 
 
 def unreachable(agent: str, failures: Sequence[tuple[str, str, int, str]]) -> Outcome:

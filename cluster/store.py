@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
   priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL,
   started_at REAL, ended_at REAL, message TEXT NOT NULL DEFAULT '', exit_code INTEGER,
-  placement TEXT NOT NULL DEFAULT '[]', submission_id TEXT);
+  placement TEXT NOT NULL DEFAULT '[]', submission_id TEXT, failed_rank INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS allocations (
   job_id TEXT NOT NULL, agent TEXT NOT NULL, node_rank INTEGER NOT NULL, slots INTEGER NOT NULL,
@@ -59,6 +59,7 @@ MIGRATIONS = (
     ("agents", "gpus", "TEXT NOT NULL DEFAULT '[]'"),
     ("allocations", "gpus", "TEXT NOT NULL DEFAULT '[]'"),
     ("exits", "reason", "TEXT NOT NULL DEFAULT ''"),
+    ("jobs", "failed_rank", "INTEGER"),
 )
 # Allocation states of the first release, by what they meant.
 OLD_ALLOC_STATES = {"PREPARING": "LEASING", "READY": "LEASED"}
@@ -81,7 +82,7 @@ def _alloc_from(job_id: str, d: Any) -> Allocation:
 def _job_from(r: sqlite3.Row) -> Job:
     return Job(id=r["id"], seq=r["seq"], spec=JobSpec.from_dict(json.loads(r["spec"])), state=JobState(r["state"]),
                submitted_at=r["submitted_at"], started_at=r["started_at"], ended_at=r["ended_at"],
-               message=r["message"] or "", exit_code=r["exit_code"],
+               message=r["message"] or "", exit_code=r["exit_code"], failed_rank=r["failed_rank"],
                placement=tuple(_alloc_from(r["id"], d) for d in json.loads(r["placement"])))
 
 

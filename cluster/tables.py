@@ -66,7 +66,7 @@ def print_job(job, as_json: bool) -> int:
         print(f"  metrics:   {shown}")
     if job.message:
         print(f"  outcome:   {job.message}" + (f" (exit code {job.exit_code})" if job.exit_code >= 0 else ""))
-    failed = [e for e in job.exits if e.exit_code != 0]
+    failed = [e for e in job.exits if e.rank == job.failed_rank] or [e for e in job.exits if e.exit_code != 0]
     if failed and failed[0].last_lines:
         print(f"  last lines of rank {failed[0].rank}:")
         for line in failed[0].last_lines:

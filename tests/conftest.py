@@ -58,3 +58,94 @@ def run_cli(args, marker, timeout=240, cwd=REPO, **extra_env) -> subprocess.Comp
     """Runs `tfdist ARGS` as a real process, with a hard timeout."""
     return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, env=cli_env(marker, **extra_env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+FAKES = os.path.join(REPO, "tests", "fakes")  # a stand-in nvidia-smi for GPU nodes on CPU machines
+
+
+class LocalCluster:
+    """A real coordinator and real agents as processes on loopback (no TensorFlow needed)."""
+
+    def __init__(self, tmp_path, marker, coordinator_args=(), state_dir=None):
+        self.tmp, self.marker = tmp_path, marker
+        self.state_dir = state_dir or str(tmp_path / "state")
+        self.coordinator_args = list(coordinator_args)
+        self.agents: dict[str, subprocess.Popen] = {}
+        self.agent_args: dict[str, tuple] = {}
+        self.coordinator = None
+        self.address = None
+        self.start_coordinator("127.0.0.1:0")
+
+    def start_coordinator(self, listen):
+        self.coordinator = subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", "coordinator", "--listen", listen, "--state-dir", self.state_dir,
+             "--subnet", "127.0.0.0/8", *self.coordinator_args], env=cli_env(self.marker), stdout=subprocess.PIPE,
+            text=True, stderr=open(self.tmp / "coordinator.log", "a"))
+        banner = self.coordinator.stdout.readline()  # "tfdist coordinator listening on 127.0.0.1:PORT (...)"
+        assert " listening on " in banner, (self.tmp / "coordinator.log").read_text()
+        self.address = banner.split(" listening on ")[1].split()[0]
+
+    def start_agent(self, name, *args, env=None):
+        self.agent_args[name] = (args, env)
+        self.agents[name] = subprocess.Popen(
+            [sys.executable, "-m", "cluster.cli", "agent", "--coordinator", self.address, "--name", name, *args],
+            env=cli_env(self.marker, **(env or {})), stdout=subprocess.DEVNULL,
+            stderr=open(self.tmp / f"agent-{name}.log", "a"))
+        return self.agents[name]
+
+    def wait_for(self, predicate, what, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; logs: {self.logs()}")
+
+    def wait_agents(self, *names):
+        self.wait_for(lambda: {a["name"] for a in self.json("agents") if a["state"] == "ALIVE"} >= set(names),
+                      f"agents {names} to register")
+
+    def logs(self):
+        return {p.name: p.read_text()[-3000:] for p in self.tmp.glob("*.log")}
+
+    @property
+    def env(self):
+        return {"TFDIST_COORDINATOR": self.address}
+
+    def cli(self, *args, timeout=120, **env):
+        return run_cli(list(args), self.marker, timeout=timeout, **self.env, **env)
+
+    def json(self, *args):
+        result = self.cli(args[0], "--json", *args[1:])
+        assert result.returncode == 0, result.stderr
+        import json
+        return json.loads(result.stdout)
+
+    def job(self, job_id):
+        return self.json("job", job_id)
+
+    def close(self):
+        procs = [p for p in [self.coordinator, *self.agents.values()] if p is not None]
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=10)
+
+
+@pytest.fixture
+def local_cluster(tmp_path, marker):
+    made = []
+
+    def make(coordinator_args=()):
+        cluster = LocalCluster(tmp_path, marker, coordinator_args)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()

@@ -32,8 +32,9 @@ from tfdist.errors import NotFoundError, UserError
 
 log = logging.getLogger("tfdist.coordinator")
 
-MAX_LOG_LINE = 8192
+MAX_LOG_LINE = 16384  # a backstop: agents already cut lines at 8 KiB, saying so
 MAX_METRIC_NAME = 200
+RESTARTED = "restarted (its agent registered again without the job's workers)"
 PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
 
 
@@ -249,7 +250,7 @@ class CoordinatorCore:
                 # lease again, every node of the job, and probe again.
                 if any(a.state == AllocState.STARTED for a in self.allocs.of_job(job_id)):
                     self._fail(job_id, now, policy.vanished(agent.name, self._ranks_on(job_id, agent.name),
-                                                            "restarted while the job was starting"))
+                                                            RESTARTED if came_back else "lost its leased ports"))
                 else:
                     self.allocs.set_state(job_id, AllocState.LEASING)
                     self.store.update_job(job_id, now, f"node {agent.name} lost its leased ports; leasing again")
@@ -257,8 +258,7 @@ class CoordinatorCore:
                 exited = {e.rank for e in self.store.exits(job_id)}
                 missing = [r for r in self._ranks_on(job_id, agent.name) if r not in exited]
                 if missing:
-                    why = ("restarted (its agent registered again without the job's workers)" if came_back
-                           else "no longer runs the job's workers and never reported their exits")
+                    why = RESTARTED if came_back else "no longer runs the job's workers and never reported their exits"
                     self._fail(job_id, now, policy.vanished(agent.name, missing, why))
         # What ended (just now, or before) and the agent no longer holds frees its slots.
         released = [a.job_id for a in self.allocs.on_agent(agent.name) if a.state == AllocState.RELEASING
@@ -486,7 +486,7 @@ class CoordinatorCore:
         if job is None or job.terminal:
             return
         self._transition(job, outcome.state, now, outcome.message, ended_at=now, message=outcome.message,
-                         exit_code=outcome.exit_code)
+                         exit_code=outcome.exit_code, failed_rank=outcome.rank)
         live = self.allocs.of_job(job_id)
         if live:
             self.store.update_job(job_id, now, placement=self._with_live(job.placement, live))

@@ -68,6 +68,7 @@ def job_to_pb(view: views.JobView) -> pb.Job:
         id=job.id, spec=spec_to_pb(job.spec), state=job.state.value, submitted_at=job.submitted_at,
         started_at=job.started_at or 0, ended_at=job.ended_at or 0, waiting_reason=view.waiting_reason,
         message=job.message, exit_code=job.exit_code if job.exit_code is not None else -1,
+        failed_rank=job.failed_rank if job.failed_rank is not None else -1,
         placement=[placement_to_pb(a) for a in view.placement],
         exits=[pb.WorkerExit(rank=e.rank, agent=e.agent, exit_code=e.exit_code, last_lines=list(e.last_lines),
                              reason=e.reason) for e in view.exits],

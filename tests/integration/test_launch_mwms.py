@@ -79,8 +79,9 @@ def test_worker_that_never_joins_hits_startup_timeout(tmp_path, marker):
     result = run_cli(["launch", "--slots", "2", "--startup-timeout", "25", "--", WORKER, "--out", str(tmp_path),
                       "--hang-rank", "1"], marker)
     assert result.returncode == 1
-    assert "rank 1 on node local did not join within the startup timeout of 25s (ranks not joined: 1)" \
-        in result.stderr
+    assert "failed: rank(s) 1 did not join within the startup timeout of 25s (never called tfdist.init() nor " \
+        "listened on their port)" in result.stderr
+    assert "tfdist: last lines of rank 1 (node local):" in result.stderr
     assert "  hanging before init" in result.stderr
 
 

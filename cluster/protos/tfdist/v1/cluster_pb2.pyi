@@ -72,7 +72,7 @@ class WorkerExit(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics")
+    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class Job(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     EXITS_FIELD_NUMBER: _ClassVar[int]
     LATEST_METRICS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_RANK_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: str
@@ -97,7 +98,8 @@ class Job(_message.Message):
     exit_code: int
     exits: _containers.RepeatedCompositeFieldContainer[WorkerExit]
     latest_metrics: _containers.RepeatedCompositeFieldContainer[Metric]
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ...) -> None: ...
+    failed_rank: int
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., failed_rank: _Optional[int] = ...) -> None: ...
 
 class Metric(_message.Message):
     __slots__ = ("rank", "step", "name", "value", "time")

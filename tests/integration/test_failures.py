@@ -1,0 +1,155 @@
+"""Failure is the normal case: ranks that never join, agents that come back empty, repeated signals,
+daemons stopped while their peer hangs, and output that must never stall a node. Real daemons on
+loopback, no TensorFlow."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, cli_env
+
+pytestmark = [pytest.mark.timeout(180)]
+WORKERS = os.path.join(REPO, "tests", "integration", "workers")
+HANG = os.path.join(WORKERS, "hang_before_init.py")
+STUBBORN = os.path.join(WORKERS, "stubborn.py")
+SLEEPER = os.path.join(REPO, "tests", "multihost", "sleeper.py")
+
+
+def test_a_rank_that_never_joins_fails_a_job_of_one_process_nodes(local_cluster):
+    cluster = local_cluster()
+    for name in ("n1", "n2"):
+        cluster.start_agent(name, "--slots", "1")
+    cluster.wait_agents("n1", "n2")
+    result = cluster.cli("launch", "--slots", "2", "--startup-timeout", "5", "--", HANG, "1")
+    assert result.returncode == 1, result.stderr
+    assert "failed: rank(s) 1 did not join within the startup timeout of 5s" in result.stderr
+    assert "[rank=0] rank 0 up" in result.stdout and "[rank=1] rank 1 up" in result.stdout
+
+
+def test_an_agent_restarted_under_its_name_fails_its_job_at_once_and_kills_leftovers(local_cluster):
+    cluster = local_cluster(["--lost-after", "120"])  # not the loss detector: re-registration decides
+    for name in ("n1", "n2"):
+        cluster.start_agent(name, "--slots", "1")
+    cluster.wait_agents("n1", "n2")
+    job_id = cluster.cli("launch", "--detach", "--slots", "2", "--", STUBBORN).stdout.strip()
+    cluster.wait_for(lambda: "rank 1 child" in cluster.cli("logs", job_id).stdout, "rank 1 to start its child")
+    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "RUNNING", "the job to run")
+    child = int(next(l for l in cluster.cli("logs", job_id).stdout.splitlines() if "rank 1 child" in l).split()[-1])
+    cluster.agents["n2"].kill()  # kill -9: its worker dies with it (PDEATHSIG); the worker's child does not
+    cluster.agents["n2"].wait(timeout=30)
+    assert os.path.exists(f"/proc/{child}")
+    cluster.start_agent("n2", "--slots", "1")
+    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "FAILED", "the job to fail")
+    job = cluster.job(job_id)
+    assert job["message"] == ("node n2 restarted (its agent registered again without the job's workers): rank(s) 1 "
+                              "are gone; the other workers were stopped")
+    cluster.wait_for(lambda: not os.path.exists(f"/proc/{child}") or
+                     open(f"/proc/{child}/stat").read().split()[2] == "Z", "the leftover child to be killed")
+    cluster.wait_for(lambda: all(a.get("free_slots", 0) == 1 for a in cluster.json("agents")), "both slots to be free")
+    assert "killed 1 leftover worker process(es)" in (cluster.tmp / "agent-n2.log").read_text()
+
+
+def test_a_second_ctrl_c_leaves_at_once_and_says_how_to_follow(local_cluster, marker):
+    cluster = local_cluster()
+    cluster.start_agent("n1", "--slots", "1")
+    cluster.wait_agents("n1")
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--slots", "1", "--", STUBBORN],
+                            env=cli_env(marker, **cluster.env), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert "child" in proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)  # cancel: the worker ignores SIGTERM, so the job takes its grace to end
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    job_id = cluster.json("jobs")[0]["id"]
+    assert f"tfdist: SIGINT: canceling job {job_id} (again to stop waiting)" in err
+    assert (f"tfdist: SIGINT again: cancel requested; not waiting for job {job_id} to end. Follow it with "
+            f"`tfdist job {job_id}` or `tfdist logs -f {job_id}`") in err
+    assert cluster.job(job_id)["state"] == "CANCELED"
+    cluster.wait_for(lambda: cluster.json("agents")[0].get("free_slots", 0) == 1, "the worker to be killed after its grace")
+
+
+def test_daemons_stop_on_sigterm_while_the_other_side_hangs(local_cluster):
+    cluster = local_cluster()
+    agent = cluster.start_agent("n1", "--slots", "1")
+    cluster.wait_agents("n1")
+    job_id = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
+    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "RUNNING", "the job to run")
+    cluster.coordinator.send_signal(signal.SIGSTOP)  # the coordinator hangs: every call to it blocks
+    try:
+        time.sleep(1)
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=15)  # within its 10 s stop deadline, whatever the coordinator does
+    finally:
+        cluster.coordinator.send_signal(signal.SIGCONT)
+    follower = subprocess.Popen([sys.executable, "-m", "cluster.cli", "logs", "-f", job_id],
+                                env=cli_env(cluster.marker, **cluster.env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    time.sleep(1)  # the follower long-polls the coordinator
+    cluster.coordinator.send_signal(signal.SIGTERM)
+    cluster.coordinator.wait(timeout=15)
+    assert cluster.coordinator.returncode == 0
+    follower.kill()
+    follower.wait(timeout=10)
+    assert "stopped" in (cluster.tmp / "agent-n1.log").read_text()
+
+
+def test_bad_output_never_stalls_a_node_and_the_last_rows_arrive(local_cluster, tmp_path):
+    cluster = local_cluster()
+    cluster.start_agent("n1", "--slots", "1")
+    cluster.wait_agents("n1")
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        "import json, os, time\n"
+        "path = os.environ['TFDIST_METRICS_FILE']\n"
+        "with open(path, 'a') as f:  # written as an older or foreign writer would: no checks\n"
+        "    f.write(json.dumps({'rank': 0, 'step': 1, 'values': {'x' * 300: 1.0, 'loss': 0.5}, 'time': 1.0}) + '\\n')\n"
+        "print('y' * 20000, flush=True)\n"
+        "print('done', flush=True)\n"
+        "with open(path, 'a') as f:  # the very last thing it does, without a newline\n"
+        "    f.write(json.dumps({'rank': 0, 'step': 2, 'values': {'accuracy': 0.9}, 'time': time.time()}))\n")
+    result = cluster.cli("launch", "--slots", "1", "--", str(script), timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    long_line = next(l for l in lines if l.startswith("[rank=0] yyy"))
+    assert long_line.endswith("yyy ... [tfdist: 11808 more characters cut]") and "[rank=0] done" in lines
+    assert "tfdist: dropped metric 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... of step 1: a metric name has 1-200 " \
+           "characters (300 given)" in result.stderr
+    job = cluster.json("jobs")[0]
+    latest = {m["name"]: m["value"] for m in cluster.job(job["id"])["latest_metrics"]}
+    assert latest == {"loss": 0.5, "accuracy": 0.9}
+
+
+def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
+    """The agent's outbox against a real coordinator: a batch holding one item the coordinator
+    refuses is narrowed down to it; the rest is stored; the job's log says what was dropped."""
+    from cluster.agent.outbox import Outbox
+    from cluster.client import Client
+    from cluster.coordinator.server import CoordinatorServer
+    from cluster.model import Address, AgentRecord, JobSpec
+    from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+
+    server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
+    try:
+        server.core.register(AgentRecord("n1", 1, (Address("127.0.0.1", 8),)), {}, [], time.time())
+        job_id, _ = server.core.submit(JobSpec(entrypoint=("x",), slots=1), time.time())
+        client = Client(server.address)
+        outbox = Outbox(client, "n1", "n1/test")
+        for step in range(40):
+            name = "z" * 300 if step == 17 else "loss"  # bypasses the agent's own check
+            outbox.metric(job_id, pb.Metric(rank=0, step=step, name=name, value=step, time=1.0))
+        outbox.ship_once()
+        rows = server.store.metrics(job_id)
+        assert [r["step"] for r in rows] == [s for s in range(40) if s != 17] and outbox.dropped == 1
+        logs = [l["text"] for l in server.store.logs(job_id)]
+        assert logs == ["tfdist: agent n1 dropped a metric row of rank 0 that the coordinator refused: metric name "
+                        "'zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz'... must have 1-200 characters"]
+        client.close()
+    finally:
+        server.stop(grace=0)

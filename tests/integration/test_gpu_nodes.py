@@ -1,0 +1,49 @@
+"""GPU nodes with a stand-in nvidia-smi (8 GPUs): devices are assigned, never shared, and each worker
+process sees exactly its own through CUDA_VISIBLE_DEVICES."""
+
+import os
+
+import pytest
+
+from tests.conftest import FAKES, REPO
+
+pytestmark = [pytest.mark.timeout(180)]
+SHOW_DEVICES = os.path.join(REPO, "tests", "integration", "workers", "show_devices.py")
+
+
+def gpu_env():
+    return {"PATH": FAKES + os.pathsep + os.environ["PATH"]}
+
+
+def test_packed_jobs_get_disjoint_gpus_and_see_only_them(local_cluster):
+    cluster = local_cluster()
+    cluster.start_agent("g1", env=gpu_env())  # no --slots: slots are the node's GPUs
+    cluster.wait_agents("g1")
+    agents = cluster.cli("agents").stdout
+    assert "GPU 0-7 (free 0-7)" in agents, agents
+    jobs = [cluster.cli("launch", "--detach", "--slots", str(n), "--", SHOW_DEVICES).stdout.strip()
+            for n in (2, 1, 1)]
+    cluster.wait_for(lambda: all(cluster.job(j)["state"] == "RUNNING" for j in jobs), "the three jobs to run")
+    held = {j: [int(g) for g in cluster.job(j)["placement"][0]["gpus"]] for j in jobs}
+    assert sorted(g for gpus in held.values() for g in gpus) == [0, 1, 2, 3]  # disjoint, lowest first
+    assert [len(held[j]) for j in jobs] == [2, 1, 1]
+    for j in jobs:
+        cluster.wait_for(lambda: "cuda_visible_devices=" in cluster.cli("logs", j).stdout, f"job {j}'s output")
+        out = cluster.cli("logs", j).stdout
+        expected = ",".join(map(str, held[j]))
+        assert f"[rank=0] cuda_visible_devices={expected} tfdist_gpus={expected} order=PCI_BUS_ID" in out
+        assert "[rank=1]" not in out  # one process drives the node's GPUs
+        shown = cluster.cli("job", j).stdout
+        assert f"GPUs {expected}, ports" in shown, shown
+    assert "GPU 0-7 (free 4-7)" in cluster.cli("agents").stdout
+    for j in jobs:
+        assert cluster.cli("cancel", j).returncode == 0
+    cluster.wait_for(lambda: "GPU 0-7 (free 0-7)" in cluster.cli("agents").stdout, "the GPUs to be free")
+
+
+def test_an_agent_under_a_restricted_cuda_visible_devices_offers_only_those(local_cluster):
+    cluster = local_cluster()
+    cluster.start_agent("g2", env={**gpu_env(), "CUDA_VISIBLE_DEVICES": "5,GPU-00000006-fake-4000-8000-000000000006"})
+    cluster.wait_agents("g2")
+    agent = cluster.json("agents")[0]
+    assert agent["slots"] == 2 and [g["index"] for g in agent["gpus"]] == [5, 6]

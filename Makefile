@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test unit integration multihost bazel-test venv clean
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,14 @@ integration: $(VENV)/.test
 
 multihost: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/multihost
+
+# The long crash-safety run: >= 100 coordinator kill -9s (figures in docs/benchmarks.md).
+chaos: $(VENV)/.test
+	$(PY) benchmarks/chaos.py --kills 100
+
+# Failure detection across network-namespace hosts, against TensorFlow's own (root).
+bench-failure: $(VENV)/.test
+	$(PY) benchmarks/failure_detection.py
 
 bazel-test: $(VENV)/.test
 	bash tools/bazel_test.sh

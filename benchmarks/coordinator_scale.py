@@ -1,5 +1,5 @@
 """Coordinator scale: the pure scheduler's placements/s, and a real coordinator process with
-1,000 simulated agents heartbeating over gRPC: submit-to-placed latency and coordinator CPU.
+1,000 simulated agents heartbeating over gRPC: submit-to-placed latency, coordinator CPU and memory.
 
     .venv/bin/python benchmarks/coordinator_scale.py [--agents 1000] [--jobs 300] [--runs 5]
 
@@ -105,6 +105,12 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kib / 1024
+
+
 def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interval=0.0):
     import grpc
 
@@ -136,6 +142,7 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
         c0, t0 = cpu_seconds(coord.pid), time.monotonic()
         time.sleep(cpu_window)
         cpu = (cpu_seconds(coord.pid) - c0) / (time.monotonic() - t0)
+        rss_idle = rss_mib(coord.pid)
 
         rng = random.Random(seed)
         latencies, placed = [], 0
@@ -148,9 +155,11 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
             job_id = response.job_id
             placed += response.state == "STARTING"
             stub.CancelJob(pb.CancelJobRequest(job_id=job_id), timeout=30)  # frees its nodes for the next
+        rss_after_jobs = rss_mib(coord.pid)
         channel.close()
         latencies.sort()
         return {"agents_registered": registered, "coordinator_cpu_cores": round(cpu, 3),
+                "coordinator_rss_mib": round(rss_idle, 1), "coordinator_rss_after_jobs_mib": round(rss_after_jobs, 1),
                 "heartbeat_interval_s": fixed_interval or "adaptive",
                 "submit_to_placed_p50_ms": round(1000 * statistics.median(latencies), 2),
                 "submit_to_placed_p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
@@ -188,6 +197,10 @@ def main():
             (f"submit-to-placed p99, {args.agents} agents, {label}", f"{r['submit_to_placed_p99_ms']} ms",
              "<= 50 ms"),
             (f"coordinator CPU, {args.agents} agents, {label}", f"{r['coordinator_cpu_cores']:.2f} cores", ""),
+            (f"coordinator memory (RSS), {args.agents} agents, {label}",
+             f"{r['coordinator_rss_mib']:.0f} MiB", ""),
+            (f"coordinator memory after {args.jobs} jobs, {label}", f"{r['coordinator_rss_after_jobs_mib']:.0f} MiB",
+             ""),
         ]
     print(f"| {'measure':60} | {'tfdist':>12} | {'aim':>9} |")
     print(f"|{'-' * 62}|{'-' * 14}|{'-' * 11}|")

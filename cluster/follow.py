@@ -60,12 +60,22 @@ def stream_logs(client: Client, job_id: str, *, follow: bool, rank: int = -1, st
     Returns the last seq seen."""
     call = _Reconnecting(client, stderr, RECONNECT_FOR if follow else 0.0)
     while True:
-        response = call(client.logs, job_id, after_seq=after_seq, rank=rank, wait=LONG_POLL if follow else 0.0)
+        response = _poll(call, client, job_id, after_seq, rank, LONG_POLL if follow else 0.0)
         print_lines(response.lines, stdout, stderr)
         if response.lines:
             after_seq = response.lines[-1].seq
         if not follow or response.job_ended:
             return after_seq
+
+
+def _poll(call, client: Client, job_id: str, after_seq: int, rank: int, wait: float) -> pb.GetLogsResponse:
+    """One long poll. A busy coordinator may answer at once with nothing (it has no waiting slot
+    left): then pause here instead of asking again straight away."""
+    started = time.monotonic()
+    response = call(client.logs, job_id, after_seq=after_seq, rank=rank, wait=wait)
+    if wait and not response.lines and not response.job_ended and time.monotonic() - started < wait / 4:
+        time.sleep(wait / 4)
+    return response
 
 
 def summary(job: pb.Job) -> list[str]:
@@ -96,7 +106,7 @@ def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr:
     said_waiting = ""
     call = _Reconnecting(client, stderr)
     while True:
-        response = call(client.logs, job_id, after_seq=after_seq, wait=LONG_POLL)
+        response = _poll(call, client, job_id, after_seq, -1, LONG_POLL)
         print_lines(response.lines, stdout, stderr)
         if response.lines:
             after_seq = response.lines[-1].seq

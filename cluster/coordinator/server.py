@@ -43,7 +43,7 @@ def _guard(fn):
 
 def spec_from_pb(spec: pb.JobSpec) -> JobSpec:
     return JobSpec(name=spec.name, entrypoint=tuple(spec.entrypoint), slots=spec.slots,
-                   distribution_mode=spec.distribution_mode, hyperparameters_json=spec.hyperparameters_json or "{}",
+                   distribution_mode=spec.distribution_mode or "mwms", hyperparameters_json=spec.hyperparameters_json or "{}",
                    environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
                    working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
                    submission_id=spec.submission_id)

@@ -1,6 +1,7 @@
 """Hosts in network namespaces (198.18.0.0/24, joined by a bridge in a hub namespace), and a
 tfdist cluster on them: coordinator on one host, agents on the others, real gRPC between them."""
 
+import contextlib
 import itertools
 import json
 import os
@@ -38,9 +39,9 @@ class Host:
                               timeout=timeout)
 
 
-@pytest.fixture
-def hosts():
-    """Three hosts: c (coordinator, .1), a1 (.2), a2 (.3). Removed afterwards, whatever happened."""
+@contextlib.contextmanager
+def make_hosts(names=("c", "a1", "a2")):
+    """Hosts c (.1), a1 (.2), a2 (.3) on one bridge; removed afterwards, whatever happened."""
     tag = f"tfd{os.getpid() % 10000}x{next(_counter)}"
     hub = f"{tag}h"
     made = []
@@ -50,7 +51,7 @@ def hosts():
         _ip("-n", hub, "link", "add", "br0", "type", "bridge")
         _ip("-n", hub, "link", "set", "br0", "up")
         result = {}
-        for i, name in enumerate(["c", "a1", "a2"]):
+        for i, name in enumerate(names):
             ns = f"{tag}{name}"
             _ip("netns", "add", ns)
             made.append(ns)
@@ -67,6 +68,13 @@ def hosts():
     finally:
         for ns in reversed(made):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def hosts():
+    """Three hosts: c (coordinator, .1), a1 (.2), a2 (.3)."""
+    with make_hosts() as made:
+        yield made
 
 
 class Cluster:

@@ -1,6 +1,7 @@
 """A real cluster on three hosts (network namespaces): coordinator, two agents, real gRPC and TF."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -136,4 +137,18 @@ def test_a_dying_worker_stops_its_gang_on_every_node(make_cluster):
     assert "failed: rank 3 on node" in result.stderr and "exited with code 5; the other workers were stopped" \
         in result.stderr
     assert "  rank 3 giving up" in result.stderr
+    cluster.wait_for(lambda: agents_free(cluster, "a1") and agents_free(cluster, "a2"), "every node to be freed")
+
+
+def test_a_blocked_link_fails_the_job_before_tensorflow_starts(make_cluster, hosts):
+    cluster = make_cluster(slots_per_agent=2)
+    # a1's packets to a2 now go to a MAC address nobody has: silently dropped, like a firewall's DROP.
+    subprocess.run(["ip", "-n", hosts["a1"].ns, "neigh", "replace", hosts["a2"].ip, "lladdr", "02:00:00:00:00:99",
+                    "dev", "eth0", "nud", "permanent"], check=True, timeout=30)
+    result = cluster.cli("launch", "--slots", "4", "--", SLEEPER, "600", timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert re.search(r"failed: node (a1 cannot reach node a2 at 198\.18\.0\.3|a2 cannot reach node a1 at "
+                     r"198\.18\.0\.2):2950\d: no answer within 3s \(packets dropped: a firewall\?\) \(and 1 more\)\. "
+                     r"Nothing was started\.", result.stderr), result.stderr
+    assert "[rank=" not in result.stdout  # no worker ran anywhere
     cluster.wait_for(lambda: agents_free(cluster, "a1") and agents_free(cluster, "a2"), "every node to be freed")

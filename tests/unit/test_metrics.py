@@ -26,3 +26,5 @@ def test_bad_values_are_named():
         report_metrics(-1, loss=1)
     with pytest.raises(ValueError, match="metric loss='high' is not a number"):
         report_metrics(1, loss="high")
+    with pytest.raises(ValueError, match=r"metric name 'mmmm.*'... has 300 characters; use at most 200"):
+        report_metrics(1, **{"m" * 300: 1.0})  # refused at the source: it would never be stored

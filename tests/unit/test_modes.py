@@ -96,3 +96,12 @@ def test_every_mode_is_planned_by_its_module():
     assert planner("mwms") is mwms
     with pytest.raises(ValueError, match="no launch plan for distribution mode 'nope'"):
         planner("nope")
+
+
+def test_a_plan_can_run_one_process_per_gpu():
+    from cluster.modes.base import layout
+
+    placement = Placement("j", (NodePlacement("n", "10.0.0.1", 4, (1, 2, 3, 4), gpu_node=True),))
+    processes = layout(placement, [(4, 5, 6, 7)], lambda node: node.slots)  # e.g. Horovod: one per GPU
+    assert [(p.rank, p.local_rank, p.gpus, p.replicas) for p in processes] == [
+        (0, 0, (4,), 1), (1, 1, (5,), 1), (2, 2, (6,), 1), (3, 3, (7,), 1)]

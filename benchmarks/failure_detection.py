@@ -6,8 +6,8 @@ Scenarios, on a 2-node MultiWorkerMirroredStrategy job (one worker per node, rea
   node killed      every tfdist/launcher process on a2 is killed with -9 (agent or launcher, and so
                    its worker: tfdist's workers die with their agent; the launcher's worker is killed too)
   host cut off     a2's network goes down (the host vanishes for everyone else; its processes live on)
-Variants: tfdist with its defaults (--lost-after 10), tfdist with a short setting (--lost-after 2,
-heartbeats every 0.5 s), and TensorFlow alone (TF_CONFIG by hand, as the HPC guides write it), whose
+Variants: tfdist with its defaults (--lost-after 6, --failure-grace 1), tfdist with a short setting
+(--lost-after 2, heartbeats every 0.5 s, --failure-grace 0.2), and TensorFlow alone (TF_CONFIG by hand, as the HPC guides write it), whose
 docs say it waits for its coordination-service heartbeat timeout, or forever.
 
     sudo .venv/bin/python benchmarks/failure_detection.py [--runs 5] [--cap 40]
@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from tests.conftest import cli_env, processes_with_marker  # noqa: E402
+from tests.conftest import cli_env, processes_with_marker, stop_processes  # noqa: E402
 from tests.multihost.conftest import make_hosts  # noqa: E402
 
 WORKER = os.path.join(HERE, "failure_worker.py")
@@ -135,14 +135,7 @@ class TfdistVariant:
         return {"stopped_s": t_stopped, "failed_s": t_failed, "message": job.get("message", "")}
 
     def close(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(self.procs.values())
 
 
 class HandWrittenVariant:
@@ -206,10 +199,11 @@ def main() -> int:
     parser.add_argument("--cap", type=float, default=40.0, help="seconds after which a rank counts as never stopping")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "failure_detection.json"))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the namespaces are removed on the way out
     variants = {
-        "tfdist (default: --lost-after 10)": lambda h, m, t: TfdistVariant(h, m, t, []),
-        "tfdist (--lost-after 2, heartbeat 0.5 s)": lambda h, m, t: TfdistVariant(
-            h, m, t, ["--lost-after", "2", "--heartbeat-interval", "0.5"]),
+        "tfdist (default: --lost-after 6)": lambda h, m, t: TfdistVariant(h, m, t, []),
+        "tfdist (--lost-after 2, heartbeat 0.5 s, failure grace 0.2 s)": lambda h, m, t: TfdistVariant(
+            h, m, t, ["--lost-after", "2", "--heartbeat-interval", "0.5", "--failure-grace", "0.2"]),
         "TensorFlow alone (hand-written TF_CONFIG)": lambda h, m, t: HandWrittenVariant(h, m, t),
     }
     results = {}

@@ -103,8 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="address to serve on (default 127.0.0.1:7470; beyond loopback needs --token-file)")
     coord.add_argument("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives")
     coord.add_argument("--token-file", metavar="FILE", default=os.environ.get(TOKEN_FILE_ENV))
-    coord.add_argument("--lost-after", type=_positive_float, default=10.0, metavar="SECONDS",
-                       help="declare an agent lost after this long without a heartbeat (default 10)")
+    coord.add_argument("--lost-after", type=_positive_float, default=6.0, metavar="SECONDS",
+                       help="declare an agent lost after this long without a heartbeat (default 6)")
+    coord.add_argument("--stop-grace", type=_positive_float, default=5.0, metavar="SECONDS",
+                       help="a canceled job's workers get SIGTERM, then SIGKILL this much later (default 5)")
+    coord.add_argument("--failure-grace", type=_positive_float, default=1.0, metavar="SECONDS",
+                       help="the same for a failed job's surviving workers (default 1)")
     coord.add_argument("--heartbeat-interval", type=_positive_float, default=1.0, metavar="SECONDS")
     coord.add_argument("--port-range", type=_port_range, default=(29500, 29999), metavar="LOW-HIGH",
                        help="ports leased to workers on every node (default 29500-29999)")
@@ -215,6 +219,7 @@ def _coordinator(args) -> int:
     token = read_token(args.token_file)
     _setup_daemon_logging(args.verbosity)
     settings = Settings(lost_after=args.lost_after, heartbeat_interval=args.heartbeat_interval,
+                        stop_grace=args.stop_grace, failure_grace=args.failure_grace,
                         port_range=args.port_range, subnet=args.subnet)
     server = CoordinatorServer(args.state_dir, args.listen, token, settings).start()
     print(f"tfdist coordinator listening on {server.address} (state in {args.state_dir})", flush=True)

@@ -87,7 +87,7 @@ def port_listening(port: int) -> bool:
 
 class Gang:
     def __init__(self, workers: Sequence[WorkerLaunch], sink: OutputSink, *, stop_grace: float = 5.0,
-                 cwd: str | None = None, on_exit: ExitSink | None = None):
+                 failure_grace: float | None = None, cwd: str | None = None, on_exit: ExitSink | None = None):
         """Call start() and run() from one thread that lives until the gang ends: workers
         are tied to it and die with it. Whether every rank joins in time is the coordinator's
         call (it sees the whole job); `joined_ranks()` says who has joined here."""
@@ -95,6 +95,11 @@ class Gang:
         self.sink = sink
         self.on_exit = on_exit
         self.stop_grace = stop_grace
+        # A failed gang's collectives are broken: its survivors get less time to leave (a worker of
+        # MultiWorkerMirroredStrategy does not even die on SIGTERM: TensorFlow takes it as a
+        # preemption notice, so it waits out the grace and then gets SIGKILL).
+        self.failure_grace = stop_grace if failure_grace is None else failure_grace
+        self._kill_at: float | None = None
         self.cwd = cwd
         self._procs: dict[int, subprocess.Popen] = {}
         self._tails: dict[int, collections.deque] = {}
@@ -132,11 +137,15 @@ class Gang:
                 self.on_exit(rank, code, self._tail(rank), "")
             if code != 0 and failure is None and not self._stopping:
                 failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
-                self.stop()
+                self.stop(self.failure_grace)
         for t in self._threads:
             t.join(timeout=5)
         self._kill_groups()  # the job is over: nothing a worker started outlives it
         return GangResult(exit_codes, failure)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def joined_ranks(self) -> list[int]:
         """Ranks that joined: tfdist.init() wrote their ready file, or their port listens."""
@@ -148,14 +157,18 @@ class Gang:
     def process_groups(self) -> list[int]:
         return [p.pid for p in self._procs.values()]
 
-    def stop(self) -> None:
-        """SIGTERM to every worker's process group, SIGKILL after the grace period (in the background).
+    def stop(self, grace: float | None = None) -> None:
+        """SIGTERM to every worker's process group, SIGKILL `grace` seconds later (default: the gang's
+        stop grace), in the background. A later stop with a shorter grace brings the SIGKILL forward.
         Exits after a stop are consequences, not failures of their own."""
-        if self._stopping:
-            return
+        kill_at = time.monotonic() + (self.stop_grace if grace is None else grace)
+        first = not self._stopping
         self._stopping = True
-        self._signal_all(signal.SIGTERM)
-        threading.Thread(target=self._kill_after_grace, daemon=True).start()
+        if self._kill_at is None or kill_at < self._kill_at:
+            self._kill_at = kill_at
+        if first:
+            self._signal_all(signal.SIGTERM)
+            threading.Thread(target=self._kill_after_grace, daemon=True).start()
 
     # -- internals -------------------------------------------------------
     def _spawn(self, fn, *args) -> threading.Thread:
@@ -193,11 +206,10 @@ class Gang:
                     pass
 
     def _kill_after_grace(self) -> None:
-        deadline = time.monotonic() + self.stop_grace
-        while time.monotonic() < deadline:
+        while time.monotonic() < self._kill_at:
             if all(p.poll() is not None for p in self._procs.values()):
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
         self._kill_groups()
 
     def _kill_groups(self) -> None:

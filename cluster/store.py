@@ -86,6 +86,11 @@ def _job_from(r: sqlite3.Row) -> Job:
                placement=tuple(_alloc_from(r["id"], d) for d in json.loads(r["placement"])))
 
 
+def _one_job(query, column: str, value) -> Job | None:
+    rows = query(f"SELECT * FROM jobs WHERE {column}=?", (value,))
+    return _job_from(rows[0]) if rows else None
+
+
 def _connect(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     db.row_factory = sqlite3.Row
@@ -203,16 +208,13 @@ class Store:
         self._write(statements)
 
     def job(self, job_id: str) -> Job | None:
-        rows = self._all("SELECT * FROM jobs WHERE id=?", (job_id,))
-        return _job_from(rows[0]) if rows else None
+        return _one_job(self._all, "id", job_id)
 
     def job_by_seq(self, seq: int) -> Job | None:
-        rows = self._all("SELECT * FROM jobs WHERE seq=?", (seq,))
-        return _job_from(rows[0]) if rows else None
+        return _one_job(self._all, "seq", seq)
 
     def job_by_submission(self, submission_id: str) -> Job | None:
-        rows = self._all("SELECT * FROM jobs WHERE submission_id=?", (submission_id,))
-        return _job_from(rows[0]) if rows else None
+        return _one_job(self._all, "submission_id", submission_id)
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         if states is None:
@@ -341,12 +343,10 @@ class Reader:
         return db.execute(sql, args).fetchall()
 
     def job(self, job_id: str) -> Job | None:
-        rows = self._query("SELECT * FROM jobs WHERE id=?", (job_id,))
-        return _job_from(rows[0]) if rows else None
+        return _one_job(self._query, "id", job_id)
 
     def job_by_seq(self, seq: int) -> Job | None:
-        rows = self._query("SELECT * FROM jobs WHERE seq=?", (seq,))
-        return _job_from(rows[0]) if rows else None
+        return _one_job(self._query, "seq", seq)
 
     def ended(self, job_id: str) -> bool:
         """Terminal, and no node holds the job any more: its agents shipped every line first."""

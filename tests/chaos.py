@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, cli_env, stop_processes
 
 JOB = os.path.join(REPO, "tests", "integration", "workers", "chaos_job.py")
 
@@ -80,15 +80,7 @@ class ChaosRun:
                 time.sleep(0.2)
 
     def close(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes(self.procs.values())
 
     # ---------------------------------------------------------------- the run
     def run(self) -> dict:

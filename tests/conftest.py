@@ -60,6 +60,20 @@ def run_cli(args, marker, timeout=240, cwd=REPO, **extra_env) -> subprocess.Comp
                           capture_output=True, text=True, timeout=timeout)
 
 
+def stop_processes(procs) -> None:
+    """SIGTERM to each process still running, then SIGKILL to any that has not exited 20 s later."""
+    procs = [p for p in procs if p is not None]
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
 FAKES = os.path.join(REPO, "tests", "fakes")  # a stand-in nvidia-smi for GPU nodes on CPU machines
 
 
@@ -125,16 +139,7 @@ class LocalCluster:
         return self.json("job", job_id)
 
     def close(self):
-        procs = [p for p in [self.coordinator, *self.agents.values()] if p is not None]
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=10)
+        stop_processes([self.coordinator, *self.agents.values()])
 
 
 @pytest.fixture

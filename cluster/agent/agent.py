@@ -163,16 +163,17 @@ class Agent:
         for task in response.start:
             self._start(task)
         for job_id in response.stop_jobs:
-            self._stop_job(job_id)
+            self._stop_job(job_id, response.stop_grace.get(job_id))
         return bool(response.check_ports)
 
-    def _stop_job(self, job_id: str) -> None:
+    def _stop_job(self, job_id: str, grace: float | None = None) -> None:
         with self._lock:
             gang = self._gangs.get(job_id)
             lease = None if gang else self._port_leases.pop(job_id, None)
         if gang:
-            log.info("stopping job %s", job_id)
-            gang.stop()
+            if not gang.stopping:
+                log.info("stopping job %s", job_id)
+            gang.stop(grace)
         if lease:
             lease.release()
             self._wake.set()
@@ -245,7 +246,7 @@ class Agent:
                 env = {**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics}
                 workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port))
             gang = Gang(workers, self._sink(task.job_id), cwd=task.working_dir or None,
-                        on_exit=self._exit_sink(task.job_id))
+                        failure_grace=task.failure_grace or None, on_exit=self._exit_sink(task.job_id))
             self._gangs[task.job_id] = gang
         log.info("starting job %s: ranks %s", task.job_id, [w.rank for w in task.workers])
         threading.Thread(target=self._run_gang, args=(task.job_id, gang), daemon=True).start()

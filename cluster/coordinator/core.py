@@ -65,7 +65,9 @@ class AgentLive:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    lost_after: float = 10.0  # seconds without a heartbeat before a node is declared lost
+    lost_after: float = 6.0  # seconds without a heartbeat before a node is declared lost
+    stop_grace: float = 5.0  # a canceled job's workers: SIGTERM, then SIGKILL this much later
+    failure_grace: float = 1.0  # a failed job's survivors: their collectives are broken anyway
     heartbeat_interval: float = 1.0  # the shortest; large clusters get longer ones
     max_heartbeats_per_s: float = 250.0  # what the coordinator asks of all agents together
     port_range: tuple[int, int] = (29500, 29999)
@@ -87,6 +89,7 @@ class StartTask:
     working_dir: str
     command: tuple[str, ...]
     processes: tuple[modes.ProcessPlan, ...]
+    failure_grace: float
 
 
 @dataclasses.dataclass
@@ -97,6 +100,7 @@ class Work:
     probes: list[ProbeTask] = dataclasses.field(default_factory=list)
     start: list[StartTask] = dataclasses.field(default_factory=list)
     stop_jobs: list[str] = dataclasses.field(default_factory=list)
+    stop_grace: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class LogBoard:
@@ -314,6 +318,9 @@ class CoordinatorCore:
             alloc = held.get(job_id)
             if alloc is None or alloc.state == AllocState.RELEASING:
                 work.stop_jobs.append(job_id)
+                job = self.store.job(job_id)
+                failed = job is not None and job.state == JobState.FAILED
+                work.stop_grace[job_id] = self.settings.failure_grace if failed else self.settings.stop_grace
         return work
 
     def _plan(self, job_id: str) -> JobPlan | None:
@@ -338,7 +345,7 @@ class CoordinatorCore:
         if job is None or plan is None:
             return None
         return StartTask(job_id=job.id, working_dir=job.spec.working_dir, command=job.spec.entrypoint,
-                         processes=plan.on_node(alloc.node_rank))
+                         processes=plan.on_node(alloc.node_rank), failure_grace=self.settings.failure_grace)
 
     def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
         mine = self.allocs.get(job_id, agent)

@@ -87,10 +87,10 @@ def work_to_pb(work: Work, interval: float) -> pb.HeartbeatResponse:
         probe=[pb.Probe(job_id=p.job_id, timeout=p.timeout,
                         targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
                for p in work.probes],
-        start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, workers=[
+        start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace, workers=[
             pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus))
             for p in s.processes]) for s in work.start],
-        stop_jobs=work.stop_jobs, heartbeat_interval=interval)
+        stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval)
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):

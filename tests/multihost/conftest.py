@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, cli_env, stop_processes
 
 SUBNET = "198.18.0"
 _counter = itertools.count()
@@ -130,15 +130,7 @@ class Cluster:
         self.procs[name].wait(timeout=30)
 
     def close(self):
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(self.procs.values())
 
 
 @pytest.fixture

@@ -208,7 +208,8 @@ def test_worker_failure_stops_the_gang_everywhere(core, nodes):
     job = job_view(core, job_id).job
     assert job.state == JobState.FAILED and job.exit_code == 7
     assert job.message == "rank 3 on node a2 exited with code 7; the other workers were stopped"
-    assert nodes[0].beat(3).stop_jobs == [job_id]
+    work = nodes[0].beat(3)
+    assert work.stop_jobs == [job_id] and work.stop_grace == {job_id: 1.0}  # a failed gang's survivors: quickly
     core.report_exit("a1", job_id, WorkerExit(0, "a1", -15), now=3)  # collateral exits change nothing
     assert job_view(core, job_id).job.message.startswith("rank 3 on node a2")
 
@@ -325,7 +326,10 @@ def test_an_event_that_fails_midway_changes_nothing(core, nodes, monkeypatch):
 def test_cancel_and_job_refs(core, nodes):
     job_id = core.submit(spec(2), now=1)[0]
     assert core.resolve_job_id(job_id.split("-")[0]) == job_id
+    drive(nodes, 1)
     assert core.cancel(job_id, now=2) == "CANCELED"
+    holder = next(n for n in nodes if job_id in n.running)
+    assert holder.beat(3).stop_grace == {job_id: 5.0}  # canceled: time to save
     with pytest.raises(NotFound, match="job 99 not found"):
         job_view(core, "99")
 

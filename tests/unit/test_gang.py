@@ -125,3 +125,18 @@ def test_launch_exit_code_and_summary_with_plain_processes(tmp_path, marker):
     assert "[rank=2] hello from 2" in result.stdout and "[rank=0] hello from 0" in result.stdout
     assert "failed: rank 2 on node local exited with code 4; the other workers were stopped" in result.stderr
     assert "  hello from 2" in result.stderr
+
+
+def test_a_failed_gangs_survivors_get_the_failure_grace(marker):
+    # Like a MultiWorkerMirroredStrategy worker, which takes SIGTERM as a preemption notice and stays.
+    stubborn = _py("""
+        import signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print('ready', flush=True)
+        time.sleep(600)
+    """)
+    gang, _ = _gang([stubborn, _py("import time, sys; time.sleep(1); sys.exit(7)")], marker, stop_grace=120,
+                    failure_grace=0.5)
+    gang.start()
+    result = gang.run()  # would wait out the 120 s stop grace without the failure grace
+    assert result.failure.rank == 1 and result.exit_codes[0] == -signal.SIGKILL

@@ -303,16 +303,18 @@ class WorkerProcess(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StartTask(_message.Message):
-    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout")
+    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_GRACE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     working_dir: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerProcess]
     startup_timeout: float
-    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ...) -> None: ...
+    failure_grace: float
+    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results")
@@ -373,20 +375,29 @@ class PortCheckResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., busy_ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe")
+    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe", "stop_grace")
+    class StopGraceEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     REREGISTER_FIELD_NUMBER: _ClassVar[int]
     CHECK_PORTS_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     STOP_JOBS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     PROBE_FIELD_NUMBER: _ClassVar[int]
+    STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
     reregister: bool
     check_ports: _containers.RepeatedCompositeFieldContainer[PortCheck]
     start: _containers.RepeatedCompositeFieldContainer[StartTask]
     stop_jobs: _containers.RepeatedScalarFieldContainer[str]
     heartbeat_interval: float
     probe: _containers.RepeatedCompositeFieldContainer[Probe]
-    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ...) -> None: ...
+    stop_grace: _containers.ScalarMap[str, float]
+    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class ReportExitRequest(_message.Message):
     __slots__ = ("agent", "job_id", "exit")

@@ -106,20 +106,34 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             embedded.close()
 
 
+CANCEL_WAIT = 5.0  # seconds a second signal waits for the cancel to reach the coordinator
+
+
 def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
     """Ctrl-C or SIGTERM cancels the job and keeps following until it has ended; a second one
     exits at once (the job's end is then the coordinator's business)."""
     signals: list[int] = []
+    first, second, canceled = threading.Event(), threading.Event(), threading.Event()
 
-    def on_signal(signum, frame):
+    def on_signal(signum, frame):  # only records: the work is done by `react`, outside the handler
         signals.append(signum)
-        name = signal.Signals(signum).name
-        if len(signals) == 1:
-            sys.stderr.write(f"tfdist: {name}: canceling job {job_id} (again to stop waiting)\n")
-            sys.stderr.flush()
-            threading.Thread(target=_cancel_quietly, args=(client, job_id), daemon=True).start()
-            return
-        if embedded:
+        (second if first.is_set() else first).set()
+
+    def react():
+        first.wait()
+        name = signal.Signals(signals[0]).name
+        sys.stderr.write(f"tfdist: {name}: canceling job {job_id} (again to stop waiting)\n")
+        sys.stderr.flush()
+        _cancel_quietly(client, job_id)
+        canceled.set()
+
+    def leave():
+        second.wait()
+        name = signal.Signals(signals[-1]).name
+        if not canceled.wait(CANCEL_WAIT):  # the cancel must have reached the coordinator first
+            sys.stderr.write(f"tfdist: {name} again: the coordinator has not confirmed the cancel of job {job_id} "
+                             f"within {CANCEL_WAIT:g}s; leaving. Check with `tfdist job {job_id}`\n")
+        elif embedded:
             sys.stderr.write(f"tfdist: {name} again: cancel requested; leaving now (this machine's workers are "
                              "stopped with this process)\n")
         else:
@@ -128,6 +142,8 @@ def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
         sys.stderr.flush()
         os._exit(128 + signals[0])
 
+    for target in (react, leave):
+        threading.Thread(target=target, daemon=True).start()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         job = follow_job(client, job_id)

@@ -51,7 +51,8 @@ def test_64_followers_leave_heartbeats_and_submissions_alone(server):
     for t in followers:
         t.start()
     time.sleep(1.0)  # every follower is now inside a long poll
-    agent = Client(server.address, timeout=2.0)  # a heartbeat that waited behind followers would time out
+    # A heartbeat queued behind followers would wait for a 10 s long poll to end: 5 s tells them apart.
+    agent = Client(server.address, timeout=5.0)
     latencies = []
     for i in range(40):
         t0 = time.monotonic()

@@ -161,6 +161,24 @@ class Job:
 
 
 @dataclasses.dataclass(frozen=True)
+class LogLine:
+    rank: int
+    stream: str  # stdout or stderr
+    text: str
+    time: float
+    seq: int = 0  # the coordinator numbers each job's lines as they arrive
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricRow:
+    rank: int
+    step: int
+    name: str
+    value: float
+    time: float
+
+
+@dataclasses.dataclass(frozen=True)
 class WorkerExit:
     rank: int
     agent: str

@@ -19,7 +19,8 @@ import sqlite3
 import threading
 from typing import Any, Iterable, Iterator
 
-from cluster.model import (AgentRecord, Address, Allocation, AllocState, Gpu, Job, JobSpec, JobState, WorkerExit)
+from cluster.model import (AgentRecord, Address, Allocation, AllocState, Gpu, Job, JobSpec, JobState, LogLine,
+                           MetricRow, WorkerExit)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -275,54 +276,51 @@ class Store:
                    (job_id, source, kind, first_seq + count - 1))
         return min(max(0, last - first_seq + 1), count)
 
-    def append_metrics(self, job_id: str, rows: list[tuple[int, int, str, float, float]], source: str = "",
-                       first_seq: int = 0) -> int:
-        """rows: (rank, step, name, value, time). Returns how many were new."""
+    def append_metrics(self, job_id: str, rows: list[MetricRow], source: str = "", first_seq: int = 0) -> int:
+        """Returns how many rows were new."""
         with self.transaction() as db:
             skip = self._fresh(db, job_id, source, "metrics", first_seq, len(rows))
             db.executemany("INSERT INTO metrics(job_id, rank, step, name, value, time) VALUES (?,?,?,?,?,?)",
-                           [(job_id, *r) for r in rows[skip:]])
+                           [(job_id, m.rank, m.step, m.name, m.value, m.time) for m in rows[skip:]])
             return len(rows) - skip
 
-    def metrics(self, job_id: str, name: str | None = None) -> list[dict]:
+    def metrics(self, job_id: str, name: str | None = None) -> list[MetricRow]:
         if name is None:
             rows = self._all("SELECT rank, step, name, value, time FROM metrics WHERE job_id=? ORDER BY step, rowid",
                              (job_id,))
         else:
             rows = self._all("SELECT rank, step, name, value, time FROM metrics WHERE job_id=? AND name=? "
                              "ORDER BY step, rowid", (job_id, name))
-        return [dict(r) for r in rows]
+        return [MetricRow(**r) for r in rows]
 
-    def latest_metrics(self, job_id: str) -> list[dict]:
+    def latest_metrics(self, job_id: str) -> list[MetricRow]:
         """The newest row of every metric name (highest step, then the last reported)."""
         rows = self._all("SELECT rank, step, name, value, time FROM metrics m WHERE job_id=? AND rowid = ("
                          "SELECT rowid FROM metrics WHERE job_id=m.job_id AND name=m.name "
                          "ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY name", (job_id,))
-        return [dict(r) for r in rows]
+        return [MetricRow(**r) for r in rows]
 
     # ---------------------------------------------------------------- logs
-    def append_logs(self, job_id: str, lines: list[tuple[int, str, str, float]], source: str = "",
-                    first_seq: int = 0) -> int:
-        """lines: (rank, stream, text, time), numbered per job in arrival order. Returns how many were new."""
+    def append_logs(self, job_id: str, lines: list[LogLine], source: str = "", first_seq: int = 0) -> int:
+        """Numbers the lines per job in arrival order (their own seq is ignored). Returns how many were new."""
         with self.transaction() as db:
             skip = self._fresh(db, job_id, source, "logs", first_seq, len(lines))
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) AS m FROM logs WHERE job_id=?", (job_id,)).fetchone()["m"]
-            rows = [(job_id, seq + i + 1, rank, stream, text, t) for i, (rank, stream, text, t) in
-                    enumerate(lines[skip:])]
+            rows = [(job_id, seq + i + 1, l.rank, l.stream, l.text, l.time) for i, l in enumerate(lines[skip:])]
             db.executemany("INSERT INTO logs(job_id, seq, rank, stream, text, time) VALUES (?,?,?,?,?,?)", rows)
             return len(rows)
 
-    def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[dict]:
+    def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[LogLine]:
         return _read_logs(self._all, job_id, after_seq, rank, limit)
 
 
-def _read_logs(query, job_id: str, after_seq: int, rank: int, limit: int) -> list[dict]:
+def _read_logs(query, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
     if rank >= 0:
         rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? AND rank=? ORDER BY seq LIMIT ?",
                      (job_id, after_seq, rank, limit))
     else:
         rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? ORDER BY seq LIMIT ?", (job_id, after_seq, limit))
-    return [dict(r) for r in rows]
+    return [LogLine(rank=r["rank"], stream=r["stream"], text=r["text"], time=r["time"], seq=r["seq"]) for r in rows]
 
 
 class Reader:
@@ -354,5 +352,5 @@ class Reader:
                            "WHERE id=?", (job_id, job_id))
         return bool(rows) and JobState(rows[0]["state"]).terminal and rows[0]["held"] == 0
 
-    def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[dict]:
+    def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
         return _read_logs(self._query, job_id, after_seq, rank, limit)

@@ -24,8 +24,8 @@ from typing import Iterable, Mapping, Sequence
 from cluster import modes, placement as placement_lib, policy, scheduler
 from cluster.config import ConfigError, ExperimentConfig, config_from_dict
 from cluster.coordinator.allocations import AllocationTable
-from cluster.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, WorkerExit,
-                           check_job_transition)
+from cluster.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
+                           WorkerExit, check_job_transition)
 from cluster.modes import JobPlan, NodePlacement, Placement
 from cluster.store import Store
 from tfdist.errors import NotFoundError, UserError
@@ -418,23 +418,24 @@ class CoordinatorCore:
         else:
             self._end(job_id, outcome, now)
 
-    def push_logs(self, agent: str, job_id: str, lines: list[tuple[int, str, str, float]], source: str = "",
+    def push_logs(self, agent: str, job_id: str, lines: list[LogLine], source: str = "",
                   first_seq: int = 0) -> None:
         if not lines:
             return
         with self._event():
             if self.store.job(job_id) is None:
                 raise NotFound(f"job {job_id} not found")
-            self.store.append_logs(job_id, [(r, s, t[:MAX_LOG_LINE], ts) for r, s, t, ts in lines], source, first_seq)
+            self.store.append_logs(job_id, [dataclasses.replace(l, text=l.text[:MAX_LOG_LINE]) for l in lines], source,
+                                   first_seq)
             self._touched.add(job_id)
 
-    def push_metrics(self, agent: str, job_id: str, rows: list[tuple[int, int, str, float, float]], source: str = "",
+    def push_metrics(self, agent: str, job_id: str, rows: list[MetricRow], source: str = "",
                      first_seq: int = 0) -> None:
         if not rows:
             return
-        for rank, step, name, value, t in rows:
-            if not name or len(name) > MAX_METRIC_NAME:
-                raise BadRequest(f"metric name {name[:40]!r}... must have 1-{MAX_METRIC_NAME} characters")
+        for row in rows:
+            if not row.name or len(row.name) > MAX_METRIC_NAME:
+                raise BadRequest(f"metric name {row.name[:40]!r}... must have 1-{MAX_METRIC_NAME} characters")
         with self._event():
             if self.store.job(job_id) is None:
                 raise NotFound(f"job {job_id} not found")

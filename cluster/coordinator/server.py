@@ -14,7 +14,7 @@ import grpc
 from cluster.auth import TokenInterceptor, check_listen_policy
 from cluster.coordinator import views
 from cluster.coordinator.core import CoordinatorCore, Settings, Work
-from cluster.model import Address, AgentRecord, Allocation, Gpu, JobSpec, WorkerExit
+from cluster.model import Address, AgentRecord, Allocation, Gpu, JobSpec, LogLine, MetricRow, WorkerExit
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.store import Store
@@ -72,7 +72,8 @@ def job_to_pb(view: views.JobView) -> pb.Job:
         placement=[placement_to_pb(a) for a in view.placement],
         exits=[pb.WorkerExit(rank=e.rank, agent=e.agent, exit_code=e.exit_code, last_lines=list(e.last_lines),
                              reason=e.reason) for e in view.exits],
-        latest_metrics=[pb.Metric(**m) for m in view.latest_metrics])
+        latest_metrics=[pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time)
+                        for m in view.latest_metrics])
 
 
 def agent_from_pb(a: pb.AgentInfo) -> AgentRecord:
@@ -129,8 +130,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             if waiting:
                 self.follow_slots.release()
         return pb.GetLogsResponse(job_ended=ended, lines=[
-            pb.LogLine(seq=l["seq"], rank=l["rank"], stream=l["stream"], text=l["text"], time=l["time"])
-            for l in lines])
+            pb.LogLine(seq=l.seq, rank=l.rank, stream=l.stream, text=l.text, time=l.time) for l in lines])
 
     @_guard
     def ListAgents(self, request, context):
@@ -175,14 +175,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     @_guard
     def PushLogs(self, request, context):
         self.core.push_logs(request.agent, request.job_id,
-                            [(l.rank, l.stream, l.text, l.time) for l in request.lines], request.source,
+                            [LogLine(l.rank, l.stream, l.text, l.time) for l in request.lines], request.source,
                             request.first_seq)
         return pb.PushLogsResponse()
 
     @_guard
     def ReportMetrics(self, request, context):
         self.core.push_metrics(request.agent, request.job_id,
-                               [(m.rank, m.step, m.name, m.value, m.time) for m in request.metrics], request.source,
+                               [MetricRow(m.rank, m.step, m.name, m.value, m.time) for m in request.metrics], request.source,
                                request.first_seq)
         return pb.ReportMetricsResponse()
 

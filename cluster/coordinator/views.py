@@ -11,7 +11,7 @@ import dataclasses
 import time
 
 from cluster.coordinator.core import CoordinatorCore
-from cluster.model import Allocation, Job, WorkerExit
+from cluster.model import AgentRecord, Allocation, Job, LogLine, MetricRow, WorkerExit
 from cluster.store import Reader
 
 
@@ -21,7 +21,7 @@ class JobView:
     placement: tuple[Allocation, ...]  # as placed, with live states where the job still holds nodes
     exits: tuple[WorkerExit, ...] = ()
     waiting_reason: str = ""
-    latest_metrics: tuple[dict, ...] = ()
+    latest_metrics: tuple[MetricRow, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +32,7 @@ class AgentView:
     state: str  # ALIVE, LOST
     last_heartbeat: float
     jobs: tuple[str, ...]
-    record: object  # AgentRecord
+    record: AgentRecord
     free_gpus: tuple[int, ...]
 
 
@@ -73,7 +73,7 @@ class LogFollower:
         self.reader = Reader(core.store)
 
     def logs(self, job_ref: str, after_seq: int, rank: int, limit: int, wait: float = 0.0,
-             clock=time.monotonic) -> tuple[list[dict], bool]:
+             clock=time.monotonic) -> tuple[list[LogLine], bool]:
         job_id = self.core.resolve_job_id(job_ref, self.reader)
         deadline = clock() + wait
         while True:

@@ -153,8 +153,8 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
             outbox.metric(job_id, pb.Metric(rank=0, step=step, name=name, value=step, time=1.0))
         outbox.ship_once()
         rows = server.store.metrics(job_id)
-        assert [r["step"] for r in rows] == [s for s in range(40) if s != 17] and outbox.dropped == 1
-        logs = [l["text"] for l in server.store.logs(job_id)]
+        assert [r.step for r in rows] == [s for s in range(40) if s != 17] and outbox.dropped == 1
+        logs = [l.text for l in server.store.logs(job_id)]
         assert logs == ["tfdist: agent n1 dropped a metric row of rank 0 that the coordinator refused: metric name "
                         "'zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz'... must have 1-200 characters"]
         client.close()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from cluster.model import AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, WorkerExit
+from cluster.model import (AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, LogLine,
+                           MetricRow, WorkerExit)
 from cluster.store import Reader, Store
 
 
@@ -35,22 +36,26 @@ def test_allocations_exits_logs(store):
     assert store.record_exit("j", WorkerExit(0, "a", 0, ("bye",), 1.0)) is True
     assert store.record_exit("j", WorkerExit(0, "a", 0, ("bye",), 1.0)) is False  # a retried report counts once
     assert store.exits("j") == [WorkerExit(0, "a", 0, ("bye",), 1.0)]
-    store.append_logs("j", [(0, "stdout", "one", 1.0), (1, "stderr", "two", 1.1)])
-    store.append_logs("j", [(0, "stdout", "three", 1.2)])
-    assert [(l["seq"], l["text"]) for l in store.logs("j")] == [(1, "one"), (2, "two"), (3, "three")]
-    assert [l["text"] for l in store.logs("j", after_seq=1, rank=0)] == ["three"]
+    store.append_logs("j", [LogLine(0, "stdout", "one", 1.0), LogLine(1, "stderr", "two", 1.1)])
+    store.append_logs("j", [LogLine(0, "stdout", "three", 1.2)])
+    assert [(l.seq, l.text) for l in store.logs("j")] == [(1, "one"), (2, "two"), (3, "three")]
+    assert [l.text for l in store.logs("j", after_seq=1, rank=0)] == ["three"]
+
+
+def out(text):
+    return LogLine(0, "stdout", text, 1.0)
 
 
 def test_retried_batches_are_stored_once(store):
     store.insert_job("j", 1, spec(), 0.0, "s")
-    assert store.append_logs("j", [(0, "stdout", "a", 1.0), (0, "stdout", "b", 1.0)], "n1/x", first_seq=1) == 2
+    assert store.append_logs("j", [out("a"), out("b")], "n1/x", first_seq=1) == 2
     # The same batch again (its answer was lost), then one overlapping and going further.
-    assert store.append_logs("j", [(0, "stdout", "a", 1.0), (0, "stdout", "b", 1.0)], "n1/x", first_seq=1) == 0
-    assert store.append_logs("j", [(0, "stdout", "b", 1.0), (0, "stdout", "c", 1.0)], "n1/x", first_seq=2) == 1
-    assert store.append_logs("j", [(0, "stdout", "a", 1.0)], "n2/y", first_seq=1) == 1  # another source
-    assert [l["text"] for l in store.logs("j")] == ["a", "b", "c", "a"]
-    assert store.append_metrics("j", [(0, 1, "loss", 0.5, 1.0)], "n1/x", first_seq=1) == 1
-    assert store.append_metrics("j", [(0, 1, "loss", 0.5, 1.0)], "n1/x", first_seq=1) == 0
+    assert store.append_logs("j", [out("a"), out("b")], "n1/x", first_seq=1) == 0
+    assert store.append_logs("j", [out("b"), out("c")], "n1/x", first_seq=2) == 1
+    assert store.append_logs("j", [out("a")], "n2/y", first_seq=1) == 1  # another source
+    assert [l.text for l in store.logs("j")] == ["a", "b", "c", "a"]
+    assert store.append_metrics("j", [MetricRow(0, 1, "loss", 0.5, 1.0)], "n1/x", first_seq=1) == 1
+    assert store.append_metrics("j", [MetricRow(0, 1, "loss", 0.5, 1.0)], "n1/x", first_seq=1) == 0
     assert len(store.metrics("j")) == 1
 
 
@@ -70,14 +75,14 @@ def test_survives_reopen(tmp_path):
     s.insert_job("j", 1, spec(), 0.0, "s")
     record = AgentRecord("n1", 2, (Address("1.2.3.4", 24),), (Gpu(0, "GPU-a"), Gpu(1, "GPU-b")))
     s.upsert_agent(record, 0.0)
-    s.append_logs("j", [(0, "stdout", "x", 0.0)])
+    s.append_logs("j", [LogLine(0, "stdout", "x", 0.0)])
     s.close()
     s = Store(path)
     assert s.job("j").spec == spec() and s.agents() == [record]
-    s.append_logs("j", [(0, "stdout", "y", 0.0)])
-    assert [l["seq"] for l in s.logs("j")] == [1, 2]
+    s.append_logs("j", [LogLine(0, "stdout", "y", 0.0)])
+    assert [l.seq for l in s.logs("j")] == [1, 2]
     reader = Reader(s)
-    assert reader.job("j").id == "j" and [l["text"] for l in reader.logs("j", 0, -1, 10)] == ["x", "y"]
+    assert reader.job("j").id == "j" and [l.text for l in reader.logs("j", 0, -1, 10)] == ["x", "y"]
     assert not reader.ended("j")
 
 
@@ -103,9 +108,9 @@ INSERT INTO allocations VALUES ('1-aa', 'n1', 0, 1, '127.0.0.1', '[29500]', 'PRE
 
 
 def test_metrics_and_latest(store):
-    store.append_metrics("j", [(0, 1, "loss", 0.9, 1.0), (0, 1, "acc", 0.5, 1.0), (1, 2, "loss", 0.7, 2.0)])
-    store.append_metrics("j", [(0, 2, "loss", 0.6, 2.1)])
-    assert [(m["step"], m["value"]) for m in store.metrics("j", "loss")] == [(1, 0.9), (2, 0.7), (2, 0.6)]
-    latest = {m["name"]: (m["rank"], m["step"], m["value"]) for m in store.latest_metrics("j")}
+    store.append_metrics("j", [MetricRow(0, 1, "loss", 0.9, 1.0), MetricRow(0, 1, "acc", 0.5, 1.0), MetricRow(1, 2, "loss", 0.7, 2.0)])
+    store.append_metrics("j", [MetricRow(0, 2, "loss", 0.6, 2.1)])
+    assert [(m.step, m.value) for m in store.metrics("j", "loss")] == [(1, 0.9), (2, 0.7), (2, 0.6)]
+    latest = {m.name: (m.rank, m.step, m.value) for m in store.latest_metrics("j")}
     assert latest == {"acc": (0, 1, 0.5), "loss": (0, 2, 0.6)}
     assert store.latest_metrics("other") == []

@@ -10,8 +10,6 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import argparse
-
-import grpc
 import logging
 import signal
 import socket

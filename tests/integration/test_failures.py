@@ -2,7 +2,6 @@
 daemons stopped while their peer hangs, and output that must never stall a node. Real daemons on
 loopback, no TensorFlow."""
 
-import json
 import os
 import signal
 import subprocess

@@ -119,6 +119,7 @@ def test_nodes_probe_each_other_before_anything_starts(core, nodes):
     for n in nodes:
         n.beat(1)  # answer the lease: LEASED
     probes = {n.name: n.beat(1).probes for n in nodes}
+    assert probes["a1"][0].job_id == job_id
     assert [t for t in probes["a1"][0].targets] == [("a2", "198.18.0.3", 30000), ("a2", "198.18.0.3", 30001)]
     assert not nodes[0].started and not nodes[1].started  # nobody starts before every probe answered
 

@@ -43,3 +43,15 @@ def test_gpus_are_never_shared():
     assert choose_gpus(range(8), held=[], count=8) == tuple(range(8))
     with pytest.raises(PlacementError, match=r"2 GPUs wanted but only 1 free \(\[7\]\)"):
         choose_gpus(range(8), held=range(7), count=2)
+
+
+def test_nvidia_smi_query_lines_are_parsed_and_malformed_ones_skipped():
+    from cluster.agent.netinfo import parse_gpu_query
+    from cluster.model import Gpu
+
+    text = ("0, GPU-aaaa, NVIDIA H100 80GB HBM3\n"
+            "1, GPU-bbbb, NVIDIA H100, with a comma\n"
+            "No devices were found\n"
+            "x, GPU-cccc, broken\n")
+    assert parse_gpu_query(text) == [Gpu(0, "GPU-aaaa", "NVIDIA H100 80GB HBM3"),
+                                      Gpu(1, "GPU-bbbb", "NVIDIA H100, with a comma")]

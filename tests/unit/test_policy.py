@@ -1,0 +1,48 @@
+"""The coordinator's decisions as pure functions: outcomes by each mode's success rule, start-up
+deadlines, and the failure decision."""
+
+from cluster.model import Allocation, AllocState, JobState, WorkerExit
+from cluster.modes import SuccessRule
+from cluster.policy import FailureAction, Outcome, job_outcome, on_failure, startup_overdue
+
+
+def ex(rank, code, t, agent="n1", reason=""):
+    return WorkerExit(rank, agent, code, (), t, reason)
+
+
+def test_all_ranks_rule_waits_for_every_rank():
+    assert job_outcome(SuccessRule.ALL_RANKS, 3, [ex(0, 0, 1), ex(2, 0, 2)]) is None
+    assert job_outcome(SuccessRule.ALL_RANKS, 3, [ex(0, 0, 1), ex(2, 0, 2), ex(1, 0, 3)]) == \
+        Outcome(JobState.SUCCEEDED, "every worker exited with code 0", 0)
+
+
+def test_chief_rule_succeeds_with_rank_0():
+    assert job_outcome(SuccessRule.CHIEF, 4, [ex(2, 0, 1)]) is None
+    assert job_outcome(SuccessRule.CHIEF, 4, [ex(0, 0, 2)]).state == JobState.SUCCEEDED
+
+
+def test_the_earliest_failure_is_the_root_cause():
+    outcome = job_outcome(SuccessRule.ALL_RANKS, 3, [ex(0, -15, 5), ex(2, 7, 4, "n2"), ex(1, -9, 6)])
+    assert outcome == Outcome(JobState.FAILED, "rank 2 on node n2 exited with code 7; the other workers were "
+                                               "stopped", 7, 2)
+    killed = job_outcome(SuccessRule.ALL_RANKS, 2, [ex(1, -9, 1)])
+    assert killed.exit_code == 1 and "was killed by signal SIGKILL" in killed.message
+    assert job_outcome(SuccessRule.CHIEF, 2, [ex(1, 3, 1)]).state == JobState.FAILED  # a worker failure fails too
+
+
+def test_startup_deadlines_name_who_is_missing():
+    started = [Allocation("j", "n1", 0, 2, "h", (1, 2), state=AllocState.STARTED),
+               Allocation("j", "n2", 1, 2, "g", (1, 2), state=AllocState.STARTED)]
+    assert startup_overdue(4, started, [0], started_clock=0, now=10, timeout=15) is None
+    late = startup_overdue(4, started, [0, 2], started_clock=0, now=16, timeout=15)
+    assert late.message.startswith("rank(s) 1, 3 did not join within the startup timeout of 15s") and late.rank == 1
+    assert startup_overdue(4, started, [0, 1, 2, 3], 0, 16, 15) is None
+    assert startup_overdue(1, started[:1], [], 0, 99, 15) is None  # nobody waits on a one-process job
+    stuck = [started[0], Allocation("j", "n2", 1, 2, "g", (1, 2), state=AllocState.LEASED)]
+    assert startup_overdue(4, stuck, [0, 1], 0, 16, 15).message.startswith(
+        "node(s) n2 did not start their workers within the startup timeout of 15s")
+
+
+def test_a_failure_fails_the_job_for_now():
+    outcome = Outcome(JobState.FAILED, "x", 1)
+    assert on_failure(outcome).action == FailureAction.FAIL and on_failure(outcome).outcome == outcome

@@ -16,11 +16,13 @@ import yaml
 
 from tfdist.errors import UserError
 
-# Distribution modes this version implements. Later modes (ps, horovod, auto,
-# mirrored, ...) are added here and in the per-node environment builder.
-DISTRIBUTION_MODES = ("mwms",)
+# Distribution modes this version implements (each has a launch plan in cluster/modes/).
+# mwms: MultiWorkerMirroredStrategy across nodes. Single-node, one process driving every slot:
+# mirrored (MirroredStrategy), central_storage (CentralStorageStrategy), one_device (one slot).
+DISTRIBUTION_MODES = ("mwms", "mirrored", "central_storage", "one_device")
+SINGLE_NODE_MODES = ("mirrored", "central_storage", "one_device")
 # Modes on the roadmap: named so the error says "not yet" instead of "unknown".
-PLANNED_DISTRIBUTION_MODES = ("ps", "horovod", "auto", "mirrored", "central_storage", "one_device")
+PLANNED_DISTRIBUTION_MODES = ("ps", "horovod", "auto")
 
 RESERVED_ENV_PREFIXES = ("TFDIST_",)
 RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
@@ -55,7 +57,9 @@ class ExperimentConfig:
             changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
         if entrypoint:
             changes["entrypoint"] = tuple(entrypoint)
-        return dataclasses.replace(self, **changes)
+        new = dataclasses.replace(self, **changes)
+        _check_mode_slots(new.distribution_mode, new.slots_per_trial, "--slots/--distribution")
+        return new
 
 
 # ---------------------------------------------------------------- parsing
@@ -112,7 +116,7 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"name: expected a non-empty string, got {_describe(name)}")
 
-    return ExperimentConfig(
+    config = ExperimentConfig(
         name=name,
         entrypoint=_parse_entrypoint(root.get("entrypoint")),
         slots_per_trial=_check_int(resources.get("slots_per_trial", 1), "resources.slots_per_trial", minimum=1),
@@ -121,6 +125,14 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),
     )
+    _check_mode_slots(config.distribution_mode, config.slots_per_trial, "resources.slots_per_trial")
+    return config
+
+
+def _check_mode_slots(mode: str, slots: int, where: str) -> None:
+    if mode == "one_device" and slots != 1:
+        raise ConfigError(f"{where}: distribution mode one_device drives exactly one device, got {slots} slots; "
+                          "use mode mirrored (one node) or mwms (several nodes) for more")
 
 
 # ---------------------------------------------------------------- checks

@@ -14,7 +14,12 @@ from tfdist.errors import LaunchEnvironmentError
 log = logging.getLogger("tfdist")
 
 
+SINGLE_NODE_MODES = ("mirrored", "central_storage", "one_device")
+
+
 def make_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
+    if ctx.distribution in SINGLE_NODE_MODES:
+        return _single_node_strategy(ctx)
     if ctx.size > 1:
         if ctx.distribution != "mwms":
             raise LaunchEnvironmentError(f"distribution mode {ctx.distribution!r} is not supported by this tfdist")
@@ -26,6 +31,33 @@ def make_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
     if ctx.local_slots > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+def local_devices(count: int) -> list[str]:
+    """`count` devices for one process: its GPUs (CUDA_VISIBLE_DEVICES holds exactly the job's), or,
+    on a CPU node, as many logical CPU devices. Must run before TensorFlow initializes its devices."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        return [f"/gpu:{i}" for i in range(len(gpus))]
+    if count > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+        except RuntimeError:
+            raise LaunchEnvironmentError(
+                f"cannot split the CPU into {count} devices: TensorFlow was already initialized. Call "
+                "tfdist.init() before building models, datasets or tensors") from None
+    return [f"/cpu:{i}" for i in range(count)]
+
+
+def _single_node_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
+    """One process drives every slot: mirrored, central_storage or one_device."""
+    devices = local_devices(ctx.local_slots)
+    if ctx.distribution == "one_device":
+        return tf.distribute.OneDeviceStrategy(devices[0])
+    if ctx.distribution == "central_storage":
+        return tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices, parameter_device="/cpu:0")
+    return tf.distribute.MirroredStrategy(devices)
 
 
 def check_replicas(ctx: DistributedContext, strategy: tf.distribute.Strategy) -> None:

@@ -455,10 +455,16 @@ class CoordinatorCore:
                 known = self.store.job_by_submission(spec.submission_id)
                 if known is not None:
                     return known.id, known.state.value
+            nodes = self._nodes(include_busy=True)
             try:
-                scheduler.check_feasible(spec.slots, self._nodes(include_busy=True))
+                scheduler.check_feasible(spec.slots, nodes)
             except scheduler.InfeasibleJob as e:
                 raise BadRequest(str(e)) from None
+            largest = max((n.slots for n in nodes), default=0)
+            if getattr(modes.planner(spec.distribution_mode), "SINGLE_NODE", False) and spec.slots > largest:
+                raise BadRequest(f"distribution mode {spec.distribution_mode} runs one process on one node, but "
+                                 f"slots_per_trial={spec.slots} is more than the largest node ({largest} slots); "
+                                 "use mode mwms to span nodes")
             seq = self.store.next_job_seq()
             job_id = f"{seq}-{secrets.token_hex(2)}"
             self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots")

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from cluster.modes import mwms
+from cluster.modes import mwms, single
 from cluster.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule
 
-PLANNERS: dict[str, ModuleType] = {"mwms": mwms}
+PLANNERS: dict[str, ModuleType] = {"mwms": mwms, "mirrored": single, "central_storage": single,
+                                   "one_device": single}
 
 
 def planner(mode: str) -> ModuleType:

@@ -17,7 +17,7 @@ from tests.conftest import run_cli
     (["launch", "--slots", "two", "--", "python", "-c", "pass"], None,
      "tfdist launch: argument --slots: expected an integer, got 'two' (see `tfdist launch --help`)"),
     (["launch", "--distribution", "ps", "--", "python", "-c", "pass"], None,
-     "tfdist: error: --distribution: 'ps' is not available in this version of tfdist yet; use one of mwms"),
+     "tfdist: error: --distribution: 'ps' is not available in this version of tfdist yet; use one of mwms, mirrored, central_storage, one_device"),
     (["launch", "--slots", "2"], None,
      "tfdist launch: no command to run; give one after `--` (tfdist launch --slots 2 -- python train.py) "
      "or set `entrypoint` in --config"),

@@ -66,11 +66,11 @@ BAD = [
     ("max_restarts: -1",
      "c.yaml: max_restarts: must be at least 0, got -1"),
     ("distribution: {mode: mwm}",
-     "c.yaml: distribution.mode: unknown value 'mwm'; expected one of mwms; did you mean 'mwms'?"),
+     "c.yaml: distribution.mode: unknown value 'mwm'; expected one of mwms, mirrored, central_storage, one_device; did you mean 'mwms'?"),
     ("distribution: {mode: horovod}",
-     "c.yaml: distribution.mode: 'horovod' is not available in this version of tfdist yet; use one of mwms"),
+     "c.yaml: distribution.mode: 'horovod' is not available in this version of tfdist yet; use one of mwms, mirrored, central_storage, one_device"),
     ("distribution: {mode: 3}",
-     "c.yaml: distribution.mode: expected one of mwms, got 3 (int)"),
+     "c.yaml: distribution.mode: expected one of mwms, mirrored, central_storage, one_device, got 3 (int)"),
     ("hyperparameters: {global_batch_size: 0}",
      "c.yaml: hyperparameters.global_batch_size: must be at least 1, got 0"),
     ("hyperparameters: {global_batch_size: '64'}",
@@ -125,5 +125,5 @@ def test_overrides_are_validated_like_the_file():
     assert cfg.with_overrides(entrypoint=["python", "x.py"]).entrypoint == ("python", "x.py")
     with pytest.raises(ConfigError, match=r"^--slots: must be at least 1, got 0$"):
         cfg.with_overrides(slots=0)
-    with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of mwms$"):
+    with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of mwms, mirrored, central_storage, one_device$"):
         cfg.with_overrides(distribution="ring")

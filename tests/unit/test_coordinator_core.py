@@ -342,3 +342,15 @@ def test_bad_specs(core, nodes):
         core.submit(spec(1, cmd=()), now=1)
     with pytest.raises(BadRequest, match="environment.variables.TF_CONFIG"):
         core.submit(spec(1, environment={"TF_CONFIG": "x"}), now=1)
+
+
+def test_a_single_node_mode_larger_than_any_node_is_refused(core, nodes):
+    with pytest.raises(BadRequest, match=r"distribution mode mirrored runs one process on one node, but "
+                                         r"slots_per_trial=4 is more than the largest node \(2 slots\); use mode mwms"):
+        core.submit(spec(4, distribution_mode="mirrored"), now=1)
+    job_id = core.submit(spec(2, distribution_mode="mirrored"), now=1)[0]
+    drive(nodes, 1)
+    holder = next(n for n in nodes if job_id in n.started)
+    (process,) = holder.started[job_id].processes  # one process drives both slots
+    assert process.replicas == 2 and "TF_CONFIG" not in process.env
+    assert process.env["TFDIST_LOCAL_SLOTS"] == "2" and process.env["TFDIST_DISTRIBUTION"] == "mirrored"

@@ -105,3 +105,17 @@ def test_a_plan_can_run_one_process_per_gpu():
     processes = layout(placement, [(4, 5, 6, 7)], lambda node: node.slots)  # e.g. Horovod: one per GPU
     assert [(p.rank, p.local_rank, p.gpus, p.replicas) for p in processes] == [
         (0, 0, (4,), 1), (1, 1, (5,), 1), (2, 2, (6,), 1), (3, 3, (7,), 1)]
+
+
+def test_single_node_modes_run_one_process_over_the_nodes_slots():
+    from cluster.modes import single
+
+    cfg = parse_config("distribution: {mode: central_storage}\nhyperparameters: {global_batch_size: 64}")
+    p = single.plan(Placement("j", (gpu("h", 4, 7),)), cfg, [(2, 3, 4, 5)])
+    (proc,) = p.processes
+    assert (proc.rank, proc.replicas, proc.gpus, proc.port) == (0, 4, (2, 3, 4, 5), 7)
+    assert proc.env["CUDA_VISIBLE_DEVICES"] == "2,3,4,5" and "TF_CONFIG" not in proc.env
+    assert proc.env["TFDIST_PER_REPLICA_BATCH_SIZE"] == "16" and proc.env["TFDIST_SIZE"] == "1"
+    assert planner("mirrored") is single and planner("one_device") is single
+    with pytest.raises(ValueError, match="mode central_storage runs on one node, got 2"):
+        single.plan(Placement("j", (cpu("a", 1, (1,)), cpu("b", 1, (2,)))), cfg, [(), ()])

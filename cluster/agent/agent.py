@@ -243,7 +243,7 @@ class Agent:
                 ready = os.path.join(job_dir, f"rank{w.rank}.ready")
                 metrics = os.path.join(job_dir, f"rank{w.rank}.metrics")
                 self._metric_files[task.job_id][metrics] = 0
-                env = {**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics}
+                env = with_bootstrap({**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics})
                 workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port))
             gang = Gang(workers, self._sink(task.job_id), cwd=task.working_dir or None,
                         failure_grace=task.failure_grace or None, on_exit=self._exit_sink(task.job_id))
@@ -360,6 +360,19 @@ class Agent:
             except (TypeError, ValueError):
                 continue
             self.outbox.metric(job_id, pb.Metric(rank=rank, step=step, name=name, value=number, time=at))
+
+
+BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tfdist",
+                         "compat", "bootstrap")
+
+
+def with_bootstrap(env: dict) -> dict:
+    """Puts tfdist's worker start-up (tfdist/compat/bootstrap/sitecustomize.py) first on PYTHONPATH, so a
+    script that never imports tfdist still gets the Keras 3 fix; TFDIST_KERAS_PATCH=0 leaves it out."""
+    if env.get("TFDIST_KERAS_PATCH", "1") == "0" or not os.path.isdir(BOOTSTRAP):
+        return env
+    rest = env.get("PYTHONPATH", "")
+    return {**env, "PYTHONPATH": BOOTSTRAP + (os.pathsep + rest if rest else "")}
 
 
 def connect_error(address: str, port: int, timeout: float) -> str:

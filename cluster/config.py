@@ -20,7 +20,6 @@ from tfdist.errors import UserError
 # mwms: MultiWorkerMirroredStrategy across nodes. Single-node, one process driving every slot:
 # mirrored (MirroredStrategy), central_storage (CentralStorageStrategy), one_device (one slot).
 DISTRIBUTION_MODES = ("mwms", "mirrored", "central_storage", "one_device")
-SINGLE_NODE_MODES = ("mirrored", "central_storage", "one_device")
 # Modes on the roadmap: named so the error says "not yet" instead of "unknown".
 PLANNED_DISTRIBUTION_MODES = ("ps", "horovod", "auto")
 

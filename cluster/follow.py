@@ -82,13 +82,19 @@ def summary(job: pb.Job) -> list[str]:
     if job.state == "SUCCEEDED":
         return []
     lines = [f"tfdist: job {job.id} {job.state.lower()}: {job.message}"]
-    failed = [e for e in job.exits if e.rank == job.failed_rank] or [e for e in job.exits if e.exit_code != 0]
-    if job.state == "FAILED" and failed:
-        first = failed[0]
+    first = root_cause_exit(job)
+    if job.state == "FAILED" and first is not None:
         if first.last_lines:
             lines.append(f"tfdist: last lines of rank {first.rank} (node {first.agent}):")
             lines.extend(f"  {l}" for l in first.last_lines)
     return lines
+
+
+def root_cause_exit(job: pb.Job) -> pb.WorkerExit | None:
+    """The exit whose last lines explain the failure: the rank the coordinator named, else the
+    first non-zero exit."""
+    failed = [e for e in job.exits if e.rank == job.failed_rank] or [e for e in job.exits if e.exit_code != 0]
+    return failed[0] if failed else None
 
 
 def exit_code(job: pb.Job) -> int:

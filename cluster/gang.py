@@ -21,9 +21,8 @@ from typing import Callable, Mapping, Sequence
 from cluster.policy import describe_exit
 
 OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
-# (rank, exit code, last lines, reason), as each worker exits; reason is set when the gang itself
-# gave up on the worker (it never joined) before killing it.
-ExitSink = Callable[[int, int, tuple, str], None]
+# (rank, exit code, last lines), as each worker exits.
+ExitSink = Callable[[int, int, tuple], None]
 TAIL_LINES = 20
 _PR_SET_PDEATHSIG = 1
 
@@ -134,7 +133,7 @@ class Gang:
             rank, code = self._exits.get()
             exit_codes[rank] = code
             if self.on_exit:
-                self.on_exit(rank, code, self._tail(rank), "")
+                self.on_exit(rank, code, self._tail(rank))
             if code != 0 and failure is None and not self._stopping:
                 failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
                 self.stop(self.failure_grace)

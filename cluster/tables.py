@@ -7,6 +7,8 @@ import json
 
 from google.protobuf import json_format
 
+from cluster.follow import TERMINAL, root_cause_exit
+
 
 def _when(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
@@ -59,17 +61,17 @@ def print_job(job, as_json: bool) -> int:
         print("  placement:")
         for p in job.placement:
             gpus = f", GPUs {_ids(p.gpus)}" if p.gpus else ""
-            state = f" [{p.state}]" if p.state and job.state not in ("SUCCEEDED", "FAILED", "CANCELED") else ""
+            state = f" [{p.state}]" if p.state and job.state not in TERMINAL else ""
             print(f"    node {p.node_rank}: {p.agent} at {p.address}, {p.slots} slots{gpus}, ports {list(p.ports)}{state}")
     if job.latest_metrics:
         shown = ", ".join(f"{m.name}={m.value:.6g} (step {m.step}, rank {m.rank})" for m in job.latest_metrics)
         print(f"  metrics:   {shown}")
     if job.message:
         print(f"  outcome:   {job.message}" + (f" (exit code {job.exit_code})" if job.exit_code >= 0 else ""))
-    failed = [e for e in job.exits if e.rank == job.failed_rank] or [e for e in job.exits if e.exit_code != 0]
-    if failed and failed[0].last_lines:
-        print(f"  last lines of rank {failed[0].rank}:")
-        for line in failed[0].last_lines:
+    first = root_cause_exit(job)
+    if first is not None and first.last_lines:
+        print(f"  last lines of rank {first.rank}:")
+        for line in first.last_lines:
             print(f"    {line}")
     return 0
 

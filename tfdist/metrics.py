@@ -15,7 +15,7 @@ import time
 
 from tfdist import envvars
 
-MAX_NAME = 200  # the coordinator stores names of 1-200 characters
+MAX_NAME = 200  # the one limit: this writer, the agent and the coordinator all check names against it
 
 
 def report_metrics(step: int, **values: float) -> None:

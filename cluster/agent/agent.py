@@ -31,9 +31,9 @@ from cluster.model import Address, Gpu
 from cluster.ports import PortLease, lease_exact
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import envvars
+from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME
 
 log = logging.getLogger("tfdist.agent")
-MAX_METRIC_NAME = 200
 DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable coordinator
 
 
@@ -296,9 +296,9 @@ class Agent:
         return sink
 
     def _exit_sink(self, job_id: str):
-        def on_exit(rank: int, code: int, last_lines: tuple, reason: str = "") -> None:
+        def on_exit(rank: int, code: int, last_lines: tuple) -> None:
             self.outbox.exit(job_id, pb.WorkerExit(rank=rank, agent=self.name, exit_code=code,
-                                                   last_lines=list(last_lines), reason=reason))
+                                                   last_lines=list(last_lines)))
         return on_exit
 
     def _drain(self, job_id: str) -> None:

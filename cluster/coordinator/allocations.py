@@ -42,8 +42,8 @@ class AllocationTable:
     def used_slots(self) -> dict[str, int]:
         return {agent: sum(a.slots for a in allocs.values()) for agent, allocs in self._by_agent.items()}
 
-    def held_gpus(self, agent: str, but: str | None = None) -> list[int]:
-        return [g for a in self.on_agent(agent) if a.job_id != but for g in a.gpus]
+    def held_gpus(self, agent: str) -> list[int]:
+        return [g for a in self.on_agent(agent) for g in a.gpus]
 
     def replace(self, job_id: str, allocs) -> None:
         """The job's allocations become `allocs` (empty: it holds nothing any more)."""

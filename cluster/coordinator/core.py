@@ -29,11 +29,11 @@ from cluster.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, Jo
 from cluster.modes import JobPlan, NodePlacement, Placement
 from cluster.store import Store
 from tfdist.errors import NotFoundError, UserError
+from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 
 log = logging.getLogger("tfdist.coordinator")
 
 MAX_LOG_LINE = 16384  # a backstop: agents already cut lines at 8 KiB, saying so
-MAX_METRIC_NAME = 200
 RESTARTED = "restarted (its agent registered again without the job's workers)"
 PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
 
@@ -155,7 +155,6 @@ class CoordinatorCore:
         self._plans: dict[str, JobPlan] = {}
         self._start_clock: dict[str, float] = {}  # job -> when its start-up began (or the coordinator did)
         self._joined: dict[str, set[int]] = {}  # job -> ranks that joined (reported by agents; not durable)
-        self._fully_joined: set[str] = set()
         self._touched: set[str] = set()  # jobs whose followers to wake after this event
         # After a restart every known agent gets a full grace period to re-attach.
         for record in store.agents():
@@ -294,7 +293,6 @@ class CoordinatorCore:
         if not self.allocs.of_job(job_id):
             self._plans.pop(job_id, None)
             self._joined.pop(job_id, None)
-            self._fully_joined.discard(job_id)
         self._touched.add(job_id)
 
     def _work_for(self, agent: AgentLive) -> Work:
@@ -499,11 +497,10 @@ class CoordinatorCore:
         job = self.store.job(job_id)
         if job is None or job.terminal:
             return
-        self._transition(job, outcome.state, now, outcome.message, ended_at=now, message=outcome.message,
-                         exit_code=outcome.exit_code, failed_rank=outcome.rank)
         live = self.allocs.of_job(job_id)
-        if live:
-            self.store.update_job(job_id, now, placement=self._with_live(job.placement, live))
+        recorded = {"placement": self._with_live(job.placement, live)} if live else {}
+        self._transition(job, outcome.state, now, outcome.message, ended_at=now, message=outcome.message,
+                         exit_code=outcome.exit_code, failed_rank=outcome.rank, **recorded)
         # A lost node holds nothing: nobody is left there to report the job stopped.
         kept = [dataclasses.replace(a, state=AllocState.RELEASING) for a in live
                 if a.agent in self.agents and not self.agents[a.agent].lost]
@@ -579,8 +576,7 @@ class CoordinatorCore:
             self._schedule(now)
 
     def _check_startup(self, job_id: str, clock: float, now: float) -> None:
-        if job_id in self._fully_joined:
-            return
+        """A job leaves `_start_clock` once every rank joined (or it ended)."""
         job = self.store.job(job_id)
         plan = self._plan(job_id)
         if job is None or job.terminal or plan is None:
@@ -588,7 +584,7 @@ class CoordinatorCore:
             return
         joined = self._joined.get(job_id, set()) | {e.rank for e in self.store.exits(job_id)}
         if job.state == JobState.RUNNING and (plan.size <= 1 or joined >= set(range(plan.size))):
-            self._fully_joined.add(job_id)
+            self._start_clock.pop(job_id, None)
             return
         timeout = job.spec.startup_timeout or self.settings.startup_timeout
         outcome = policy.startup_overdue(plan.size, self.allocs.of_job(job_id), joined, clock, now, timeout)

@@ -135,7 +135,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @_guard
     def ListAgents(self, request, context):
         return pb.ListAgentsResponse(agents=[
-            pb.AgentInfo(name=a.name, slots=a.slots, gpu=a.record.gpu, state=a.state, last_heartbeat=a.last_heartbeat,
+            pb.AgentInfo(name=a.record.name, slots=a.record.slots, gpu=a.record.gpu, state=a.state,
+                         last_heartbeat=a.last_heartbeat,
                          jobs=list(a.jobs), free_slots=a.free_slots, free_gpus=list(a.free_gpus),
                          gpus=[pb.Gpu(index=g.index, uuid=g.uuid, name=g.name) for g in a.record.gpus],
                          addresses=[pb.Address(ip=x.ip, prefix_len=x.prefix_len, interface=x.interface)

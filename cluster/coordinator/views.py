@@ -26,13 +26,11 @@ class JobView:
 
 @dataclasses.dataclass(frozen=True)
 class AgentView:
-    name: str
-    slots: int
+    record: AgentRecord  # name, slots, addresses, GPUs
     free_slots: int
     state: str  # ALIVE, LOST
     last_heartbeat: float
     jobs: tuple[str, ...]
-    record: AgentRecord
     free_gpus: tuple[int, ...]
 
 
@@ -57,9 +55,9 @@ def agents_view(core: CoordinatorCore) -> list[AgentView]:
             held = core.allocs.on_agent(a.name)
             taken = {g for x in held for g in x.gpus}
             views.append(AgentView(
-                name=a.name, slots=a.record.slots, free_slots=a.record.slots - sum(x.slots for x in held),
+                record=a.record, free_slots=a.record.slots - sum(x.slots for x in held),
                 state="LOST" if a.lost else "ALIVE", last_heartbeat=a.last_heartbeat,
-                jobs=tuple(sorted({x.job_id for x in held})), record=a.record,
+                jobs=tuple(sorted({x.job_id for x in held})),
                 free_gpus=tuple(g.index for g in a.record.gpus if g.index not in taken)))
         return views
 

@@ -70,12 +70,14 @@ class Agent:
         self._wake = threading.Event()  # heartbeat now
         self._registered = False
         self.registered = threading.Event()  # set once the first registration succeeded
-        self._groups_file = os.path.join(tempfile.gettempdir(), f"tfdist-agent-{os.getuid()}",
-                                         f"{name.replace('/', '_')}.groups.json")
+        # One file per agent process: several agents of one name can run on a machine at once
+        # (every `tfdist launch` embeds one called "local"), and only a dead one's leftovers are fair game.
+        self._groups_dir = os.path.join(tempfile.gettempdir(), f"tfdist-agent-{os.getuid()}")
+        self._groups_file = os.path.join(self._groups_dir, f"{name.replace('/', '_')}.{os.getpid()}.groups.json")
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> None:
-        kill_leftovers(self._groups_file)
+        kill_leftovers(self._groups_dir, self.name.replace("/", "_"))
         shipper = threading.Thread(target=self._ship_loop, daemon=True)
         shipper.start()
         while not self._stop.is_set():
@@ -281,8 +283,11 @@ class Agent:
         """The workers' process groups, so a restarted agent can stop what a killed one left."""
         with self._lock:
             groups = {j: g.process_groups() for j, g in self._gangs.items()}
+        if not groups:  # nothing a successor would have to clean up
+            _unlink(self._groups_file)
+            return
         try:
-            os.makedirs(os.path.dirname(self._groups_file), mode=0o700, exist_ok=True)
+            os.makedirs(self._groups_dir, mode=0o700, exist_ok=True)
             tmp = self._groups_file + ".tmp"
             with open(tmp, "w") as f:
                 json.dump(groups, f)
@@ -386,17 +391,43 @@ def connect_error(address: str, port: int, timeout: float) -> str:
         return e.strerror or str(e)
 
 
-def kill_leftovers(groups_file: str) -> None:
-    """Kills the process groups a previous run of this agent recorded (its workers' children that
-    outlived it), checking each process still belongs to that job before touching it."""
+def _unlink(path: str) -> None:
     try:
-        with open(groups_file) as f:
-            groups = json.load(f)
-    except (OSError, ValueError):
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def kill_leftovers(groups_dir: str, name: str) -> None:
+    """Kills the process groups that dead runs of an agent of this name recorded (their workers'
+    children, which outlived them), checking each process still belongs to that job before touching
+    it. Files of agents still running are left alone."""
+    try:
+        files = [f for f in os.listdir(groups_dir) if f.startswith(f"{name}.") and f.endswith(".groups.json")]
+    except OSError:
         return
-    wanted = {int(pgid): job for job, pgids in groups.items() for pgid in pgids}
+    wanted: dict[int, str] = {}
+    for filename in files:
+        owner = filename[len(name) + 1:-len(".groups.json")]
+        if not owner.isdigit() or _process_alive(int(owner)):
+            continue
+        path = os.path.join(groups_dir, filename)
+        try:
+            with open(path) as f:
+                wanted.update({int(pgid): job for job, pgids in json.load(f).items() for pgid in pgids})
+        except (OSError, ValueError, AttributeError):
+            pass
+        _unlink(path)
     killed = []
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir("/proc") if wanted else ():
         if not entry.isdigit():
             continue
         try:
@@ -413,7 +444,3 @@ def kill_leftovers(groups_file: str) -> None:
             continue
     if killed:
         log.warning("killed %d leftover worker process(es) of a previous run of this agent: %s", len(killed), killed)
-    try:
-        os.unlink(groups_file)
-    except OSError:
-        pass

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, cli_env, run_cli
 
 pytestmark = [pytest.mark.timeout(180)]
 WORKERS = os.path.join(REPO, "tests", "integration", "workers")
@@ -159,3 +159,20 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
         client.close()
     finally:
         server.stop(grace=0)
+
+
+def test_concurrent_local_launches_leave_each_other_alone(marker, tmp_path):
+    """Every `tfdist launch` embeds an agent named "local": one starting must not take another's
+    running workers for a dead agent's leftovers (a fresh-clone `make test` beside other suites lost a
+    worker to SIGKILL this way)."""
+    script = tmp_path / "tick.py"
+    script.write_text("import sys, time\nfor i in range(int(sys.argv[1])):\n    print('tick', i, flush=True)\n"
+                      "    time.sleep(0.5)\n")
+    first = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--slots", "1", "--", str(script), "12"],
+                             env=cli_env(marker), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert "tick 0" in first.stdout.readline()  # its workers are running and recorded
+    second = run_cli(["launch", "--slots", "1", "--", str(script), "1"], marker, timeout=120)
+    assert second.returncode == 0, second.stderr
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    assert "tick 11" in out

@@ -16,12 +16,12 @@ import yaml
 
 from tfdist.errors import UserError
 
-# Distribution modes this version implements (each has a launch plan in cluster/modes/).
-# mwms: MultiWorkerMirroredStrategy across nodes. Single-node, one process driving every slot:
-# mirrored (MirroredStrategy), central_storage (CentralStorageStrategy), one_device (one slot).
-DISTRIBUTION_MODES = ("mwms", "mirrored", "central_storage", "one_device")
-# Modes on the roadmap: named so the error says "not yet" instead of "unknown".
-PLANNED_DISTRIBUTION_MODES = ("ps", "horovod", "auto")
+# Distribution modes (each has a launch plan in cluster/modes/; `auto` is decided into one of them by
+# cluster/modes/auto.py). mwms: MultiWorkerMirroredStrategy across nodes; ps: parameter servers (chief,
+# workers, ps, evaluator); horovod: one process per slot with Horovod over Gloo. Single-node, one process
+# driving every slot: mirrored (MirroredStrategy), central_storage (CentralStorageStrategy), one_device.
+DISTRIBUTION_MODES = ("auto", "mwms", "ps", "horovod", "mirrored", "central_storage", "one_device")
+GRADIENT_COMPRESSIONS = ("none", "fp16")  # Horovod's compressors
 
 RESERVED_ENV_PREFIXES = ("TFDIST_",)
 RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
@@ -37,7 +37,11 @@ class ExperimentConfig:
     name: str = "tfdist-job"
     entrypoint: tuple[str, ...] = ()
     slots_per_trial: int = 1
-    distribution_mode: str = "mwms"
+    distribution_mode: str = "auto"  # as configured; cluster/modes/auto.py decides `auto`
+    num_ps: int = 1  # ps mode: parameter-server tasks
+    evaluator: bool = False  # ps mode: a side-car evaluator task
+    gradient_compression: str = "none"  # optimizations.gradient_compression (Horovod)
+    auto_tune_tensor_fusion: bool = False  # optimizations.auto_tune_tensor_fusion (Horovod's autotuner)
     hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     environment_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
     max_restarts: int = 5  # Determined's default; acted on by the restart policy
@@ -58,7 +62,24 @@ class ExperimentConfig:
             changes["entrypoint"] = tuple(entrypoint)
         new = dataclasses.replace(self, **changes)
         _check_mode_slots(new.distribution_mode, new.slots_per_trial, "--slots/--distribution")
+        _check_mode_options(new, "--distribution")
         return new
+
+    @property
+    def optimizations(self) -> dict[str, Any]:
+        """The `optimizations` section as configured (what a JobSpec carries)."""
+        return {"gradient_compression": self.gradient_compression,
+                "auto_tune_tensor_fusion": self.auto_tune_tensor_fusion}
+
+    @property
+    def horovod_only_options(self) -> list[str]:
+        """Options set that only Horovod provides (they make `auto` choose Horovod)."""
+        chosen = []
+        if self.gradient_compression != "none":
+            chosen.append(f"optimizations.gradient_compression={self.gradient_compression}")
+        if self.auto_tune_tensor_fusion:
+            chosen.append("optimizations.auto_tune_tensor_fusion=true")
+        return chosen
 
 
 # ---------------------------------------------------------------- parsing
@@ -87,10 +108,11 @@ def parse_config(text: str, source: str = "<config>") -> ExperimentConfig:
         raise ConfigError(f"{source}: {e}") from None
 
 
-_TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "hyperparameters",
+_TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "hyperparameters",
              "environment", "max_restarts")
 _RESOURCES_KEYS = ("slots_per_trial",)
-_DISTRIBUTION_KEYS = ("mode",)
+_DISTRIBUTION_KEYS = ("mode", "num_ps", "evaluator")
+_OPTIMIZATIONS_KEYS = ("gradient_compression", "auto_tune_tensor_fusion")
 _ENVIRONMENT_KEYS = ("variables",)
 
 
@@ -99,6 +121,7 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
     resources = _check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
     distribution = _check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
     environment = _check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
+    optimizations = _check_mapping(root.get("optimizations", {}), "optimizations", _OPTIMIZATIONS_KEYS)
 
     hparams = root.get("hyperparameters", {})
     if hparams is None:
@@ -119,12 +142,20 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
         name=name,
         entrypoint=_parse_entrypoint(root.get("entrypoint")),
         slots_per_trial=_check_int(resources.get("slots_per_trial", 1), "resources.slots_per_trial", minimum=1),
-        distribution_mode=_check_choice(distribution.get("mode", "mwms"), "distribution.mode", DISTRIBUTION_MODES),
+        distribution_mode=_check_choice(distribution.get("mode", "auto"), "distribution.mode", DISTRIBUTION_MODES),
+        num_ps=_check_int(distribution.get("num_ps", 1), "distribution.num_ps", minimum=1),
+        evaluator=_check_bool(distribution.get("evaluator", False), "distribution.evaluator"),
+        gradient_compression=_check_choice(optimizations.get("gradient_compression", "none"),
+                                           "optimizations.gradient_compression", GRADIENT_COMPRESSIONS),
+        auto_tune_tensor_fusion=_check_bool(optimizations.get("auto_tune_tensor_fusion", False),
+                                            "optimizations.auto_tune_tensor_fusion"),
         hyperparameters=dict(hparams),
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),
     )
     _check_mode_slots(config.distribution_mode, config.slots_per_trial, "resources.slots_per_trial")
+    _check_mode_options(config, "distribution.mode",
+                        ps_options_given="num_ps" in distribution or "evaluator" in distribution)
     return config
 
 
@@ -132,6 +163,24 @@ def _check_mode_slots(mode: str, slots: int, where: str) -> None:
     if mode == "one_device" and slots != 1:
         raise ConfigError(f"{where}: distribution mode one_device drives exactly one device, got {slots} slots; "
                           "use mode mirrored (one node) or mwms (several nodes) for more")
+
+
+def _check_mode_options(config: ExperimentConfig, where: str, ps_options_given: bool = False) -> None:
+    """Options that only one mode implements are refused under another, never silently ignored."""
+    mode = config.distribution_mode
+    if mode != "ps" and (ps_options_given or config.num_ps != 1 or config.evaluator):
+        raise ConfigError(f"{where}: distribution.num_ps and distribution.evaluator apply to parameter-server "
+                          f"training only, but the mode is {mode}; set distribution.mode: ps")
+    horovod_only = config.horovod_only_options
+    if horovod_only and mode not in ("auto", "horovod"):
+        raise ConfigError(f"{where}: {', '.join(horovod_only)} is implemented through Horovod, but the mode is "
+                          f"{mode}; set distribution.mode: horovod (or auto), or drop the option")
+
+
+def _check_bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {_describe(value)}")
+    return value
 
 
 # ---------------------------------------------------------------- checks
@@ -173,9 +222,6 @@ def _check_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected one of {', '.join(choices)}, got {_describe(value)}")
     if value not in choices:
-        if choices is DISTRIBUTION_MODES and value in PLANNED_DISTRIBUTION_MODES:
-            raise ConfigError(f"{where}: '{value}' is not available in this version of tfdist yet; "
-                              f"use one of {', '.join(choices)}")
         close = difflib.get_close_matches(value, choices, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"{where}: unknown value '{value}'; expected one of {', '.join(choices)}{hint}")

@@ -10,6 +10,7 @@ from typing import TextIO
 import grpc
 
 from cluster.client import Client, ClientError
+from cluster.policy import describe_exit
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
@@ -79,9 +80,11 @@ def _poll(call, client: Client, job_id: str, after_seq: int, rank: int, wait: fl
 
 
 def summary(job: pb.Job) -> list[str]:
+    lines = [f"tfdist: rank {e.rank} on node {e.agent} {describe_exit(e.exit_code)} during the job, which went on "
+             "without it" for e in job.exits if e.tolerated]
     if job.state == "SUCCEEDED":
-        return []
-    lines = [f"tfdist: job {job.id} {job.state.lower()}: {job.message}"]
+        return lines
+    lines.append(f"tfdist: job {job.id} {job.state.lower()}: {job.message}")
     first = root_cause_exit(job)
     if job.state == "FAILED" and first is not None:
         if first.last_lines:

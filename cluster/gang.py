@@ -45,6 +45,7 @@ class WorkerLaunch:
     env: Mapping[str, str]  # the complete environment of the process
     ready_file: str | None = None  # created by tfdist.init() once the worker joined
     port: int | None = None  # its TF server port: listening also counts as joined
+    expendable: bool = False  # its failure does not stop the others (a parameter-server worker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,13 +135,16 @@ class Gang:
             exit_codes[rank] = code
             if self.on_exit:
                 self.on_exit(rank, code, self._tail(rank))
-            if code != 0 and failure is None and not self._stopping:
+            if code != 0 and failure is None and not self._stopping and not self._expendable(rank):
                 failure = WorkerFailure(rank, code, describe_exit(code), self._tail(rank))
                 self.stop(self.failure_grace)
         for t in self._threads:
             t.join(timeout=5)
         self._kill_groups()  # the job is over: nothing a worker started outlives it
         return GangResult(exit_codes, failure)
+
+    def _expendable(self, rank: int) -> bool:
+        return any(w.rank == rank and w.expendable for w in self.workers)
 
     @property
     def stopping(self) -> bool:

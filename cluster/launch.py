@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -15,6 +16,7 @@ from cluster.client import Client
 from cluster.commands import resolve_command
 from cluster.config import ExperimentConfig
 from cluster.follow import exit_code, follow_job, summary
+from cluster.modes import auto
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
 from tfdist.errors import UnavailableError, UserError
@@ -22,9 +24,11 @@ from tfdist.errors import UnavailableError, UserError
 
 def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int = 0,
              working_dir: str | None = None) -> pb.JobSpec:
+    decision = auto.decide(config)
     return pb.JobSpec(
         name=config.name, entrypoint=list(config.entrypoint), slots=config.slots_per_trial,
-        distribution_mode=config.distribution_mode,
+        distribution_mode=decision.mode, mode_reason=decision.reason, num_ps=config.num_ps,
+        evaluator=config.evaluator, optimizations_json=json.dumps(config.optimizations, sort_keys=True),
         hyperparameters_json=json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
         environment=dict(config.environment_variables), max_restarts=config.max_restarts, priority=priority,
         working_dir=working_dir if working_dir is not None else os.getcwd(), startup_timeout=startup_timeout,
@@ -37,6 +41,22 @@ def preflight(config: ExperimentConfig) -> None:
         warning = batching.split_batch(config.global_batch_size, config.slots_per_trial).remainder_warning()
         if warning:
             sys.stderr.write(f"tfdist: warning: {warning}\n")
+
+
+HOROVOD_MISSING = ("distribution mode horovod needs Horovod, which is not installed for {python}; run `make horovod` "
+                   "in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, Gloo only)")
+
+
+def check_horovod(program: str) -> None:
+    """Local launches: a worker Python without Horovod is refused before anything starts (a cluster's
+    workers say the same line themselves, tfdist/compat/bootstrap)."""
+    if not os.path.basename(program).startswith("python"):
+        return  # not a Python we can ask
+    probe = subprocess.run([program, "-c", "import importlib.util, sys; "
+                                           "sys.exit(importlib.util.find_spec('horovod') is None)"],
+                           capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        raise UserError(HOROVOD_MISSING.format(python=shutil.which(program) or program))
 
 
 class EmbeddedCluster:
@@ -84,8 +104,11 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
            startup_timeout: float, state_dir: str | None = None, priority: int = 0) -> int:
     preflight(config)
     embedded = None
+    decision = auto.decide(config)
     if coordinator is None:
-        resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
+        command = resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
+        if decision.mode == "horovod":
+            check_horovod(command[0])
         if detach:
             raise UserError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
         embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
@@ -98,7 +121,8 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
         if detach:
             print(job_id)
             return 0
-        sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}\n")
+        sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}; distribution {decision.mode} "
+                         f"({decision.reason})\n")
         return _follow_with_cancel(client, job_id, embedded is not None)
     finally:
         client.close()

@@ -110,6 +110,10 @@ class JobSpec:
     working_dir: str = ""
     startup_timeout: float = 0.0  # 0: the coordinator's default
     submission_id: str = ""
+    num_ps: int = 1
+    evaluator: bool = False
+    optimizations_json: str = "{}"
+    mode_reason: str = ""  # why distribution_mode was chosen (auto's decision)
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -186,3 +190,4 @@ class WorkerExit:
     last_lines: tuple[str, ...] = ()
     time: float = 0.0
     reason: str = ""  # set when tfdist itself gave up on the worker
+    tolerated: bool = False  # it failed and the job went on without it (an expendable rank)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import signal
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Sequence
 
 from cluster.model import Allocation, AllocState, JobState, WorkerExit
 from cluster.modes.base import SuccessRule
@@ -29,17 +29,26 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit]) -> Outcome | None:
+def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit],
+                expendable: Collection[int] = ()) -> Outcome | None:
     """The job's outcome once its exits decide it, else None. The earliest failure is the root cause;
-    exits that follow it (the others being stopped) do not change it."""
+    exits that follow it (the others being stopped) do not change it. An expendable rank's failure
+    (a parameter-server worker) decides nothing: the job goes on without it."""
     ordered = sorted(exits, key=lambda e: (e.time, e.rank))
     for e in ordered:
-        if e.exit_code != 0:
+        if rule is SuccessRule.CHIEF and e.rank == 0 and e.exit_code == 0:
+            break  # the chief's success decides; later exits are the others being stopped
+        if e.exit_code != 0 and e.rank not in expendable:
             what = e.reason or describe_exit(e.exit_code)
             return Outcome(JobState.FAILED, f"rank {e.rank} on node {e.agent} {what}; the other workers were stopped",
                            e.exit_code if 0 < e.exit_code < 256 else 1, e.rank)
     if rule is SuccessRule.CHIEF and any(e.rank == 0 for e in ordered):
         return Outcome(JobState.SUCCEEDED, "the chief (rank 0) exited with code 0", 0)
+    failed = sorted({e.rank for e in ordered if e.exit_code != 0 and e.rank in expendable})
+    if rule is SuccessRule.CHIEF and failed and set(expendable) <= {e.rank for e in ordered}:
+        # Nobody is left to run the chief's steps: it would wait for them forever.
+        return Outcome(JobState.FAILED, f"every worker task is gone (rank(s) {', '.join(map(str, failed))} failed); "
+                                        "the chief and parameter servers were stopped", 1, failed[0])
     if rule is SuccessRule.ALL_RANKS and len({e.rank for e in ordered}) >= size:
         return Outcome(JobState.SUCCEEDED, "every worker exited with code 0", 0)
     return None

@@ -61,6 +61,7 @@ MIGRATIONS = (
     ("allocations", "gpus", "TEXT NOT NULL DEFAULT '[]'"),
     ("exits", "reason", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "failed_rank", "INTEGER"),
+    ("exits", "tolerated", "INTEGER NOT NULL DEFAULT 0"),
 )
 # Allocation states of the first release, by what they meant.
 OLD_ALLOC_STATES = {"PREPARING": "LEASING", "READY": "LEASED"}
@@ -251,14 +252,15 @@ class Store:
         with self.transaction() as db:
             if db.execute("SELECT 1 FROM exits WHERE job_id=? AND rank=?", (job_id, e.rank)).fetchall():
                 return False
-            db.execute("INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason) "
-                       "VALUES (?,?,?,?,?,?,?)", (job_id, e.rank, e.agent, e.exit_code, json.dumps(list(e.last_lines)),
-                                                  e.time, e.reason))
+            db.execute("INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason, tolerated) "
+                       "VALUES (?,?,?,?,?,?,?,?)", (job_id, e.rank, e.agent, e.exit_code, json.dumps(list(e.last_lines)),
+                                                    e.time, e.reason, int(e.tolerated)))
             return True
 
     def exits(self, job_id: str) -> list[WorkerExit]:
         return [WorkerExit(rank=r["rank"], agent=r["agent"], exit_code=r["exit_code"],
-                           last_lines=tuple(json.loads(r["last_lines"])), time=r["time"], reason=r["reason"] or "")
+                           last_lines=tuple(json.loads(r["last_lines"])), time=r["time"], reason=r["reason"] or "",
+                           tolerated=bool(r["tolerated"]))
                 for r in self._all("SELECT * FROM exits WHERE job_id=? ORDER BY time, rank", (job_id,))]
 
     # ---------------------------------------------------------------- shipped output

@@ -53,7 +53,8 @@ def print_job(job, as_json: bool) -> int:
         return 0
     print(f"job {job.id} ({job.spec.name}): {job.state}")
     print(f"  command:   {' '.join(job.spec.entrypoint)}")
-    print(f"  slots:     {job.spec.slots}   priority: {job.spec.priority}   mode: {job.spec.distribution_mode}")
+    print(f"  slots:     {job.spec.slots}   priority: {job.spec.priority}   mode: {job.spec.distribution_mode}"
+          + (f" ({job.spec.mode_reason})" if job.spec.mode_reason else ""))
     print(f"  submitted: {_when(job.submitted_at)}   started: {_when(job.started_at)}   ended: {_when(job.ended_at)}")
     if job.state == "QUEUED":
         print(f"  waiting:   {job.waiting_reason or 'scheduling'}")

@@ -38,11 +38,17 @@ class DistributedContext:
     per_replica_batch_size: int | None
     per_worker_batch_size: int | None
     gpus: tuple[int, ...] = ()  # GPU indices this process holds (nvidia-smi's numbering); () on CPU slots
+    role: str = "worker"  # TF task type: worker; in ps mode chief, worker, ps or evaluator
     strategy: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+    @property
+    def is_evaluator(self) -> bool:
+        """ps mode's side-car evaluator: it reads checkpoints, it does not train."""
+        return self.role == "evaluator"
 
     @property
     def is_local_chief(self) -> bool:
@@ -116,6 +122,7 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
         per_replica_batch_size=per_replica,
         per_worker_batch_size=per_worker,
         gpus=_env_gpus(env),
+        role=env.get(envvars.ROLE, "worker"),
     )
 
 
@@ -133,7 +140,9 @@ _current: DistributedContext | None = None
 def init(default_hparams: Mapping[str, Any] | None = None) -> DistributedContext:
     """Joins the job: reads the launcher's environment and creates the strategy.
 
-    Call it once, before building models or datasets. `default_hparams` are
+    Call it once, before building models or datasets. In ps mode, on worker and ps tasks it serves
+    the chief and never returns; the chief gets a ParameterServerStrategy, the evaluator a context
+    whose `is_evaluator` is true. In horovod mode it runs `hvd.init()`. `default_hparams` are
     used where the config does not set a hyperparameter, so the same script
     also runs as plain `python train.py`.
     """
@@ -144,10 +153,11 @@ def init(default_hparams: Mapping[str, Any] | None = None) -> DistributedContext
     ctx = context_from_env(os.environ, default_hparams)
     from tfdist import strategy as strategy_lib  # imports TensorFlow
 
+    if ctx.distribution == "ps" and ctx.role in ("worker", "ps"):
+        strategy_lib.serve_forever(ctx, on_ready=_signal_ready)  # never returns: the chief drives this task
     strategy = strategy_lib.make_strategy(ctx)
-    strategy_lib.check_replicas(ctx, strategy)
     ctx = dataclasses.replace(ctx, strategy=strategy)
-    if ctx.size > 1:
+    if ctx.distribution == "mwms" and ctx.size > 1:
         strategy_lib.register_exit_barrier(ctx.is_chief)
     _signal_ready()
     _current = ctx

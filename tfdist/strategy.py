@@ -18,6 +18,17 @@ SINGLE_NODE_MODES = ("mirrored", "central_storage", "one_device")
 
 
 def make_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
+    """The strategy of the context's mode, checked against the slots the job was launched with."""
+    if ctx.distribution == "ps":
+        return _parameter_server_strategy(ctx)
+    if ctx.distribution == "horovod":
+        return _horovod(ctx)
+    strategy = _collective_strategy(ctx)
+    check_replicas(ctx, strategy)
+    return strategy
+
+
+def _collective_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
     if ctx.distribution in SINGLE_NODE_MODES:
         return _single_node_strategy(ctx)
     if ctx.size > 1:
@@ -30,6 +41,53 @@ def make_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
         return tf.distribute.MultiWorkerMirroredStrategy()
     if ctx.local_slots > 1:
         return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def _parameter_server_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
+    """The chief's ParameterServerStrategy (it connects to every worker and ps task); the evaluator
+    trains nothing and gets the default strategy."""
+    if ctx.role == "evaluator":
+        return tf.distribute.get_strategy()
+    if ctx.role != "chief":
+        raise LaunchEnvironmentError(f"rank {ctx.rank}: ps mode has no role {ctx.role!r}")
+    import sys
+
+    if "keras" in sys.modules:  # imported before init(): refuse its variables now (else when it loads)
+        from tfdist.compat import keras_ps
+
+        keras_ps.apply()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    return tf.distribute.ParameterServerStrategy(resolver)
+
+
+def serve_forever(ctx: DistributedContext, on_ready) -> None:
+    """A ps mode worker or ps task: runs its TF server for the chief until stopped (SIGTERM)."""
+    import os
+    import signal
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
+                                  protocol=resolver.rpc_layer or "grpc", start=True)
+    # TensorFlow's servers never return from join(); the chief's end is what stops this task.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    on_ready()
+    log.info("rank %d serves as %s %d for the chief; it runs until the chief is done", ctx.rank, resolver.task_type,
+             resolver.task_id)
+    while server is not None:  # the reference keeps the server up
+        time.sleep(3600)
+
+
+def _horovod(ctx: DistributedContext) -> tf.distribute.Strategy:
+    """Horovod needs no tf.distribute strategy: each process is one replica; gradients are averaged by
+    tfdist.horovod's tape or optimizer. Returns the default strategy after `hvd.init()`."""
+    from tfdist import horovod
+
+    hvd = horovod.import_horovod()
+    hvd.init()
+    if hvd.size() != ctx.size or hvd.rank() != ctx.rank:
+        raise LaunchEnvironmentError(f"Horovod says rank {hvd.rank()} of {hvd.size()} but tfdist launched rank "
+                                     f"{ctx.rank} of {ctx.size}; check HOROVOD_* variables set outside tfdist")
     return tf.distribute.get_strategy()
 
 

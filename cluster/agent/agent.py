@@ -24,6 +24,7 @@ import time
 
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
+from cluster.agent.rendezvous import RendezvousServer
 from cluster.client import Client, ClientError
 from cluster.commands import CommandError, resolve_command
 from cluster.gang import Gang, WorkerLaunch
@@ -62,6 +63,7 @@ class Agent:
         self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._port_results: dict[str, list[int]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
+        self._rendezvous: dict[str, RendezvousServer] = {}  # Horovod jobs whose first node this is
         self._probing: set[str] = set()
         self._probe_results: dict[str, list[pb.ProbeFailure]] = {}
         self._job_dirs: dict[str, str] = {}
@@ -123,8 +125,18 @@ class Agent:
 
     def _running(self) -> list[pb.RunningTask]:
         with self._lock:
-            return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers], joined_ranks=g.joined_ranks())
+            return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers],
+                                   joined_ranks=sorted(set(g.joined_ranks()) | self._rendezvous_joined(j)))
                     for j, g in self._gangs.items()]
+
+    def _interface_of(self, ip: str) -> str:
+        """The name of this node's interface carrying `ip` ("" if unknown: Gloo then picks by hostname)."""
+        return next((a.interface for a in self.addresses if a.ip == ip and a.interface), "")
+
+    def _rendezvous_joined(self, job_id: str) -> set[int]:
+        """Horovod ranks (of every node) that reached the rendezvous this agent serves."""
+        server = self._rendezvous.get(job_id)
+        return server.ranks_joined() if server else set()
 
     def _leased(self) -> list[str]:
         with self._lock:
@@ -237,6 +249,19 @@ class Agent:
                 return
             if lease:
                 lease.stop_listening()  # the ports are the workers' now
+            if task.rendezvous_port:
+                host = task.workers[0].env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1") if task.workers \
+                    else "127.0.0.1"
+                try:
+                    self._rendezvous[task.job_id] = RendezvousServer(host, task.rendezvous_port).start()
+                except OSError as e:
+                    for w in task.workers:
+                        self.outbox.exit(task.job_id, pb.WorkerExit(
+                            rank=w.rank, agent=self.name, exit_code=1,
+                            last_lines=[f"{self.name}: cannot serve the Horovod rendezvous on "
+                                        f"{host}:{task.rendezvous_port}: {e.strerror}"]))
+                    self._finished[task.job_id] = None
+                    return
             job_dir = tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-")  # ready and metrics files
             self._job_dirs[task.job_id] = job_dir
             workers = []
@@ -246,7 +271,10 @@ class Agent:
                 metrics = os.path.join(job_dir, f"rank{w.rank}.metrics")
                 self._metric_files[task.job_id][metrics] = 0
                 env = with_bootstrap({**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics})
-                workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port))
+                if env.get("HOROVOD_GLOO_IFACE") == "":  # planned without it: only this node knows its names
+                    env["HOROVOD_GLOO_IFACE"] = self._interface_of(env.get("HOROVOD_HOSTNAME", ""))
+                workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port,
+                                            expendable=w.expendable))
             gang = Gang(workers, self._sink(task.job_id), cwd=task.working_dir or None,
                         failure_grace=task.failure_grace or None, on_exit=self._exit_sink(task.job_id))
             self._gangs[task.job_id] = gang
@@ -269,6 +297,9 @@ class Agent:
             lease = self._port_leases.pop(job_id, None)
             if lease:
                 lease.release()
+            rendezvous = self._rendezvous.pop(job_id, None)
+            if rendezvous:
+                rendezvous.stop()
             shutil.rmtree(self._job_dirs.pop(job_id, ""), ignore_errors=True)
             self._metric_files.pop(job_id, None)
             self._gangs.pop(job_id, None)

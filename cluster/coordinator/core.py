@@ -26,7 +26,7 @@ from cluster.config import ConfigError, ExperimentConfig, config_from_dict
 from cluster.coordinator.allocations import AllocationTable
 from cluster.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
                            WorkerExit, check_job_transition)
-from cluster.modes import JobPlan, NodePlacement, Placement
+from cluster.modes import JobPlan, NodePlacement, Placement, auto
 from cluster.store import Store
 from tfdist.errors import NotFoundError, UserError
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
@@ -90,6 +90,7 @@ class StartTask:
     command: tuple[str, ...]
     processes: tuple[modes.ProcessPlan, ...]
     failure_grace: float
+    rendezvous_port: int = 0  # >0: this node serves the job's Horovod rendezvous store on it
 
 
 @dataclasses.dataclass
@@ -126,12 +127,25 @@ class LogBoard:
             self._cond.wait_for(lambda: self._versions.get(job_id, 0) != seen, timeout)
 
 
+def _json_object(text: str, what: str) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"{what} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def config_from_spec(spec: JobSpec) -> ExperimentConfig:
     raw = {
         "name": spec.name or "tfdist-job",
         "entrypoint": list(spec.entrypoint) or None,
         "resources": {"slots_per_trial": spec.slots},
-        "distribution": {"mode": spec.distribution_mode or "mwms"},
+        "distribution": {"mode": spec.distribution_mode or "auto",
+                         **({"num_ps": spec.num_ps, "evaluator": spec.evaluator}
+                            if spec.distribution_mode == "ps" else {})},
+        "optimizations": _json_object(spec.optimizations_json, "optimizations_json"),
         "hyperparameters": json.loads(spec.hyperparameters_json or "{}"),
         "environment": {"variables": dict(spec.environment)},
         "max_restarts": spec.max_restarts,
@@ -342,8 +356,10 @@ class CoordinatorCore:
         plan = self._plan(alloc.job_id)
         if job is None or plan is None:
             return None
+        rendezvous = plan.rendezvous[1] if plan.rendezvous and plan.rendezvous[0] == alloc.node_rank else 0
         return StartTask(job_id=job.id, working_dir=job.spec.working_dir, command=job.spec.entrypoint,
-                         processes=plan.on_node(alloc.node_rank), failure_grace=self.settings.failure_grace)
+                         processes=plan.on_node(alloc.node_rank), failure_grace=self.settings.failure_grace,
+                         rendezvous_port=rendezvous)
 
     def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
         mine = self.allocs.get(job_id, agent)
@@ -392,9 +408,15 @@ class CoordinatorCore:
             job = self.store.job(job_id)
             if job is None:
                 raise NotFound(f"job {job_id} not found")
-            if not self.store.record_exit(job_id, dataclasses.replace(exit_, agent=agent, time=now,
+            plan = self._plan(job_id)
+            tolerated = exit_.exit_code != 0 and not job.terminal and plan is not None and \
+                exit_.rank in plan.expendable
+            if not self.store.record_exit(job_id, dataclasses.replace(exit_, agent=agent, time=now, tolerated=tolerated,
                                                                       last_lines=tuple(exit_.last_lines[-20:]))):
                 return  # a retried report: applied once
+            if tolerated:
+                self.store.update_job(job_id, now, f"rank {exit_.rank} on node {agent} "
+                                                   f"{policy.describe_exit(exit_.exit_code)}; the job goes on without it")
             alloc = self.allocs.get(job_id, agent)
             if alloc is not None and alloc.state in (AllocState.LEASED, AllocState.REACHABLE):
                 self.allocs.update(job_id, agent, state=AllocState.STARTED)  # an exit proves the start
@@ -408,7 +430,7 @@ class CoordinatorCore:
         plan = self._plan(job_id)
         if job is None or job.terminal or plan is None:
             return
-        outcome = policy.job_outcome(plan.success, plan.size, self.store.exits(job_id))
+        outcome = policy.job_outcome(plan.success, plan.size, self.store.exits(job_id), plan.expendable)
         if outcome is None:
             return
         if outcome.state == JobState.FAILED:
@@ -447,7 +469,10 @@ class CoordinatorCore:
             raise BadRequest(f"slots must be at least 1, got {spec.slots}")
         if not spec.entrypoint:
             raise BadRequest("the job has no entrypoint: give a command")
-        config_from_spec(spec)  # validates the rest the way the CLI does
+        config = config_from_spec(spec)  # validates the rest the way the CLI does
+        if spec.distribution_mode in ("", "auto"):  # a client that left the decision to us
+            decision = auto.decide(config)
+            spec = dataclasses.replace(spec, distribution_mode=decision.mode, mode_reason=decision.reason)
         with self._event(durable=True):
             if spec.submission_id:
                 known = self.store.job_by_submission(spec.submission_id)
@@ -540,12 +565,13 @@ class CoordinatorCore:
         try:
             addresses = placement_lib.choose_addresses({n: self.agents[n].record.addresses for n in names},
                                                        self.settings.subnet)
+            counts = planner.ports_on([NodePlacement(name, addresses[name], slots, (), self.agents[name].record.gpu)
+                                       for name, slots in assignment.nodes], config_from_spec(job.spec))
             allocs = []
-            for rank, (name, slots) in enumerate(assignment.nodes):
+            for rank, ((name, slots), count) in enumerate(zip(assignment.nodes, counts)):
                 record = self.agents[name].record
                 gpus = placement_lib.choose_gpus([g.index for g in record.gpus], self.allocs.held_gpus(name),
                                                  slots) if record.gpu else ()
-                count = planner.processes_on(NodePlacement(name, addresses[name], slots, (), record.gpu))
                 allocs.append(Allocation(job.id, name, rank, slots, addresses[name],
                                          tuple(self._lease(name, count, job.id, set())), gpus))
         except placement_lib.PlacementError as e:

@@ -46,7 +46,8 @@ def spec_from_pb(spec: pb.JobSpec) -> JobSpec:
                    distribution_mode=spec.distribution_mode or "mwms", hyperparameters_json=spec.hyperparameters_json or "{}",
                    environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
                    working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
-                   submission_id=spec.submission_id)
+                   submission_id=spec.submission_id, num_ps=spec.num_ps or 1, evaluator=spec.evaluator,
+                   optimizations_json=spec.optimizations_json or "{}", mode_reason=spec.mode_reason)
 
 
 def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
@@ -54,7 +55,8 @@ def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
                       distribution_mode=spec.distribution_mode, hyperparameters_json=spec.hyperparameters_json,
                       environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
                       working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
-                      submission_id=spec.submission_id)
+                      submission_id=spec.submission_id, num_ps=spec.num_ps, evaluator=spec.evaluator,
+                      optimizations_json=spec.optimizations_json, mode_reason=spec.mode_reason)
 
 
 def placement_to_pb(a: Allocation) -> pb.Placement:
@@ -71,7 +73,7 @@ def job_to_pb(view: views.JobView) -> pb.Job:
         failed_rank=job.failed_rank if job.failed_rank is not None else -1,
         placement=[placement_to_pb(a) for a in view.placement],
         exits=[pb.WorkerExit(rank=e.rank, agent=e.agent, exit_code=e.exit_code, last_lines=list(e.last_lines),
-                             reason=e.reason) for e in view.exits],
+                             reason=e.reason, tolerated=e.tolerated) for e in view.exits],
         latest_metrics=[pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time)
                         for m in view.latest_metrics])
 
@@ -88,8 +90,10 @@ def work_to_pb(work: Work, interval: float) -> pb.HeartbeatResponse:
         probe=[pb.Probe(job_id=p.job_id, timeout=p.timeout,
                         targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
                for p in work.probes],
-        start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace, workers=[
-            pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus))
+        start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace,
+                            rendezvous_port=s.rendezvous_port, workers=[
+            pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
+                             expendable=p.expendable)
             for p in s.processes]) for s in work.start],
         stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval)
 

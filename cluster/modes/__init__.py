@@ -1,6 +1,7 @@
 """One launch plan per distribution mode: `plan(placement, config, devices) -> JobPlan`.
 
-A plan is the only place that decides how many processes run on each node,
+Each planner has `ports_on(nodes, config)` (ports to lease per node, before placement is final) and
+`plan`. A plan is the only place that decides how many processes run on each node,
 their roles, each process's environment and the job's success rule. The
 coordinator applies plans; it has no per-mode branches. A new mode is a new
 module here, registered in PLANNERS.
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from cluster.modes import mwms, single
+from cluster.modes import horovod, mwms, ps, single
 from cluster.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule
 
-PLANNERS: dict[str, ModuleType] = {"mwms": mwms, "mirrored": single, "central_storage": single,
-                                   "one_device": single}
+# `auto` has no plan: it is decided into one of these at submit (cluster/modes/auto.py).
+PLANNERS: dict[str, ModuleType] = {"mwms": mwms, "ps": ps, "horovod": horovod, "mirrored": single,
+                                   "central_storage": single, "one_device": single}
 
 
 def planner(mode: str) -> ModuleType:

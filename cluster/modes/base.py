@@ -15,7 +15,8 @@ class SuccessRule(str, enum.Enum):
     """When a job has succeeded (a failing process always fails it)."""
 
     ALL_RANKS = "ALL_RANKS"  # every process exited 0 (collective modes: MWMS, Horovod)
-    CHIEF = "CHIEF"  # rank 0 exited 0; the others are then stopped (parameter-server mode)
+    CHIEF = "CHIEF"  # rank 0 exited 0; the others are then stopped (parameter-server mode). Processes
+    # marked expendable may fail before that without failing the job.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,12 +48,19 @@ class ProcessPlan:
     gpus: tuple[int, ...]  # GPU indices it sees (CUDA_VISIBLE_DEVICES); empty on CPU slots
     replicas: int  # slots this process drives
     env: Mapping[str, str]  # what tfdist adds to the node's environment
+    role: str = "worker"  # the TF task type: worker, chief, ps, evaluator
+    expendable: bool = False  # its failure alone does not end the job (ps mode's workers and evaluator)
 
 
 @dataclasses.dataclass(frozen=True)
 class JobPlan:
     processes: tuple[ProcessPlan, ...]  # rank order
     success: SuccessRule
+    rendezvous: tuple[int, int] | None = None  # (node_rank, port): Horovod's Gloo store, served by that agent
+
+    @property
+    def expendable(self) -> frozenset[int]:
+        return frozenset(p.rank for p in self.processes if p.expendable)
 
     @property
     def size(self) -> int:
@@ -80,15 +88,21 @@ class Layout:
         return f"{self.host}:{self.port}"
 
 
+def ports_per_process(nodes: Sequence[NodePlacement], processes_on) -> list[int]:
+    """Ports to lease on each node for modes whose processes each need one (`processes_on(node)`)."""
+    return [processes_on(node) for node in nodes]
+
+
 def layout(placement: Placement, devices: Sequence[Sequence[int]], processes_on) -> list[Layout]:
     """Numbers the processes node by node. `processes_on(node)` is the mode's count for a node;
-    a node's GPUs are split evenly over its processes."""
+    a node's GPUs are split evenly over its processes. A node's ports beyond its processes' are
+    the mode's own services (Horovod's rendezvous)."""
     if len(devices) != len(placement.nodes):
         raise ValueError(f"{len(devices)} device lists for {len(placement.nodes)} nodes")
     result: list[Layout] = []
     for node_rank, (node, gpus) in enumerate(zip(placement.nodes, devices)):
         count = processes_on(node)
-        if len(node.ports) != count:
+        if len(node.ports) < count:
             raise ValueError(f"node {node_rank} ({node.agent}) runs {count} processes but got "
                              f"{len(node.ports)} ports")
         if node.gpu_node and len(gpus) != node.slots:
@@ -104,9 +118,11 @@ def layout(placement: Placement, devices: Sequence[Sequence[int]], processes_on)
 
 
 def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout], me: Layout,
-               gpu_job: bool) -> dict[str, str]:
-    """The variables every mode sets: ranks, sizes, batch sizes, hyperparameters, devices."""
-    slots = sum(p.replicas for p in processes)
+               gpu_job: bool, mode: str, slots: int | None = None) -> dict[str, str]:
+    """The variables every mode sets: ranks, sizes, batch sizes, hyperparameters, devices.
+    `slots` is the job's replicas (default: the sum of every process's)."""
+    if slots is None:
+        slots = sum(p.replicas for p in processes)
     env: dict[str, str] = dict(config.environment_variables)
     env.update({
         envvars.JOB_ID: job_id,
@@ -118,7 +134,8 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         envvars.NUM_NODES: str(processes[-1].node_rank + 1),
         envvars.SLOTS: str(slots),
         envvars.LOCAL_SLOTS: str(me.replicas),
-        envvars.DISTRIBUTION: config.distribution_mode,
+        envvars.DISTRIBUTION: mode,
+        envvars.ROLE: "worker",
         envvars.HPARAMS: json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
         # Lines reach the launcher as they are printed, not when a buffer fills.
         "PYTHONUNBUFFERED": "1",
@@ -132,7 +149,7 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         env["CUDA_VISIBLE_DEVICES"] = ""  # CPU slots: a GPU on the machine is not this job's to take
     gbs = config.global_batch_size
     if gbs is not None:
-        sizes = batching.split_batch(gbs, slots, me.replicas)
+        sizes = batching.split_batch(gbs, slots, max(1, me.replicas))
         env[envvars.GLOBAL_BATCH_SIZE] = str(gbs)
         env[envvars.PER_REPLICA_BATCH_SIZE] = str(sizes.per_replica)
         env[envvars.PER_WORKER_BATCH_SIZE] = str(sizes.per_worker)

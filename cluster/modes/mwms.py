@@ -11,12 +11,17 @@ import json
 from typing import Sequence
 
 from cluster.config import ExperimentConfig
-from cluster.modes.base import JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout
+from cluster.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout,
+                                ports_per_process)
 from tfdist import envvars
 
 
 def processes_on(node: NodePlacement) -> int:
     return 1 if node.gpu_node else node.slots
+
+
+def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
+    return ports_per_process(nodes, processes_on)
 
 
 def tf_config(processes: Sequence[Layout], rank: int) -> dict:
@@ -28,7 +33,7 @@ def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Seque
     gpu_job = any(n.gpu_node for n in placement.nodes)
     result = []
     for p in processes:
-        env = common_env(placement.job_id, config, processes, p, gpu_job)
+        env = common_env(placement.job_id, config, processes, p, gpu_job, "mwms")
         env[envvars.TF_CONFIG] = json.dumps(tf_config(processes, p.rank), sort_keys=True)
         result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
                                   local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas, env=env))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from cluster.config import ExperimentConfig
-from cluster.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout
+from cluster.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout,
+                                ports_per_process)
 
 SINGLE_NODE = True  # the coordinator refuses a job larger than the largest node
 
@@ -20,11 +21,15 @@ def processes_on(node: NodePlacement) -> int:
     return 1
 
 
+def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
+    return ports_per_process(nodes, processes_on)
+
+
 def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
     if len(placement.nodes) != 1:
         raise ValueError(f"mode {config.distribution_mode} runs on one node, got {len(placement.nodes)}")
     processes = layout(placement, devices, processes_on)
     p = processes[0]
-    env = common_env(placement.job_id, config, processes, p, placement.nodes[0].gpu_node)
+    env = common_env(placement.job_id, config, processes, p, placement.nodes[0].gpu_node, config.distribution_mode)
     return JobPlan(processes=(ProcessPlan(rank=0, node_rank=0, local_rank=0, local_size=1, port=p.port, gpus=p.gpus,
                                           replicas=p.replicas, env=env),), success=SuccessRule.ALL_RANKS)

@@ -16,8 +16,8 @@ from tests.conftest import run_cli
      "tfdist: error: --slots: must be at least 1, got 0"),
     (["launch", "--slots", "two", "--", "python", "-c", "pass"], None,
      "tfdist launch: argument --slots: expected an integer, got 'two' (see `tfdist launch --help`)"),
-    (["launch", "--distribution", "ps", "--", "python", "-c", "pass"], None,
-     "tfdist: error: --distribution: 'ps' is not available in this version of tfdist yet; use one of mwms, mirrored, central_storage, one_device"),
+    (["launch", "--distribution", "parameter_server", "--", "python", "-c", "pass"], None,
+     "tfdist: error: --distribution: unknown value 'parameter_server'; expected one of auto, mwms, ps, horovod, mirrored, central_storage, one_device"),
     (["launch", "--slots", "2"], None,
      "tfdist launch: no command to run; give one after `--` (tfdist launch --slots 2 -- python train.py) "
      "or set `entrypoint` in --config"),

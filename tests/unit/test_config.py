@@ -40,7 +40,7 @@ def test_good_config_parses_into_the_dataclass():
 def test_defaults_and_list_entrypoint_and_env_mapping():
     cfg = parse_config("entrypoint: [python, t.py, 3]\nenvironment: {variables: {A: 1, B: true}}")
     assert cfg.entrypoint == ("python", "t.py", "3")
-    assert cfg.slots_per_trial == 1 and cfg.distribution_mode == "mwms" and cfg.max_restarts == 5
+    assert cfg.slots_per_trial == 1 and cfg.distribution_mode == "auto" and cfg.max_restarts == 5
     assert cfg.environment_variables == {"A": "1", "B": "true"}
     assert parse_config("") == ExperimentConfig()
 
@@ -50,9 +50,24 @@ BAD = [
      "c.yaml: resources.slot_per_trial: unknown key; did you mean 'resources.slots_per_trial'?"),
     ("hyperparameter: {global_batch_size: 2}",
      "c.yaml: hyperparameter: unknown key; did you mean 'hyperparameters'?"),
-    ("optimizations: {aggregation_frequency: 2}",
-     "c.yaml: optimizations: unknown key; tfdist supports: name, entrypoint, resources, distribution, "
-     "hyperparameters, environment, max_restarts"),
+    ("optimization: {gradient_compression: fp16}",
+     "c.yaml: optimization: unknown key; did you mean 'optimizations'?"),
+    ("optimizations: {gradient_compresion: fp16}",
+     "c.yaml: optimizations.gradient_compresion: unknown key; did you mean 'optimizations.gradient_compression'?"),
+    ("optimizations: {gradient_compression: int8}",
+     "c.yaml: optimizations.gradient_compression: unknown value 'int8'; expected one of none, fp16"),
+    ("optimizations: {auto_tune_tensor_fusion: 1}",
+     "c.yaml: optimizations.auto_tune_tensor_fusion: expected true or false, got 1 (int)"),
+    ("distribution: {mode: mwms}\noptimizations: {gradient_compression: fp16}",
+     "c.yaml: distribution.mode: optimizations.gradient_compression=fp16 is implemented through Horovod, but the "
+     "mode is mwms; set distribution.mode: horovod (or auto), or drop the option"),
+    ("distribution: {num_ps: 2}",
+     "c.yaml: distribution.mode: distribution.num_ps and distribution.evaluator apply to parameter-server training "
+     "only, but the mode is auto; set distribution.mode: ps"),
+    ("distribution: {mode: ps, num_ps: 0}",
+     "c.yaml: distribution.num_ps: must be at least 1, got 0"),
+    ("distribution: {mode: ps, evaluator: yes please}",
+     "c.yaml: distribution.evaluator: expected true or false, got 'yes please' (str)"),
     ("resources: {slots_per_trial: two}",
      "c.yaml: resources.slots_per_trial: expected an integer, got 'two' (str)"),
     ("resources: {slots_per_trial: 0}",
@@ -66,11 +81,9 @@ BAD = [
     ("max_restarts: -1",
      "c.yaml: max_restarts: must be at least 0, got -1"),
     ("distribution: {mode: mwm}",
-     "c.yaml: distribution.mode: unknown value 'mwm'; expected one of mwms, mirrored, central_storage, one_device; did you mean 'mwms'?"),
-    ("distribution: {mode: horovod}",
-     "c.yaml: distribution.mode: 'horovod' is not available in this version of tfdist yet; use one of mwms, mirrored, central_storage, one_device"),
+     "c.yaml: distribution.mode: unknown value 'mwm'; expected one of auto, mwms, ps, horovod, mirrored, central_storage, one_device; did you mean 'mwms'?"),
     ("distribution: {mode: 3}",
-     "c.yaml: distribution.mode: expected one of mwms, mirrored, central_storage, one_device, got 3 (int)"),
+     "c.yaml: distribution.mode: expected one of auto, mwms, ps, horovod, mirrored, central_storage, one_device, got 3 (int)"),
     ("hyperparameters: {global_batch_size: 0}",
      "c.yaml: hyperparameters.global_batch_size: must be at least 1, got 0"),
     ("hyperparameters: {global_batch_size: '64'}",
@@ -125,5 +138,5 @@ def test_overrides_are_validated_like_the_file():
     assert cfg.with_overrides(entrypoint=["python", "x.py"]).entrypoint == ("python", "x.py")
     with pytest.raises(ConfigError, match=r"^--slots: must be at least 1, got 0$"):
         cfg.with_overrides(slots=0)
-    with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of mwms, mirrored, central_storage, one_device$"):
+    with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of auto, mwms, ps, horovod, mirrored, central_storage, one_device$"):
         cfg.with_overrides(distribution="ring")

@@ -69,6 +69,7 @@ environment: {variables: {FOO: bar}}
         "TFDIST_SLOTS": "3",
         "TFDIST_LOCAL_SLOTS": "1",
         "TFDIST_DISTRIBUTION": "mwms",
+        "TFDIST_ROLE": "worker",
         "TFDIST_HPARAMS": '{"global_batch_size": 10, "lr": 0.5}',
         "TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, '
                      '"task": {"index": 2, "type": "worker"}}',
@@ -119,3 +120,91 @@ def test_single_node_modes_run_one_process_over_the_nodes_slots():
     assert planner("mirrored") is single and planner("one_device") is single
     with pytest.raises(ValueError, match="mode central_storage runs on one node, got 2"):
         single.plan(Placement("j", (cpu("a", 1, (1,)), cpu("b", 1, (2,)))), cfg, [(), ()])
+
+
+# ---------------------------------------------------------------- parameter servers
+
+def test_ps_plan_places_chief_workers_ps_and_evaluator_with_their_roles():
+    from cluster.modes import ps
+
+    cfg = parse_config("distribution: {mode: ps, num_ps: 2, evaluator: true}\nhyperparameters: {global_batch_size: 40}")
+    nodes = [cpu("10.0.0.1", 2, ()), cpu("10.0.0.2", 2, ())]
+    assert ps.ports_on(nodes, cfg) == [2 + 1 + 1, 2 + 1 + 1]  # workers + chief + ps0 | workers + ps1 + evaluator
+    placed = Placement("j", (cpu("10.0.0.1", 2, (1, 2, 3, 4)), cpu("10.0.0.2", 2, (5, 6, 7, 8))))
+    p = ps.plan(placed, cfg, [(), ()])
+    assert [(w.rank, w.role, w.node_rank, w.port, w.expendable) for w in p.processes] == [
+        (0, "chief", 0, 1, False),
+        (1, "worker", 0, 2, True), (2, "worker", 0, 3, True), (3, "worker", 1, 5, True), (4, "worker", 1, 6, True),
+        (5, "ps", 0, 4, False), (6, "ps", 1, 7, False),
+        (7, "evaluator", 1, 8, True)]
+    assert p.success is SuccessRule.CHIEF and p.expendable == {1, 2, 3, 4, 7}
+    config = json.loads(p.processes[6].env["TF_CONFIG"])
+    assert config == {"cluster": {"chief": ["10.0.0.1:1"],
+                                  "worker": ["10.0.0.1:2", "10.0.0.1:3", "10.0.0.2:5", "10.0.0.2:6"],
+                                  "ps": ["10.0.0.1:4", "10.0.0.2:7"], "evaluator": ["10.0.0.2:8"]},
+                      "task": {"type": "ps", "index": 1}}
+    chief = p.processes[0].env
+    # tf_keras runs the job (Keras 3 has no parameter-server support); batches are per worker task.
+    assert chief["TF_USE_LEGACY_KERAS"] == "1" and chief["TFDIST_ROLE"] == "chief"
+    assert (chief["TFDIST_SLOTS"], chief["TFDIST_PER_WORKER_BATCH_SIZE"], chief["TFDIST_SIZE"]) == ("4", "10", "8")
+    assert [w.local_rank for w in p.on_node(1)] == [0, 1, 2, 3]
+
+
+def test_ps_workers_on_gpu_nodes_get_one_gpu_each_and_the_others_none():
+    from cluster.modes import ps
+
+    cfg = parse_config("distribution: {mode: ps}")
+    placed = Placement("j", (NodePlacement("g", "10.0.0.1", 2, (1, 2, 3, 4), gpu_node=True),))
+    p = ps.plan(placed, cfg, [(3, 5)])
+    assert [(w.role, w.gpus, w.env["CUDA_VISIBLE_DEVICES"]) for w in p.processes] == [
+        ("chief", (), ""), ("worker", (3,), "3"), ("worker", (5,), "5"), ("ps", (), "")]
+
+
+# ---------------------------------------------------------------- horovod
+
+def test_horovod_plan_sets_every_rank_like_horovodrun_and_serves_the_rendezvous_on_node_0():
+    from cluster.modes import horovod
+
+    cfg = parse_config("distribution: {mode: horovod}\noptimizations: {gradient_compression: fp16, "
+                       "auto_tune_tensor_fusion: true}\nhyperparameters: {global_batch_size: 64}")
+    nodes = [cpu("10.0.0.1", 2, ()), cpu("10.0.0.2", 2, ())]
+    assert horovod.ports_on(nodes, cfg) == [3, 2]
+    p = horovod.plan(Placement("j", (cpu("10.0.0.1", 2, (1, 2, 9)), cpu("10.0.0.2", 2, (3, 4)))), cfg, [(), ()])
+    assert p.rendezvous == (0, 9) and p.success is SuccessRule.ALL_RANKS
+    keys = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
+            "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME")
+    assert [tuple(w.env[k] for k in keys) for w in p.processes] == [
+        ("0", "4", "0", "2", "0", "2", "10.0.0.1"), ("1", "4", "1", "2", "0", "2", "10.0.0.1"),
+        ("2", "4", "0", "2", "1", "2", "10.0.0.2"), ("3", "4", "1", "2", "1", "2", "10.0.0.2")]
+    env = p.processes[3].env
+    assert (env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) == ("10.0.0.1", "9")
+    assert (env["HOROVOD_CONTROLLER"], env["HOROVOD_CPU_OPERATIONS"], env["HOROVOD_GLOO_IFACE"]) == ("gloo", "gloo", "")
+    assert env["TFDIST_GRADIENT_COMPRESSION"] == "fp16" and env["HOROVOD_AUTOTUNE"] == "1"
+    assert env["TFDIST_PER_WORKER_BATCH_SIZE"] == "16"  # a batch per rank
+
+
+def test_horovod_on_gpu_nodes_runs_one_process_per_gpu():
+    from cluster.modes import horovod
+
+    p = horovod.plan(Placement("j", (NodePlacement("g", "h", 2, (1, 2, 3), gpu_node=True),)),
+                     parse_config("distribution: {mode: horovod}"), [(6, 7)])
+    assert [(w.rank, w.gpus, w.env["CUDA_VISIBLE_DEVICES"]) for w in p.processes] == [(0, (6,), "6"), (1, (7,), "7")]
+
+
+# ---------------------------------------------------------------- auto
+
+@pytest.mark.parametrize("config, mode, reason", [
+    ("", "mwms", "auto: MultiWorkerMirroredStrategy"),
+    ("optimizations: {gradient_compression: fp16}", "horovod",
+     "auto: optimizations.gradient_compression=fp16 is only provided by Horovod"),
+    ("optimizations: {auto_tune_tensor_fusion: true}", "horovod",
+     "auto: optimizations.auto_tune_tensor_fusion=true is only provided by Horovod"),
+    ("distribution: {mode: horovod}", "horovod", "distribution.mode is horovod"),
+    ("distribution: {mode: ps}", "ps", "distribution.mode is ps"),
+    ("distribution: {mode: mirrored}", "mirrored", "distribution.mode is mirrored"),
+])
+def test_auto_decision_table(config, mode, reason):
+    from cluster.modes import auto
+
+    decision = auto.decide(parse_config(config))
+    assert decision.mode == mode and decision.reason.startswith(reason)

@@ -46,3 +46,18 @@ def test_startup_deadlines_name_who_is_missing():
 def test_a_failure_fails_the_job_for_now():
     outcome = Outcome(JobState.FAILED, "x", 1)
     assert on_failure(outcome).action == FailureAction.FAIL and on_failure(outcome).outcome == outcome
+
+
+def test_parameter_server_workers_are_expendable_but_ps_tasks_are_not():
+    workers = {1, 2, 3}  # ranks 1-3 workers, 4 a ps task
+    died = [ex(2, -9, 1.0)]
+    assert job_outcome(SuccessRule.CHIEF, 5, died, workers) is None  # training goes on without rank 2
+    done = job_outcome(SuccessRule.CHIEF, 5, died + [ex(0, 0, 5.0), ex(4, -15, 6.0)], workers)
+    assert done.state == JobState.SUCCEEDED and done.message == "the chief (rank 0) exited with code 0"
+    lost_ps = job_outcome(SuccessRule.CHIEF, 5, died + [ex(4, -9, 2.0)], workers)
+    assert lost_ps.state == JobState.FAILED and lost_ps.rank == 4
+    everyone = job_outcome(SuccessRule.CHIEF, 5, [ex(1, 1, 1.0), ex(2, -9, 2.0), ex(3, -9, 3.0)], workers)
+    assert everyone.state == JobState.FAILED and everyone.message.startswith(
+        "every worker task is gone (rank(s) 1, 2, 3 failed)")
+    # Under ALL_RANKS (MWMS, Horovod) nothing is expendable: any failure fails the job.
+    assert job_outcome(SuccessRule.ALL_RANKS, 3, died).state == JobState.FAILED

@@ -1,7 +1,11 @@
-"""Put first on a worker's PYTHONPATH by tfdist's agent, so that scripts which never import tfdist
-(TensorFlow's own MultiWorkerMirroredStrategy tutorials, which read TF_CONFIG themselves) get the
-Keras 3 `fit` fix too: when `keras` finishes importing, tfdist's patch is applied. Nothing else is
-imported at start-up. TFDIST_KERAS_PATCH=0 turns it off. An environment's own sitecustomize still runs.
+"""Put first on a worker's PYTHONPATH by tfdist's agent, so that scripts which never import tfdist get
+tfdist's compatibility fixes too, each applied when the module it fixes finishes importing:
+- `keras`: the Keras 3 `fit` fix under MultiWorkerMirroredStrategy (TensorFlow's own MWMS tutorials read
+  TF_CONFIG themselves), and in ps mode the refusal of Keras 3 variables under parameter servers;
+- `horovod.tensorflow`: Keras 3 variables accepted by the gradient tape and the broadcast (horovod#4290);
+- in horovod mode, a missing Horovod is one line naming the command that installs it.
+Nothing else is imported at start-up. TFDIST_KERAS_PATCH=0 turns the fixes off (not the ps refusal). An environment's own
+sitecustomize still runs.
 """
 
 import importlib.abc
@@ -10,21 +14,22 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_MODE = os.environ.get("TFDIST_DISTRIBUTION", "")
 
 
-class _AfterKeras(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps the real loader of `keras` to apply the fix once it has loaded.
-    It stays until keras has actually loaded: TensorFlow probes with `find_spec("keras")` first."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps the real loader of `name` to call `fix(module)` once it has loaded.
+    It stays until the module has actually loaded: TensorFlow probes with `find_spec("keras")` first."""
 
-    def __init__(self):
-        self._looking = False
+    def __init__(self, name, fix):
+        self._name, self._fix, self._looking = name, fix, False
 
     def find_spec(self, name, path=None, target=None):
-        if name != "keras" or self._looking:
+        if name != self._name or self._looking:
             return None
         self._looking = True  # the look-up below must not come back here
         try:
-            spec = importlib.util.find_spec("keras")
+            spec = importlib.util.find_spec(name)
         finally:
             self._looking = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -36,14 +41,43 @@ class _AfterKeras(importlib.abc.MetaPathFinder):
             if finder in sys.meta_path:
                 sys.meta_path.remove(finder)
             try:
-                from tfdist.compat import keras_mwms
-
-                keras_mwms.apply()
+                finder._fix(module)
             except Exception as e:  # never break the user's import; say why the fix is missing
-                sys.stderr.write(f"tfdist: the Keras 3 MWMS fix was not applied: {type(e).__name__}: {e}\n")
+                sys.stderr.write(f"tfdist: the fix for {name} was not applied: {type(e).__name__}: {e}\n")
 
         spec.loader.exec_module = exec_module
         return spec
+
+
+class _MissingHorovod(importlib.abc.MetaPathFinder):
+    """Last on the path in horovod mode: `import horovod` that nothing else found fails with the fix."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "horovod":
+            raise ModuleNotFoundError(
+                f"No module named 'horovod': Horovod is not installed for {sys.executable}; run `make horovod` "
+                "in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, Gloo only)", name=name)
+        return None
+
+
+_PATCH = os.environ.get("TFDIST_KERAS_PATCH", "1") != "0"
+
+
+def _fix_keras(module):
+    if _PATCH:
+        from tfdist.compat import keras_mwms
+
+        keras_mwms.apply()
+    if _MODE == "ps":  # a refusal, not a patch: TFDIST_KERAS_PATCH does not turn it off
+        from tfdist.compat import keras_ps
+
+        keras_ps.apply()
+
+
+def _fix_horovod(module):
+    from tfdist.compat import keras_horovod
+
+    keras_horovod.apply(module)
 
 
 def _chain_to_the_environments_own() -> None:
@@ -60,6 +94,10 @@ def _chain_to_the_environments_own() -> None:
             sys.modules["sitecustomize"] = mine
 
 
-if os.environ.get("TFDIST_KERAS_PATCH", "1") != "0" and "keras" not in sys.modules:
-    sys.meta_path.insert(0, _AfterKeras())
+if (_PATCH or _MODE == "ps") and "keras" not in sys.modules:
+    sys.meta_path.insert(0, _AfterImport("keras", _fix_keras))
+if _PATCH and _MODE == "horovod" and "horovod.tensorflow" not in sys.modules:
+    sys.meta_path.insert(0, _AfterImport("horovod.tensorflow", _fix_horovod))
+if _MODE == "horovod":
+    sys.meta_path.append(_MissingHorovod())
 _chain_to_the_environments_own()

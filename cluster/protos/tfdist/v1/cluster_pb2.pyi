@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir", "startup_timeout", "submission_id")
+    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir", "startup_timeout", "submission_id", "num_ps", "evaluator", "optimizations_json", "mode_reason")
     class EnvironmentEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,10 @@ class JobSpec(_message.Message):
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATOR_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZATIONS_JSON_FIELD_NUMBER: _ClassVar[int]
+    MODE_REASON_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
     slots: int
@@ -37,7 +41,11 @@ class JobSpec(_message.Message):
     working_dir: str
     startup_timeout: float
     submission_id: str
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ...) -> None: ...
+    num_ps: int
+    evaluator: bool
+    optimizations_json: str
+    mode_reason: str
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., optimizations_json: _Optional[str] = ..., mode_reason: _Optional[str] = ...) -> None: ...
 
 class Placement(_message.Message):
     __slots__ = ("agent", "node_rank", "slots", "address", "ports", "gpus", "state")
@@ -58,18 +66,20 @@ class Placement(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., node_rank: _Optional[int] = ..., slots: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., gpus: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WorkerExit(_message.Message):
-    __slots__ = ("rank", "agent", "exit_code", "last_lines", "reason")
+    __slots__ = ("rank", "agent", "exit_code", "last_lines", "reason", "tolerated")
     RANK_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     LAST_LINES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TOLERATED_FIELD_NUMBER: _ClassVar[int]
     rank: int
     agent: str
     exit_code: int
     last_lines: _containers.RepeatedScalarFieldContainer[str]
     reason: str
-    def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
+    tolerated: bool
+    def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., tolerated: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank")
@@ -282,7 +292,7 @@ class PortCheck(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class WorkerProcess(_message.Message):
-    __slots__ = ("rank", "command", "env", "port", "gpus")
+    __slots__ = ("rank", "command", "env", "port", "gpus", "expendable")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -295,26 +305,30 @@ class WorkerProcess(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    EXPENDABLE_FIELD_NUMBER: _ClassVar[int]
     rank: int
     command: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     port: int
     gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    expendable: bool
+    def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., expendable: _Optional[bool] = ...) -> None: ...
 
 class StartTask(_message.Message):
-    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace")
+    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "rendezvous_port")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_GRACE_FIELD_NUMBER: _ClassVar[int]
+    RENDEZVOUS_PORT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     working_dir: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerProcess]
     startup_timeout: float
     failure_grace: float
-    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ...) -> None: ...
+    rendezvous_port: int
+    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., rendezvous_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results")

@@ -1,0 +1,35 @@
+"""`distribution.mode: auto` (the default): which mode a job runs in, and why. Pure.
+
+| config asks for                                         | mode    |
+|---------------------------------------------------------|---------|
+| a mode by name (mwms, ps, horovod, mirrored, ...)       | that one |
+| optimizations.gradient_compression or auto_tune_tensor_fusion | horovod (only Horovod implements them) |
+| nothing special                                         | mwms    |
+
+MWMS is the default because it is TensorFlow's own (no extra build), runs Keras `fit` (with tfdist's
+fix) and uses one process per node on GPU nodes. The reason is stored with the job, printed by
+`tfdist launch` and shown by `tfdist job`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cluster.config import ExperimentConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class ModeDecision:
+    mode: str
+    reason: str
+
+
+def decide(config: ExperimentConfig) -> ModeDecision:
+    mode = config.distribution_mode
+    if mode != "auto":
+        return ModeDecision(mode, f"distribution.mode is {mode}")
+    horovod_only = config.horovod_only_options
+    if horovod_only:
+        return ModeDecision("horovod", f"auto: {', '.join(horovod_only)} is only provided by Horovod")
+    return ModeDecision("mwms", "auto: MultiWorkerMirroredStrategy, TensorFlow's own collectives (no Horovod-only "
+                                "option is set)")

@@ -1,0 +1,61 @@
+"""Horovod over Gloo, started by tfdist: one process per slot (per GPU on GPU nodes, each with its own
+device), no ssh, no mpirun, no horovodrun.
+
+Every process gets the environment `horovodrun` would give it: HOROVOD_RANK/SIZE, LOCAL_RANK/SIZE,
+CROSS_RANK/SIZE (its index among the processes of the same local rank, and their count), the Gloo
+controller and the rendezvous address. The rendezvous store is served by the agent of the job's first
+node on one extra port leased there (cluster/agent/rendezvous.py); each node's agent fills in
+HOROVOD_GLOO_IFACE, the interface carrying the job's address, which only it knows. Batch sizes are per
+rank: a global batch splits over every process. The job succeeds when every rank exits 0.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from cluster.config import ExperimentConfig
+from cluster.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout
+from tfdist import envvars
+
+IFACE_FROM_AGENT = ""  # HOROVOD_GLOO_IFACE as planned: the agent sets its interface for HOROVOD_HOSTNAME
+
+
+def processes_on(node: NodePlacement) -> int:
+    return node.slots  # one per slot; on GPU nodes a slot is a GPU
+
+
+def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
+    counts = [processes_on(n) for n in nodes]
+    counts[0] += 1  # the rendezvous store
+    return counts
+
+
+def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
+    processes = layout(placement, devices, processes_on)
+    first = placement.nodes[0]
+    rendezvous_port = first.ports[processes_on(first)]
+    gpu_job = any(n.gpu_node for n in placement.nodes)
+    result = []
+    for p in processes:
+        same_local_rank = [q for q in processes if q.local_rank == p.local_rank]
+        env = common_env(placement.job_id, config, processes, p, gpu_job, "horovod")
+        env.update({
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": first.host,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_IFACE": IFACE_FROM_AGENT,
+            "HOROVOD_HOSTNAME": p.host,
+            "HOROVOD_RANK": str(p.rank),
+            "HOROVOD_SIZE": str(len(processes)),
+            "HOROVOD_LOCAL_RANK": str(p.local_rank),
+            "HOROVOD_LOCAL_SIZE": str(p.local_size),
+            "HOROVOD_CROSS_RANK": str(same_local_rank.index(p)),
+            "HOROVOD_CROSS_SIZE": str(len(same_local_rank)),
+            envvars.GRADIENT_COMPRESSION: config.gradient_compression,
+        })
+        if config.auto_tune_tensor_fusion:
+            env["HOROVOD_AUTOTUNE"] = "1"  # Horovod's Bayesian tuner of fusion threshold and cycle time
+        result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
+                                  local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas, env=env))
+    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS, rendezvous=(0, rendezvous_port))

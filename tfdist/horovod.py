@@ -1,0 +1,150 @@
+"""Horovod for Keras 3: the distributed gradient tape, the initial broadcast, gradient averaging in
+`fit`, and metric averaging, through tfdist.
+
+Horovod 0.28.1 (its last release) predates Keras 3: `hvd.DistributedGradientTape` and
+`hvd.broadcast_variables` fail on Keras 3 variables (`'Variable' object has no attribute 'ref'`,
+horovod#4290) and `horovod.tensorflow.keras` imports Keras 3 and breaks. Horovod works on the TensorFlow
+variables behind them (`v.value`), so these adapters hand it those. Under `tfdist launch
+--distribution horovod` the same mapping is also applied to `horovod.tensorflow` itself when it loads
+(tfdist/compat/keras_horovod.py), so existing Horovod scripts run unchanged.
+
+    ctx = tfdist.init()                       # runs hvd.init()
+    model.compile(optimizer=tfdist.horovod.DistributedOptimizer(keras.optimizers.SGD(0.01 * ctx.size)), ...)
+    model.fit(ds.batch(ctx.per_worker_batch_size), callbacks=[
+        tfdist.horovod.BroadcastGlobalVariablesCallback(), tfdist.horovod.MetricAverageCallback()])
+
+Gradient compression comes from the config (`optimizations.gradient_compression: fp16`) unless passed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+import tensorflow as tf
+
+from tfdist import envvars
+from tfdist.errors import LaunchEnvironmentError
+
+INSTALL_HINT = ("run `make horovod` in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, "
+                "Gloo only), or `bash tools/build_horovod.sh PYTHON`")
+
+
+def import_horovod():
+    """`horovod.tensorflow`, or one clear error naming the command that installs it."""
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as e:
+        raise LaunchEnvironmentError(f"Horovod is not installed for {os.sys.executable} ({e}); "
+                                     f"{INSTALL_HINT}") from None
+    from tfdist.compat import keras_horovod
+
+    keras_horovod.apply(hvd)
+    return hvd
+
+
+def tf_variables(variables: Iterable[Any]) -> list:
+    """The TensorFlow variables behind Keras 3 variables (others pass through)."""
+    return [keras_variable_value(v) for v in variables]
+
+
+def keras_variable_value(v: Any) -> Any:
+    inner = getattr(v, "value", None)  # a Keras 3 Variable's tf.Variable; tf.Variable.value is a method
+    return inner if isinstance(inner, tf.Variable) else v
+
+
+def compression(name: str | None = None):
+    """Horovod's compressor for `name` (default: the config's optimizations.gradient_compression)."""
+    hvd = import_horovod()
+    name = name or os.environ.get(envvars.GRADIENT_COMPRESSION, "none")
+    choices = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+    if name not in choices:
+        raise ValueError(f"gradient compression must be one of {', '.join(choices)}, got {name!r}")
+    return choices[name]
+
+
+def DistributedGradientTape(tape, compression_name: str | None = None, **kwargs):  # noqa: N802 (Horovod's name)
+    """`hvd.DistributedGradientTape` that accepts Keras 3 variables as sources."""
+    hvd = import_horovod()
+    return hvd.DistributedGradientTape(tape, compression=compression(compression_name), **kwargs)
+
+
+def broadcast_variables(variables: Iterable[Any], root_rank: int = 0) -> None:
+    """Sets every rank's variables to `root_rank`'s (the initial broadcast)."""
+    hvd = import_horovod()
+    hvd.broadcast_variables(tf_variables(variables), root_rank=root_rank)
+
+
+def allreduce_gradients(grads: list, compression_name: str | None = None) -> list:
+    """Averages gradients over every rank (None gradients stay None)."""
+    hvd = import_horovod()
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present or hvd.size() == 1:
+        return list(grads)
+    reduced = hvd.grouped_allreduce([tf.convert_to_tensor(grads[i]) for i in present], op=hvd.Average,
+                                    compression=compression(compression_name))
+    result = list(grads)
+    for i, g in zip(present, reduced):
+        result[i] = g
+    return result
+
+
+def DistributedOptimizer(optimizer, compression_name: str | None = None):  # noqa: N802 (Horovod's name)
+    """Makes a Keras 3 optimizer average gradients over every rank before applying them (what
+    `hvd.keras.DistributedOptimizer` does for Keras 2). Returns the same optimizer."""
+    apply = optimizer.apply
+
+    def averaged_apply(grads, trainable_variables=None):
+        return apply(allreduce_gradients(list(grads), compression_name), trainable_variables)
+
+    optimizer.apply = averaged_apply
+    return optimizer
+
+
+def _keras():
+    import keras
+
+    return keras
+
+
+class BroadcastGlobalVariablesCallback(_keras().callbacks.Callback):
+    """Broadcasts the model's and optimizer's variables from `root_rank` when training starts, so every
+    rank starts from the same weights (and again after the first batch if the optimizer only built
+    its variables then)."""
+
+    def __init__(self, root_rank: int = 0):
+        super().__init__()
+        if isinstance(root_rank, bool) or not isinstance(root_rank, int) or root_rank < 0:
+            raise ValueError(f"root_rank must be a rank (an integer >= 0). Received: root_rank={root_rank!r}")
+        self.root_rank = root_rank
+        self._optimizer_done = False
+
+    def _broadcast(self) -> None:
+        variables = list(self.model.variables)
+        optimizer_vars = list(getattr(self.model.optimizer, "variables", []) or [])
+        self._optimizer_done = bool(optimizer_vars)
+        broadcast_variables(variables + optimizer_vars, self.root_rank)
+
+    def on_train_begin(self, logs=None):
+        self._broadcast()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._optimizer_done:
+            self._broadcast()
+
+
+class MetricAverageCallback(_keras().callbacks.Callback):
+    """Averages the epoch's logged metrics over every rank, so each rank (and its checkpoints or early
+    stopping) sees the job's numbers, not its own shard's."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        hvd = import_horovod()
+        if hvd.size() == 1:
+            return
+        keys = sorted(k for k, v in logs.items() if isinstance(v, (int, float)) or hasattr(v, "numpy"))
+        values = hvd.allreduce(tf.constant([float(logs[k]) for k in keys], tf.float64), op=hvd.Average,
+                               name=f"tfdist_metrics_epoch_{epoch}")
+        for k, v in zip(keys, values.numpy().tolist()):
+            logs[k] = v

@@ -88,7 +88,10 @@ def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Seque
         env = common_env(placement.job_id, config, layouts, p, gpu_job, "ps", slots=workers)
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
         env[envvars.ROLE] = role
-        env[envvars.TF_CONFIG] = json.dumps({"cluster": cluster, "task": {"type": role, "index": index}},
+        # The evaluator is no member of the training cluster: the chief connects to every task in its
+        # TF_CONFIG and would wait for it. Only the evaluator's own TF_CONFIG names it.
+        members = cluster if role == "evaluator" else {k: v for k, v in cluster.items() if k != "evaluator"}
+        env[envvars.TF_CONFIG] = json.dumps({"cluster": members, "task": {"type": role, "index": index}},
                                             sort_keys=True)
         result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
                                   local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=1, env=env, role=role,

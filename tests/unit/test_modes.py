@@ -138,11 +138,12 @@ def test_ps_plan_places_chief_workers_ps_and_evaluator_with_their_roles():
         (5, "ps", 0, 4, False), (6, "ps", 1, 7, False),
         (7, "evaluator", 1, 8, True)]
     assert p.success is SuccessRule.CHIEF and p.expendable == {1, 2, 3, 4, 7}
-    config = json.loads(p.processes[6].env["TF_CONFIG"])
-    assert config == {"cluster": {"chief": ["10.0.0.1:1"],
-                                  "worker": ["10.0.0.1:2", "10.0.0.1:3", "10.0.0.2:5", "10.0.0.2:6"],
-                                  "ps": ["10.0.0.1:4", "10.0.0.2:7"], "evaluator": ["10.0.0.2:8"]},
-                      "task": {"type": "ps", "index": 1}}
+    training = {"chief": ["10.0.0.1:1"], "worker": ["10.0.0.1:2", "10.0.0.1:3", "10.0.0.2:5", "10.0.0.2:6"],
+                "ps": ["10.0.0.1:4", "10.0.0.2:7"]}
+    # The chief connects to every task its TF_CONFIG names: the evaluator is not one of them.
+    assert json.loads(p.processes[6].env["TF_CONFIG"]) == {"cluster": training, "task": {"type": "ps", "index": 1}}
+    assert json.loads(p.processes[7].env["TF_CONFIG"]) == {"cluster": {**training, "evaluator": ["10.0.0.2:8"]},
+                                                           "task": {"type": "evaluator", "index": 0}}
     chief = p.processes[0].env
     # tf_keras runs the job (Keras 3 has no parameter-server support); batches are per worker task.
     assert chief["TF_USE_LEGACY_KERAS"] == "1" and chief["TFDIST_ROLE"] == "chief"

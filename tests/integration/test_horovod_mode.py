@@ -1,0 +1,93 @@
+"""Horovod mode started by tfdist itself (no horovodrun, no ssh, no mpirun): Keras 3 through tfdist's
+adapters, an unchanged Horovod script, identical final weights on every rank, auto's choice of Horovod,
+and a missing Horovod as one line (real TensorFlow, real Horovod over Gloo)."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+WORKERS = os.path.join(REPO, "tests", "integration", "workers")
+FIT = os.path.join(WORKERS, "horovod_fit.py")
+TF2_SCRIPT = os.path.join(WORKERS, "horovod_tf2_script.py")
+
+
+def weights(stdout):
+    return {m.group(1): m.group(2) for m in re.finditer(r"\[rank=(\d+)\] .*weights=(\w+)", stdout)}
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_keras_3_fit_through_tfdist_adapters_gives_identical_weights(marker, size):
+    result = run_cli(["launch", "--slots", str(size), "--distribution", "horovod", "--", FIT], marker)
+    assert result.returncode == 0, result.stderr[-3000:]
+    per_rank = 24 // size  # a batch per rank
+    steps = 3 * -(-(384 // size) // per_rank)
+    for rank in range(size):
+        assert (f"[rank={rank}] rank={rank} size={size} per_worker={per_rank} iterations={steps} loss_fell=True"
+                in result.stdout)
+    found = weights(result.stdout)
+    assert len(found) == size and len(set(found.values())) == 1, result.stdout  # each rank started different
+    losses = set(re.findall(r"final_loss=([\d.]+)", result.stdout))
+    assert len(losses) == 1  # MetricAverageCallback: every rank logs the job's loss
+
+
+def test_an_unchanged_horovod_script_runs(marker):
+    result = run_cli(["launch", "--slots", "2", "--distribution", "horovod", "--", TF2_SCRIPT], marker)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[rank=0] hvd rank=0 size=2 local_rank=0 cross_rank=0" in result.stdout
+    assert "[rank=1] hvd rank=1 size=2 local_rank=1 cross_rank=0" in result.stdout
+    found = weights(result.stdout)
+    assert len(found) == 2 and len(set(found.values())) == 1
+
+
+def test_auto_chooses_horovod_for_gradient_compression_and_says_why(tmp_path, local_cluster, marker):
+    cluster = local_cluster()
+    cluster.start_agent("n1", "--slots", "2")
+    cluster.wait_agents("n1")
+    (tmp_path / "c.yaml").write_text("optimizations: {gradient_compression: fp16}\nresources: {slots_per_trial: 2}\n")
+    result = cluster.cli("launch", "--config", str(tmp_path / "c.yaml"), "--", FIT, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reason = "auto: optimizations.gradient_compression=fp16 is only provided by Horovod"
+    assert f"distribution horovod ({reason})" in result.stderr
+    found = weights(result.stdout)
+    assert len(found) == 2 and len(set(found.values())) == 1  # fp16-compressed gradients, still in step
+    shown = cluster.cli("job", "1")
+    assert f"mode: horovod ({reason})" in shown.stdout
+
+
+def python_without_horovod():
+    for candidate in ("/usr/local/bin/python3", "/usr/bin/python3"):
+        if os.path.exists(candidate) and subprocess.run(
+                [candidate, "-c", "import horovod"], capture_output=True).returncode != 0:
+            return candidate
+    pytest.fail("this test needs a Python without Horovod next to the venv's (the system python3)")
+
+
+def test_a_missing_horovod_is_one_line_naming_the_install_command(tmp_path, marker):
+    python = python_without_horovod()
+    script = tmp_path / "train.py"
+    script.write_text("import horovod.tensorflow\n")
+    result = run_cli(["launch", "--slots", "2", "--distribution", "horovod", "--", python, str(script)], marker,
+                     timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == (f"tfdist: error: distribution mode horovod needs Horovod, which is not installed for "
+                             f"{shutil.which(python)}; run `make horovod` in the tfdist checkout (it builds horovod "
+                             "0.28.1 for this TensorFlow, Gloo only)\n")
+
+
+def test_a_worker_python_without_horovod_says_the_same_at_import(marker):
+    """On a cluster the launcher cannot ask the nodes' Python: the worker's start-up says it."""
+    python = python_without_horovod()
+    bootstrap = os.path.join(REPO, "tfdist", "compat", "bootstrap")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": bootstrap, "TFDIST_DISTRIBUTION": "horovod"}
+    result = subprocess.run([python, "-c", "import horovod.tensorflow as hvd"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"ModuleNotFoundError: No module named 'horovod': Horovod is not installed for {python}; run `make horovod` "
+        "in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, Gloo only)")

@@ -10,12 +10,18 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # One stamp per set of extras: re-installs when pyproject.toml changes.
+# tf_keras runs parameter-server jobs (Keras 3 has none); its metadata asks for the full `tensorflow`
+# wheel beside tensorflow-cpu, so it is installed without dependencies (it needs nothing TF lacks).
+TF_KERAS := tf_keras==2.21.0
+
 $(VENV)/.examples: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -e '.[examples]'
+	$(PIP) install --no-deps $(TF_KERAS)
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(VENV)/bin/python
 	$(PIP) install -e '.[test,examples]'
+	$(PIP) install --no-deps $(TF_KERAS)
 	touch $@
 
 venv: $(VENV)/.test

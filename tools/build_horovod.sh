@@ -3,12 +3,18 @@
 # venv's TensorFlow, with Gloo only (no MPI, no ssh): what tfdist's Horovod mode starts itself.
 # TensorFlow >= 2.20 removed the XLA headers that horovod/tensorflow/xla_mpi_ops.cc includes; that
 # file only serves XLA on GPUs with MPI, so it is left out of the build (horovod#4302 carries the
-# same fix upstream, unreleased). Idempotent: does nothing when horovod.tensorflow already imports.
+# same fix upstream, unreleased). A second change: Horovod's process-set Gloo contexts (the global
+# process set is one, created by every hvd.init()) build their TCP device without HOROVOD_GLOO_IFACE,
+# so on hosts whose hostname resolves to a loopback address (containers, network namespaces) ranks on
+# different hosts advertise 127.0.0.1 to each other and fail; the fix copies the interface over.
+# Idempotent: does nothing when this build (BUILD_ID, written next to horovod) is already installed.
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 VERSION=0.28.1
-if "$PY" -c "import horovod.tensorflow" >/dev/null 2>&1; then
-  echo "horovod: $VERSION already built in $("$PY" -c 'import sys; print(sys.prefix)')"
+BUILD_ID="$VERSION+tfdist.2"
+installed=$("$PY" -c "import horovod.tensorflow, os, horovod; print(open(os.path.join(os.path.dirname(horovod.__file__), 'TFDIST_BUILD')).read().strip())" 2>/dev/null || true)
+if [ "$installed" = "$BUILD_ID" ]; then
+  echo "horovod: $BUILD_ID already built in $("$PY" -c 'import sys; print(sys.prefix)')"
   exit 0
 fi
 if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
@@ -22,8 +28,14 @@ tar xzf "$work/horovod-$VERSION.tar.gz" -C "$work"
 cmakelists="$work/horovod-$VERSION/horovod/tensorflow/CMakeLists.txt"
 grep -q xla_mpi_ops.cc "$cmakelists" || { echo "horovod: xla_mpi_ops.cc not in $cmakelists; the fix needs a look"; exit 1; }
 sed -i "/xla_mpi_ops\.cc/d" "$cmakelists"  # the whole list(APPEND ...) line
+gloo_context="$work/horovod-$VERSION/horovod/common/gloo/gloo_context.cc"
+grep -q "^  assert(global_context.IsEnabled());$" "$gloo_context" || { echo "horovod: $gloo_context changed; the interface fix needs a look"; exit 1; }
+sed -i "s|^  assert(global_context.IsEnabled());\$|&\n  gloo_iface_ = global_context.gloo_iface_;  // tfdist: process sets honour HOROVOD_GLOO_IFACE|" "$gloo_context"
+grep -q "gloo_iface_ = global_context.gloo_iface_;" "$gloo_context" || { echo "horovod: the interface fix did not apply"; exit 1; }
 echo "horovod: building $VERSION (Gloo, TensorFlow $("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)); about 2 minutes"
+"$PY" -m pip --disable-pip-version-check -q install cloudpickle psutil pyyaml packaging  # horovod's own requirements
 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITHOUT_PYTORCH=1 \
   HOROVOD_WITHOUT_MXNET=1 MAKEFLAGS="-j$(nproc)" \
-  "$PY" -m pip --disable-pip-version-check -q install --no-build-isolation "$work/horovod-$VERSION"
-"$PY" -c "import horovod.tensorflow as hvd; print('horovod: built', hvd.__version__ if hasattr(hvd, '__version__') else '$VERSION')"
+  "$PY" -m pip --disable-pip-version-check -q install --no-build-isolation --force-reinstall --no-deps "$work/horovod-$VERSION"
+"$PY" -c "import horovod, os; open(os.path.join(os.path.dirname(horovod.__file__), 'TFDIST_BUILD'), 'w').write('$BUILD_ID\n')"
+"$PY" -c "import horovod.tensorflow as hvd; print('horovod: built $BUILD_ID')"

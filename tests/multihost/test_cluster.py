@@ -152,3 +152,25 @@ def test_a_blocked_link_fails_the_job_before_tensorflow_starts(make_cluster, hos
                      r"Nothing was started\.", result.stderr), result.stderr
     assert "[rank=" not in result.stdout  # no worker ran anywhere
     cluster.wait_for(lambda: agents_free(cluster, "a1") and agents_free(cluster, "a2"), "every node to be freed")
+
+
+HOROVOD_FIT = os.path.join(os.path.dirname(HERE), "integration", "workers", "horovod_fit.py")
+PS_FIT = os.path.join(os.path.dirname(HERE), "integration", "workers", "ps_fit.py")
+
+
+def test_horovod_across_two_hosts_with_the_rendezvous_served_by_tfdist(make_cluster):
+    cluster = make_cluster(slots_per_agent=1)
+    result = cluster.cli("launch", "--slots", "2", "--distribution", "horovod", "--", HOROVOD_FIT, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
+    digests = set(re.findall(r"\[rank=\d\] rank=\d size=2 per_worker=12 .* weights=(\w+)", result.stdout))
+    assert len(digests) == 1, result.stdout
+    job = cluster.json("jobs")[0]
+    assert sorted(p["agent"] for p in _job(cluster, job["id"])["placement"]) == ["a1", "a2"]
+
+
+def test_parameter_servers_across_two_hosts(make_cluster):
+    cluster = make_cluster(slots_per_agent=1)
+    result = cluster.cli("launch", "--slots", "2", "--distribution", "ps", "--", PS_FIT, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
+    assert ("[rank=0] keras=tf_keras strategy=ParameterServerStrategyV2 iterations=40 expected=40 loss_fell=True"
+            in result.stdout)

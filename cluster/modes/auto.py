@@ -30,6 +30,7 @@ def decide(config: ExperimentConfig) -> ModeDecision:
         return ModeDecision(mode, f"distribution.mode is {mode}")
     horovod_only = config.horovod_only_options
     if horovod_only:
-        return ModeDecision("horovod", f"auto: {', '.join(horovod_only)} is only provided by Horovod")
+        verb = "are" if len(horovod_only) > 1 else "is"
+        return ModeDecision("horovod", f"auto: {', '.join(horovod_only)} {verb} only provided by Horovod")
     return ModeDecision("mwms", "auto: MultiWorkerMirroredStrategy, TensorFlow's own collectives (no Horovod-only "
                                 "option is set)")

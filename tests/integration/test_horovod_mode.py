@@ -45,17 +45,23 @@ def test_an_unchanged_horovod_script_runs(marker):
     assert len(found) == 2 and len(set(found.values())) == 1
 
 
-def test_auto_chooses_horovod_for_gradient_compression_and_says_why(tmp_path, local_cluster, marker):
+def test_auto_chooses_horovod_for_its_optimizations_and_says_why(tmp_path, local_cluster, marker):
     cluster = local_cluster()
     cluster.start_agent("n1", "--slots", "2")
     cluster.wait_agents("n1")
-    (tmp_path / "c.yaml").write_text("optimizations: {gradient_compression: fp16}\nresources: {slots_per_trial: 2}\n")
+    tuner_log = tmp_path / "autotune.csv"
+    (tmp_path / "c.yaml").write_text(
+        "optimizations: {gradient_compression: fp16, auto_tune_tensor_fusion: true}\n"
+        f"resources: {{slots_per_trial: 2}}\nenvironment: {{variables: {{HOROVOD_AUTOTUNE_LOG: {tuner_log}}}}}\n")
     result = cluster.cli("launch", "--config", str(tmp_path / "c.yaml"), "--", FIT, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    reason = "auto: optimizations.gradient_compression=fp16 is only provided by Horovod"
+    reason = ("auto: optimizations.gradient_compression=fp16, optimizations.auto_tune_tensor_fusion=true are only "
+              "provided by Horovod")
     assert f"distribution horovod ({reason})" in result.stderr
     found = weights(result.stdout)
     assert len(found) == 2 and len(set(found.values())) == 1  # fp16-compressed gradients, still in step
+    assert result.stdout.count("compression=FP16Compressor") == 2
+    assert tuner_log.read_text().startswith("hierarchical_allreduce,")  # Horovod's autotuner ran
     shown = cluster.cli("job", "1")
     assert f"mode: horovod ({reason})" in shown.stdout
 

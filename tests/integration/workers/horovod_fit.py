@@ -26,4 +26,4 @@ digest = hashlib.sha256(b"".join(np.asarray(w).tobytes() for w in model.get_weig
 losses = history.history["loss"]
 print(f"rank={ctx.rank} size={ctx.size} per_worker={ctx.per_worker_batch_size} "
       f"iterations={int(model.optimizer.iterations.numpy())} loss_fell={losses[-1] < losses[0]} "
-      f"final_loss={losses[-1]:.6f} weights={digest}", flush=True)
+      f"final_loss={losses[-1]:.6f} weights={digest} compression={thvd.compression().__name__}", flush=True)

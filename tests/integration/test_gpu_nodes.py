@@ -47,3 +47,20 @@ def test_an_agent_under_a_restricted_cuda_visible_devices_offers_only_those(loca
     cluster.wait_agents("g2")
     agent = cluster.json("agents")[0]
     assert agent["slots"] == 2 and [g["index"] for g in agent["gpus"]] == [5, 6]
+
+
+@pytest.mark.parametrize("mode, expected", [
+    # Horovod: one process per GPU, each seeing only its own.
+    ("horovod", ["[rank=0] cuda_visible_devices=0 tfdist_gpus=0", "[rank=1] cuda_visible_devices=1 tfdist_gpus=1"]),
+    # Parameter servers: one worker task per GPU; the chief and the ps task see none.
+    ("ps", ["[rank=0] cuda_visible_devices= tfdist_gpus= ", "[rank=1] cuda_visible_devices=0 tfdist_gpus=0",
+            "[rank=2] cuda_visible_devices=1 tfdist_gpus=1", "[rank=3] cuda_visible_devices= tfdist_gpus= "]),
+])
+def test_modes_with_a_process_per_gpu_pin_each_to_its_device(local_cluster, mode, expected):
+    cluster = local_cluster()
+    cluster.start_agent("g1", env={**gpu_env(), "CUDA_VISIBLE_DEVICES": "0,1"})
+    cluster.wait_agents("g1")
+    job = cluster.cli("launch", "--detach", "--slots", "2", "--distribution", mode, "--", SHOW_DEVICES).stdout.strip()
+    cluster.wait_for(lambda: all(line in cluster.cli("logs", job).stdout for line in expected),
+                     f"every {mode} process's devices")
+    assert cluster.cli("cancel", job).returncode == 0

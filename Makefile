@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure horovod
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ chaos: $(VENV)/.test
 # Failure detection across network-namespace hosts, against TensorFlow's own (root).
 bench-failure: $(VENV)/.test
 	$(PY) benchmarks/failure_detection.py
+
+# MWMS, Horovod and parameter servers side by side, tfdist against hand-written launchers (root).
+bench-modes: $(VENV)/.test $(VENV)/.horovod
+	$(PY) benchmarks/modes.py
 
 bazel-test: $(VENV)/.test $(VENV)/.horovod
 	bash tools/bazel_test.sh

@@ -98,8 +98,9 @@ def test_same_script_runs_with_plain_python(tmp_path, marker):
     assert info["save_path"] == str(tmp_path / "model.keras")
 
 
-def test_digits_example_reaches_its_accuracy(marker):
-    result = run_cli(["launch", "--config", "examples/digits/config.yaml"], marker, timeout=280)
+@pytest.mark.parametrize("example", ["digits", "horovod", "ps"])
+def test_examples_reach_their_accuracy(marker, example):
+    result = run_cli(["launch", "--config", f"examples/{example}/config.yaml"], marker, timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     line = [l for l in result.stdout.splitlines() if "final test accuracy" in l]
     assert line and line[0].startswith("[rank=0] final test accuracy: ")

@@ -11,6 +11,10 @@ SIZE = "TFDIST_SIZE"  # number of worker processes in the job
 LOCAL_RANK = "TFDIST_LOCAL_RANK"  # rank of the process among those on its node
 LOCAL_SIZE = "TFDIST_LOCAL_SIZE"  # processes on this node
 NODE_RANK = "TFDIST_NODE_RANK"  # index of the node in the job's placement
+NODE_ADDRESS = "TFDIST_NODE_ADDRESS"  # the address the job's other nodes reach this node at
+# A launch plan cannot know a node's interface names; an env value equal to this placeholder is
+# replaced by the agent with the name of the interface carrying NODE_ADDRESS (e.g. HOROVOD_GLOO_IFACE).
+NODE_INTERFACE_PLACEHOLDER = "@tfdist:node-interface@"
 NUM_NODES = "TFDIST_NUM_NODES"
 SLOTS = "TFDIST_SLOTS"  # total replicas (slots) of the job
 LOCAL_SLOTS = "TFDIST_LOCAL_SLOTS"  # replicas this process drives

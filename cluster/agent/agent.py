@@ -129,9 +129,14 @@ class Agent:
                                    joined_ranks=sorted(set(g.joined_ranks()) | self._rendezvous_joined(j)))
                     for j, g in self._gangs.items()]
 
-    def _interface_of(self, ip: str) -> str:
-        """The name of this node's interface carrying `ip` ("" if unknown: Gloo then picks by hostname)."""
-        return next((a.interface for a in self.addresses if a.ip == ip and a.interface), "")
+    def _fill_node_placeholders(self, env: dict) -> None:
+        """Values a launch plan cannot know: the name of the interface carrying the job's address here
+        ("" if unknown: Gloo then picks by hostname)."""
+        ip = env.get(envvars.NODE_ADDRESS, "")
+        interface = next((a.interface for a in self.addresses if a.ip == ip and a.interface), "")
+        for key, value in env.items():
+            if value == envvars.NODE_INTERFACE_PLACEHOLDER:
+                env[key] = interface
 
     def _rendezvous_joined(self, job_id: str) -> set[int]:
         """Horovod ranks (of every node) that reached the rendezvous this agent serves."""
@@ -250,8 +255,7 @@ class Agent:
             if lease:
                 lease.stop_listening()  # the ports are the workers' now
             if task.rendezvous_port:
-                host = task.workers[0].env.get("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1") if task.workers \
-                    else "127.0.0.1"
+                host = task.workers[0].env.get(envvars.NODE_ADDRESS, "127.0.0.1") if task.workers else "127.0.0.1"
                 try:
                     self._rendezvous[task.job_id] = RendezvousServer(host, task.rendezvous_port).start()
                 except OSError as e:
@@ -271,8 +275,7 @@ class Agent:
                 metrics = os.path.join(job_dir, f"rank{w.rank}.metrics")
                 self._metric_files[task.job_id][metrics] = 0
                 env = with_bootstrap({**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics})
-                if env.get("HOROVOD_GLOO_IFACE") == "":  # planned without it: only this node knows its names
-                    env["HOROVOD_GLOO_IFACE"] = self._interface_of(env.get("HOROVOD_HOSTNAME", ""))
+                self._fill_node_placeholders(env)
                 workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port,
                                             expendable=w.expendable))
             gang = Gang(workers, self._sink(task.job_id), cwd=task.working_dir or None,

@@ -131,6 +131,7 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         envvars.LOCAL_RANK: str(me.local_rank),
         envvars.LOCAL_SIZE: str(me.local_size),
         envvars.NODE_RANK: str(me.node_rank),
+        envvars.NODE_ADDRESS: me.host,
         envvars.NUM_NODES: str(processes[-1].node_rank + 1),
         envvars.SLOTS: str(slots),
         envvars.LOCAL_SLOTS: str(me.replicas),

@@ -4,8 +4,8 @@ device), no ssh, no mpirun, no horovodrun.
 Every process gets the environment `horovodrun` would give it: HOROVOD_RANK/SIZE, LOCAL_RANK/SIZE,
 CROSS_RANK/SIZE (its index among the processes of the same local rank, and their count), the Gloo
 controller and the rendezvous address. The rendezvous store is served by the agent of the job's first
-node on one extra port leased there (cluster/agent/rendezvous.py); each node's agent fills in
-HOROVOD_GLOO_IFACE, the interface carrying the job's address, which only it knows. Batch sizes are per
+node on one extra port leased there (cluster/agent/rendezvous.py); HOROVOD_GLOO_IFACE, the interface
+carrying the job's address, is a placeholder each node's agent fills in (only it knows its names). Batch sizes are per
 rank: a global batch splits over every process. The job succeeds when every rank exits 0.
 """
 
@@ -17,7 +17,6 @@ from cluster.config import ExperimentConfig
 from cluster.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout
 from tfdist import envvars
 
-IFACE_FROM_AGENT = ""  # HOROVOD_GLOO_IFACE as planned: the agent sets its interface for HOROVOD_HOSTNAME
 
 
 def processes_on(node: NodePlacement) -> int:
@@ -44,7 +43,7 @@ def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Seque
             "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
             "HOROVOD_CONTROLLER": "gloo",
             "HOROVOD_CPU_OPERATIONS": "gloo",
-            "HOROVOD_GLOO_IFACE": IFACE_FROM_AGENT,
+            "HOROVOD_GLOO_IFACE": envvars.NODE_INTERFACE_PLACEHOLDER,  # filled in by the node's agent
             "HOROVOD_HOSTNAME": p.host,
             "HOROVOD_RANK": str(p.rank),
             "HOROVOD_SIZE": str(len(processes)),

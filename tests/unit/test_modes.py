@@ -65,6 +65,7 @@ environment: {variables: {FOO: bar}}
         "TFDIST_LOCAL_RANK": "2",
         "TFDIST_LOCAL_SIZE": "3",
         "TFDIST_NODE_RANK": "0",
+        "TFDIST_NODE_ADDRESS": "127.0.0.1",
         "TFDIST_NUM_NODES": "1",
         "TFDIST_SLOTS": "3",
         "TFDIST_LOCAL_SLOTS": "1",
@@ -179,7 +180,8 @@ def test_horovod_plan_sets_every_rank_like_horovodrun_and_serves_the_rendezvous_
         ("2", "4", "0", "2", "1", "2", "10.0.0.2"), ("3", "4", "1", "2", "1", "2", "10.0.0.2")]
     env = p.processes[3].env
     assert (env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) == ("10.0.0.1", "9")
-    assert (env["HOROVOD_CONTROLLER"], env["HOROVOD_CPU_OPERATIONS"], env["HOROVOD_GLOO_IFACE"]) == ("gloo", "gloo", "")
+    assert (env["HOROVOD_CONTROLLER"], env["HOROVOD_CPU_OPERATIONS"]) == ("gloo", "gloo")
+    assert env["HOROVOD_GLOO_IFACE"] == "@tfdist:node-interface@" and env["TFDIST_NODE_ADDRESS"] == "10.0.0.2"
     assert env["TFDIST_GRADIENT_COMPRESSION"] == "fp16" and env["HOROVOD_AUTOTUNE"] == "1"
     assert env["TFDIST_PER_WORKER_BATCH_SIZE"] == "16"  # a batch per rank
 

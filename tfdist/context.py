@@ -14,9 +14,31 @@ import os
 from typing import Any, Mapping
 
 from tfdist import batching, envvars
+from tfdist.collectives import Collectives
 from tfdist.errors import LaunchEnvironmentError
 
 log = logging.getLogger("tfdist")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeInfo:
+    node_rank: int
+    agent: str
+    address: str  # where the job's other nodes reach it
+    gpus: tuple[int, ...]  # the job's GPUs there (nvidia-smi's numbering)
+    ranks: tuple[int, ...]  # the processes it runs
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    """The whole job as placed: every node, its address, GPUs and ranks."""
+
+    job_id: str
+    nodes: tuple[NodeInfo, ...]
+    latest_checkpoint: str | None = None  # recorded by the checkpoint callback (coming with issue 8's checkpoints)
+
+    def node_of(self, rank: int) -> NodeInfo:
+        return next(n for n in self.nodes if rank in n.ranks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +61,26 @@ class DistributedContext:
     per_worker_batch_size: int | None
     gpus: tuple[int, ...] = ()  # GPU indices this process holds (nvidia-smi's numbering); () on CPU slots
     role: str = "worker"  # TF task type: worker; in ps mode chief, worker, ps or evaluator
+    cluster_info: ClusterInfo | None = dataclasses.field(default=None, compare=False, repr=False)
     strategy: Any = dataclasses.field(default=None, compare=False, repr=False)
+    collectives: Collectives | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    # Collectives of small JSON values or bytes (tfdist/collectives.py); at size 1 they return at once.
+    def allgather(self, value: Any) -> list:
+        """Every rank's `value`, in rank order, on every rank."""
+        return self.collectives.allgather(value)
+
+    def gather(self, value: Any) -> list | None:
+        """Every rank's `value`, in rank order, on the chief; None on the others."""
+        return self.collectives.gather(value)
+
+    def broadcast(self, value: Any = None) -> Any:
+        """The chief's `value` on every rank."""
+        return self.collectives.broadcast(value)
+
+    def barrier(self) -> None:
+        """Returns once every rank has called it."""
+        self.collectives.barrier()
 
     @property
     def is_chief(self) -> bool:
@@ -106,8 +147,10 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
         if warning and rank == 0:
             log.warning(warning)
 
+    job_id = env.get(envvars.JOB_ID, "local")
+    distribution = env.get(envvars.DISTRIBUTION, "mwms")
     return DistributedContext(
-        job_id=env.get(envvars.JOB_ID, "local"),
+        job_id=job_id,
         rank=rank,
         size=size,
         local_rank=_env_int(env, envvars.LOCAL_RANK, 0),
@@ -116,14 +159,30 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
         num_nodes=_env_int(env, envvars.NUM_NODES, 1),
         num_slots=num_slots,
         local_slots=local_slots,
-        distribution=env.get(envvars.DISTRIBUTION, "mwms"),
+        distribution=distribution,
         hparams=hparams,
         global_batch_size=gbs,
         per_replica_batch_size=per_replica,
         per_worker_batch_size=per_worker,
         gpus=_env_gpus(env),
         role=env.get(envvars.ROLE, "worker"),
+        cluster_info=_env_cluster(env, job_id, size),
+        collectives=Collectives(env.get(envvars.STORE), rank, size, distribution),
     )
+
+
+def _env_cluster(env: Mapping[str, str], job_id: str, size: int) -> ClusterInfo:
+    raw = env.get(envvars.CLUSTER)
+    if not raw:  # plain `python train.py`: this machine alone
+        return ClusterInfo(job_id, (NodeInfo(0, "local", "127.0.0.1", _env_gpus(env), tuple(range(size))),))
+    try:
+        data = json.loads(raw)
+        nodes = tuple(NodeInfo(int(n["node_rank"]), str(n["agent"]), str(n["address"]),
+                               tuple(int(g) for g in n["gpus"]), tuple(int(r) for r in n["ranks"]))
+                      for n in data["nodes"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise LaunchEnvironmentError(f"{envvars.CLUSTER} is not the cluster layout tfdist writes: {e}") from None
+    return ClusterInfo(data.get("job_id", job_id), nodes)
 
 
 def _env_gpus(env: Mapping[str, str]) -> tuple[int, ...]:

@@ -29,4 +29,6 @@ READY_FILE = "TFDIST_READY_FILE"  # init() touches it once the worker joined
 METRICS_FILE = "TFDIST_METRICS_FILE"  # tfdist.report_metrics() appends JSON lines; the agent ships them
 GPUS = "TFDIST_GPUS"  # GPU indices this process holds (as CUDA_VISIBLE_DEVICES), empty on CPU slots
 DATA_DIR = "TFDIST_DATA_DIR"  # root of rank/node-scoped downloads
+STORE = "TFDIST_STORE"  # host:port of the job's key-value store (collectives of small values)
+CLUSTER = "TFDIST_CLUSTER"  # JSON: job id, every node's address, GPUs and ranks (ctx.cluster_info)
 TF_CONFIG = "TF_CONFIG"

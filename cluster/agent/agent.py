@@ -24,7 +24,7 @@ import time
 
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
-from cluster.agent.rendezvous import RendezvousServer
+from cluster.agent.job_store import JobStore
 from cluster.client import Client, ClientError
 from cluster.commands import CommandError, resolve_command
 from cluster.gang import Gang, WorkerLaunch
@@ -63,7 +63,7 @@ class Agent:
         self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._port_results: dict[str, list[int]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
-        self._rendezvous: dict[str, RendezvousServer] = {}  # Horovod jobs whose first node this is
+        self._stores: dict[str, JobStore] = {}  # the key-value stores of jobs whose first node this is
         self._probing: set[str] = set()
         self._probe_results: dict[str, list[pb.ProbeFailure]] = {}
         self._job_dirs: dict[str, str] = {}
@@ -126,7 +126,7 @@ class Agent:
     def _running(self) -> list[pb.RunningTask]:
         with self._lock:
             return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers],
-                                   joined_ranks=sorted(set(g.joined_ranks()) | self._rendezvous_joined(j)))
+                                   joined_ranks=sorted(set(g.joined_ranks()) | self._store_joined(j)))
                     for j, g in self._gangs.items()]
 
     def _fill_node_placeholders(self, env: dict) -> None:
@@ -138,9 +138,9 @@ class Agent:
             if value == envvars.NODE_INTERFACE_PLACEHOLDER:
                 env[key] = interface
 
-    def _rendezvous_joined(self, job_id: str) -> set[int]:
-        """Horovod ranks (of every node) that reached the rendezvous this agent serves."""
-        server = self._rendezvous.get(job_id)
+    def _store_joined(self, job_id: str) -> set[int]:
+        """Horovod ranks (of every node) that reached the Gloo rendezvous in the store this agent serves."""
+        server = self._stores.get(job_id)
         return server.ranks_joined() if server else set()
 
     def _leased(self) -> list[str]:
@@ -254,16 +254,16 @@ class Agent:
                 return
             if lease:
                 lease.stop_listening()  # the ports are the workers' now
-            if task.rendezvous_port:
+            if task.store_port:
                 host = task.workers[0].env.get(envvars.NODE_ADDRESS, "127.0.0.1") if task.workers else "127.0.0.1"
                 try:
-                    self._rendezvous[task.job_id] = RendezvousServer(host, task.rendezvous_port).start()
+                    self._stores[task.job_id] = JobStore(host, task.store_port).start()
                 except OSError as e:
                     for w in task.workers:
                         self.outbox.exit(task.job_id, pb.WorkerExit(
                             rank=w.rank, agent=self.name, exit_code=1,
-                            last_lines=[f"{self.name}: cannot serve the Horovod rendezvous on "
-                                        f"{host}:{task.rendezvous_port}: {e.strerror}"]))
+                            last_lines=[f"{self.name}: cannot serve the job's store on "
+                                        f"{host}:{task.store_port}: {e.strerror}"]))
                     self._finished[task.job_id] = None
                     return
             job_dir = tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-")  # ready and metrics files
@@ -300,9 +300,9 @@ class Agent:
             lease = self._port_leases.pop(job_id, None)
             if lease:
                 lease.release()
-            rendezvous = self._rendezvous.pop(job_id, None)
-            if rendezvous:
-                rendezvous.stop()
+            store = self._stores.pop(job_id, None)
+            if store:
+                store.stop()
             shutil.rmtree(self._job_dirs.pop(job_id, ""), ignore_errors=True)
             self._metric_files.pop(job_id, None)
             self._gangs.pop(job_id, None)

@@ -90,7 +90,7 @@ class StartTask:
     command: tuple[str, ...]
     processes: tuple[modes.ProcessPlan, ...]
     failure_grace: float
-    rendezvous_port: int = 0  # >0: this node serves the job's Horovod rendezvous store on it
+    store_port: int = 0  # >0: this node serves the job's key-value store on it
 
 
 @dataclasses.dataclass
@@ -356,10 +356,10 @@ class CoordinatorCore:
         plan = self._plan(alloc.job_id)
         if job is None or plan is None:
             return None
-        rendezvous = plan.rendezvous[1] if plan.rendezvous and plan.rendezvous[0] == alloc.node_rank else 0
+        store = plan.store[1] if plan.store and plan.store[0] == alloc.node_rank else 0
         return StartTask(job_id=job.id, working_dir=job.spec.working_dir, command=job.spec.entrypoint,
                          processes=plan.on_node(alloc.node_rank), failure_grace=self.settings.failure_grace,
-                         rendezvous_port=rendezvous)
+                         store_port=store)
 
     def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
         mine = self.allocs.get(job_id, agent)

@@ -91,7 +91,7 @@ def work_to_pb(work: Work, interval: float) -> pb.HeartbeatResponse:
                         targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
                for p in work.probes],
         start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace,
-                            rendezvous_port=s.rendezvous_port, workers=[
+                            store_port=s.store_port, workers=[
             pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
                              expendable=p.expendable)
             for p in s.processes]) for s in work.start],

@@ -56,7 +56,7 @@ class ProcessPlan:
 class JobPlan:
     processes: tuple[ProcessPlan, ...]  # rank order
     success: SuccessRule
-    rendezvous: tuple[int, int] | None = None  # (node_rank, port): Horovod's Gloo store, served by that agent
+    store: tuple[int, int] | None = None  # (node_rank, port): the job's key-value store, served by that agent
 
     @property
     def expendable(self) -> frozenset[int]:
@@ -89,14 +89,28 @@ class Layout:
 
 
 def ports_per_process(nodes: Sequence[NodePlacement], processes_on) -> list[int]:
-    """Ports to lease on each node for modes whose processes each need one (`processes_on(node)`)."""
-    return [processes_on(node) for node in nodes]
+    """Ports to lease on each node: one per process (`processes_on(node)`), and on the first node one
+    more, last, for the job's key-value store (collectives, Horovod's rendezvous)."""
+    return with_store([processes_on(node) for node in nodes])
+
+
+def with_store(counts: list[int]) -> list[int]:
+    counts = list(counts)
+    counts[0] += 1
+    return counts
+
+
+def store_of(placement: Placement, processes_on_first: int) -> tuple[int, int] | None:
+    """(node 0, port) of the job's store: the first node's port after its processes' ones; None when
+    the placement leased none (a plan built by hand, e.g. in a unit test)."""
+    first = placement.nodes[0]
+    return (0, first.ports[-1]) if len(first.ports) > processes_on_first else None
 
 
 def layout(placement: Placement, devices: Sequence[Sequence[int]], processes_on) -> list[Layout]:
     """Numbers the processes node by node. `processes_on(node)` is the mode's count for a node;
     a node's GPUs are split evenly over its processes. A node's ports beyond its processes' are
-    the mode's own services (Horovod's rendezvous)."""
+    the job's store's."""
     if len(devices) != len(placement.nodes):
         raise ValueError(f"{len(devices)} device lists for {len(placement.nodes)} nodes")
     result: list[Layout] = []
@@ -117,10 +131,35 @@ def layout(placement: Placement, devices: Sequence[Sequence[int]], processes_on)
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class JobServices:
+    """What every process of a job is told about the job as a whole."""
+
+    store: tuple[int, int] | None  # (node_rank, port)
+    store_address: str | None  # host:port
+    cluster: str  # TFDIST_CLUSTER
+
+
+def job_services(placement: Placement, processes: Sequence[Layout]) -> JobServices:
+    on_first = sum(1 for p in processes if p.node_rank == 0)
+    store = store_of(placement, on_first)
+    address = f"{placement.nodes[0].host}:{store[1]}" if store else None
+    return JobServices(store, address, cluster_info(placement, processes))
+
+
+def cluster_info(placement: Placement, processes: Sequence[Layout]) -> str:
+    """TFDIST_CLUSTER: every node's address and GPUs and the ranks it runs (JSON)."""
+    nodes = [{"node_rank": i, "agent": n.agent, "address": n.host,
+              "gpus": sorted({g for p in processes if p.node_rank == i for g in p.gpus}),
+              "ranks": [p.rank for p in processes if p.node_rank == i]} for i, n in enumerate(placement.nodes)]
+    return json.dumps({"job_id": placement.job_id, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
+
+
 def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout], me: Layout,
-               gpu_job: bool, mode: str, slots: int | None = None) -> dict[str, str]:
-    """The variables every mode sets: ranks, sizes, batch sizes, hyperparameters, devices.
-    `slots` is the job's replicas (default: the sum of every process's)."""
+               gpu_job: bool, mode: str, services: JobServices | None = None,
+               slots: int | None = None) -> dict[str, str]:
+    """The variables every mode sets: ranks, sizes, batch sizes, hyperparameters, devices, the job's
+    store and cluster layout. `slots` is the job's replicas (default: the sum of every process's)."""
     if slots is None:
         slots = sum(p.replicas for p in processes)
     env: dict[str, str] = dict(config.environment_variables)
@@ -141,6 +180,10 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         # Lines reach the launcher as they are printed, not when a buffer fills.
         "PYTHONUNBUFFERED": "1",
     })
+    if services is not None:
+        env[envvars.CLUSTER] = services.cluster
+        if services.store_address:
+            env[envvars.STORE] = services.store_address
     if gpu_job:
         # Exactly the GPUs this process holds; indices as nvidia-smi numbers them (PCI bus order).
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"

@@ -3,8 +3,8 @@ device), no ssh, no mpirun, no horovodrun.
 
 Every process gets the environment `horovodrun` would give it: HOROVOD_RANK/SIZE, LOCAL_RANK/SIZE,
 CROSS_RANK/SIZE (its index among the processes of the same local rank, and their count), the Gloo
-controller and the rendezvous address. The rendezvous store is served by the agent of the job's first
-node on one extra port leased there (cluster/agent/rendezvous.py); HOROVOD_GLOO_IFACE, the interface
+controller and the rendezvous address. The rendezvous is the job's store, served by the agent of the job's
+first node on one extra port leased there (cluster/agent/job_store.py); HOROVOD_GLOO_IFACE, the interface
 carrying the job's address, is a placeholder each node's agent fills in (only it knows its names). Batch sizes are per
 rank: a global batch splits over every process. The job succeeds when every rank exits 0.
 """
@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from cluster.config import ExperimentConfig
-from cluster.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout
+from cluster.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, job_services,
+                                layout, ports_per_process)
 from tfdist import envvars
 
 
@@ -24,20 +25,21 @@ def processes_on(node: NodePlacement) -> int:
 
 
 def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
-    counts = [processes_on(n) for n in nodes]
-    counts[0] += 1  # the rendezvous store
-    return counts
+    return ports_per_process(nodes, processes_on)  # the job's store is Gloo's rendezvous
 
 
 def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
     processes = layout(placement, devices, processes_on)
     first = placement.nodes[0]
-    rendezvous_port = first.ports[processes_on(first)]
+    services = job_services(placement, processes)
+    if services.store is None:
+        raise ValueError(f"horovod needs a port for its rendezvous on node 0 ({first.agent}) beyond its processes'")
+    rendezvous_port = services.store[1]
     gpu_job = any(n.gpu_node for n in placement.nodes)
     result = []
     for p in processes:
         same_local_rank = [q for q in processes if q.local_rank == p.local_rank]
-        env = common_env(placement.job_id, config, processes, p, gpu_job, "horovod")
+        env = common_env(placement.job_id, config, processes, p, gpu_job, "horovod", services)
         env.update({
             "HOROVOD_GLOO_RENDEZVOUS_ADDR": first.host,
             "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
@@ -57,4 +59,4 @@ def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Seque
             env["HOROVOD_AUTOTUNE"] = "1"  # Horovod's Bayesian tuner of fusion threshold and cycle time
         result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
                                   local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas, env=env))
-    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS, rendezvous=(0, rendezvous_port))
+    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS, store=services.store)

@@ -11,8 +11,8 @@ import json
 from typing import Sequence
 
 from cluster.config import ExperimentConfig
-from cluster.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout,
-                                ports_per_process)
+from cluster.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
+                                job_services, layout, ports_per_process)
 from tfdist import envvars
 
 
@@ -31,10 +31,11 @@ def tf_config(processes: Sequence[Layout], rank: int) -> dict:
 def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
     processes = layout(placement, devices, processes_on)
     gpu_job = any(n.gpu_node for n in placement.nodes)
+    services = job_services(placement, processes)
     result = []
     for p in processes:
-        env = common_env(placement.job_id, config, processes, p, gpu_job, "mwms")
+        env = common_env(placement.job_id, config, processes, p, gpu_job, "mwms", services)
         env[envvars.TF_CONFIG] = json.dumps(tf_config(processes, p.rank), sort_keys=True)
         result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
                                   local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas, env=env))
-    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS)
+    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS, store=services.store)

@@ -24,7 +24,8 @@ import json
 from typing import Sequence
 
 from cluster.config import ExperimentConfig
-from cluster.modes.base import JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env
+from cluster.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
+                                job_services, with_store)
 from tfdist import envvars
 
 
@@ -45,7 +46,7 @@ def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[i
     counts[0] += 1  # the chief
     for _, node_rank in _task_nodes(len(nodes), config):
         counts[node_rank] += 1
-    return counts
+    return with_store(counts)
 
 
 def _layout(placement: Placement, devices: Sequence[Sequence[int]],
@@ -82,10 +83,11 @@ def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Seque
     workers = len(cluster["worker"])
     gpu_job = any(n.gpu_node for n in placement.nodes)
     layouts = [p for _, _, p in tasks]
+    services = job_services(placement, layouts)
     result = []
     for role, index, p in tasks:
         # Batch sizes count workers: each worker task takes global // workers examples per step.
-        env = common_env(placement.job_id, config, layouts, p, gpu_job, "ps", slots=workers)
+        env = common_env(placement.job_id, config, layouts, p, gpu_job, "ps", services, slots=workers)
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
         env[envvars.ROLE] = role
         # The evaluator is no member of the training cluster: the chief connects to every task in its
@@ -96,4 +98,4 @@ def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Seque
         result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
                                   local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=1, env=env, role=role,
                                   expendable=role in ("worker", "evaluator")))
-    return JobPlan(processes=tuple(result), success=SuccessRule.CHIEF)
+    return JobPlan(processes=tuple(result), success=SuccessRule.CHIEF, store=services.store)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from cluster.config import ExperimentConfig
-from cluster.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, layout,
-                                ports_per_process)
+from cluster.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
+                                job_services, layout, ports_per_process)
 
 SINGLE_NODE = True  # the coordinator refuses a job larger than the largest node
 
@@ -30,6 +30,9 @@ def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Seque
         raise ValueError(f"mode {config.distribution_mode} runs on one node, got {len(placement.nodes)}")
     processes = layout(placement, devices, processes_on)
     p = processes[0]
-    env = common_env(placement.job_id, config, processes, p, placement.nodes[0].gpu_node, config.distribution_mode)
+    services = job_services(placement, processes)
+    env = common_env(placement.job_id, config, processes, p, placement.nodes[0].gpu_node, config.distribution_mode,
+                     services)
     return JobPlan(processes=(ProcessPlan(rank=0, node_rank=0, local_rank=0, local_size=1, port=p.port, gpus=p.gpus,
-                                          replicas=p.replicas, env=env),), success=SuccessRule.ALL_RANKS)
+                                          replicas=p.replicas, env=env),), success=SuccessRule.ALL_RANKS,
+                   store=services.store)

@@ -174,3 +174,18 @@ def test_parameter_servers_across_two_hosts(make_cluster):
     assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
     assert ("[rank=0] keras=tf_keras strategy=ParameterServerStrategyV2 iterations=40 expected=40 loss_fell=True"
             in result.stdout)
+
+
+COLLECTIVES = os.path.join(os.path.dirname(HERE), "integration", "workers", "collectives.py")
+
+
+def test_collectives_and_cluster_info_across_two_hosts(make_cluster):
+    cluster = make_cluster(slots_per_agent=2)
+    result = cluster.cli("launch", "--slots", "4", "--", COLLECTIVES, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
+    got = {r["rank"]: r for r in (json.loads(m) for m in re.findall(r"RESULT (\{.*\})", result.stdout))}
+    assert sorted(got) == [0, 1, 2, 3]
+    for r in got.values():
+        assert r["everyone"] == [{"rank": i, "node": i // 2} for i in range(4)]
+        assert r["nodes"] == [["198.18.0.2", [0, 1]], ["198.18.0.3", [2, 3]]]
+    assert got[0]["on_chief"] == [0, 1, 4, 9] and got[3]["on_chief"] is None

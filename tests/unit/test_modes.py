@@ -66,6 +66,8 @@ environment: {variables: {FOO: bar}}
         "TFDIST_LOCAL_SIZE": "3",
         "TFDIST_NODE_RANK": "0",
         "TFDIST_NODE_ADDRESS": "127.0.0.1",
+        "TFDIST_CLUSTER": '{"job_id":"job-7","nodes":[{"address":"127.0.0.1","agent":"127.0.0.1","gpus":[],'
+                          '"node_rank":0,"ranks":[0,1,2]}]}',  # no TFDIST_STORE: no spare port was leased
         "TFDIST_NUM_NODES": "1",
         "TFDIST_SLOTS": "3",
         "TFDIST_LOCAL_SLOTS": "1",
@@ -130,15 +132,17 @@ def test_ps_plan_places_chief_workers_ps_and_evaluator_with_their_roles():
 
     cfg = parse_config("distribution: {mode: ps, num_ps: 2, evaluator: true}\nhyperparameters: {global_batch_size: 40}")
     nodes = [cpu("10.0.0.1", 2, ()), cpu("10.0.0.2", 2, ())]
-    assert ps.ports_on(nodes, cfg) == [2 + 1 + 1, 2 + 1 + 1]  # workers + chief + ps0 | workers + ps1 + evaluator
-    placed = Placement("j", (cpu("10.0.0.1", 2, (1, 2, 3, 4)), cpu("10.0.0.2", 2, (5, 6, 7, 8))))
+    # workers + chief + ps0 + the job store | workers + ps1 + evaluator
+    assert ps.ports_on(nodes, cfg) == [2 + 1 + 1 + 1, 2 + 1 + 1]
+    placed = Placement("j", (cpu("10.0.0.1", 2, (1, 2, 3, 4, 99)), cpu("10.0.0.2", 2, (5, 6, 7, 8))))
     p = ps.plan(placed, cfg, [(), ()])
     assert [(w.rank, w.role, w.node_rank, w.port, w.expendable) for w in p.processes] == [
         (0, "chief", 0, 1, False),
         (1, "worker", 0, 2, True), (2, "worker", 0, 3, True), (3, "worker", 1, 5, True), (4, "worker", 1, 6, True),
         (5, "ps", 0, 4, False), (6, "ps", 1, 7, False),
         (7, "evaluator", 1, 8, True)]
-    assert p.success is SuccessRule.CHIEF and p.expendable == {1, 2, 3, 4, 7}
+    assert p.success is SuccessRule.CHIEF and p.expendable == {1, 2, 3, 4, 7} and p.store == (0, 99)
+    assert all(w.env["TFDIST_STORE"] == "10.0.0.1:99" for w in p.processes)
     training = {"chief": ["10.0.0.1:1"], "worker": ["10.0.0.1:2", "10.0.0.1:3", "10.0.0.2:5", "10.0.0.2:6"],
                 "ps": ["10.0.0.1:4", "10.0.0.2:7"]}
     # The chief connects to every task its TF_CONFIG names: the evaluator is not one of them.
@@ -164,7 +168,7 @@ def test_ps_workers_on_gpu_nodes_get_one_gpu_each_and_the_others_none():
 
 # ---------------------------------------------------------------- horovod
 
-def test_horovod_plan_sets_every_rank_like_horovodrun_and_serves_the_rendezvous_on_node_0():
+def test_horovod_plan_sets_every_rank_like_horovodrun_with_the_job_store_as_rendezvous():
     from cluster.modes import horovod
 
     cfg = parse_config("distribution: {mode: horovod}\noptimizations: {gradient_compression: fp16, "
@@ -172,7 +176,9 @@ def test_horovod_plan_sets_every_rank_like_horovodrun_and_serves_the_rendezvous_
     nodes = [cpu("10.0.0.1", 2, ()), cpu("10.0.0.2", 2, ())]
     assert horovod.ports_on(nodes, cfg) == [3, 2]
     p = horovod.plan(Placement("j", (cpu("10.0.0.1", 2, (1, 2, 9)), cpu("10.0.0.2", 2, (3, 4)))), cfg, [(), ()])
-    assert p.rendezvous == (0, 9) and p.success is SuccessRule.ALL_RANKS
+    assert p.store == (0, 9) and p.success is SuccessRule.ALL_RANKS
+    assert json.loads(p.processes[0].env["TFDIST_CLUSTER"])["nodes"][1] == {
+        "node_rank": 1, "agent": "10.0.0.2", "address": "10.0.0.2", "gpus": [], "ranks": [2, 3]}
     keys = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
             "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME")
     assert [tuple(w.env[k] for k in keys) for w in p.processes] == [

@@ -315,20 +315,20 @@ class WorkerProcess(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., expendable: _Optional[bool] = ...) -> None: ...
 
 class StartTask(_message.Message):
-    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "rendezvous_port")
+    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "store_port")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_GRACE_FIELD_NUMBER: _ClassVar[int]
-    RENDEZVOUS_PORT_FIELD_NUMBER: _ClassVar[int]
+    STORE_PORT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     working_dir: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerProcess]
     startup_timeout: float
     failure_grace: float
-    rendezvous_port: int
-    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., rendezvous_port: _Optional[int] = ...) -> None: ...
+    store_port: int
+    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., store_port: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results")

@@ -5,12 +5,12 @@ import http.client
 
 import pytest
 
-from cluster.agent.rendezvous import MAX_VALUE, RendezvousServer
+from cluster.agent.job_store import MAX_VALUE, JobStore
 
 
 @pytest.fixture
 def store():
-    server = RendezvousServer("127.0.0.1", 0).start()
+    server = JobStore("127.0.0.1", 0).start()
     yield server
     server.stop()
 

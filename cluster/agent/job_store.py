@@ -1,6 +1,7 @@
-"""The key-value store Horovod's Gloo rendezvous talks to, served by the agent of a job's first node.
+"""A job's key-value store, served by the agent of the job's first node, for every mode: tfdist's
+collectives of small values (`ctx.allgather`, ..., tfdist/collectives.py) and Horovod's Gloo rendezvous.
 
-Horovod's own launcher (`horovodrun`) starts this store and ssh-es into every host; tfdist starts the
+Horovod's own launcher (`horovodrun`) starts such a store and ssh-es into every host; tfdist starts the
 workers itself, so it serves the store too. The protocol is Horovod's HTTP store: `PUT /scope/key`
 stores the body, `GET /scope/key` answers it or 404 (Gloo polls until the key appears), `DELETE`
 says a rank is done with a scope. Gloo's rendezvous writes one key per rank in the "global" scope,
@@ -13,7 +14,8 @@ import http.server
 import re
 import threading
 
-MAX_VALUE = 1 << 20  # Gloo puts addresses (tens of bytes); anything bigger is not a rendezvous
+COLLECTIVES_SCOPE = "tfdist"  # tfdist/collectives.py's keys live here
+MAX_VALUE = 1 << 20  # Gloo puts addresses (tens of bytes); collectives carry small values
 _RANK_KEY = re.compile(r"^(?:rank_)?(\d+)$")
 
 
@@ -56,7 +58,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(200)
 
     def do_DELETE(self):  # noqa: N802
-        if self._parts():  # kept: a late reader of the same scope still finds its key
+        parts = self._parts()
+        if parts:
+            # tfdist's collectives delete what every rank has read; Gloo's DELETE only says "done with
+            # this scope", and a late reader of the same scope must still find the key.
+            if parts[0] == COLLECTIVES_SCOPE:
+                self.server.store.delete(parts)
             self._answer(200)
 
     def log_message(self, format, *args):  # noqa: A002
@@ -76,6 +83,14 @@ class _Store:
         with self._lock:
             self._values[key] = value
 
+    def delete(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._values.pop(key, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._values)
+
     def ranks_joined(self) -> set[int]:
         with self._lock:
             keys = [k for s, k in self._values if s == "global"]
@@ -91,15 +106,15 @@ class _Server(http.server.ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
 
-class RendezvousServer:
+class JobStore:
     """Serves the store on (host, port) in a background thread until `stop()`."""
 
     def __init__(self, host: str, port: int):
         self._server = _Server((host, port))
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name=f"rendezvous-{port}", daemon=True)
+                                        name=f"job-store-{port}", daemon=True)
 
-    def start(self) -> "RendezvousServer":
+    def start(self) -> "JobStore":
         self._thread.start()
         return self
 
@@ -109,6 +124,10 @@ class RendezvousServer:
 
     def ranks_joined(self) -> set[int]:
         return self._server.store.ranks_joined()
+
+    def __len__(self) -> int:
+        """Keys held (what collectives leave behind is bounded)."""
+        return len(self._server.store)
 
     def stop(self) -> None:
         self._server.shutdown()

@@ -1,0 +1,31 @@
+"""ctx.allgather / gather / broadcast / barrier and ctx.cluster_info in real jobs: through the job store
+the first node's agent serves, in MWMS and Horovod modes, on one and on two hosts."""
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+WORKER = os.path.join(REPO, "tests", "integration", "workers", "collectives.py")
+
+
+def results(stdout):
+    return {r["rank"]: r for r in (json.loads(m) for m in re.findall(r"RESULT (\{.*\})", stdout))}
+
+
+@pytest.mark.parametrize("mode, slots, init", [("mwms", 3, False), ("mwms", 2, True), ("horovod", 2, True)])
+def test_collectives_in_every_mode(marker, mode, slots, init):
+    result = run_cli(["launch", "--slots", str(slots), "--distribution", mode, "--", WORKER,
+                      *(["--init"] if init else [])], marker)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = results(result.stdout)
+    assert sorted(got) == list(range(slots))
+    for rank, r in got.items():
+        assert r["everyone"] == [{"rank": i, "node": 0} for i in range(slots)]
+        assert r["on_chief"] == ([i * i for i in range(slots)] if rank == 0 else None)
+        assert r["seed"] == 1234
+        assert r["nodes"] == [["127.0.0.1", list(range(slots))]] and r["job"].startswith("1-")

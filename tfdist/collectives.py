@@ -1,0 +1,171 @@
+"""Collectives of small values between a job's ranks: allgather, gather, broadcast, barrier.
+
+They go through the job's key-value store (served by the agent of the job's first node,
+cluster/agent/job_store.py), so they work in every mode where every rank runs the script (MWMS,
+Horovod, single-node) without TensorFlow or Horovod, and before either is set up. Values are JSON
+(or bytes); nothing is unpickled. Every rank must call the same collectives in the same order, as
+with MPI: the n-th call of each rank meets the n-th call of the others. Each call waits at most
+`timeout` seconds and then names the ranks that did not arrive. At size 1 they return at once.
+
+In ps mode only the chief runs the script past `tfdist.init()`, so collectives are refused there.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import time
+from typing import Any
+
+from tfdist.errors import TfdistError, UnavailableError
+
+DEFAULT_TIMEOUT = 300.0
+MAX_BYTES = 1 << 20  # the store's limit per value
+SCOPE = "tfdist"
+
+
+class CollectiveError(TfdistError):
+    """A collective was misused (a value too big, not JSON-serialisable, or called where it cannot work)."""
+
+
+def encode(value: Any) -> bytes:
+    """JSON, with bytes as {"__bytes__": base64}."""
+    try:
+        data = json.dumps(_wrap(value), separators=(",", ":")).encode()
+    except (TypeError, ValueError) as e:
+        raise CollectiveError(f"collectives carry JSON-serialisable values or bytes: {e}") from None
+    if len(data) > MAX_BYTES:
+        raise CollectiveError(f"a collective's value is {len(data)} bytes encoded; the limit is {MAX_BYTES}. "
+                              "Send small values (paths, metrics, ids), not tensors")
+    return data
+
+
+def decode(data: bytes) -> Any:
+    return _unwrap(json.loads(data))
+
+
+def _wrap(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return {"__bytes__": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, dict):
+        return {k: _wrap(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_wrap(v) for v in value]
+    return value
+
+
+def _unwrap(value: Any) -> Any:
+    if isinstance(value, dict):
+        if set(value) == {"__bytes__"}:
+            return base64.b64decode(value["__bytes__"])
+        return {k: _unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return value
+
+
+class Collectives:
+    def __init__(self, store: str | None, rank: int, size: int, mode: str = "", timeout: float = DEFAULT_TIMEOUT):
+        self.rank, self.size, self.mode, self.timeout = rank, size, mode, timeout
+        self._store = store
+        self._calls = 0
+        self._posted: list[int] = []  # calls whose key of this rank is still in the store
+
+    # ---------------------------------------------------------------- the collectives
+    def allgather(self, value: Any) -> list:
+        """Every rank's value, in rank order, on every rank."""
+        if self.size == 1:
+            return [decode(encode(value))]
+        return self._exchange("allgather", value, everyone_reads=True)
+
+    def gather(self, value: Any) -> list | None:
+        """Every rank's value, in rank order, on the chief (rank 0); None elsewhere."""
+        if self.size == 1:
+            return [decode(encode(value))]
+        return self._exchange("gather", value, everyone_reads=False)
+
+    def broadcast(self, value: Any = None) -> Any:
+        """The chief's value, on every rank (the others' `value` is ignored)."""
+        if self.size == 1:
+            return decode(encode(value))
+        seq = self._next("broadcast")
+        if self.rank == 0:
+            self._put(seq, encode(value))
+            return value
+        return decode(self._wait_for(seq, "broadcast", [0])[0])
+
+    def barrier(self) -> None:
+        """Returns once every rank has called it."""
+        if self.size > 1:
+            self._exchange("barrier", None, everyone_reads=True)
+
+    # ---------------------------------------------------------------- internals
+    def _next(self, what: str) -> int:
+        if self.mode == "ps":
+            raise CollectiveError(f"ctx.{what}() needs every rank to call it, but in ps mode only the chief runs "
+                                  "your script (worker and ps tasks serve the chief inside tfdist.init())")
+        if not self._store:
+            raise CollectiveError(f"ctx.{what}(): this job has no store (TFDIST_STORE is not set); start it with "
+                                  "`tfdist launch`")
+        self._calls += 1
+        return self._calls
+
+    def _exchange(self, what: str, value: Any, everyone_reads: bool) -> list | None:
+        seq = self._next(what)
+        self._put(seq, encode(value))
+        if not everyone_reads and self.rank != 0:
+            return None
+        result = [decode(d) for d in self._wait_for(seq, what, list(range(self.size)))]
+        self._forget_before(seq)
+        return result
+
+    def _forget_before(self, seq: int) -> None:
+        """Every rank has posted call `seq`, so every rank is done reading the calls before it: this rank's
+        keys of those can go (the store lives as long as the job; this keeps it small)."""
+        for old in [s for s in self._posted if s < seq]:
+            self._request("DELETE", f"{old}-{self.rank}")
+            self._posted.remove(old)
+
+    def _put(self, seq: int, data: bytes) -> None:
+        key = f"{seq}-{self.rank}"
+        self._posted.append(seq)
+        status, _ = self._request("PUT", key, data)
+        if status != 200:
+            raise UnavailableError(f"the job's store at {self._store} refused a value ({status})")
+
+    def _wait_for(self, seq: int, what: str, ranks: list[int]) -> list[bytes]:
+        deadline = time.monotonic() + self.timeout
+        found: dict[int, bytes] = {}
+        pause = 0.005
+        while True:
+            for r in ranks:
+                if r not in found:
+                    status, data = self._request("GET", f"{seq}-{r}")
+                    if status == 200:
+                        found[r] = data
+            if len(found) == len(ranks):
+                return [found[r] for r in ranks]
+            if time.monotonic() > deadline:
+                missing = [r for r in ranks if r not in found]
+                raise UnavailableError(f"ctx.{what}() (collective #{seq}) on rank {self.rank}: rank(s) "
+                                       f"{', '.join(map(str, missing))} did not arrive within {self.timeout:g}s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    def _request(self, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
+        host, _, port = self._store.rpartition(":")
+        for attempt in range(5):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                conn.request(method, f"/{SCOPE}/{key}", body=body)
+                response = conn.getresponse()
+                return response.status, response.read()
+            except OSError as e:
+                if attempt == 4:
+                    raise UnavailableError(f"the job's store at {self._store} (served by the agent of node 0) did "
+                                           f"not answer: {e}") from None
+                time.sleep(0.2 * (attempt + 1))
+            finally:
+                conn.close()
+        raise AssertionError("unreachable")

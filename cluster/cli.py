@@ -134,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a job")
     _client_flags(cancel)
     cancel.add_argument("job_id", metavar="ID")
+    metrics = sub.add_parser("metrics", help="print a job's metric history (table, --json, --csv, --plot)")
+    _client_flags(metrics)
+    metrics.add_argument("job_id", metavar="ID")
+    metrics.add_argument("--name", default="", help="only this metric")
+    shape = metrics.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="one JSON object per row")
+    shape.add_argument("--csv", action="store_true", help="CSV: step, rank, then one column per metric")
+    metrics.add_argument("--plot", metavar="FILE.png", help="also draw every metric against the step into a PNG "
+                                                            "(needs matplotlib: pip install 'tfdist[plot]')")
     agents = sub.add_parser("agents", help="list agents")
     _client_flags(agents)
     agents.add_argument("--json", action="store_true")
@@ -261,6 +270,17 @@ def _jobs_commands(args) -> int:
             return tables.print_job(client.job(args.job_id), args.json)
         if args.command == "agents":
             return tables.print_agents(client.list_agents(), args.json)
+        if args.command == "metrics":
+            from cluster import metrics_report
+
+            if args.plot:
+                metrics_report.check_plot_path(args.plot)
+            history = client.metrics(args.job_id, args.name)
+            metrics_report.print_history(history, "json" if args.json else "csv" if args.csv else "table")
+            if args.plot:
+                metrics_report.plot(history, args.plot)
+                sys.stderr.write(f"tfdist: plot written to {args.plot}\n")
+            return 0
         if args.command == "cancel":
             state = client.cancel(args.job_id)
             print(f"job {args.job_id}: {state}")

@@ -84,5 +84,8 @@ class Client:
                          pb.GetLogsRequest(job_id=job_id, after_seq=after_seq, rank=rank, limit=limit,
                                            wait_ms=int(wait * 1000)), timeout=self.timeout + wait)
 
+    def metrics(self, job_id: str, name: str = "") -> pb.GetMetricsResponse:
+        return self.call(self.coordinator.GetMetrics, pb.GetMetricsRequest(job_id=job_id, name=name))
+
     def list_agents(self) -> list[pb.AgentInfo]:
         return list(self.call(self.coordinator.ListAgents, pb.ListAgentsRequest()).agents)

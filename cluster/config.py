@@ -42,6 +42,7 @@ class ExperimentConfig:
     evaluator: bool = False  # ps mode: a side-car evaluator task
     gradient_compression: str = "none"  # optimizations.gradient_compression (Horovod)
     auto_tune_tensor_fusion: bool = False  # optimizations.auto_tune_tensor_fusion (Horovod's autotuner)
+    average_training_metrics: bool = False  # optimizations.average_training_metrics (tfdist's metrics callback)
     hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     environment_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
     max_restarts: int = 5  # Determined's default; acted on by the restart policy
@@ -69,7 +70,8 @@ class ExperimentConfig:
     def optimizations(self) -> dict[str, Any]:
         """The `optimizations` section as configured (what a JobSpec carries)."""
         return {"gradient_compression": self.gradient_compression,
-                "auto_tune_tensor_fusion": self.auto_tune_tensor_fusion}
+                "auto_tune_tensor_fusion": self.auto_tune_tensor_fusion,
+                "average_training_metrics": self.average_training_metrics}
 
     @property
     def horovod_only_options(self) -> list[str]:
@@ -112,7 +114,7 @@ _TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations",
              "environment", "max_restarts")
 _RESOURCES_KEYS = ("slots_per_trial",)
 _DISTRIBUTION_KEYS = ("mode", "num_ps", "evaluator")
-_OPTIMIZATIONS_KEYS = ("gradient_compression", "auto_tune_tensor_fusion")
+_OPTIMIZATIONS_KEYS = ("gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics")
 _ENVIRONMENT_KEYS = ("variables",)
 
 
@@ -149,6 +151,8 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
                                            "optimizations.gradient_compression", GRADIENT_COMPRESSIONS),
         auto_tune_tensor_fusion=_check_bool(optimizations.get("auto_tune_tensor_fusion", False),
                                             "optimizations.auto_tune_tensor_fusion"),
+        average_training_metrics=_check_bool(optimizations.get("average_training_metrics", False),
+                                             "optimizations.average_training_metrics"),
         hyperparameters=dict(hparams),
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),

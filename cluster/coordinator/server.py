@@ -137,6 +137,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             pb.LogLine(seq=l.seq, rank=l.rank, stream=l.stream, text=l.text, time=l.time) for l in lines])
 
     @_guard
+    def GetMetrics(self, request, context):
+        job_id, rows = views.metrics_view(self.core, request.job_id, request.name or None)
+        return pb.GetMetricsResponse(job_id=job_id, metrics=[
+            pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time) for m in rows])
+
+    @_guard
     def ListAgents(self, request, context):
         return pb.ListAgentsResponse(agents=[
             pb.AgentInfo(name=a.record.name, slots=a.record.slots, gpu=a.record.gpu, state=a.state,

@@ -43,6 +43,13 @@ def job_view(core: CoordinatorCore, job_ref: str) -> JobView:
                        tuple(core.store.latest_metrics(job.id)))
 
 
+def metrics_view(core: CoordinatorCore, job_ref: str, name: str | None) -> tuple[str, list]:
+    """(job id, its metric rows in step order): the history `tfdist metrics` prints."""
+    with core.lock:
+        job_id = core.resolve_job_id(job_ref)
+        return job_id, core.store.metrics(job_id, name)
+
+
 def jobs_view(core: CoordinatorCore) -> list[JobView]:
     with core.lock:
         return [JobView(j, (), waiting_reason=core.waiting.get(j.id, "")) for j in core.store.jobs()]

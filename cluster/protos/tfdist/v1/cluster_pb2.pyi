@@ -125,6 +125,22 @@ class Metric(_message.Message):
     time: float
     def __init__(self, rank: _Optional[int] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[float] = ..., time: _Optional[float] = ...) -> None: ...
 
+class GetMetricsRequest(_message.Message):
+    __slots__ = ("job_id", "name")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetMetricsResponse(_message.Message):
+    __slots__ = ("job_id", "metrics")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    metrics: _containers.RepeatedCompositeFieldContainer[Metric]
+    def __init__(self, job_id: _Optional[str] = ..., metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ...) -> None: ...
+
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec",)
     SPEC_FIELD_NUMBER: _ClassVar[int]

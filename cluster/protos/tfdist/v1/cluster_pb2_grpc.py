@@ -64,6 +64,11 @@ class CoordinatorStub:
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.ListAgentsRequest.SerializeToString,
                 response_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListAgentsResponse.FromString,
                 _registered_method=True)
+        self.GetMetrics = channel.unary_unary(
+                '/tfdist.v1.Coordinator/GetMetrics',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -105,6 +110,12 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetMetrics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +148,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ListAgents,
                     request_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListAgentsRequest.FromString,
                     response_serializer=tfdist_dot_v1_dot_cluster__pb2.ListAgentsResponse.SerializeToString,
+            ),
+            'GetMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMetrics,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +317,33 @@ class Coordinator:
             '/tfdist.v1.Coordinator/ListAgents',
             tfdist_dot_v1_dot_cluster__pb2.ListAgentsRequest.SerializeToString,
             tfdist_dot_v1_dot_cluster__pb2.ListAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/GetMetrics',
+            tfdist_dot_v1_dot_cluster__pb2.GetMetricsRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.GetMetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,30 @@
+"""MetricsReporter validates its arguments in __init__, with Keras's wording."""
+
+import pytest
+
+from tfdist.callbacks import MetricsReporter
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"every_n_batches": 0}, "`every_n_batches` must be a positive integer or None. Received: every_n_batches=0"),
+    ({"every_n_batches": True}, "Received: every_n_batches=True"),
+    ({"average": "yes"}, "`average` must be True, False or None. Received: average='yes'"),
+    ({"tensorboard_dir": ""}, "`tensorboard_dir` must be a non-empty path or None. Received: tensorboard_dir=''"),
+])
+def test_bad_arguments_are_refused_like_keras_does(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        MetricsReporter(**kwargs)
+
+
+def test_batch_reports_are_refused_in_ps_mode(monkeypatch):
+    monkeypatch.setenv("TFDIST_DISTRIBUTION", "ps")
+    with pytest.raises(ValueError, match="`every_n_batches` cannot be used in ps mode"):
+        MetricsReporter(every_n_batches=10)
+    assert MetricsReporter().every_n_batches is None
+
+
+def test_averaging_follows_the_config_unless_given(monkeypatch):
+    monkeypatch.setenv("TFDIST_AVERAGE_TRAINING_METRICS", "1")
+    assert MetricsReporter().average is True and MetricsReporter(average=False).average is False
+    monkeypatch.delenv("TFDIST_AVERAGE_TRAINING_METRICS")
+    assert MetricsReporter().average is False

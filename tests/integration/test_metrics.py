@@ -1,4 +1,4 @@
-"""Training metrics reach the coordinator from tfdist's MetricsReporter (Keras 3 under Horovod, tf_keras
+"""Learning-rate warmup runs in both Keras. Training metrics reach the coordinator from tfdist's MetricsReporter (Keras 3 under Horovod, tf_keras
 under parameter servers), averaged over ranks when asked, and `tfdist metrics` prints the history as a
 table, JSON, CSV and a PNG; a coordinator restart loses none of it."""
 
@@ -32,6 +32,9 @@ def test_metrics_from_every_mode_survive_a_coordinator_restart(tmp_path, local_c
                      timeout=240)
     assert ps.returncode == 0, ps.stderr[-3000:]
 
+    for job in (hvd, ps):  # warmup to lr x slots, per batch (Keras 3) and per epoch (tf_keras under PSS)
+        assert "[rank=0] tfdist: learning-rate warmup from 0.1 to 0.2 over " in job.stdout
+        assert "[rank=0] tfdist: learning-rate warmup done: 0.2" in job.stdout
     rows = [json.loads(l) for l in cluster.cli("metrics", "1", "--json").stdout.splitlines()]
     epochs = [r for r in rows if "epoch" in r]
     assert [r["epoch"] for r in epochs] == [1.0, 2.0, 3.0] and all(r["rank"] == 0 for r in rows)

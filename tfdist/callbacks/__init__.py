@@ -6,5 +6,6 @@
 """
 
 from tfdist.callbacks.metrics_reporter import MetricsReporter
+from tfdist.callbacks.warmup import LearningRateWarmup
 
-__all__ = ["MetricsReporter"]
+__all__ = ["LearningRateWarmup", "MetricsReporter"]

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 import tfdist
-from tfdist.callbacks import MetricsReporter
+from tfdist.callbacks import LearningRateWarmup, MetricsReporter
 
 ctx = tfdist.init(default_hparams={"global_batch_size": 32})
 import tensorflow as tf  # noqa: E402
@@ -30,7 +30,8 @@ class OwnLosses(keras.callbacks.Callback):
 
 own = OwnLosses()
 batches = None if ctx.distribution == "ps" else 4  # tf_keras runs no batch-level callbacks under PSS
-callbacks = [own, MetricsReporter(every_n_batches=batches, tensorboard_dir=sys.argv[1])]
+callbacks = [own, MetricsReporter(every_n_batches=batches, tensorboard_dir=sys.argv[1]),
+             LearningRateWarmup(warmup_epochs=1, verbose=1)]  # 0.1 -> 0.1 x 2 slots
 with ctx.strategy.scope():
     model = keras.Sequential([keras.layers.Dense(8, activation="relu", input_shape=(8,)), keras.layers.Dense(2)])
     optimizer = keras.optimizers.SGD(0.1)

@@ -43,6 +43,7 @@ class ExperimentConfig:
     gradient_compression: str = "none"  # optimizations.gradient_compression (Horovod)
     auto_tune_tensor_fusion: bool = False  # optimizations.auto_tune_tensor_fusion (Horovod's autotuner)
     average_training_metrics: bool = False  # optimizations.average_training_metrics (tfdist's metrics callback)
+    step_timeout: float = 600.0  # watchdog.step_timeout: seconds a rank may make no progress (0: off)
     hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     environment_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
     max_restarts: int = 5  # Determined's default; acted on by the restart policy
@@ -110,8 +111,9 @@ def parse_config(text: str, source: str = "<config>") -> ExperimentConfig:
         raise ConfigError(f"{source}: {e}") from None
 
 
-_TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "hyperparameters",
+_TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "watchdog", "hyperparameters",
              "environment", "max_restarts")
+_WATCHDOG_KEYS = ("step_timeout",)
 _RESOURCES_KEYS = ("slots_per_trial",)
 _DISTRIBUTION_KEYS = ("mode", "num_ps", "evaluator")
 _OPTIMIZATIONS_KEYS = ("gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics")
@@ -124,6 +126,7 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
     distribution = _check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
     environment = _check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
     optimizations = _check_mapping(root.get("optimizations", {}), "optimizations", _OPTIMIZATIONS_KEYS)
+    watchdog = _check_mapping(root.get("watchdog", {}), "watchdog", _WATCHDOG_KEYS)
 
     hparams = root.get("hyperparameters", {})
     if hparams is None:
@@ -153,6 +156,8 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
                                             "optimizations.auto_tune_tensor_fusion"),
         average_training_metrics=_check_bool(optimizations.get("average_training_metrics", False),
                                              "optimizations.average_training_metrics"),
+        step_timeout=_check_seconds(watchdog.get("step_timeout", ExperimentConfig.step_timeout),
+                                    "watchdog.step_timeout"),
         hyperparameters=dict(hparams),
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),
@@ -179,6 +184,12 @@ def _check_mode_options(config: ExperimentConfig, where: str, ps_options_given: 
     if horovod_only and mode not in ("auto", "horovod"):
         raise ConfigError(f"{where}: {', '.join(horovod_only)} is implemented through Horovod, but the mode is "
                           f"{mode}; set distribution.mode: horovod (or auto), or drop the option")
+
+
+def _check_seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{where}: expected a number of seconds >= 0 (0 turns it off), got {_describe(value)}")
+    return float(value)
 
 
 def _check_bool(value: Any, where: str) -> bool:

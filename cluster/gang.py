@@ -157,6 +157,16 @@ class Gang:
                 self._joined.add(w.rank)
         return sorted(self._joined)
 
+    def dump_stacks(self) -> None:
+        """SIGUSR1 to every worker (not its group): tfdist's worker start-up has faulthandler print every
+        thread's Python stack on it, into the job's logs."""
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+
     def process_groups(self) -> list[int]:
         return [p.pid for p in self._procs.values()]
 

@@ -29,6 +29,7 @@ def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int 
         name=config.name, entrypoint=list(config.entrypoint), slots=config.slots_per_trial,
         distribution_mode=decision.mode, mode_reason=decision.reason, num_ps=config.num_ps,
         evaluator=config.evaluator, optimizations_json=json.dumps(config.optimizations, sort_keys=True),
+        step_timeout=config.step_timeout,
         hyperparameters_json=json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
         environment=dict(config.environment_variables), max_restarts=config.max_restarts, priority=priority,
         working_dir=working_dir if working_dir is not None else os.getcwd(), startup_timeout=startup_timeout,

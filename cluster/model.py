@@ -114,6 +114,7 @@ class JobSpec:
     evaluator: bool = False
     optimizations_json: str = "{}"
     mode_reason: str = ""  # why distribution_mode was chosen (auto's decision)
+    step_timeout: float = 0.0  # the step watchdog's limit (0: off)
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)

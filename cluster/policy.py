@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import signal
-from typing import Collection, Iterable, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 from cluster.model import Allocation, AllocState, JobState, WorkerExit
 from cluster.modes.base import SuccessRule
@@ -89,6 +89,25 @@ def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterab
                                     f"of {timeout:g}s (never called tfdist.init() nor listened on their port); the "
                                     "other workers were stopped. Raise --startup-timeout if start-up is just slow", 1,
                    missing[0])
+
+
+def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now: float,
+            timeout: float) -> Outcome | None:
+    """The step watchdog's decision. `progress`: rank -> (last step, when it was reported). Once any rank
+    has reported, every rank in `ranks` must report within `timeout` seconds of its last report (a rank
+    that never reported counts from the job's first report). The rank silent the longest is named."""
+    if not progress:
+        return None
+    first = min(t for _, t in progress.values())
+    silent = sorted((progress.get(r, (None, first))[1], r) for r in ranks)
+    since, rank = silent[0]
+    if now - since <= timeout:
+        return None
+    step = progress.get(rank, (None, 0))[0]
+    where = f"after step {step}" if step is not None else "before its first step"
+    return Outcome(JobState.FAILED, f"rank {rank} made no progress for {now - since:.0f}s ({where}; the step "
+                                    f"watchdog allows {timeout:g}s); every rank's Python stacks are in the job's "
+                                    "logs; the other workers were stopped", 1, rank)
 
 
 def unreachable(agent: str, failures: Sequence[tuple[str, str, int, str]]) -> Outcome:

@@ -13,11 +13,12 @@ from tfdist.context import DistributedContext, context_from_env, current, init
 from tfdist.data import download
 from tfdist.errors import DownloadError, LaunchEnvironmentError, TfdistError
 from tfdist.metrics import report_metrics
+from tfdist.progress import report_progress
 from tfdist.saving import save_model, worker_save_path
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DistributedContext", "DownloadError", "LaunchEnvironmentError", "TfdistError", "context_from_env",
-    "current", "download", "init", "report_metrics", "save_model", "worker_save_path", "__version__",
+    "current", "download", "init", "report_metrics", "report_progress", "save_model", "worker_save_path", "__version__",
 ]

@@ -27,6 +27,7 @@ PER_REPLICA_BATCH_SIZE = "TFDIST_PER_REPLICA_BATCH_SIZE"
 PER_WORKER_BATCH_SIZE = "TFDIST_PER_WORKER_BATCH_SIZE"
 HPARAMS = "TFDIST_HPARAMS"  # JSON object of the config's hyperparameters
 READY_FILE = "TFDIST_READY_FILE"  # init() touches it once the worker joined
+PROGRESS_FILE = "TFDIST_PROGRESS_FILE"  # tfdist.report_progress() writes "step"; the agent heartbeats its age
 METRICS_FILE = "TFDIST_METRICS_FILE"  # tfdist.report_metrics() appends JSON lines; the agent ships them
 GPUS = "TFDIST_GPUS"  # GPU indices this process holds (as CUDA_VISIBLE_DEVICES), empty on CPU slots
 DATA_DIR = "TFDIST_DATA_DIR"  # root of rank/node-scoped downloads

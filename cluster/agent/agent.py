@@ -126,7 +126,8 @@ class Agent:
     def _running(self) -> list[pb.RunningTask]:
         with self._lock:
             return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers],
-                                   joined_ranks=sorted(set(g.joined_ranks()) | self._store_joined(j)))
+                                   joined_ranks=sorted(set(g.joined_ranks()) | self._store_joined(j)),
+                                   progress=[pb.RankProgress(rank=r, step=s, age=a) for r, s, a in _progress(g)])
                     for j, g in self._gangs.items()]
 
     def _fill_node_placeholders(self, env: dict) -> None:
@@ -181,6 +182,12 @@ class Agent:
             self._start_probe(probe)
         for task in response.start:
             self._start(task)
+        for job_id in response.dump_stacks:
+            with self._lock:
+                gang = self._gangs.get(job_id)
+            if gang:
+                log.warning("job %s: the step watchdog asks for every worker's Python stacks", job_id)
+                gang.dump_stacks()
         for job_id in response.stop_jobs:
             self._stop_job(job_id, response.stop_grace.get(job_id))
         return bool(response.check_ports)
@@ -274,7 +281,8 @@ class Agent:
                 ready = os.path.join(job_dir, f"rank{w.rank}.ready")
                 metrics = os.path.join(job_dir, f"rank{w.rank}.metrics")
                 self._metric_files[task.job_id][metrics] = 0
-                env = with_bootstrap({**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics})
+                env = with_bootstrap({**os.environ, **w.env, envvars.READY_FILE: ready, envvars.METRICS_FILE: metrics,
+                                      envvars.PROGRESS_FILE: os.path.join(job_dir, f"rank{w.rank}.progress")})
                 self._fill_node_placeholders(env)
                 workers.append(WorkerLaunch(rank=w.rank, command=command, env=env, ready_file=ready, port=w.port,
                                             expendable=w.expendable))
@@ -403,6 +411,21 @@ class Agent:
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tfdist",
                          "compat", "bootstrap")
+
+
+def _progress(gang: Gang) -> list[tuple[int, int, float]]:
+    """(rank, last step, seconds since) of the ranks that report progress (tfdist.report_progress)."""
+    found = []
+    now = time.time()
+    for w in gang.workers:
+        path = w.env.get(envvars.PROGRESS_FILE)
+        try:
+            with open(path) as f:
+                step = int(f.read().split()[0])
+            found.append((w.rank, step, max(0.0, now - os.stat(path).st_mtime)))
+        except (OSError, ValueError, IndexError, TypeError):
+            continue  # not reporting (yet), or caught mid-write: the next heartbeat reads it
+    return found
 
 
 def with_bootstrap(env: dict) -> dict:

@@ -73,6 +73,7 @@ class Settings:
     port_range: tuple[int, int] = (29500, 29999)
     subnet: str | None = None
     startup_timeout: float = 300.0  # for jobs that do not set their own
+    stack_dump_grace: float = 3.0  # step watchdog: from asking for stacks to failing the job
     probe_timeout: float = PROBE_TIMEOUT
 
 
@@ -102,6 +103,7 @@ class Work:
     start: list[StartTask] = dataclasses.field(default_factory=list)
     stop_jobs: list[str] = dataclasses.field(default_factory=list)
     stop_grace: dict[str, float] = dataclasses.field(default_factory=dict)
+    dump_stacks: list[str] = dataclasses.field(default_factory=list)
 
 
 class LogBoard:
@@ -146,6 +148,7 @@ def config_from_spec(spec: JobSpec) -> ExperimentConfig:
                          **({"num_ps": spec.num_ps, "evaluator": spec.evaluator}
                             if spec.distribution_mode == "ps" else {})},
         "optimizations": _json_object(spec.optimizations_json, "optimizations_json"),
+        "watchdog": {"step_timeout": spec.step_timeout},
         "hyperparameters": json.loads(spec.hyperparameters_json or "{}"),
         "environment": {"variables": dict(spec.environment)},
         "max_restarts": spec.max_restarts,
@@ -169,6 +172,10 @@ class CoordinatorCore:
         self._plans: dict[str, JobPlan] = {}
         self._start_clock: dict[str, float] = {}  # job -> when its start-up began (or the coordinator did)
         self._joined: dict[str, set[int]] = {}  # job -> ranks that joined (reported by agents; not durable)
+        # The step watchdog (not durable: after a restart every rank's clock starts afresh).
+        self._progress: dict[str, dict[int, tuple[int, float]]] = {}  # job -> rank -> (step, when reported)
+        self._stalled: dict[str, tuple[policy.Outcome, float]] = {}  # job -> (its outcome, when to apply it)
+        self._dump_to: dict[str, set[str]] = {}  # job -> agents still to be asked for their workers' stacks
         self._touched: set[str] = set()  # jobs whose followers to wake after this event
         # After a restart every known agent gets a full grace period to re-attach.
         for record in store.agents():
@@ -226,8 +233,9 @@ class CoordinatorCore:
 
     def heartbeat(self, name: str, running: Mapping[str, Iterable[int]], leased: Iterable[str],
                   port_results: Mapping[str, Sequence[int]], probe_results: Mapping[str, Sequence[tuple]],
-                  now: float) -> Work | None:
-        """Returns the agent's work, or None if it must register again."""
+                  now: float, progress: Mapping[str, Mapping[int, tuple[int, float]]] | None = None) -> Work | None:
+        """Returns the agent's work, or None if it must register again. `progress`: job -> rank ->
+        (step, seconds since the rank last reported), for the step watchdog."""
         leased = set(leased)
         agent = self.agents.get(name)
         if agent is not None and not agent.lost and not running and not leased and not port_results \
@@ -242,6 +250,10 @@ class CoordinatorCore:
             agent.last_heartbeat = now
             agent.running = {j: set(r) for j, r in running.items()}
             agent.leased = leased
+            for job_id, ranks in (progress or {}).items():
+                if job_id in agent.running:
+                    seen = self._progress.setdefault(job_id, {})
+                    seen.update({rank: (step, now - age) for rank, (step, age) in ranks.items()})
             for job_id, busy in port_results.items():
                 self._port_result(job_id, name, list(busy), now)
             for job_id, failures in probe_results.items():
@@ -325,6 +337,10 @@ class CoordinatorCore:
                 start = self._start_task(alloc)
                 if start:
                     work.start.append(start)
+        for job_id, agents in self._dump_to.items():
+            if agent.name in agents:
+                agents.discard(agent.name)
+                work.dump_stacks.append(job_id)
         held = {a.job_id: a for a in self.allocs.on_agent(agent.name)}
         for job_id in sorted(set(agent.running) | agent.leased):
             alloc = held.get(job_id)
@@ -532,6 +548,8 @@ class CoordinatorCore:
         self.allocs.replace(job_id, kept)
         self.waiting.pop(job_id, None)
         self._start_clock.pop(job_id, None)
+        for watch in (self._progress, self._stalled, self._dump_to):
+            watch.pop(job_id, None)
         self._schedule(now)
 
     def _transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
@@ -599,7 +617,32 @@ class CoordinatorCore:
                     self._free(alloc.job_id, agent.name)
             for job_id, clock in list(self._start_clock.items()):
                 self._check_startup(job_id, clock, now)
+            for job_id in list(self._progress):
+                self._check_progress(job_id, now)
             self._schedule(now)
+
+    def _check_progress(self, job_id: str, now: float) -> None:
+        """The step watchdog: a rank without progress past the job's step_timeout gets every rank's stacks
+        dumped into the job's logs, and the job fails `stack_dump_grace` seconds later (time for them to ship)."""
+        if job_id in self._stalled:
+            outcome, fail_at = self._stalled[job_id]
+            if now >= fail_at:
+                self._fail(job_id, now, outcome)
+            return
+        job = self.store.job(job_id)
+        plan = self._plan(job_id)
+        if job is None or job.state != JobState.RUNNING or plan is None or not job.spec.step_timeout:
+            return
+        # Ranks that run the training loop: all of them, or in parameter-server mode the chief alone.
+        trainers = [0] if plan.success is modes.SuccessRule.CHIEF else [p.rank for p in plan.processes]
+        outcome = policy.stalled(self._progress[job_id], trainers, now, job.spec.step_timeout)
+        if outcome is None:
+            return
+        log.warning("job %s: %s", job_id, outcome.message)
+        self.store.update_job(job_id, now, f"{outcome.message.split(';')[0]}; dumping every rank's stacks")
+        self._stalled[job_id] = (outcome, now + self.settings.stack_dump_grace)
+        self._dump_to[job_id] = {a.agent for a in self.allocs.of_job(job_id)}
+        self._touched.add(job_id)
 
     def _check_startup(self, job_id: str, clock: float, now: float) -> None:
         """A job leaves `_start_clock` once every rank joined (or it ended)."""

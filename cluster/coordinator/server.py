@@ -47,7 +47,8 @@ def spec_from_pb(spec: pb.JobSpec) -> JobSpec:
                    environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
                    working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
                    submission_id=spec.submission_id, num_ps=spec.num_ps or 1, evaluator=spec.evaluator,
-                   optimizations_json=spec.optimizations_json or "{}", mode_reason=spec.mode_reason)
+                   optimizations_json=spec.optimizations_json or "{}", mode_reason=spec.mode_reason,
+                   step_timeout=spec.step_timeout)
 
 
 def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
@@ -56,7 +57,8 @@ def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
                       environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
                       working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
                       submission_id=spec.submission_id, num_ps=spec.num_ps, evaluator=spec.evaluator,
-                      optimizations_json=spec.optimizations_json, mode_reason=spec.mode_reason)
+                      optimizations_json=spec.optimizations_json, mode_reason=spec.mode_reason,
+                      step_timeout=spec.step_timeout)
 
 
 def placement_to_pb(a: Allocation) -> pb.Placement:
@@ -95,7 +97,8 @@ def work_to_pb(work: Work, interval: float) -> pb.HeartbeatResponse:
             pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
                              expendable=p.expendable)
             for p in s.processes]) for s in work.start],
-        stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval)
+        stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval,
+        dump_stacks=work.dump_stacks)
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -170,7 +173,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             request.agent, {t.job_id: list(t.joined_ranks) for t in request.running}, list(request.leased_jobs),
             {r.job_id: list(r.busy_ports) for r in request.port_results},
             {r.job_id: [(f.target.peer, f.target.address, f.target.port, f.error) for f in r.failures]
-             for r in request.probe_results}, self.clock())
+             for r in request.probe_results}, self.clock(),
+            progress={t.job_id: {p.rank: (p.step, p.age) for p in t.progress} for t in request.running if t.progress})
         if work is None:
             return pb.HeartbeatResponse(reregister=True)
         return work_to_pb(work, self.core.heartbeat_interval())

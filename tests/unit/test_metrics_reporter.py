@@ -28,3 +28,20 @@ def test_averaging_follows_the_config_unless_given(monkeypatch):
     assert MetricsReporter().average is True and MetricsReporter(average=False).average is False
     monkeypatch.delenv("TFDIST_AVERAGE_TRAINING_METRICS")
     assert MetricsReporter().average is False
+
+
+def test_step_watchdog_reports_progress_from_fit(tmp_path, monkeypatch):
+    import keras
+    import numpy as np
+
+    from tfdist import progress
+    from tfdist.callbacks import StepWatchdog
+
+    path = tmp_path / "rank0.progress"
+    monkeypatch.setenv("TFDIST_PROGRESS_FILE", str(path))
+    monkeypatch.setattr(progress, "MIN_INTERVAL", 0.0)  # every step, for the test
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((40, 2), "float32")
+    model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[StepWatchdog()])
+    assert path.read_text() == "10\n"  # 2 epochs x 5 batches

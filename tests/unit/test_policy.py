@@ -61,3 +61,19 @@ def test_parameter_server_workers_are_expendable_but_ps_tasks_are_not():
         "every worker task is gone (rank(s) 1, 2, 3 failed)")
     # Under ALL_RANKS (MWMS, Horovod) nothing is expendable: any failure fails the job.
     assert job_outcome(SuccessRule.ALL_RANKS, 3, died).state == JobState.FAILED
+
+
+def test_the_step_watchdog_names_the_rank_silent_the_longest():
+    from cluster.policy import stalled
+
+    progress = {0: (120, 100.0), 1: (97, 80.0)}  # rank -> (last step, when)
+    assert stalled({}, [0, 1], 500.0, 10) is None  # nobody reports: no watchdog
+    assert stalled(progress, [0, 1], 89.0, 10) is None
+    outcome = stalled(progress, [0, 1], 95.0, 10)
+    assert outcome.state == JobState.FAILED and outcome.rank == 1 and outcome.message.startswith(
+        "rank 1 made no progress for 15s (after step 97; the step watchdog allows 10s)")
+    # A rank that never reported counts from the job's first report.
+    never = stalled({0: (5, 100.0)}, [0, 1, 2], 111.0, 10)
+    assert never.rank == 1 and "before its first step" in never.message
+    # Only the ranks that train are watched (ps mode: the chief).
+    assert stalled({0: (5, 100.0)}, [0], 105.0, 10) is None

@@ -6,6 +6,7 @@
 """
 
 from tfdist.callbacks.metrics_reporter import MetricsReporter
+from tfdist.callbacks.step_watchdog import StepWatchdog
 from tfdist.callbacks.warmup import LearningRateWarmup
 
-__all__ = ["LearningRateWarmup", "MetricsReporter"]
+__all__ = ["LearningRateWarmup", "MetricsReporter", "StepWatchdog"]

@@ -3,7 +3,8 @@ tfdist's compatibility fixes too, each applied when the module it fixes finishes
 - `keras`: the Keras 3 `fit` fix under MultiWorkerMirroredStrategy (TensorFlow's own MWMS tutorials read
   TF_CONFIG themselves), and in ps mode the refusal of Keras 3 variables under parameter servers;
 - `horovod.tensorflow`: Keras 3 variables accepted by the gradient tape and the broadcast (horovod#4290);
-- in horovod mode, a missing Horovod is one line naming the command that installs it.
+- in horovod mode, a missing Horovod is one line naming the command that installs it;
+- SIGUSR1 prints every thread's Python stack (faulthandler), for the step watchdog.
 Nothing else is imported at start-up. TFDIST_KERAS_PATCH=0 turns the fixes off (not the ps refusal). An environment's own
 sitecustomize still runs.
 """
@@ -100,4 +101,10 @@ if _PATCH and _MODE == "horovod" and "horovod.tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("horovod.tensorflow", _fix_horovod))
 if _MODE == "horovod":
     sys.meta_path.append(_MissingHorovod())
+if os.environ.get("TFDIST_PROGRESS_FILE"):
+    # The step watchdog asks a stalled job's workers for their stacks with SIGUSR1 (into the job's logs).
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 _chain_to_the_environments_own()

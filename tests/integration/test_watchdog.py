@@ -1,0 +1,37 @@
+"""The step watchdog: a rank that stops making progress is named, every rank's Python stacks land in the
+job's logs, and the gang is stopped, instead of a silent hang."""
+
+import os
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+WORKER = os.path.join(REPO, "tests", "integration", "workers", "stalls.py")
+
+
+def test_a_stalled_rank_is_named_with_every_ranks_stacks(tmp_path, marker):
+    (tmp_path / "c.yaml").write_text("watchdog: {step_timeout: 4}\n")
+    result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--slots", "2", "--", WORKER], marker,
+                     timeout=150)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "tfdist: job 1-" in result.stderr
+    assert " failed: rank 1 made no progress for " in result.stderr
+    assert "(after step 5; the step watchdog allows 4s); every rank's Python stacks are in the job's logs" in \
+        result.stderr
+    everything = (result.stdout + result.stderr).splitlines()
+    stack_lines = {rank: [l for l in everything if l.startswith(f"[rank={rank}]") and "stalls.py\", line" in l]
+                   for rank in (0, 1)}
+    assert any("in stuck_in_allreduce" in l for l in stack_lines[1])  # faulthandler, printed by the worker
+    assert stack_lines[0]  # the rank that still ran printed its stack too
+
+
+def test_no_watchdog_when_turned_off(tmp_path, marker):
+    """step_timeout 0: a job that only reports a little and then finishes normally is left alone."""
+    script = tmp_path / "slow.py"
+    script.write_text("import time, tfdist\ntfdist.report_progress(1)\ntime.sleep(3)\nprint('done', flush=True)\n")
+    (tmp_path / "c.yaml").write_text("watchdog: {step_timeout: 0}\n")
+    result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--slots", "2", "--", str(script)], marker,
+                     timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -99,8 +99,9 @@ def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now
     if not progress:
         return None
     first = min(t for _, t in progress.values())
-    silent = sorted((progress.get(r, (None, first))[1], r) for r in ranks)
-    since, rank = silent[0]
+    # The longest silent first; on a tie, a rank that never reported (it is the one holding the others up).
+    silent = sorted((progress.get(r, (None, first))[1], r in progress, r) for r in ranks)
+    since, _, rank = silent[0]
     if now - since <= timeout:
         return None
     step = progress.get(rank, (None, 0))[0]

@@ -43,6 +43,7 @@ class ExperimentConfig:
     gradient_compression: str = "none"  # optimizations.gradient_compression (Horovod)
     auto_tune_tensor_fusion: bool = False  # optimizations.auto_tune_tensor_fusion (Horovod's autotuner)
     average_training_metrics: bool = False  # optimizations.average_training_metrics (tfdist's metrics callback)
+    aggregation_frequency: int = 1  # optimizations.aggregation_frequency: all-reduce every k steps
     step_timeout: float = 600.0  # watchdog.step_timeout: seconds a rank may make no progress (0: off)
     hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     environment_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -72,7 +73,8 @@ class ExperimentConfig:
         """The `optimizations` section as configured (what a JobSpec carries)."""
         return {"gradient_compression": self.gradient_compression,
                 "auto_tune_tensor_fusion": self.auto_tune_tensor_fusion,
-                "average_training_metrics": self.average_training_metrics}
+                "average_training_metrics": self.average_training_metrics,
+                "aggregation_frequency": self.aggregation_frequency}
 
     @property
     def horovod_only_options(self) -> list[str]:
@@ -82,6 +84,9 @@ class ExperimentConfig:
             chosen.append(f"optimizations.gradient_compression={self.gradient_compression}")
         if self.auto_tune_tensor_fusion:
             chosen.append("optimizations.auto_tune_tensor_fusion=true")
+        if self.aggregation_frequency > 1:
+            # MWMS cannot all-reduce inside the conditional update (TensorFlow refuses merge_call in a cond).
+            chosen.append(f"optimizations.aggregation_frequency={self.aggregation_frequency}")
         return chosen
 
 
@@ -116,7 +121,8 @@ _TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations",
 _WATCHDOG_KEYS = ("step_timeout",)
 _RESOURCES_KEYS = ("slots_per_trial",)
 _DISTRIBUTION_KEYS = ("mode", "num_ps", "evaluator")
-_OPTIMIZATIONS_KEYS = ("gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics")
+_OPTIMIZATIONS_KEYS = ("gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics",
+                       "aggregation_frequency")
 _ENVIRONMENT_KEYS = ("variables",)
 
 
@@ -156,6 +162,8 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
                                             "optimizations.auto_tune_tensor_fusion"),
         average_training_metrics=_check_bool(optimizations.get("average_training_metrics", False),
                                              "optimizations.average_training_metrics"),
+        aggregation_frequency=_check_int(optimizations.get("aggregation_frequency", 1),
+                                         "optimizations.aggregation_frequency", minimum=1),
         step_timeout=_check_seconds(watchdog.get("step_timeout", ExperimentConfig.step_timeout),
                                     "watchdog.step_timeout"),
         hyperparameters=dict(hparams),

@@ -9,6 +9,7 @@
 Importing tfdist is cheap; TensorFlow is imported by `init()`.
 """
 
+from tfdist.aggregation import aggregate_gradients
 from tfdist.context import DistributedContext, context_from_env, current, init
 from tfdist.data import download
 from tfdist.errors import DownloadError, LaunchEnvironmentError, TfdistError
@@ -19,6 +20,6 @@ from tfdist.saving import save_model, worker_save_path
 __version__ = "0.1.0"
 
 __all__ = [
-    "DistributedContext", "DownloadError", "LaunchEnvironmentError", "TfdistError", "context_from_env",
+    "DistributedContext", "aggregate_gradients", "DownloadError", "LaunchEnvironmentError", "TfdistError", "context_from_env",
     "current", "download", "init", "report_metrics", "report_progress", "save_model", "worker_save_path", "__version__",
 ]

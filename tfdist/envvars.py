@@ -21,6 +21,7 @@ LOCAL_SLOTS = "TFDIST_LOCAL_SLOTS"  # replicas this process drives
 DISTRIBUTION = "TFDIST_DISTRIBUTION"  # distribution mode, e.g. "mwms"
 ROLE = "TFDIST_ROLE"  # the process's task type: worker (mwms, horovod, single-node), chief, ps, evaluator
 GRADIENT_COMPRESSION = "TFDIST_GRADIENT_COMPRESSION"  # horovod mode: none or fp16
+AGGREGATION_FREQUENCY = "TFDIST_AGGREGATION_FREQUENCY"  # k > 1: gradients all-reduced every k steps
 AVERAGE_TRAINING_METRICS = "TFDIST_AVERAGE_TRAINING_METRICS"  # "1": the metrics callback averages over ranks
 GLOBAL_BATCH_SIZE = "TFDIST_GLOBAL_BATCH_SIZE"
 PER_REPLICA_BATCH_SIZE = "TFDIST_PER_REPLICA_BATCH_SIZE"

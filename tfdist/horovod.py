@@ -89,15 +89,22 @@ def allreduce_gradients(grads: list, compression_name: str | None = None) -> lis
     return result
 
 
-def DistributedOptimizer(optimizer, compression_name: str | None = None):  # noqa: N802 (Horovod's name)
+def DistributedOptimizer(optimizer, compression_name: str | None = None,  # noqa: N802 (Horovod's name)
+                         aggregation_frequency: int | None = None):
     """Makes a Keras 3 optimizer average gradients over every rank before applying them (what
-    `hvd.keras.DistributedOptimizer` does for Keras 2). Returns the same optimizer."""
-    apply = optimizer.apply
+    `hvd.keras.DistributedOptimizer` does for Keras 2). With an aggregation frequency k (default: the
+    config's optimizations.aggregation_frequency) gradients accumulate locally and are averaged once
+    every k steps. Returns the same optimizer."""
+    from tfdist.aggregation import aggregate_gradients
 
-    def averaged_apply(grads, trainable_variables=None):
-        return apply(allreduce_gradients(list(grads), compression_name), trainable_variables)
+    aggregate_gradients(optimizer, aggregation_frequency)
+    # The all-reduce sits where the update happens: every step, or every k-th with the accumulated sum.
+    update = optimizer._backend_update_step
 
-    optimizer.apply = averaged_apply
+    def averaged_update(grads, trainable_variables, learning_rate):
+        return update(allreduce_gradients(list(grads), compression_name), trainable_variables, learning_rate)
+
+    optimizer._backend_update_step = averaged_update
     return optimizer
 
 

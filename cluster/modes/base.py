@@ -180,6 +180,8 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         # Lines reach the launcher as they are printed, not when a buffer fills.
         "PYTHONUNBUFFERED": "1",
     })
+    if config.aggregation_frequency > 1:
+        env[envvars.AGGREGATION_FREQUENCY] = str(config.aggregation_frequency)
     if config.average_training_metrics:
         env[envvars.AVERAGE_TRAINING_METRICS] = "1"
     if services is not None:

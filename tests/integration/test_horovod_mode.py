@@ -2,6 +2,7 @@
 adapters, an unchanged Horovod script, identical final weights on every rank, auto's choice of Horovod,
 and a missing Horovod as one line (real TensorFlow, real Horovod over Gloo)."""
 
+import json
 import os
 import re
 import shutil
@@ -97,3 +98,28 @@ def test_a_worker_python_without_horovod_says_the_same_at_import(marker):
     assert result.stderr.splitlines()[-1] == (
         f"ModuleNotFoundError: No module named 'horovod': Horovod is not installed for {python}; run `make horovod` "
         "in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, Gloo only)")
+
+
+def allreduces(timeline):
+    """Gloo all-reduces in Horovod's timeline (a JSON array, possibly left open)."""
+    text = timeline.read_text().rstrip().rstrip(",")
+    events = json.loads(text if text.endswith("]") else text + "]")
+    return sum(1 for e in events if e.get("ph") == "B" and e.get("name") == "GLOO_ALLREDUCE")
+
+
+def test_aggregation_frequency_cuts_the_collectives_k_fold(tmp_path, marker):
+    worker = os.path.join(WORKERS, "aggregation.py")
+    counts = {}
+    for k in (1, 4):
+        (tmp_path / f"k{k}.yaml").write_text(
+            f"optimizations: {{aggregation_frequency: {k}}}\nresources: {{slots_per_trial: 2}}\n"
+            f"environment: {{variables: {{HOROVOD_TIMELINE: {tmp_path}/timeline-{k}.json}}}}\n")
+        result = run_cli(["launch", "--config", str(tmp_path / f"k{k}.yaml"), "--distribution", "horovod", "--",
+                          worker], marker)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"rank=0 updates={32 // k} steps=32" in result.stdout  # 2 epochs x 16 steps of 2 x 16 examples
+        assert len(set(weights(result.stdout).values())) == 1
+        counts[k] = allreduces(tmp_path / f"timeline-{k}.json")
+        if k > 1:
+            assert f"effective batch {k} x 32 = {k * 32} examples per update" in result.stderr
+    assert counts[1] == 4 * counts[4] > 0, counts

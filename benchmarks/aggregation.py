@@ -1,0 +1,91 @@
+"""optimizations.aggregation_frequency 1 against 8, Horovod across two network-namespace hosts (one rank
+each) whose links are shaped to 100 Mbit/s, plus the same run unshaped (almost pure compute). The ideal
+for k=8 keeps the compute and pays the shaped link's extra time once every 8 steps:
+    t_ideal = t_unshaped + (t_shaped(k=1) - t_unshaped) / 8
+Medians of --runs runs; examples per second.
+
+    sudo .venv/bin/python benchmarks/aggregation.py [--runs 3] [--steps 64] [--rate 100mbit]
+
+Prints a table and writes benchmarks/results/aggregation.json.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from tests.multihost.conftest import Cluster, make_hosts  # noqa: E402
+
+WORKLOAD = os.path.join(HERE, "aggregation_worker.py")
+
+
+def shape(hosts, rate: str | None) -> None:
+    for name in ("a1", "a2"):
+        ns = hosts[name].ns
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "eth0", "root"], capture_output=True)
+        if rate:
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate",
+                            rate, "burst", "256kb", "latency", "400ms"], check=True, timeout=30)
+
+
+def run(cluster, tmp: str, k: int, steps: int) -> float:
+    config = os.path.join(tmp, f"k{k}.yaml")
+    with open(config, "w") as f:
+        f.write(f"optimizations: {{aggregation_frequency: {k}}}\nresources: {{slots_per_trial: 2}}\n"
+                "distribution: {mode: horovod}\nenvironment: {variables: {TF_CPP_MIN_LOG_LEVEL: 3}}\n")
+    result = cluster.cli("launch", "--config", config, "--", WORKLOAD, str(steps), timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-3000:])
+    return json.loads(re.search(r"BENCH (\{.*\})", result.stdout).group(1))["examples_per_s"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=64)
+    parser.add_argument("--rate", default="100mbit")
+    args = parser.parse_args()
+    samples: dict[str, list[float]] = {"unshaped, k=1": [], f"{args.rate}, k=1": [], f"{args.rate}, k=8": []}
+    with make_hosts() as hosts, tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(hosts, pathlib.Path(tmp), uuid.uuid4().hex, slots_per_agent=1)
+        try:
+            for _ in range(args.runs):
+                shape(hosts, None)
+                samples["unshaped, k=1"].append(run(cluster, tmp, 1, args.steps))
+                shape(hosts, args.rate)
+                samples[f"{args.rate}, k=1"].append(run(cluster, tmp, 1, args.steps))
+                samples[f"{args.rate}, k=8"].append(run(cluster, tmp, 8, args.steps))
+        finally:
+            cluster.close()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    per_example = {k: 1 / v for k, v in med.items()}  # seconds per example
+    ideal_time = per_example["unshaped, k=1"] + (per_example[f"{args.rate}, k=1"] - per_example["unshaped, k=1"]) / 8
+    ideal = 1 / ideal_time
+    speedup = med[f"{args.rate}, k=8"] / med[f"{args.rate}, k=1"]
+    ideal_speedup = ideal / med[f"{args.rate}, k=1"]
+    print("| run | examples/s (median) |\n|---|---|")
+    for k, v in med.items():
+        print(f"| {k} | {v:,.0f} |")
+    print(f"| ideal {args.rate}, k=8 | {ideal:,.0f} |")
+    print(f"k=8 speed-up on {args.rate}: {speedup:.2f}x (ideal {ideal_speedup:.2f}x, {speedup / ideal_speedup:.0%} of it)")
+    out = os.path.join(HERE, "results", "aggregation.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump({"steps": args.steps, "runs": args.runs, "rate": args.rate, "samples": samples, "medians": med,
+                   "ideal_k8": ideal, "speedup": speedup, "ideal_speedup": ideal_speedup}, f, indent=2)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

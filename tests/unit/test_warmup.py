@@ -62,3 +62,11 @@ def test_a_schedule_is_refused_with_the_fix():
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)
     with pytest.raises(ValueError, match="it is a schedule \\(ExponentialDecay\\); give the optimizer a number"):
         fit_and_record(LearningRateWarmup(warmup_steps=2), optimizer_rate=schedule)
+
+
+def test_long_warmups_rise_in_at_most_a_hundred_stairs():
+    seen = fit_and_record(LearningRateWarmup(warmup_steps=400, multiplier=2), epochs=101, steps=4)
+    ramp = seen[:401]
+    assert len(set(ramp)) <= 101 and ramp == sorted(ramp)  # rising, in stairs
+    assert ramp[0] == pytest.approx(0.1) and seen[400] == pytest.approx(0.2) and seen[-1] == pytest.approx(0.2)
+    assert max(b - a for a, b in zip(ramp, ramp[1:])) <= 2 * 0.1 / 100  # stairs of about a hundredth

@@ -15,8 +15,13 @@ from tfdist.callbacks._base import Callback, received
 from tfdist.context import current
 
 
+STEPS_OF_RAMP = 100
+
+
 class LearningRateWarmup(Callback):
-    """Args:
+    """The rate rises in at most 100 stairs (every step for warmups of up to 100 steps).
+
+    Args:
         warmup_epochs: ramp over this many epochs (needs the epoch's step count: `steps_per_epoch` or a
             sized dataset), or
         warmup_steps: ramp over this many optimizer steps (exactly one of the two).
@@ -43,7 +48,7 @@ class LearningRateWarmup(Callback):
         self.warmup_epochs, self.warmup_steps = warmup_epochs, warmup_steps
         self.multiplier, self.verbose = multiplier, verbose
         self._per_batch = os.environ.get(envvars.DISTRIBUTION) != "ps"
-        self._initial = self._target = None
+        self._initial = self._target = self._assigned = self._rate = None
         self._total = 0
         self._step = 0
 
@@ -58,6 +63,7 @@ class LearningRateWarmup(Callback):
             raise ValueError("LearningRateWarmup sets the optimizer's learning rate, but it is a schedule "
                              f"({type(configured).__name__}); give the optimizer a number, or build the warmup "
                              "into your schedule")
+        self._rate = configured  # the variable itself: cheaper to assign than through the property
         self._initial = float(rate.numpy())
         self._target = self._initial * (self.multiplier if self.multiplier is not None else current().num_slots)
         steps_per_epoch = self.params.get("steps") if self.params else None
@@ -83,10 +89,17 @@ class LearningRateWarmup(Callback):
             self._set(epoch)
 
     def _set(self, done: int) -> None:
+        """At most STEPS_OF_RAMP assignments over the warmup: an assignment is an eager op (a fraction of a
+        millisecond), and a ramp of 100 stairs is as gradual as a per-step one."""
         if done > self._total:
             return
-        fraction = min(1.0, done / self._total)
-        self.model.optimizer.learning_rate.assign(self._initial + (self._target - self._initial) * fraction)
+        value = self._initial + (self._target - self._initial) * min(1.0, done / self._total)
+        stair = abs(self._target - self._initial) / STEPS_OF_RAMP
+        if self._assigned is not None and (value == self._assigned or
+                                           (done < self._total and abs(value - self._assigned) < stair)):
+            return
+        self._rate.assign(value)
+        self._assigned = value
         if done == self._total:
             self._log(f"learning-rate warmup done: {self._target:g}")
 

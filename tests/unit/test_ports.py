@@ -8,24 +8,38 @@ import pytest
 from cluster.ports import PortError, lease_exact, lease_range
 
 
+def free_run(count: int) -> int:
+    """The first of `count` consecutive free ports in tfdist's lease range. Never fixed ports in the
+    ephemeral range: any outgoing connection may hold one there (this test once met port 40100 taken)."""
+    low, high = lease_range()
+    for first in range(high - count, low, -count):
+        lease, busy = lease_exact(list(range(first, first + count)))
+        lease.release()
+        if not busy:
+            return first
+    raise AssertionError(f"no {count} consecutive free ports in {low}-{high}")
+
+
 def test_a_leased_port_is_busy_for_everyone_else():
-    first, busy = lease_exact([40100, 40101])
-    assert busy == [] and first.ports == [40100, 40101]
-    second, busy = lease_exact([40101, 40102])
-    assert busy == [40101] and second.ports == [40102]
+    p = free_run(3)
+    first, busy = lease_exact([p, p + 1])
+    assert busy == [] and first.ports == [p, p + 1]
+    second, busy = lease_exact([p + 1, p + 2])
+    assert busy == [p + 1] and second.ports == [p + 2]
     first.release()
-    third, busy = lease_exact([40101])
+    third, busy = lease_exact([p + 1])
     assert busy == []
     second.release()
     third.release()
 
 
 def test_a_bound_port_is_busy():
+    p = free_run(2)
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 40200))
+        s.bind(("127.0.0.1", p))
         s.listen()
-        lease, busy = lease_exact([40200, 40201])
-        assert busy == [40200] and lease.ports == [40201]
+        lease, busy = lease_exact([p, p + 1])
+        assert busy == [p] and lease.ports == [p + 1]
         lease.release()
 
 

@@ -19,6 +19,7 @@ Gradient compression comes from the config (`optimizations.gradient_compression:
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Iterable
 
 import tensorflow as tf
@@ -35,7 +36,7 @@ def import_horovod():
     try:
         import horovod.tensorflow as hvd
     except ImportError as e:
-        raise LaunchEnvironmentError(f"Horovod is not installed for {os.sys.executable} ({e}); "
+        raise LaunchEnvironmentError(f"Horovod is not installed for {sys.executable} ({e}); "
                                      f"{INSTALL_HINT}") from None
     from tfdist.compat import keras_horovod
 

@@ -7,7 +7,6 @@ warm-up inside the workload.
 """
 import json
 import sys
-import time
 
 import numpy as np
 
@@ -15,6 +14,7 @@ import tfdist
 
 ctx = tfdist.init(default_hparams={"global_batch_size": 64})
 import keras  # noqa: E402
+from step_clock import StepClock  # noqa: E402
 import tfdist.horovod as thvd  # noqa: E402
 
 steps = int(sys.argv[1])
@@ -28,17 +28,9 @@ model.compile(optimizer=thvd.DistributedOptimizer(keras.optimizers.SGD(0.01)),
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
-class Clock(keras.callbacks.Callback):
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == WARMUP - 1:
-            self.start = time.perf_counter()
-        if batch == WARMUP + steps - 1:
-            self.end = time.perf_counter()
-
-
-clock = Clock()
+clock = StepClock(WARMUP, steps)
 model.fit(x, y, batch_size=per_rank, epochs=1, verbose=0, shuffle=False,
           callbacks=[thvd.BroadcastGlobalVariablesCallback(0), clock])
 if ctx.is_chief:
-    print("BENCH " + json.dumps({"examples_per_s": steps * per_rank * ctx.size / (clock.end - clock.start)}),
+    print("BENCH " + json.dumps({"examples_per_s": steps * per_rank * ctx.size / clock.seconds}),
           flush=True)

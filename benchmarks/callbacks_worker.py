@@ -14,6 +14,7 @@ import tfdist
 
 ctx = tfdist.init()
 import keras  # noqa: E402
+from step_clock import StepClock  # noqa: E402
 
 from tfdist.callbacks import LearningRateWarmup, MetricsReporter, StepWatchdog  # noqa: E402
 
@@ -27,34 +28,7 @@ model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024, activati
 model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
-class Clock(keras.callbacks.Callback):
-    def on_train_batch_end(self, batch, logs=None):
-        if batch == WARMUP - 1:
-            self.start = time.perf_counter()
-        if batch == WARMUP + steps - 1:
-            self.end = time.perf_counter()
-
-
-if variant == "direct":
-    # tfdist's own cost per step, without the noise of training: every hook the callbacks run in a step,
-    # called directly in a loop on a built model (the every-50 reports and the warmup's stairs included).
-    model.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, epochs=1, verbose=0)
-    hooks = [MetricsReporter(every_n_batches=50), StepWatchdog(), LearningRateWarmup(warmup_steps=steps, multiplier=8)]
-    logs = {"loss": 0.5}
-    for cb in hooks:
-        cb.set_model(model)
-        cb.set_params({"steps": steps, "epochs": 1})
-        cb.on_train_begin()
-    start = time.perf_counter()
-    for i in range(steps):
-        for cb in hooks:
-            cb.on_train_batch_begin(i)
-        for cb in hooks:
-            cb.on_train_batch_end(i, logs)
-    print("BENCH " + json.dumps({"seconds_per_step": (time.perf_counter() - start) / steps}), flush=True)
-    sys.exit(0)
-
-clock = Clock()
+clock = StepClock(WARMUP, steps)
 callbacks = [clock]
 if variant in ("with", "metrics"):
     callbacks.append(MetricsReporter(every_n_batches=50))
@@ -63,4 +37,4 @@ if variant in ("with", "watchdog"):
 if variant in ("with", "warmup"):
     callbacks.append(LearningRateWarmup(warmup_steps=steps, multiplier=8))
 model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=callbacks)
-print("BENCH " + json.dumps({"seconds_per_step": (clock.end - clock.start) / steps}), flush=True)
+print("BENCH " + json.dumps({"seconds_per_step": clock.seconds / steps}), flush=True)

@@ -6,15 +6,10 @@ free ports; the servers never exit, so the launcher kills them when the chief is
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from handwritten_launcher import free_port  # the same baseline port picking, next to this file
 
 
 def main() -> int:

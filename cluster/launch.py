@@ -19,6 +19,7 @@ from cluster.follow import exit_code, follow_job, summary
 from cluster.modes import auto
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
+from tfdist.compat import HOROVOD_INSTALL_HINT
 from tfdist.errors import UnavailableError, UserError
 
 
@@ -44,8 +45,7 @@ def preflight(config: ExperimentConfig) -> None:
             sys.stderr.write(f"tfdist: warning: {warning}\n")
 
 
-HOROVOD_MISSING = ("distribution mode horovod needs Horovod, which is not installed for {python}; run `make horovod` "
-                   "in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, Gloo only)")
+HOROVOD_MISSING = "distribution mode horovod needs Horovod, which is not installed for {python}; " + HOROVOD_INSTALL_HINT
 
 
 def check_horovod(program: str) -> None:

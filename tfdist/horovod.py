@@ -25,10 +25,9 @@ from typing import Any, Iterable
 import tensorflow as tf
 
 from tfdist import envvars
+from tfdist.compat import HOROVOD_INSTALL_HINT
+from tfdist.compat.keras_horovod import tf_variable
 from tfdist.errors import LaunchEnvironmentError
-
-INSTALL_HINT = ("run `make horovod` in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, "
-                "Gloo only), or `bash tools/build_horovod.sh PYTHON`")
 
 
 def import_horovod():
@@ -37,21 +36,11 @@ def import_horovod():
         import horovod.tensorflow as hvd
     except ImportError as e:
         raise LaunchEnvironmentError(f"Horovod is not installed for {sys.executable} ({e}); "
-                                     f"{INSTALL_HINT}") from None
+                                     f"{HOROVOD_INSTALL_HINT}") from None
     from tfdist.compat import keras_horovod
 
     keras_horovod.apply(hvd)
     return hvd
-
-
-def tf_variables(variables: Iterable[Any]) -> list:
-    """The TensorFlow variables behind Keras 3 variables (others pass through)."""
-    return [keras_variable_value(v) for v in variables]
-
-
-def keras_variable_value(v: Any) -> Any:
-    inner = getattr(v, "value", None)  # a Keras 3 Variable's tf.Variable; tf.Variable.value is a method
-    return inner if isinstance(inner, tf.Variable) else v
 
 
 def compression(name: str | None = None):
@@ -73,7 +62,7 @@ def DistributedGradientTape(tape, compression_name: str | None = None, **kwargs)
 def broadcast_variables(variables: Iterable[Any], root_rank: int = 0) -> None:
     """Sets every rank's variables to `root_rank`'s (the initial broadcast)."""
     hvd = import_horovod()
-    hvd.broadcast_variables(tf_variables(variables), root_rank=root_rank)
+    hvd.broadcast_variables([tf_variable(v) for v in variables], root_rank=root_rank)
 
 
 def allreduce_gradients(grads: list, compression_name: str | None = None) -> list:

@@ -1,9 +1,18 @@
 """The Keras Callback class of this process: tf.keras's (Keras 3, or tf_keras under TF_USE_LEGACY_KERAS=1,
 as in tfdist's ps mode)."""
 
+import os
+
 import tensorflow as tf
 
+from tfdist import envvars
+
 Callback = tf.keras.callbacks.Callback
+
+
+def batch_hooks_allowed() -> bool:
+    """False in ps mode: tf_keras runs no batch-level callbacks under ParameterServerStrategy."""
+    return os.environ.get(envvars.DISTRIBUTION) != "ps"
 
 
 def received(name: str, value) -> str:

@@ -14,7 +14,7 @@ import math
 import os
 
 from tfdist import envvars
-from tfdist.callbacks._base import Callback, received
+from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
 from tfdist.context import current
 from tfdist.metrics import report_metrics
 
@@ -34,7 +34,7 @@ class MetricsReporter(Callback):
                                             or every_n_batches < 1):
             raise ValueError("`every_n_batches` must be a positive integer or None. "
                              + received("every_n_batches", every_n_batches))
-        if every_n_batches is not None and os.environ.get(envvars.DISTRIBUTION) == "ps":
+        if every_n_batches is not None and not batch_hooks_allowed():
             raise ValueError("`every_n_batches` cannot be used in ps mode: tf_keras runs no batch-level callbacks "
                              "under ParameterServerStrategy; metrics are reported at each epoch's end. "
                              + received("every_n_batches", every_n_batches))

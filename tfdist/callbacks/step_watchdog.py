@@ -7,17 +7,14 @@ ParameterServerStrategy) it reports at each epoch's end: set the timeout above a
 
 from __future__ import annotations
 
-import os
-
-from tfdist import envvars
-from tfdist.callbacks._base import Callback
+from tfdist.callbacks._base import Callback, batch_hooks_allowed
 from tfdist.progress import report_progress
 
 
 class StepWatchdog(Callback):
     def __init__(self):
         super().__init__()
-        self._per_batch = os.environ.get(envvars.DISTRIBUTION) != "ps"
+        self._per_batch = batch_hooks_allowed()
         self._batches = 0
 
     def _implements_train_batch_hooks(self):

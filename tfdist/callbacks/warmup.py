@@ -8,10 +8,7 @@ optimizer's learning rate before every batch of the warmup, then leaves it at th
 
 from __future__ import annotations
 
-import os
-
-from tfdist import envvars
-from tfdist.callbacks._base import Callback, received
+from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
 from tfdist.context import current
 
 
@@ -38,7 +35,7 @@ class LearningRateWarmup(Callback):
         for name, value in (("warmup_epochs", warmup_epochs), ("warmup_steps", warmup_steps)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"`{name}` must be a positive integer. " + received(name, value))
-        if warmup_steps is not None and os.environ.get(envvars.DISTRIBUTION) == "ps":
+        if warmup_steps is not None and not batch_hooks_allowed():
             raise ValueError("`warmup_steps` cannot be used in ps mode: tf_keras runs no batch-level callbacks "
                              "under ParameterServerStrategy; use `warmup_epochs` (the rate then rises once per "
                              "epoch). " + received("warmup_steps", warmup_steps))
@@ -47,7 +44,7 @@ class LearningRateWarmup(Callback):
             raise ValueError("`multiplier` must be a positive number. " + received("multiplier", multiplier))
         self.warmup_epochs, self.warmup_steps = warmup_epochs, warmup_steps
         self.multiplier, self.verbose = multiplier, verbose
-        self._per_batch = os.environ.get(envvars.DISTRIBUTION) != "ps"
+        self._per_batch = batch_hooks_allowed()
         self._initial = self._target = self._assigned = self._rate = None
         self._total = 0
         self._step = 0

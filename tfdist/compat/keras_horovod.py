@@ -10,7 +10,8 @@ import os
 _applied = False
 
 
-def _unwrap(v):
+def tf_variable(v):
+    """The TensorFlow variable behind a Keras 3 variable (anything else passes through)."""
     import tensorflow as tf
 
     inner = getattr(v, "value", None)  # Keras 3 Variable -> tf.Variable; tf.Variable.value is a method
@@ -28,13 +29,13 @@ def apply(hvd) -> bool:
 
     def gradient_of_tf_variables(self, target, sources, *args, **kwargs):
         if isinstance(sources, (list, tuple)):
-            sources = type(sources)(_unwrap(v) for v in sources)
+            sources = type(sources)(tf_variable(v) for v in sources)
         else:
-            sources = _unwrap(sources)
+            sources = tf_variable(sources)
         return gradient(self, target, sources, *args, **kwargs)
 
     def broadcast_tf_variables(variables, root_rank, *args, **kwargs):
-        return broadcast([_unwrap(v) for v in variables], root_rank, *args, **kwargs)
+        return broadcast([tf_variable(v) for v in variables], root_rank, *args, **kwargs)
 
     tape_class.gradient = gradient_of_tf_variables
     hvd.broadcast_variables = broadcast_tf_variables

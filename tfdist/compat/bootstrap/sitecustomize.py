@@ -50,7 +50,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _MissingHorovod(importlib.abc.MetaPathFinder):
+class _MissingHorovod(importlib.abc.MetaPathFinder):  # its hint is tfdist.compat.HOROVOD_INSTALL_HINT
     """Last on the path in horovod mode: `import horovod` that nothing else found fails with the fix."""
 
     def find_spec(self, name, path=None, target=None):

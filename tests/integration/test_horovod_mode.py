@@ -123,3 +123,12 @@ def test_aggregation_frequency_cuts_the_collectives_k_fold(tmp_path, marker):
         if k > 1:
             assert f"effective batch {k} x 32 = {k * 32} examples per update" in result.stderr
     assert counts[1] == 4 * counts[4] > 0, counts
+
+
+def test_the_opt_out_leaves_horovod_as_upstream_has_it(marker):
+    """horovod#4290 as measured: without tfdist's start-up fix, Horovod's tape fails on Keras 3 variables.
+    When this test starts failing, upstream fixed it."""
+    result = run_cli(["launch", "--slots", "2", "--distribution", "horovod", "--", TF2_SCRIPT], marker,
+                     TFDIST_KERAS_PATCH="0")
+    assert result.returncode != 0
+    assert "'Variable' object has no attribute 'ref'" in result.stderr

@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = sub.add_parser("cancel", help="cancel a job")
     _client_flags(cancel)
     cancel.add_argument("job_id", metavar="ID")
+    preempt = sub.add_parser("preempt", help="stop a job's workers at a common step, save, and pause the job")
+    _client_flags(preempt)
+    preempt.add_argument("job_id", metavar="ID")
+    resume = sub.add_parser("resume", help="run a paused job again from its latest checkpoint")
+    _client_flags(resume)
+    resume.add_argument("job_id", metavar="ID")
     metrics = sub.add_parser("metrics", help="print a job's metric history (table, --json, --csv, --plot)")
     _client_flags(metrics)
     metrics.add_argument("job_id", metavar="ID")
@@ -284,6 +290,14 @@ def _jobs_commands(args) -> int:
         if args.command == "cancel":
             state = client.cancel(args.job_id)
             print(f"job {args.job_id}: {state}")
+            return 0
+        if args.command == "preempt":
+            state = client.preempt(args.job_id)
+            print(f"job {args.job_id}: {state}" + (" (preemption requested: the workers stop at a common step, "
+                                                    "save and exit; the job then pauses)" if state != "PAUSED" else ""))
+            return 0
+        if args.command == "resume":
+            print(f"job {args.job_id}: {client.resume(args.job_id)}")
             return 0
         if args.command == "logs":
             from cluster.follow import stream_logs

@@ -77,6 +77,12 @@ class Client:
     def cancel(self, job_id: str) -> str:
         return self.call(self.coordinator.CancelJob, pb.CancelJobRequest(job_id=job_id)).state
 
+    def preempt(self, job_id: str) -> str:
+        return self.call(self.coordinator.PreemptJob, pb.PreemptJobRequest(job_id=job_id)).state
+
+    def resume(self, job_id: str) -> str:
+        return self.call(self.coordinator.ResumeJob, pb.ResumeJobRequest(job_id=job_id)).state
+
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000,
              wait: float = 0.0) -> pb.GetLogsResponse:
         """With `wait`, the coordinator holds the call until there are new lines or the job ended."""

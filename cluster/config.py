@@ -47,7 +47,10 @@ class ExperimentConfig:
     step_timeout: float = 600.0  # watchdog.step_timeout: seconds a rank may make no progress (0: off)
     hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     environment_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    max_restarts: int = 5  # Determined's default; acted on by the restart policy
+    # Restarts after a failure (the whole gang, from the latest checkpoint). 0 by default, unlike
+    # Determined's 5: a script with a bug would otherwise run six times before the user hears of it.
+    max_restarts: int = 0
+    checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): a directory every node shares
 
     @property
     def global_batch_size(self) -> int | None:
@@ -117,7 +120,9 @@ def parse_config(text: str, source: str = "<config>") -> ExperimentConfig:
 
 
 _TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "watchdog", "hyperparameters",
-             "environment", "max_restarts")
+             "environment", "max_restarts", "checkpoint_storage")
+_CHECKPOINT_KEYS = ("type", "host_path", "storage_path")
+CHECKPOINT_STORAGE_TYPES = ("shared_fs",)
 _WATCHDOG_KEYS = ("step_timeout",)
 _RESOURCES_KEYS = ("slots_per_trial",)
 _DISTRIBUTION_KEYS = ("mode", "num_ps", "evaluator")
@@ -133,6 +138,7 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
     environment = _check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
     optimizations = _check_mapping(root.get("optimizations", {}), "optimizations", _OPTIMIZATIONS_KEYS)
     watchdog = _check_mapping(root.get("watchdog", {}), "watchdog", _WATCHDOG_KEYS)
+    storage = _parse_checkpoint_storage(root.get("checkpoint_storage"))
 
     hparams = root.get("hyperparameters", {})
     if hparams is None:
@@ -169,11 +175,31 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
         hyperparameters=dict(hparams),
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),
+        checkpoint_storage=storage,
     )
     _check_mode_slots(config.distribution_mode, config.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(config, "distribution.mode",
                         ps_options_given="num_ps" in distribution or "evaluator" in distribution)
     return config
+
+
+def _parse_checkpoint_storage(value: Any) -> str:
+    """Determined's shared_fs form ({type: shared_fs, host_path: ..., storage_path: ...}) or a plain path."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        value = {"host_path": value}
+    section = _check_mapping(value, "checkpoint_storage", _CHECKPOINT_KEYS)
+    _check_choice(section.get("type", "shared_fs"), "checkpoint_storage.type", CHECKPOINT_STORAGE_TYPES)
+    host_path = section.get("host_path")
+    if not isinstance(host_path, str) or not host_path.strip():
+        raise ConfigError(f"checkpoint_storage.host_path: expected a directory every node shares, got "
+                          f"{_describe(host_path)}")
+    sub = section.get("storage_path", "")
+    if not isinstance(sub, str) or sub.startswith("/") or ".." in sub.split("/"):
+        raise ConfigError(f"checkpoint_storage.storage_path: expected a relative path inside host_path, got "
+                          f"{_describe(sub)}")
+    return f"{host_path.rstrip('/')}/{sub}".rstrip("/") if sub else host_path
 
 
 def _check_mode_slots(mode: str, slots: int, where: str) -> None:

@@ -18,6 +18,9 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
 
 def print_lines(lines, stdout: TextIO, stderr: TextIO) -> None:
     for line in lines:
+        if line.rank < 0:  # the coordinator's own word about the job (a restart, a resume)
+            stderr.write(f"{line.text}\n")
+            continue
         (stderr if line.stream == "stderr" else stdout).write(f"[rank={line.rank}] {line.text}\n")
     stdout.flush()
     stderr.flush()
@@ -84,6 +87,11 @@ def summary(job: pb.Job) -> list[str]:
              "without it" for e in job.exits if e.tolerated]
     if job.state == "SUCCEEDED":
         return lines
+    if job.state == "PAUSED":
+        lines.append(f"tfdist: job {job.id} paused: {job.message}; `tfdist resume {job.id}` continues from "
+                     f"the checkpoint at step {job.latest_checkpoint.step}" if job.latest_checkpoint.step >= 0 else
+                     f"tfdist: job {job.id} paused: {job.message}; `tfdist resume {job.id}` runs it again")
+        return lines
     lines.append(f"tfdist: job {job.id} {job.state.lower()}: {job.message}")
     first = root_cause_exit(job)
     if job.state == "FAILED" and first is not None:
@@ -100,11 +108,16 @@ def root_cause_exit(job: pb.Job) -> pb.WorkerExit | None:
     return failed[0] if failed else None
 
 
+PAUSED_EXIT = 75  # EX_TEMPFAIL: nothing failed and nothing finished; `tfdist resume ID` continues
+
+
 def exit_code(job: pb.Job) -> int:
     if job.state == "SUCCEEDED":
         return 0
     if job.state == "CANCELED":
         return 130
+    if job.state == "PAUSED":
+        return PAUSED_EXIT
     return job.exit_code if 0 < job.exit_code < 256 else 1
 
 

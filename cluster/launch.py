@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 
 from cluster.client import Client
@@ -31,6 +32,7 @@ def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int 
         distribution_mode=decision.mode, mode_reason=decision.reason, num_ps=config.num_ps,
         evaluator=config.evaluator, optimizations_json=json.dumps(config.optimizations, sort_keys=True),
         step_timeout=config.step_timeout,
+        checkpoint_storage=os.path.abspath(config.checkpoint_storage) if config.checkpoint_storage else "",
         hyperparameters_json=json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
         environment=dict(config.environment_variables), max_restarts=config.max_restarts, priority=priority,
         working_dir=working_dir if working_dir is not None else os.getcwd(), startup_timeout=startup_timeout,
@@ -132,11 +134,14 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
 
 
 CANCEL_WAIT = 5.0  # seconds a second signal waits for the cancel to reach the coordinator
+PREEMPT_WAIT = 120.0  # seconds SIGTERM's preemption may take before the job is canceled instead
 
 
 def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
-    """Ctrl-C or SIGTERM cancels the job and keeps following until it has ended; a second one
-    exits at once (the job's end is then the coordinator's business)."""
+    """Ctrl-C cancels the job and keeps following until it has ended. SIGTERM (a cluster manager
+    preempting the launcher) preempts it: every worker stops at one step, saves and exits, and the
+    job is PAUSED; if that does not happen within PREEMPT_WAIT (the script checks no preemption),
+    it is canceled. A second signal exits at once (the job's end is then the coordinator's business)."""
     signals: list[int] = []
     first, second, canceled = threading.Event(), threading.Event(), threading.Event()
 
@@ -147,9 +152,18 @@ def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
     def react():
         first.wait()
         name = signal.Signals(signals[0]).name
-        sys.stderr.write(f"tfdist: {name}: canceling job {job_id} (again to stop waiting)\n")
-        sys.stderr.flush()
-        _cancel_quietly(client, job_id)
+        refused = _preempt(client, job_id) if signals[0] == signal.SIGTERM else None
+        if signals[0] == signal.SIGTERM and refused is None:
+            sys.stderr.write(f"tfdist: SIGTERM: preempting job {job_id}: its workers stop at a common step, save "
+                             "and exit (again to stop waiting)\n")
+            sys.stderr.flush()
+            _cancel_unless_stopped(client, job_id)
+        else:
+            if refused:
+                sys.stderr.write(f"tfdist: {refused}\n")
+            sys.stderr.write(f"tfdist: {name}: canceling job {job_id} (again to stop waiting)\n")
+            sys.stderr.flush()
+            _cancel_quietly(client, job_id)
         canceled.set()
 
     def leave():
@@ -178,9 +192,32 @@ def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
     for line in summary(job):
         sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    if signals:
+    if signals and job.state != "PAUSED":
         return 128 + signals[0]
     return exit_code(job)
+
+
+def _preempt(client: Client, job_id: str) -> str | None:
+    """Asks for a preemption; None when asked, else why not (the job is then canceled)."""
+    try:
+        client.preempt(job_id)
+        return None
+    except Exception as e:  # noqa: BLE001 - any refusal means: cancel instead
+        return str(e)
+
+
+def _cancel_unless_stopped(client: Client, job_id: str) -> None:
+    deadline = time.monotonic() + PREEMPT_WAIT
+    while time.monotonic() < deadline:
+        try:
+            if client.job(job_id).state not in ("QUEUED", "STARTING", "RUNNING"):
+                return
+        except Exception:  # noqa: BLE001 - the coordinator may be restarting; keep to the deadline
+            pass
+        time.sleep(0.5)
+    sys.stderr.write(f"tfdist: job {job_id} did not stop for the preemption within {PREEMPT_WAIT:g}s (its script "
+                     "checks none: use tfdist.callbacks.Checkpoint or ctx.should_preempt()); canceling it\n")
+    _cancel_quietly(client, job_id)
 
 
 def _cancel_quietly(client: Client, job_id: str) -> None:

@@ -15,6 +15,7 @@ class JobState(str, enum.Enum):
     QUEUED = "QUEUED"  # accepted, waiting for capacity
     STARTING = "STARTING"  # placed: ports leased and checked, peers probed, workers being started
     RUNNING = "RUNNING"  # every node started its workers
+    PAUSED = "PAUSED"  # preempted: every worker saved at the same step and exited; `tfdist resume` continues
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELED = "CANCELED"
@@ -23,11 +24,24 @@ class JobState(str, enum.Enum):
     def terminal(self) -> bool:
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED)
 
+    @property
+    def active(self) -> bool:
+        """Placed and running (or starting) its workers: the states whose exits decide an outcome."""
+        return self in (JobState.STARTING, JobState.RUNNING)
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing runs and nothing will unless someone acts: followers stop following."""
+        return self.terminal or self is JobState.PAUSED
+
 
 JOB_TRANSITIONS = {
     JobState.QUEUED: {JobState.STARTING, JobState.CANCELED, JobState.FAILED},
-    JobState.STARTING: {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED},
-    JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED},
+    # -> QUEUED: a restart after a failure (max_restarts); -> PAUSED: a synchronized preemption.
+    JobState.STARTING: {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED, JobState.QUEUED,
+                        JobState.PAUSED},
+    JobState.RUNNING: {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED, JobState.QUEUED, JobState.PAUSED},
+    JobState.PAUSED: {JobState.QUEUED, JobState.CANCELED},  # `tfdist resume`, `tfdist cancel`
     JobState.SUCCEEDED: set(),
     JobState.FAILED: set(),
     JobState.CANCELED: set(),
@@ -115,6 +129,7 @@ class JobSpec:
     optimizations_json: str = "{}"
     mode_reason: str = ""  # why distribution_mode was chosen (auto's decision)
     step_timeout: float = 0.0  # the step watchdog's limit (0: off)
+    checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): jobs checkpoint under <it>/<job id>
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
@@ -159,6 +174,11 @@ class Job:
     exit_code: int | None = None
     failed_rank: int | None = None  # the rank whose failure ended it
     placement: tuple[Allocation, ...] = ()  # as placed (kept after the job ended), node_rank order
+    attempt: int = 0  # the current run: +1 per restart after a failure and per resume after a preemption
+    restarts: int = 0  # restarts after failures so far (max_restarts bounds them; resumes do not count)
+    preempt_requested: bool = False  # `tfdist preempt` (or SIGTERM to `tfdist launch`) asked this run to stop
+    preempted_step: int | None = None  # the step this run's workers stopped and saved at
+    preemptible: bool = False  # this run's chief checks for preemption (it reached its first step boundary)
 
     @property
     def terminal(self) -> bool:
@@ -181,6 +201,7 @@ class MetricRow:
     name: str
     value: float
     time: float
+    note: str = ""  # tfdist's own records (tfdist.checkpoint: the checkpoint's path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,3 +213,14 @@ class WorkerExit:
     time: float = 0.0
     reason: str = ""  # set when tfdist itself gave up on the worker
     tolerated: bool = False  # it failed and the job went on without it (an expendable rank)
+    attempt: int = 0  # the job's run it belongs to
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint the chief finished writing, as recorded with its job."""
+
+    step: int
+    path: str
+    attempt: int
+    time: float

@@ -18,6 +18,7 @@ class Outcome:
     message: str
     exit_code: int
     rank: int | None = None  # the rank whose failure (or absence) decided it, for its last lines
+    restartable: bool = True  # False: running it again would fail the same way (no such command, no GPUs)
 
 
 def describe_exit(code: int) -> str:
@@ -54,19 +55,34 @@ def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit],
     return None
 
 
+COMMAND_NOT_FOUND = 127  # the agent's exit code for an entrypoint it cannot run (the shell's convention)
+
+
 class FailureAction(str, enum.Enum):
-    FAIL = "FAIL"  # end the job now (restarts come with max_restarts in a later release)
+    FAIL = "FAIL"  # end the job now
+    RESTART = "RESTART"  # stop every worker, then place and start the whole gang again (same or other nodes)
 
 
 @dataclasses.dataclass(frozen=True)
 class FailureDecision:
     action: FailureAction
     outcome: Outcome
+    message: str  # what the job's events and followers are told
 
 
-def on_failure(outcome: Outcome) -> FailureDecision:
-    """What to do when a job's process, node or start-up failed."""
-    return FailureDecision(FailureAction.FAIL, outcome)
+def on_failure(outcome: Outcome, restarts: int, max_restarts: int) -> FailureDecision:
+    """What to do when a job's process, node or start-up failed: restart the whole gang while restarts
+    remain (training resumes from the latest checkpoint), unless running it again cannot help."""
+    if not outcome.restartable or outcome.exit_code == COMMAND_NOT_FOUND:
+        why = "" if max_restarts == 0 else " (not restarted: running it again would fail the same way)"
+        return FailureDecision(FailureAction.FAIL, outcome, outcome.message + why)
+    if restarts < max_restarts:
+        return FailureDecision(FailureAction.RESTART, outcome,
+                               f"{outcome.message}; restarting the job (restart {restarts + 1} of {max_restarts})")
+    if max_restarts:
+        outcome = dataclasses.replace(outcome, message=f"{outcome.message} (after {max_restarts} restart"
+                                                       f"{'s' if max_restarts > 1 else ''}, max_restarts={max_restarts})")
+    return FailureDecision(FailureAction.FAIL, outcome, outcome.message)
 
 
 def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterable[int], started_clock: float,

@@ -19,8 +19,8 @@ import sqlite3
 import threading
 from typing import Any, Iterable, Iterator
 
-from cluster.model import (AgentRecord, Address, Allocation, AllocState, Gpu, Job, JobSpec, JobState, LogLine,
-                           MetricRow, WorkerExit)
+from cluster.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, Job, JobSpec, JobState,
+                           LogLine, MetricRow, WorkerExit)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -38,7 +38,11 @@ CREATE TABLE IF NOT EXISTS allocations (
   PRIMARY KEY (job_id, agent));
 CREATE TABLE IF NOT EXISTS exits (
   job_id TEXT NOT NULL, rank INTEGER NOT NULL, agent TEXT NOT NULL, exit_code INTEGER NOT NULL,
-  last_lines TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', PRIMARY KEY (job_id, rank));
+  last_lines TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', tolerated INTEGER NOT NULL DEFAULT 0,
+  attempt INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job_id, attempt, rank));
+CREATE TABLE IF NOT EXISTS checkpoints (
+  job_id TEXT NOT NULL, step INTEGER NOT NULL, path TEXT NOT NULL, attempt INTEGER NOT NULL, time REAL NOT NULL,
+  PRIMARY KEY (job_id, step));
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT, time REAL NOT NULL, message TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS metrics (
@@ -62,6 +66,11 @@ MIGRATIONS = (
     ("exits", "reason", "TEXT NOT NULL DEFAULT ''"),
     ("jobs", "failed_rank", "INTEGER"),
     ("exits", "tolerated", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "attempt", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "restarts", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "preempt_requested", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "preempted_step", "INTEGER"),
+    ("jobs", "preemptible", "INTEGER NOT NULL DEFAULT 0"),
 )
 # Allocation states of the first release, by what they meant.
 OLD_ALLOC_STATES = {"PREPARING": "LEASING", "READY": "LEASED"}
@@ -85,7 +94,9 @@ def _job_from(r: sqlite3.Row) -> Job:
     return Job(id=r["id"], seq=r["seq"], spec=JobSpec.from_dict(json.loads(r["spec"])), state=JobState(r["state"]),
                submitted_at=r["submitted_at"], started_at=r["started_at"], ended_at=r["ended_at"],
                message=r["message"] or "", exit_code=r["exit_code"], failed_rank=r["failed_rank"],
-               placement=tuple(_alloc_from(r["id"], d) for d in json.loads(r["placement"])))
+               placement=tuple(_alloc_from(r["id"], d) for d in json.loads(r["placement"])),
+               attempt=r["attempt"], restarts=r["restarts"], preempt_requested=bool(r["preempt_requested"]),
+               preempted_step=r["preempted_step"], preemptible=bool(r["preemptible"]))
 
 
 def _one_job(query, column: str, value) -> Job | None:
@@ -121,10 +132,26 @@ class Store:
             columns = {r["name"] for r in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in columns:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        self._migrate_exits()
         for old, new in OLD_ALLOC_STATES.items():
             self._db.execute("UPDATE allocations SET state=? WHERE state=?", (new, old))
         self._db.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission ON jobs(submission_id) "
                          "WHERE submission_id IS NOT NULL AND submission_id != ''")
+
+    def _migrate_exits(self) -> None:
+        """Exits were keyed (job, rank) before restarts: rebuilt keyed (job, attempt, rank), rows kept."""
+        columns = {r["name"]: r["pk"] for r in self._db.execute("PRAGMA table_info(exits)")}
+        if columns.get("attempt"):
+            return
+        self._db.executescript(
+            "BEGIN; ALTER TABLE exits RENAME TO exits_v1;"
+            "CREATE TABLE exits (job_id TEXT NOT NULL, rank INTEGER NOT NULL, agent TEXT NOT NULL, "
+            "exit_code INTEGER NOT NULL, last_lines TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL DEFAULT '',"
+            " tolerated INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0, "
+            "PRIMARY KEY (job_id, attempt, rank));"
+            "INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason, tolerated) "
+            "SELECT job_id, rank, agent, exit_code, last_lines, time, reason, tolerated FROM exits_v1;"
+            "DROP TABLE exits_v1; COMMIT;")
 
     def close(self) -> None:
         with self._lock:
@@ -248,20 +275,41 @@ class Store:
 
     # ---------------------------------------------------------------- exits
     def record_exit(self, job_id: str, e: WorkerExit) -> bool:
-        """Returns False if this rank's exit was already recorded (a retried report)."""
+        """Returns False if this rank's exit of this attempt was already recorded (a retried report)."""
         with self.transaction() as db:
-            if db.execute("SELECT 1 FROM exits WHERE job_id=? AND rank=?", (job_id, e.rank)).fetchall():
+            if db.execute("SELECT 1 FROM exits WHERE job_id=? AND attempt=? AND rank=?",
+                          (job_id, e.attempt, e.rank)).fetchall():
                 return False
-            db.execute("INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason, tolerated) "
-                       "VALUES (?,?,?,?,?,?,?,?)", (job_id, e.rank, e.agent, e.exit_code, json.dumps(list(e.last_lines)),
-                                                    e.time, e.reason, int(e.tolerated)))
+            db.execute("INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason, tolerated, attempt) "
+                       "VALUES (?,?,?,?,?,?,?,?,?)", (job_id, e.rank, e.agent, e.exit_code,
+                                                      json.dumps(list(e.last_lines)), e.time, e.reason,
+                                                      int(e.tolerated), e.attempt))
             return True
 
-    def exits(self, job_id: str) -> list[WorkerExit]:
+    def exits(self, job_id: str, attempt: int | None = None) -> list[WorkerExit]:
+        """The job's exits: of one attempt, or (None) of every attempt."""
+        where, args = ("job_id=?", (job_id,)) if attempt is None else ("job_id=? AND attempt=?", (job_id, attempt))
         return [WorkerExit(rank=r["rank"], agent=r["agent"], exit_code=r["exit_code"],
                            last_lines=tuple(json.loads(r["last_lines"])), time=r["time"], reason=r["reason"] or "",
-                           tolerated=bool(r["tolerated"]))
-                for r in self._all("SELECT * FROM exits WHERE job_id=? ORDER BY time, rank", (job_id,))]
+                           tolerated=bool(r["tolerated"]), attempt=r["attempt"])
+                for r in self._all(f"SELECT * FROM exits WHERE {where} ORDER BY attempt, time, rank", args)]
+
+    # ---------------------------------------------------------------- checkpoints
+    def record_checkpoint(self, job_id: str, c: Checkpoint) -> bool:
+        """Returns False if this step's checkpoint was already recorded (a retried report)."""
+        with self.transaction() as db:
+            cursor = db.execute("INSERT OR IGNORE INTO checkpoints(job_id, step, path, attempt, time) VALUES "
+                                "(?,?,?,?,?)", (job_id, c.step, c.path, c.attempt, c.time))
+            return cursor.rowcount == 1
+
+    def checkpoints(self, job_id: str) -> list[Checkpoint]:
+        return [Checkpoint(step=r["step"], path=r["path"], attempt=r["attempt"], time=r["time"])
+                for r in self._all("SELECT * FROM checkpoints WHERE job_id=? ORDER BY step", (job_id,))]
+
+    def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
+        rows = self._all("SELECT * FROM checkpoints WHERE job_id=? ORDER BY step DESC LIMIT 1", (job_id,))
+        return Checkpoint(step=rows[0]["step"], path=rows[0]["path"], attempt=rows[0]["attempt"],
+                          time=rows[0]["time"]) if rows else None
 
     # ---------------------------------------------------------------- shipped output
     def _fresh(self, db: sqlite3.Connection, job_id: str, source: str, kind: str, first_seq: int,
@@ -349,10 +397,10 @@ class Reader:
         return _one_job(self._query, "seq", seq)
 
     def ended(self, job_id: str) -> bool:
-        """Terminal, and no node holds the job any more: its agents shipped every line first."""
+        """Ended or paused, and no node holds the job any more: its agents shipped every line first."""
         rows = self._query("SELECT state, (SELECT COUNT(*) FROM allocations WHERE job_id=?) AS held FROM jobs "
                            "WHERE id=?", (job_id, job_id))
-        return bool(rows) and JobState(rows[0]["state"]).terminal and rows[0]["held"] == 0
+        return bool(rows) and JobState(rows[0]["state"]).stopped and rows[0]["held"] == 0
 
     def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
         return _read_logs(self._query, job_id, after_seq, rank, limit)

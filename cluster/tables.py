@@ -64,6 +64,10 @@ def print_job(job, as_json: bool) -> int:
             gpus = f", GPUs {_ids(p.gpus)}" if p.gpus else ""
             state = f" [{p.state}]" if p.state and job.state not in TERMINAL else ""
             print(f"    node {p.node_rank}: {p.agent} at {p.address}, {p.slots} slots{gpus}, ports {list(p.ports)}{state}")
+    if job.attempt or job.spec.max_restarts:
+        print(f"  runs:      {job.attempt + 1} (restarts {job.restarts} of max_restarts {job.spec.max_restarts})")
+    if job.latest_checkpoint.step >= 0:
+        print(f"  checkpoint: step {job.latest_checkpoint.step} at {job.latest_checkpoint.path}")
     if job.latest_metrics:
         shown = ", ".join(f"{m.name}={m.value:.6g} (step {m.step}, rank {m.rank})" for m in job.latest_metrics)
         print(f"  metrics:   {shown}")

@@ -10,6 +10,7 @@ Importing tfdist is cheap; TensorFlow is imported by `init()`.
 """
 
 from tfdist.aggregation import aggregate_gradients
+from tfdist.checkpointing import CheckpointError, restore_checkpoint, save_checkpoint
 from tfdist.context import DistributedContext, context_from_env, current, init
 from tfdist.data import download
 from tfdist.errors import DownloadError, LaunchEnvironmentError, TfdistError
@@ -21,5 +22,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DistributedContext", "aggregate_gradients", "DownloadError", "LaunchEnvironmentError", "TfdistError", "context_from_env",
-    "current", "download", "init", "report_metrics", "report_progress", "save_model", "worker_save_path", "__version__",
+    "CheckpointError", "current", "download", "restore_checkpoint", "save_checkpoint", "init", "report_metrics", "report_progress", "save_model", "worker_save_path", "__version__",
 ]

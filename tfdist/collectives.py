@@ -154,18 +154,24 @@ class Collectives:
             pause = min(pause * 2, 0.1)
 
     def _request(self, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
-        host, _, port = self._store.rpartition(":")
-        for attempt in range(5):
-            conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            try:
-                conn.request(method, f"/{SCOPE}/{key}", body=body)
-                response = conn.getresponse()
-                return response.status, response.read()
-            except OSError as e:
-                if attempt == 4:
-                    raise UnavailableError(f"the job's store at {self._store} (served by the agent of node 0) did "
-                                           f"not answer: {e}") from None
-                time.sleep(0.2 * (attempt + 1))
-            finally:
-                conn.close()
-        raise AssertionError("unreachable")
+        return store_request(self._store, method, f"/{SCOPE}/{key}", body)
+
+
+def store_request(store: str, method: str, path: str, body: bytes | None = None,
+                  tries: int = 5) -> tuple[int, bytes]:
+    """One request to the job's store at host:port, retried while it does not answer."""
+    host, _, port = store.rpartition(":")
+    for attempt in range(tries):
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            conn.request(method, path, body=body)
+            response = conn.getresponse()
+            return response.status, response.read()
+        except OSError as e:
+            if attempt == tries - 1:
+                raise UnavailableError(f"the job's store at {store} (served by the agent of node 0) did "
+                                       f"not answer: {e}") from None
+            time.sleep(0.2 * (attempt + 1))
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")

@@ -14,6 +14,7 @@ import os
 from typing import Any, Mapping
 
 from tfdist import batching, envvars
+from tfdist.checkpointing import CheckpointInfo
 from tfdist.collectives import Collectives
 from tfdist.errors import LaunchEnvironmentError
 
@@ -35,7 +36,9 @@ class ClusterInfo:
 
     job_id: str
     nodes: tuple[NodeInfo, ...]
-    latest_checkpoint: str | None = None  # recorded by the checkpoint callback (coming with issue 8's checkpoints)
+    latest_checkpoint: CheckpointInfo | None = None  # what this run resumes from (path, step); None: a fresh start
+    attempt: int = 0  # the job's run: 0 first, +1 per restart (max_restarts) or resume after a preemption
+    checkpoint_dir: str = ""  # <checkpoint_storage>/<job id>; "" when none is configured
 
     def node_of(self, rank: int) -> NodeInfo:
         return next(n for n in self.nodes if rank in n.ranks)
@@ -81,6 +84,26 @@ class DistributedContext:
     def barrier(self) -> None:
         """Returns once every rank has called it."""
         self.collectives.barrier()
+
+    @property
+    def attempt(self) -> int:
+        """The job's run this process belongs to: 0 first, +1 per restart or resume."""
+        return self.cluster_info.attempt if self.cluster_info else 0
+
+    @property
+    def resume_step(self) -> int:
+        """The step this run resumes at (the latest checkpoint's), 0 on a fresh start. Skip that many
+        global batches of a repeated dataset so that no batch is trained twice or skipped."""
+        latest = self.cluster_info.latest_checkpoint if self.cluster_info else None
+        return latest.step if latest else 0
+
+    def should_preempt(self, step: int) -> bool:
+        """For custom training loops, at every step boundary on every rank: True at the step every rank
+        stops at after a preemption request (`tfdist preempt`, SIGTERM). Then save (tfdist.save_checkpoint)
+        and exit 0; `tfdist resume` continues from there."""
+        from tfdist import preemption
+
+        return preemption.stop_here(step)
 
     @property
     def is_chief(self) -> bool:
@@ -182,7 +205,13 @@ def _env_cluster(env: Mapping[str, str], job_id: str, size: int) -> ClusterInfo:
                       for n in data["nodes"])
     except (ValueError, KeyError, TypeError) as e:
         raise LaunchEnvironmentError(f"{envvars.CLUSTER} is not the cluster layout tfdist writes: {e}") from None
-    return ClusterInfo(data.get("job_id", job_id), nodes)
+    latest = data.get("latest_checkpoint")
+    try:
+        checkpoint = CheckpointInfo(str(latest["path"]), int(latest["step"])) if latest else None
+    except (KeyError, TypeError, ValueError) as e:
+        raise LaunchEnvironmentError(f"{envvars.CLUSTER}: latest_checkpoint is not what tfdist writes: {e}") from None
+    return ClusterInfo(data.get("job_id", job_id), nodes, checkpoint, int(data.get("attempt", 0)),
+                       str(data.get("checkpoint_dir", "")))
 
 
 def _env_gpus(env: Mapping[str, str]) -> tuple[int, ...]:

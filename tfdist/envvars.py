@@ -34,4 +34,6 @@ GPUS = "TFDIST_GPUS"  # GPU indices this process holds (as CUDA_VISIBLE_DEVICES)
 DATA_DIR = "TFDIST_DATA_DIR"  # root of rank/node-scoped downloads
 STORE = "TFDIST_STORE"  # host:port of the job's key-value store (collectives of small values)
 CLUSTER = "TFDIST_CLUSTER"  # JSON: job id, every node's address, GPUs and ranks (ctx.cluster_info)
+ATTEMPT = "TFDIST_ATTEMPT"  # the job's run: 0 first, +1 per restart (max_restarts) or resume
+CHECKPOINT_DIR = "TFDIST_CHECKPOINT_DIR"  # <checkpoint_storage>/<job id>: where tfdist's checkpoints go
 TF_CONFIG = "TF_CONFIG"

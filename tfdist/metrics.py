@@ -16,6 +16,12 @@ import time
 from tfdist import envvars
 
 MAX_NAME = 200  # the one limit: this writer, the agent and the coordinator all check names against it
+# tfdist's own records travel with the metrics (same file, same shipping, same dedup) under names
+# users cannot take: the coordinator files them (checkpoints table, a preempted run's step).
+RECORD_PREFIX = "tfdist."
+CHECKPOINT_RECORD = "tfdist.checkpoint"  # step; value: the attempt; note: the checkpoint's path
+PREEMPTED_RECORD = "tfdist.preempted"  # step every rank stopped at; value: the attempt
+PREEMPTIBLE_RECORD = "tfdist.preemptible"  # the chief checks for preemption at step boundaries; value: the attempt
 
 
 def report_metrics(step: int, **values: float) -> None:
@@ -32,10 +38,22 @@ def report_metrics(step: int, **values: float) -> None:
             raise ValueError(f"metric {name}={value!r} is not a number") from None
         if math.isfinite(number):  # NaN/inf are not stored: JSON cannot carry them
             clean[name] = number
+        if name.startswith(RECORD_PREFIX):
+            raise ValueError(f"metric name {name!r}: names starting with {RECORD_PREFIX!r} are tfdist's own")
+    if clean:
+        _append({"step": step, "values": clean})
+
+
+def report_record(name: str, step: int, value: float, note: str = "") -> None:
+    """One of tfdist's own records (CHECKPOINT_RECORD, PREEMPTED_RECORD), for the coordinator."""
+    _append({"step": step, "values": {name: float(value)}, "note": note})
+
+
+def _append(record: dict) -> None:
+    """One JSON line, written whole in one call (the agent only reads complete lines)."""
     path = os.environ.get(envvars.METRICS_FILE)
-    if not path or not clean:
+    if not path:
         return
-    line = json.dumps({"rank": int(os.environ.get(envvars.RANK, "0")), "step": step, "values": clean,
-                       "time": time.time()})
+    line = json.dumps({"rank": int(os.environ.get(envvars.RANK, "0")), "time": time.time(), **record})
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")

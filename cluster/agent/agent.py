@@ -32,6 +32,7 @@ from cluster.model import Address, Gpu
 from cluster.ports import PortLease, lease_exact
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import envvars
+from tfdist.preemption import SCOPE as PREEMPT_SCOPE
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME
 
 log = logging.getLogger("tfdist.agent")
@@ -60,13 +61,16 @@ class Agent:
         self.outbox = Outbox(self.client, name, self.source)
         self._lock = threading.Lock()
         self._gangs: dict[str, Gang] = {}  # job id -> gang whose workers run or are being reaped
-        self._finished: collections.OrderedDict[str, None] = collections.OrderedDict()
+        # (job id, attempt) of runs that ended here: a repeated start or port check of one is ignored.
+        self._finished: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
+        self._attempts: dict[str, int] = {}  # job id -> the run of it whose ports or workers this agent holds
         self._port_results: dict[str, list[int]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
         self._stores: dict[str, JobStore] = {}  # the key-value stores of jobs whose first node this is
         self._probing: set[str] = set()
         self._probe_results: dict[str, list[pb.ProbeFailure]] = {}
         self._job_dirs: dict[str, str] = {}
+        self._metrics_lock = threading.Lock()
         self._metric_files: dict[str, dict[str, int]] = {}  # job -> {file written by tfdist.report_metrics: offset}
         self._stop = threading.Event()
         self._wake = threading.Event()  # heartbeat now
@@ -127,7 +131,8 @@ class Agent:
         with self._lock:
             return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers],
                                    joined_ranks=sorted(set(g.joined_ranks()) | self._store_joined(j)),
-                                   progress=[pb.RankProgress(rank=r, step=s, age=a) for r, s, a in _progress(g)])
+                                   progress=[pb.RankProgress(rank=r, step=s, age=a) for r, s, a in _progress(g)],
+                                   attempt=self._attempts.get(j, 0))
                     for j, g in self._gangs.items()]
 
     def _fill_node_placeholders(self, env: dict) -> None:
@@ -177,11 +182,16 @@ class Agent:
         if response.heartbeat_interval:
             self.heartbeat_interval = response.heartbeat_interval
         for check in response.check_ports:
-            self._check_ports(check.job_id, list(check.ports))
+            self._check_ports(check.job_id, list(check.ports), check.attempt)
         for probe in response.probe:
             self._start_probe(probe)
         for task in response.start:
             self._start(task)
+        for job_id in response.preempt:
+            with self._lock:
+                store = self._stores.get(job_id)
+            if store:
+                store.put(PREEMPT_SCOPE, "request", b"tfdist preempt")
         for job_id in response.dump_stacks:
             with self._lock:
                 gang = self._gangs.get(job_id)
@@ -202,15 +212,18 @@ class Agent:
             gang.stop(grace)
         if lease:
             lease.release()
+            with self._lock:
+                self._attempts.pop(job_id, None)
             self._wake.set()
 
-    def _check_ports(self, job_id: str, ports: list[int]) -> None:
+    def _check_ports(self, job_id: str, ports: list[int], attempt: int = 0) -> None:
         """Leases the ports machine-wide (so no other tfdist job on this machine, with this or
         another coordinator, takes them), listens on them for the peers' probes, and reports
         those that are busy."""
         with self._lock:
-            if job_id in self._gangs or job_id in self._finished:
+            if job_id in self._gangs or (job_id, attempt) in self._finished:
                 return
+            self._attempts[job_id] = attempt
             old = self._port_leases.pop(job_id, None)
             if old:
                 old.release()
@@ -246,9 +259,11 @@ class Agent:
 
     # ---------------------------------------------------------------- jobs
     def _start(self, task: pb.StartTask) -> None:
+        run = (task.job_id, task.attempt)
         with self._lock:
-            if task.job_id in self._gangs or task.job_id in self._finished:
+            if task.job_id in self._gangs or run in self._finished:
                 return  # a start repeated before our heartbeat said we run it
+            self._attempts[task.job_id] = task.attempt
             lease = self._port_leases.get(task.job_id)
             try:
                 command = resolve_command(list(task.workers[0].command), task.working_dir or None) \
@@ -256,8 +271,9 @@ class Agent:
             except CommandError as e:
                 for w in task.workers:
                     self.outbox.exit(task.job_id, pb.WorkerExit(rank=w.rank, agent=self.name, exit_code=127,
-                                                                last_lines=[f"{self.name}: {e}"]))
-                self._finished[task.job_id] = None
+                                                                last_lines=[f"{self.name}: {e}"],
+                                                                attempt=task.attempt))
+                self._finished[run] = None
                 return
             if lease:
                 lease.stop_listening()  # the ports are the workers' now
@@ -270,8 +286,8 @@ class Agent:
                         self.outbox.exit(task.job_id, pb.WorkerExit(
                             rank=w.rank, agent=self.name, exit_code=1,
                             last_lines=[f"{self.name}: cannot serve the job's store on "
-                                        f"{host}:{task.store_port}: {e.strerror}"]))
-                    self._finished[task.job_id] = None
+                                        f"{host}:{task.store_port}: {e.strerror}"], attempt=task.attempt))
+                    self._finished[run] = None
                     return
             job_dir = tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-")  # ready and metrics files
             self._job_dirs[task.job_id] = job_dir
@@ -314,7 +330,7 @@ class Agent:
             shutil.rmtree(self._job_dirs.pop(job_id, ""), ignore_errors=True)
             self._metric_files.pop(job_id, None)
             self._gangs.pop(job_id, None)
-            self._finished[job_id] = None
+            self._finished[(job_id, self._attempts.pop(job_id, 0))] = None
             while len(self._finished) > 10_000:
                 self._finished.popitem(last=False)
         self.outbox.forget(job_id)
@@ -344,8 +360,12 @@ class Agent:
 
     def _exit_sink(self, job_id: str):
         def on_exit(rank: int, code: int, last_lines: tuple) -> None:
+            # What the worker recorded goes first: a preempted run's step must be known before its exits.
+            self._read_metrics(only=job_id)
+            with self._lock:
+                attempt = self._attempts.get(job_id, 0)
             self.outbox.exit(job_id, pb.WorkerExit(rank=rank, agent=self.name, exit_code=code,
-                                                   last_lines=list(last_lines)))
+                                                   last_lines=list(last_lines), attempt=attempt))
         return on_exit
 
     def _drain(self, job_id: str) -> None:
@@ -369,7 +389,12 @@ class Agent:
             self.outbox.wake.clear()
 
     def _read_metrics(self, final: bool = False, only: str | None = None) -> None:
-        """New complete lines of the workers' metrics files (a partial last line waits, unless `final`)."""
+        """New complete lines of the workers' metrics files (a partial last line waits, unless `final`).
+        One reader at a time (the shipper, a worker's exit, a gang's end): each line is shipped once."""
+        with self._metrics_lock:
+            self._read_metrics_locked(final, only)
+
+    def _read_metrics_locked(self, final: bool, only: str | None) -> None:
         with self._lock:
             files = {job: dict(paths) for job, paths in self._metric_files.items() if only in (None, job)}
         for job_id, paths in files.items():
@@ -406,7 +431,8 @@ class Agent:
                 number = float(value)
             except (TypeError, ValueError):
                 continue
-            self.outbox.metric(job_id, pb.Metric(rank=rank, step=step, name=name, value=number, time=at))
+            self.outbox.metric(job_id, pb.Metric(rank=rank, step=step, name=name, value=number, time=at,
+                                                 note=str(record.get("note", ""))[:4096]))
 
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tfdist",

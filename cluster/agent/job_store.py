@@ -125,6 +125,10 @@ class JobStore:
     def ranks_joined(self) -> set[int]:
         return self._server.store.ranks_joined()
 
+    def put(self, scope: str, key: str, value: bytes) -> None:
+        """Writes a key as a worker's PUT would (the agent's own requests, e.g. a preemption)."""
+        self._server.store.put((scope, key), value)
+
     def __len__(self) -> int:
         """Keys held (what collectives leave behind is bounded)."""
         return len(self._server.store)

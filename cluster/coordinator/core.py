@@ -24,11 +24,12 @@ from typing import Iterable, Mapping, Sequence
 from cluster import modes, placement as placement_lib, policy, scheduler
 from cluster.config import ConfigError, ExperimentConfig, config_from_dict
 from cluster.coordinator.allocations import AllocationTable
-from cluster.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
-                           WorkerExit, check_job_transition)
+from cluster.model import (AgentRecord, Allocation, AllocState, Checkpoint, Job, JobSpec, JobState, LogLine,
+                           MetricRow, WorkerExit, check_job_transition)
 from cluster.modes import JobPlan, NodePlacement, Placement, auto
 from cluster.store import Store
 from tfdist.errors import NotFoundError, UserError
+from tfdist.metrics import CHECKPOINT_RECORD, PREEMPTED_RECORD, PREEMPTIBLE_RECORD, RECORD_PREFIX
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 
 log = logging.getLogger("tfdist.coordinator")
@@ -52,6 +53,7 @@ class AgentLive:
     last_heartbeat: float
     lost: bool = False
     running: dict = dataclasses.field(default_factory=dict)  # job id -> ranks that joined
+    attempts: dict = dataclasses.field(default_factory=dict)  # job id -> which run of it the agent runs
     leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
 
     @property
@@ -92,6 +94,7 @@ class StartTask:
     processes: tuple[modes.ProcessPlan, ...]
     failure_grace: float
     store_port: int = 0  # >0: this node serves the job's key-value store on it
+    attempt: int = 0  # which run of the job (an agent starts each run once)
 
 
 @dataclasses.dataclass
@@ -104,6 +107,8 @@ class Work:
     stop_jobs: list[str] = dataclasses.field(default_factory=list)
     stop_grace: dict[str, float] = dataclasses.field(default_factory=dict)
     dump_stacks: list[str] = dataclasses.field(default_factory=list)
+    preempt: list[str] = dataclasses.field(default_factory=list)  # jobs whose store must carry a preemption request
+    attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
 
 
 class LogBoard:
@@ -152,6 +157,7 @@ def config_from_spec(spec: JobSpec) -> ExperimentConfig:
         "hyperparameters": json.loads(spec.hyperparameters_json or "{}"),
         "environment": {"variables": dict(spec.environment)},
         "max_restarts": spec.max_restarts,
+        **({"checkpoint_storage": {"host_path": spec.checkpoint_storage}} if spec.checkpoint_storage else {}),
     }
     try:
         return config_from_dict(raw)
@@ -215,7 +221,7 @@ class CoordinatorCore:
         self._heartbeat_interval = min(wanted, max(self.settings.heartbeat_interval, self.settings.lost_after / 3))
 
     def register(self, record: AgentRecord, running: Mapping[str, Iterable[int]], leased: Iterable[str],
-                 now: float) -> None:
+                 now: float, attempts: Mapping[str, int] | None = None) -> None:
         if not record.name or record.slots < 1:
             raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
         if record.gpus and len(record.gpus) != record.slots:
@@ -223,7 +229,8 @@ class CoordinatorCore:
         with self._event():
             self.store.upsert_agent(record, now)
             previous = self.agents.get(record.name)
-            agent = AgentLive(record, now, running={j: set(r) for j, r in running.items()}, leased=set(leased))
+            agent = AgentLive(record, now, running={j: set(r) for j, r in running.items()}, leased=set(leased),
+                              attempts=dict(attempts or {}))
             self.agents[record.name] = agent
             self._update_heartbeat_interval()
             log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
@@ -233,7 +240,8 @@ class CoordinatorCore:
 
     def heartbeat(self, name: str, running: Mapping[str, Iterable[int]], leased: Iterable[str],
                   port_results: Mapping[str, Sequence[int]], probe_results: Mapping[str, Sequence[tuple]],
-                  now: float, progress: Mapping[str, Mapping[int, tuple[int, float]]] | None = None) -> Work | None:
+                  now: float, progress: Mapping[str, Mapping[int, tuple[int, float]]] | None = None,
+                  attempts: Mapping[str, int] | None = None) -> Work | None:
         """Returns the agent's work, or None if it must register again. `progress`: job -> rank ->
         (step, seconds since the rank last reported), for the step watchdog."""
         leased = set(leased)
@@ -249,9 +257,10 @@ class CoordinatorCore:
                 return None
             agent.last_heartbeat = now
             agent.running = {j: set(r) for j, r in running.items()}
+            agent.attempts = dict(attempts or {})
             agent.leased = leased
             for job_id, ranks in (progress or {}).items():
-                if job_id in agent.running:
+                if job_id in agent.running and self._current(agent, job_id):
                     seen = self._progress.setdefault(job_id, {})
                     seen.update({rank: (step, now - age) for rank, (step, age) in ranks.items()})
             for job_id, busy in port_results.items():
@@ -269,6 +278,8 @@ class CoordinatorCore:
             if alloc.state == AllocState.RELEASING:
                 continue
             if job_id in agent.running:
+                if not self._current(agent, job_id):
+                    continue  # an earlier run still being stopped there
                 self._joined_update(job_id, agent.running[job_id])
                 if alloc.state in (AllocState.LEASED, AllocState.REACHABLE):
                     self.allocs.update(job_id, agent.name, state=AllocState.STARTED)
@@ -284,7 +295,7 @@ class CoordinatorCore:
                     self.allocs.set_state(job_id, AllocState.LEASING)
                     self.store.update_job(job_id, now, f"node {agent.name} lost its leased ports; leasing again")
             elif alloc.state == AllocState.STARTED:
-                exited = {e.rank for e in self.store.exits(job_id)}
+                exited = {e.rank for e in self._exits(job_id)}
                 missing = [r for r in self._ranks_on(job_id, agent.name) if r not in exited]
                 if missing:
                     why = RESTARTED if came_back else "no longer runs the job's workers and never reported their exits"
@@ -296,6 +307,16 @@ class CoordinatorCore:
             self._free(job_id, agent.name)
         if released:
             self._schedule(now)
+
+    def _current(self, agent: AgentLive, job_id: str) -> bool:
+        """Whether what `agent` runs of `job_id` is the job's current run (not one being stopped)."""
+        job = self.store.job(job_id)
+        return job is not None and agent.attempts.get(job_id, 0) == job.attempt
+
+    def _exits(self, job_id: str) -> list[WorkerExit]:
+        """The exits of the job's current run (earlier runs' exits are history)."""
+        job = self.store.job(job_id)
+        return self.store.exits(job_id, job.attempt) if job else []
 
     def _joined_update(self, job_id: str, ranks: Iterable[int]) -> None:
         self._joined.setdefault(job_id, set()).update(ranks)
@@ -327,6 +348,7 @@ class CoordinatorCore:
             job_allocs = self.allocs.of_job(alloc.job_id)
             if alloc.state == AllocState.LEASING:
                 work.check_ports.append((alloc.job_id, alloc.ports))
+                work.attempts[alloc.job_id] = self.store.job(alloc.job_id).attempt
             elif alloc.state == AllocState.LEASED and all(a.state == AllocState.LEASED or
                                                           a.state == AllocState.REACHABLE for a in job_allocs):
                 targets = tuple((a.agent, a.address, p) for a in job_allocs if a.agent != alloc.agent
@@ -337,6 +359,10 @@ class CoordinatorCore:
                 start = self._start_task(alloc)
                 if start:
                     work.start.append(start)
+            elif alloc.state == AllocState.STARTED and self._serves_store(alloc):
+                job = self.store.job(alloc.job_id)
+                if job.preempt_requested and job.state.active:
+                    work.preempt.append(alloc.job_id)
         for job_id, agents in self._dump_to.items():
             if agent.name in agents:
                 agents.discard(agent.name)
@@ -351,6 +377,10 @@ class CoordinatorCore:
                 work.stop_grace[job_id] = self.settings.failure_grace if failed else self.settings.stop_grace
         return work
 
+    def _serves_store(self, alloc: Allocation) -> bool:
+        plan = self._plan(alloc.job_id)
+        return plan is not None and plan.store is not None and plan.store[0] == alloc.node_rank
+
     def _plan(self, job_id: str) -> JobPlan | None:
         """The job's launch plan (from its placement and spec), computed once per placement."""
         if job_id in self._plans:
@@ -360,8 +390,11 @@ class CoordinatorCore:
         if job is None or not allocs:
             return None
         gpu_nodes = {a.agent: bool(a.gpus) for a in allocs}
+        latest = self.store.latest_checkpoint(job_id)
         placement = Placement(job_id, tuple(NodePlacement(a.agent, a.address, a.slots, a.ports, gpu_nodes[a.agent])
-                                            for a in allocs))
+                                            for a in allocs), attempt=job.attempt,
+                              checkpoint_dir=_job_checkpoint_dir(job),
+                              latest_checkpoint=(latest.path, latest.step) if latest else None)
         plan = modes.planner(job.spec.distribution_mode).plan(placement, config_from_spec(job.spec),
                                                               [a.gpus for a in allocs])
         self._plans[job_id] = plan
@@ -375,7 +408,7 @@ class CoordinatorCore:
         store = plan.store[1] if plan.store and plan.store[0] == alloc.node_rank else 0
         return StartTask(job_id=job.id, working_dir=job.spec.working_dir, command=job.spec.entrypoint,
                          processes=plan.on_node(alloc.node_rank), failure_grace=self.settings.failure_grace,
-                         store_port=store)
+                         store_port=store, attempt=job.attempt)
 
     def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
         mine = self.allocs.get(job_id, agent)
@@ -425,11 +458,13 @@ class CoordinatorCore:
             if job is None:
                 raise NotFound(f"job {job_id} not found")
             plan = self._plan(job_id)
-            tolerated = exit_.exit_code != 0 and not job.terminal and plan is not None and \
-                exit_.rank in plan.expendable
+            current = exit_.attempt == job.attempt and job.state.active
+            tolerated = exit_.exit_code != 0 and current and plan is not None and exit_.rank in plan.expendable
             if not self.store.record_exit(job_id, dataclasses.replace(exit_, agent=agent, time=now, tolerated=tolerated,
                                                                       last_lines=tuple(exit_.last_lines[-20:]))):
                 return  # a retried report: applied once
+            if exit_.attempt != job.attempt:
+                return  # a worker of an earlier run, stopped for a restart: history only
             if tolerated:
                 self.store.update_job(job_id, now, f"rank {exit_.rank} on node {agent} "
                                                    f"{policy.describe_exit(exit_.exit_code)}; the job goes on without it")
@@ -444,13 +479,15 @@ class CoordinatorCore:
         """Applies the job's outcome once its exits decide it (the pure rule of its mode)."""
         job = self.store.job(job_id)
         plan = self._plan(job_id)
-        if job is None or job.terminal or plan is None:
+        if job is None or not job.state.active or plan is None:
             return
-        outcome = policy.job_outcome(plan.success, plan.size, self.store.exits(job_id), plan.expendable)
+        outcome = policy.job_outcome(plan.success, plan.size, self._exits(job_id), plan.expendable)
         if outcome is None:
             return
         if outcome.state == JobState.FAILED:
             self._fail(job_id, now, outcome)
+        elif job.preempted_step is not None:
+            self._pause(job, now)
         else:
             self._end(job_id, outcome, now)
 
@@ -473,9 +510,26 @@ class CoordinatorCore:
             if not row.name or len(row.name) > MAX_METRIC_NAME:
                 raise BadRequest(f"metric name {row.name[:40]!r}... must have 1-{MAX_METRIC_NAME} characters")
         with self._event():
-            if self.store.job(job_id) is None:
+            job = self.store.job(job_id)
+            if job is None:
                 raise NotFound(f"job {job_id} not found")
-            self.store.append_metrics(job_id, rows, source, first_seq)
+            self.store.append_metrics(job_id, [r for r in rows if not r.name.startswith(RECORD_PREFIX)], source,
+                                      first_seq)
+            for row in rows:
+                self._record(job, row, now=row.time)
+
+    def _record(self, job: Job, row: MetricRow, now: float) -> None:
+        """tfdist's own records, shipped beside the metrics: a checkpoint the chief finished writing, the step
+        a preempted run stopped at. Each is idempotent (a retried batch applies once)."""
+        if row.name == CHECKPOINT_RECORD and row.note:
+            attempt = int(row.value)
+            if self.store.record_checkpoint(job.id, Checkpoint(row.step, row.note, attempt, now)):
+                self.store.update_job(job.id, now, f"checkpoint at step {row.step}: {row.note}")
+        elif row.name == PREEMPTIBLE_RECORD and int(row.value) == job.attempt and not job.preemptible:
+            self.store.update_job(job.id, now, preemptible=1)
+        elif row.name == PREEMPTED_RECORD and int(row.value) == job.attempt and job.preempted_step is None:
+            self.store.update_job(job.id, now, f"preempted: every worker stops and saves at step {row.step}",
+                                  preempted_step=row.step)
 
     # ---------------------------------------------------------------- jobs
     def submit(self, spec: JobSpec, now: float) -> tuple[str, str]:
@@ -529,10 +583,78 @@ class CoordinatorCore:
                 self._end(job_id, policy.Outcome(JobState.CANCELED, "canceled by the user", 130), now)
             return self.store.job(job_id).state.value
 
+    def preempt(self, job_ref: str, now: float) -> str:
+        """Asks the job's workers to stop at a common step, save and exit (the job then PAUSES). A queued
+        job pauses at once; workers that never check (no tfdist checkpoint callback, no
+        ctx.should_preempt()) go on running: `tfdist cancel` stops those."""
+        with self._event():
+            job = self.store.job(self.resolve_job_id(job_ref))
+            if job.state == JobState.QUEUED:
+                self._transition(job, JobState.PAUSED, now, "preempted before it was placed")
+            elif job.state.active and not job.preemptible:
+                raise BadRequest(f"job {job.id} cannot be preempted: its workers do not check for preemption "
+                                 "(tfdist.callbacks.Checkpoint, or ctx.should_preempt() in a custom loop) or have not "
+                                 f"finished their first step yet. `tfdist cancel {job.id}` stops it")
+            elif job.state.active and not job.preempt_requested:
+                self.store.update_job(job.id, now, "preemption requested: the workers stop and save at a common step",
+                                      preempt_requested=1)
+                self._touched.add(job.id)
+            elif job.terminal:
+                raise BadRequest(f"job {job.id} already ended ({job.state.value}); nothing to preempt")
+            return self.store.job(job.id).state.value
+
+    def resume(self, job_ref: str, now: float) -> str:
+        """A paused job runs again (a new attempt), from its latest checkpoint."""
+        with self._event():
+            job = self.store.job(self.resolve_job_id(job_ref))
+            if job.state != JobState.PAUSED:
+                raise BadRequest(f"job {job.id} is {job.state.value}, not PAUSED; only a paused job can be resumed")
+            latest = self.store.latest_checkpoint(job.id)
+            where = f"from the checkpoint at step {latest.step}" if latest else "from the start (no checkpoint)"
+            self._requeue(job, now, f"resumed by the user, {where}", restart=False)
+            return self.store.job(job.id).state.value
+
     def _fail(self, job_id: str, now: float, outcome: policy.Outcome) -> None:
-        decision = policy.on_failure(outcome)
-        if decision.action == policy.FailureAction.FAIL:
+        job = self.store.job(job_id)
+        if job is None or job.terminal:
+            return
+        decision = policy.on_failure(outcome, job.restarts, job.spec.max_restarts)
+        if decision.action == policy.FailureAction.RESTART and job.state.active:
+            self._requeue(job, now, decision.message, restart=True)
+        else:
             self._end(job_id, decision.outcome, now)
+
+    def _pause(self, job: Job, now: float) -> None:
+        """Every worker saved at the preempted step and exited: the job holds nothing until resumed."""
+        self._release(job.id, now)
+        self._transition(job, JobState.PAUSED, now, f"stopped and saved at step {job.preempted_step}; "
+                                                    f"`tfdist resume {job.id}` continues from there",
+                         message=f"paused at step {job.preempted_step}")
+        self._schedule(now)
+
+    def _requeue(self, job: Job, now: float, why: str, restart: bool) -> None:
+        """The job's next run: its workers are stopped, and once every node let them go it is placed again
+        (the same or other nodes) and starts from its latest checkpoint."""
+        self._release(job.id, now)
+        self.store.append_logs(job.id, [LogLine(-1, "stderr", f"tfdist: job {job.id}: {why}", now)])
+        self._transition(job, JobState.QUEUED, now, why, attempt=job.attempt + 1,
+                         restarts=job.restarts + (1 if restart else 0), preempt_requested=0, preempted_step=None,
+                         preemptible=0,
+                         message=why)
+        self._schedule(now)
+
+    def _release(self, job_id: str, now: float) -> None:
+        """The job's nodes let go of it: its workers are stopped; a lost node holds nothing."""
+        live = self.allocs.of_job(job_id)
+        kept = [dataclasses.replace(a, state=AllocState.RELEASING) for a in live
+                if a.agent in self.agents and not self.agents[a.agent].lost]
+        self.allocs.replace(job_id, kept)
+        self.waiting.pop(job_id, None)
+        self._start_clock.pop(job_id, None)
+        self._plans.pop(job_id, None)
+        self._joined.pop(job_id, None)
+        for watch in (self._progress, self._stalled, self._dump_to):
+            watch.pop(job_id, None)
 
     def _end(self, job_id: str, outcome: policy.Outcome, now: float) -> None:
         job = self.store.job(job_id)
@@ -542,14 +664,7 @@ class CoordinatorCore:
         recorded = {"placement": self._with_live(job.placement, live)} if live else {}
         self._transition(job, outcome.state, now, outcome.message, ended_at=now, message=outcome.message,
                          exit_code=outcome.exit_code, failed_rank=outcome.rank, **recorded)
-        # A lost node holds nothing: nobody is left there to report the job stopped.
-        kept = [dataclasses.replace(a, state=AllocState.RELEASING) for a in live
-                if a.agent in self.agents and not self.agents[a.agent].lost]
-        self.allocs.replace(job_id, kept)
-        self.waiting.pop(job_id, None)
-        self._start_clock.pop(job_id, None)
-        for watch in (self._progress, self._stalled, self._dump_to):
-            watch.pop(job_id, None)
+        self._release(job_id, now)
         self._schedule(now)
 
     def _transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
@@ -566,7 +681,8 @@ class CoordinatorCore:
                 for a in self.agents.values() if not a.lost]
 
     def _schedule(self, now: float) -> None:
-        queued = self.store.jobs([JobState.QUEUED])
+        # A job restarting waits until every node let its previous run go (one allocation per job and node).
+        queued = [j for j in self.store.jobs([JobState.QUEUED]) if not self.allocs.of_job(j.id)]
         if not queued:
             self.waiting = {}
             return
@@ -593,7 +709,7 @@ class CoordinatorCore:
                 allocs.append(Allocation(job.id, name, rank, slots, addresses[name],
                                          tuple(self._lease(name, count, job.id, set())), gpus))
         except placement_lib.PlacementError as e:
-            self._end(job.id, policy.Outcome(JobState.FAILED, str(e), 1), now)
+            self._end(job.id, policy.Outcome(JobState.FAILED, str(e), 1, restartable=False), now)
             return
         self.allocs.replace(job.id, allocs)
         self._start_clock[job.id] = now
@@ -648,10 +764,10 @@ class CoordinatorCore:
         """A job leaves `_start_clock` once every rank joined (or it ended)."""
         job = self.store.job(job_id)
         plan = self._plan(job_id)
-        if job is None or job.terminal or plan is None:
+        if job is None or not job.state.active or plan is None:
             self._start_clock.pop(job_id, None)
             return
-        joined = self._joined.get(job_id, set()) | {e.rank for e in self.store.exits(job_id)}
+        joined = self._joined.get(job_id, set()) | {e.rank for e in self._exits(job_id)}
         if job.state == JobState.RUNNING and (plan.size <= 1 or joined >= set(range(plan.size))):
             self._start_clock.pop(job_id, None)
             return
@@ -659,3 +775,8 @@ class CoordinatorCore:
         outcome = policy.startup_overdue(plan.size, self.allocs.of_job(job_id), joined, clock, now, timeout)
         if outcome is not None:
             self._fail(job_id, now, outcome)
+
+
+def _job_checkpoint_dir(job: Job) -> str:
+    """Where the job's checkpoints go: <checkpoint_storage>/<job id> ("" when none is configured)."""
+    return f"{job.spec.checkpoint_storage.rstrip('/')}/{job.id}" if job.spec.checkpoint_storage else ""

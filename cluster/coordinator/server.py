@@ -48,7 +48,7 @@ def spec_from_pb(spec: pb.JobSpec) -> JobSpec:
                    working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
                    submission_id=spec.submission_id, num_ps=spec.num_ps or 1, evaluator=spec.evaluator,
                    optimizations_json=spec.optimizations_json or "{}", mode_reason=spec.mode_reason,
-                   step_timeout=spec.step_timeout)
+                   step_timeout=spec.step_timeout, checkpoint_storage=spec.checkpoint_storage)
 
 
 def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
@@ -58,7 +58,7 @@ def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
                       working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
                       submission_id=spec.submission_id, num_ps=spec.num_ps, evaluator=spec.evaluator,
                       optimizations_json=spec.optimizations_json, mode_reason=spec.mode_reason,
-                      step_timeout=spec.step_timeout)
+                      step_timeout=spec.step_timeout, checkpoint_storage=spec.checkpoint_storage)
 
 
 def placement_to_pb(a: Allocation) -> pb.Placement:
@@ -75,9 +75,13 @@ def job_to_pb(view: views.JobView) -> pb.Job:
         failed_rank=job.failed_rank if job.failed_rank is not None else -1,
         placement=[placement_to_pb(a) for a in view.placement],
         exits=[pb.WorkerExit(rank=e.rank, agent=e.agent, exit_code=e.exit_code, last_lines=list(e.last_lines),
-                             reason=e.reason, tolerated=e.tolerated) for e in view.exits],
+                             reason=e.reason, tolerated=e.tolerated, attempt=e.attempt) for e in view.exits],
         latest_metrics=[pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time)
-                        for m in view.latest_metrics])
+                        for m in view.latest_metrics],
+        attempt=job.attempt, restarts=job.restarts,
+        latest_checkpoint=pb.Checkpoint(step=view.latest_checkpoint.step, path=view.latest_checkpoint.path,
+                                        attempt=view.latest_checkpoint.attempt, time=view.latest_checkpoint.time)
+        if view.latest_checkpoint else pb.Checkpoint(step=-1))
 
 
 def agent_from_pb(a: pb.AgentInfo) -> AgentRecord:
@@ -88,17 +92,18 @@ def agent_from_pb(a: pb.AgentInfo) -> AgentRecord:
 
 def work_to_pb(work: Work, interval: float) -> pb.HeartbeatResponse:
     return pb.HeartbeatResponse(
-        check_ports=[pb.PortCheck(job_id=j, ports=list(ports)) for j, ports in work.check_ports],
+        check_ports=[pb.PortCheck(job_id=j, ports=list(ports), attempt=work.attempts.get(j, 0))
+                     for j, ports in work.check_ports],
         probe=[pb.Probe(job_id=p.job_id, timeout=p.timeout,
                         targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
                for p in work.probes],
         start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace,
-                            store_port=s.store_port, workers=[
+                            store_port=s.store_port, attempt=s.attempt, workers=[
             pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
                              expendable=p.expendable)
             for p in s.processes]) for s in work.start],
         stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval,
-        dump_stacks=work.dump_stacks)
+        dump_stacks=work.dump_stacks, preempt=work.preempt)
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -123,6 +128,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @_guard
     def CancelJob(self, request, context):
         return pb.CancelJobResponse(state=self.core.cancel(request.job_id, self.clock()))
+
+    @_guard
+    def PreemptJob(self, request, context):
+        return pb.PreemptJobResponse(state=self.core.preempt(request.job_id, self.clock()))
+
+    @_guard
+    def ResumeJob(self, request, context):
+        return pb.ResumeJobResponse(state=self.core.resume(request.job_id, self.clock()))
 
     @_guard
     def GetLogs(self, request, context):
@@ -164,7 +177,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     @_guard
     def Register(self, request, context):
         self.core.register(agent_from_pb(request.agent), {t.job_id: list(t.joined_ranks) for t in request.running},
-                           list(request.leased_jobs), self.clock())
+                           list(request.leased_jobs), self.clock(),
+                           attempts={t.job_id: t.attempt for t in request.running})
         return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval())
 
     @_guard
@@ -174,7 +188,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             {r.job_id: list(r.busy_ports) for r in request.port_results},
             {r.job_id: [(f.target.peer, f.target.address, f.target.port, f.error) for f in r.failures]
              for r in request.probe_results}, self.clock(),
-            progress={t.job_id: {p.rank: (p.step, p.age) for p in t.progress} for t in request.running if t.progress})
+            progress={t.job_id: {p.rank: (p.step, p.age) for p in t.progress} for t in request.running if t.progress},
+            attempts={t.job_id: t.attempt for t in request.running})
         if work is None:
             return pb.HeartbeatResponse(reregister=True)
         return work_to_pb(work, self.core.heartbeat_interval())
@@ -183,7 +198,8 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     def ReportExit(self, request, context):
         e = request.exit
         self.core.report_exit(request.agent, request.job_id,
-                              WorkerExit(e.rank, request.agent, e.exit_code, tuple(e.last_lines), reason=e.reason),
+                              WorkerExit(e.rank, request.agent, e.exit_code, tuple(e.last_lines), reason=e.reason,
+                                         attempt=e.attempt),
                               self.clock())
         return pb.ReportExitResponse()
 
@@ -197,7 +213,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     @_guard
     def ReportMetrics(self, request, context):
         self.core.push_metrics(request.agent, request.job_id,
-                               [MetricRow(m.rank, m.step, m.name, m.value, m.time) for m in request.metrics], request.source,
+                               [MetricRow(m.rank, m.step, m.name, m.value, m.time, m.note) for m in request.metrics], request.source,
                                request.first_seq)
         return pb.ReportMetricsResponse()
 

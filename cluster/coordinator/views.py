@@ -11,7 +11,7 @@ import dataclasses
 import time
 
 from cluster.coordinator.core import CoordinatorCore
-from cluster.model import AgentRecord, Allocation, Job, LogLine, MetricRow, WorkerExit
+from cluster.model import AgentRecord, Allocation, Checkpoint, Job, LogLine, MetricRow, WorkerExit
 from cluster.store import Reader
 
 
@@ -19,9 +19,10 @@ from cluster.store import Reader
 class JobView:
     job: Job
     placement: tuple[Allocation, ...]  # as placed, with live states where the job still holds nodes
-    exits: tuple[WorkerExit, ...] = ()
+    exits: tuple[WorkerExit, ...] = ()  # of the current run
     waiting_reason: str = ""
     latest_metrics: tuple[MetricRow, ...] = ()
+    latest_checkpoint: Checkpoint | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +40,8 @@ def job_view(core: CoordinatorCore, job_ref: str) -> JobView:
         job = core.store.job(core.resolve_job_id(job_ref))
         live = {a.agent: a for a in core.allocs.of_job(job.id)}
         placement = tuple(live.get(a.agent, a) for a in job.placement)
-        return JobView(job, placement, tuple(core.store.exits(job.id)), core.waiting.get(job.id, ""),
-                       tuple(core.store.latest_metrics(job.id)))
+        return JobView(job, placement, tuple(core.store.exits(job.id, job.attempt)), core.waiting.get(job.id, ""),
+                       tuple(core.store.latest_metrics(job.id)), core.store.latest_checkpoint(job.id))
 
 
 def metrics_view(core: CoordinatorCore, job_ref: str, name: str | None) -> tuple[str, list]:

@@ -34,6 +34,9 @@ class NodePlacement:
 class Placement:
     job_id: str
     nodes: tuple[NodePlacement, ...]  # node_rank order
+    attempt: int = 0  # the job's run: 0 first, +1 per restart or resume
+    checkpoint_dir: str = ""  # where the job's checkpoints go ("" none configured)
+    latest_checkpoint: tuple[str, int] | None = None  # (path, step) this run resumes from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,13 +141,16 @@ class JobServices:
     store: tuple[int, int] | None  # (node_rank, port)
     store_address: str | None  # host:port
     cluster: str  # TFDIST_CLUSTER
+    attempt: int = 0
+    checkpoint_dir: str = ""
 
 
 def job_services(placement: Placement, processes: Sequence[Layout]) -> JobServices:
     on_first = sum(1 for p in processes if p.node_rank == 0)
     store = store_of(placement, on_first)
     address = f"{placement.nodes[0].host}:{store[1]}" if store else None
-    return JobServices(store, address, cluster_info(placement, processes))
+    return JobServices(store, address, cluster_info(placement, processes), placement.attempt,
+                       placement.checkpoint_dir)
 
 
 def cluster_info(placement: Placement, processes: Sequence[Layout]) -> str:
@@ -152,7 +158,11 @@ def cluster_info(placement: Placement, processes: Sequence[Layout]) -> str:
     nodes = [{"node_rank": i, "agent": n.agent, "address": n.host,
               "gpus": sorted({g for p in processes if p.node_rank == i for g in p.gpus}),
               "ranks": [p.rank for p in processes if p.node_rank == i]} for i, n in enumerate(placement.nodes)]
-    return json.dumps({"job_id": placement.job_id, "nodes": nodes}, sort_keys=True, separators=(",", ":"))
+    latest = placement.latest_checkpoint
+    return json.dumps({"job_id": placement.job_id, "nodes": nodes, "attempt": placement.attempt,
+                       "checkpoint_dir": placement.checkpoint_dir,
+                       "latest_checkpoint": {"path": latest[0], "step": latest[1]} if latest else None},
+                      sort_keys=True, separators=(",", ":"))
 
 
 def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout], me: Layout,
@@ -186,6 +196,9 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         env[envvars.AVERAGE_TRAINING_METRICS] = "1"
     if services is not None:
         env[envvars.CLUSTER] = services.cluster
+        env[envvars.ATTEMPT] = str(services.attempt)
+        if services.checkpoint_dir:
+            env[envvars.CHECKPOINT_DIR] = services.checkpoint_dir
         if services.store_address:
             env[envvars.STORE] = services.store_address
     if gpu_job:

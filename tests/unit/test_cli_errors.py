@@ -41,7 +41,7 @@ from tests.conftest import run_cli
      "127.0.0.1"),
     (["lunch"], None,
      "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'jobs', "
-     "'job', 'logs', 'cancel', 'metrics', 'agents') (see `tfdist --help`)"),
+     "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'agents') (see `tfdist --help`)"),
 ])
 def test_one_clear_line_and_exit_2(tmp_path, marker, args, config, expected):
     if config is not None:

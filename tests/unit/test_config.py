@@ -40,7 +40,7 @@ def test_good_config_parses_into_the_dataclass():
 def test_defaults_and_list_entrypoint_and_env_mapping():
     cfg = parse_config("entrypoint: [python, t.py, 3]\nenvironment: {variables: {A: 1, B: true}}")
     assert cfg.entrypoint == ("python", "t.py", "3")
-    assert cfg.slots_per_trial == 1 and cfg.distribution_mode == "auto" and cfg.max_restarts == 5
+    assert cfg.slots_per_trial == 1 and cfg.distribution_mode == "auto" and cfg.max_restarts == 0 and cfg.checkpoint_storage == ""
     assert cfg.environment_variables == {"A": "1", "B": "true"}
     assert parse_config("") == ExperimentConfig()
 
@@ -112,6 +112,14 @@ BAD = [
     ("environment: {image: tensorflow}",
      "c.yaml: environment.image: unknown key; tfdist supports: variables"),
     ("name: ''", "c.yaml: name: expected a non-empty string, got '' (str)"),
+    ("checkpoint_storage: {type: s3, host_path: /x}",
+     "c.yaml: checkpoint_storage.type: unknown value 's3'; expected one of shared_fs"),
+    ("checkpoint_storage: {type: shared_fs}",
+     "c.yaml: checkpoint_storage.host_path: expected a directory every node shares, got null"),
+    ("checkpoint_storage: {host_path: /x, storage_path: ../up}",
+     "c.yaml: checkpoint_storage.storage_path: expected a relative path inside host_path, got '../up' (str)"),
+    ("checkpoint_storage: {host_path: /x, save_best: true}",
+     "c.yaml: checkpoint_storage.save_best: unknown key; tfdist supports: type, host_path, storage_path"),
     ("- a\n- b", "c.yaml: the config: expected a mapping, got ['a', 'b'] (list)"),
     ("resources:\n  slots_per_trial: 2\n bad: [", "c.yaml:3:2: invalid YAML: expected <block end>, but found '<block mapping start>'"),
     ("a: b: c", "c.yaml:1:5: invalid YAML: mapping values are not allowed here"),
@@ -124,6 +132,12 @@ def test_bad_config_gets_exact_message(text, message):
         parse_config(text, "c.yaml")
     assert str(err.value) == message
     assert "\n" not in str(err.value)
+
+
+def test_checkpoint_storage_in_determined_form_or_as_a_path():
+    assert parse_config("checkpoint_storage: {type: shared_fs, host_path: /mnt/ckpt, storage_path: team/a}"
+                        ).checkpoint_storage == "/mnt/ckpt/team/a"
+    assert parse_config("checkpoint_storage: /mnt/ckpt/").checkpoint_storage == "/mnt/ckpt/"
 
 
 def test_unreadable_file(tmp_path):

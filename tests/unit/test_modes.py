@@ -66,8 +66,9 @@ environment: {variables: {FOO: bar}}
         "TFDIST_LOCAL_SIZE": "3",
         "TFDIST_NODE_RANK": "0",
         "TFDIST_NODE_ADDRESS": "127.0.0.1",
-        "TFDIST_CLUSTER": '{"job_id":"job-7","nodes":[{"address":"127.0.0.1","agent":"127.0.0.1","gpus":[],'
-                          '"node_rank":0,"ranks":[0,1,2]}]}',  # no TFDIST_STORE: no spare port was leased
+        "TFDIST_CLUSTER": '{"attempt":0,"checkpoint_dir":"","job_id":"job-7","latest_checkpoint":null,"nodes":['
+                          '{"address":"127.0.0.1","agent":"127.0.0.1","gpus":[],"node_rank":0,"ranks":[0,1,2]}]}',
+        "TFDIST_ATTEMPT": "0",  # no TFDIST_STORE: no spare port was leased
         "TFDIST_NUM_NODES": "1",
         "TFDIST_SLOTS": "3",
         "TFDIST_LOCAL_SLOTS": "1",
@@ -82,6 +83,15 @@ environment: {variables: {FOO: bar}}
         "TFDIST_PER_REPLICA_BATCH_SIZE": "3",
         "TFDIST_PER_WORKER_BATCH_SIZE": "3",
     }
+
+
+def test_a_restarted_run_is_told_its_attempt_and_checkpoint():
+    placement = Placement("job-7", (cpu("h", 2, (1, 2, 3)),), attempt=2, checkpoint_dir="/shared/ckpt/job-7",
+                          latest_checkpoint=("/shared/ckpt/job-7/ckpt-40", 40))
+    env = mwms.plan(placement, parse_config(""), [()]).processes[1].env
+    assert env["TFDIST_ATTEMPT"] == "2" and env["TFDIST_CHECKPOINT_DIR"] == "/shared/ckpt/job-7"
+    info = json.loads(env["TFDIST_CLUSTER"])
+    assert info["latest_checkpoint"] == {"path": "/shared/ckpt/job-7/ckpt-40", "step": 40} and info["attempt"] == 2
 
 
 def test_no_batch_variables_without_global_batch_size():

@@ -43,9 +43,30 @@ def test_startup_deadlines_name_who_is_missing():
         "node(s) n2 did not start their workers within the startup timeout of 15s")
 
 
-def test_a_failure_fails_the_job_for_now():
-    outcome = Outcome(JobState.FAILED, "x", 1)
-    assert on_failure(outcome).action == FailureAction.FAIL and on_failure(outcome).outcome == outcome
+def test_a_failure_fails_the_job_without_max_restarts():
+    outcome = Outcome(JobState.FAILED, "rank 1 on node a exited with code 1", 1)
+    decision = on_failure(outcome, restarts=0, max_restarts=0)
+    assert decision.action == FailureAction.FAIL and decision.outcome == outcome
+    assert decision.message == outcome.message
+
+
+def test_failures_restart_the_gang_until_max_restarts_is_spent():
+    outcome = Outcome(JobState.FAILED, "rank 1 on node a was killed by signal SIGKILL", 1, rank=1)
+    first = on_failure(outcome, restarts=0, max_restarts=2)
+    assert first.action == FailureAction.RESTART
+    assert first.message == "rank 1 on node a was killed by signal SIGKILL; restarting the job (restart 1 of 2)"
+    assert on_failure(outcome, restarts=1, max_restarts=2).action == FailureAction.RESTART
+    last = on_failure(outcome, restarts=2, max_restarts=2)
+    assert last.action == FailureAction.FAIL and last.outcome.rank == 1
+    assert last.outcome.message.endswith("(after 2 restarts, max_restarts=2)")
+
+
+def test_failures_that_would_repeat_are_not_restarted():
+    placement = Outcome(JobState.FAILED, "no node has 4 GPUs", 1, restartable=False)
+    assert on_failure(placement, restarts=0, max_restarts=3).action == FailureAction.FAIL
+    missing = Outcome(JobState.FAILED, "rank 0 on node a exited with code 127", 127, rank=0)
+    decision = on_failure(missing, restarts=0, max_restarts=3)
+    assert decision.action == FailureAction.FAIL and "would fail the same way" in decision.message
 
 
 def test_parameter_server_workers_are_expendable_but_ps_tasks_are_not():

@@ -5,8 +5,9 @@
     model.fit(..., callbacks=[MetricsReporter(every_n_batches=50)])
 """
 
+from tfdist.callbacks.checkpoint import Checkpoint
 from tfdist.callbacks.metrics_reporter import MetricsReporter
 from tfdist.callbacks.step_watchdog import StepWatchdog
 from tfdist.callbacks.warmup import LearningRateWarmup
 
-__all__ = ["LearningRateWarmup", "MetricsReporter", "StepWatchdog"]
+__all__ = ["Checkpoint", "LearningRateWarmup", "MetricsReporter", "StepWatchdog"]

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir", "startup_timeout", "submission_id", "num_ps", "evaluator", "optimizations_json", "mode_reason", "step_timeout")
+    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir", "startup_timeout", "submission_id", "num_ps", "evaluator", "optimizations_json", "mode_reason", "step_timeout", "checkpoint_storage")
     class EnvironmentEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class JobSpec(_message.Message):
     OPTIMIZATIONS_JSON_FIELD_NUMBER: _ClassVar[int]
     MODE_REASON_FIELD_NUMBER: _ClassVar[int]
     STEP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STORAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
     slots: int
@@ -47,7 +48,8 @@ class JobSpec(_message.Message):
     optimizations_json: str
     mode_reason: str
     step_timeout: float
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., optimizations_json: _Optional[str] = ..., mode_reason: _Optional[str] = ..., step_timeout: _Optional[float] = ...) -> None: ...
+    checkpoint_storage: str
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., optimizations_json: _Optional[str] = ..., mode_reason: _Optional[str] = ..., step_timeout: _Optional[float] = ..., checkpoint_storage: _Optional[str] = ...) -> None: ...
 
 class Placement(_message.Message):
     __slots__ = ("agent", "node_rank", "slots", "address", "ports", "gpus", "state")
@@ -68,23 +70,25 @@ class Placement(_message.Message):
     def __init__(self, agent: _Optional[str] = ..., node_rank: _Optional[int] = ..., slots: _Optional[int] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., gpus: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ...) -> None: ...
 
 class WorkerExit(_message.Message):
-    __slots__ = ("rank", "agent", "exit_code", "last_lines", "reason", "tolerated")
+    __slots__ = ("rank", "agent", "exit_code", "last_lines", "reason", "tolerated", "attempt")
     RANK_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     LAST_LINES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     TOLERATED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     rank: int
     agent: str
     exit_code: int
     last_lines: _containers.RepeatedScalarFieldContainer[str]
     reason: str
     tolerated: bool
-    def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., tolerated: _Optional[bool] = ...) -> None: ...
+    attempt: int
+    def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., tolerated: _Optional[bool] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank")
+    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank", "attempt", "restarts", "latest_checkpoint")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +102,9 @@ class Job(_message.Message):
     EXITS_FIELD_NUMBER: _ClassVar[int]
     LATEST_METRICS_FIELD_NUMBER: _ClassVar[int]
     FAILED_RANK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: str
@@ -111,21 +118,38 @@ class Job(_message.Message):
     exits: _containers.RepeatedCompositeFieldContainer[WorkerExit]
     latest_metrics: _containers.RepeatedCompositeFieldContainer[Metric]
     failed_rank: int
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., failed_rank: _Optional[int] = ...) -> None: ...
+    attempt: int
+    restarts: int
+    latest_checkpoint: Checkpoint
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., failed_rank: _Optional[int] = ..., attempt: _Optional[int] = ..., restarts: _Optional[int] = ..., latest_checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("step", "path", "attempt", "time")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    path: str
+    attempt: int
+    time: float
+    def __init__(self, step: _Optional[int] = ..., path: _Optional[str] = ..., attempt: _Optional[int] = ..., time: _Optional[float] = ...) -> None: ...
 
 class Metric(_message.Message):
-    __slots__ = ("rank", "step", "name", "value", "time")
+    __slots__ = ("rank", "step", "name", "value", "time", "note")
     RANK_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     rank: int
     step: int
     name: str
     value: float
     time: float
-    def __init__(self, rank: _Optional[int] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[float] = ..., time: _Optional[float] = ...) -> None: ...
+    note: str
+    def __init__(self, rank: _Optional[int] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., value: _Optional[float] = ..., time: _Optional[float] = ..., note: _Optional[str] = ...) -> None: ...
 
 class GetMetricsRequest(_message.Message):
     __slots__ = ("job_id", "name")
@@ -180,6 +204,30 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class CancelJobResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    def __init__(self, state: _Optional[str] = ...) -> None: ...
+
+class PreemptJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class PreemptJobResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    def __init__(self, state: _Optional[str] = ...) -> None: ...
+
+class ResumeJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ResumeJobResponse(_message.Message):
     __slots__ = ("state",)
     STATE_FIELD_NUMBER: _ClassVar[int]
     state: str
@@ -292,16 +340,18 @@ class RegisterResponse(_message.Message):
     def __init__(self, heartbeat_interval: _Optional[float] = ...) -> None: ...
 
 class RunningTask(_message.Message):
-    __slots__ = ("job_id", "ranks", "joined_ranks", "progress")
+    __slots__ = ("job_id", "ranks", "joined_ranks", "progress", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     JOINED_RANKS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     ranks: _containers.RepeatedScalarFieldContainer[int]
     joined_ranks: _containers.RepeatedScalarFieldContainer[int]
     progress: _containers.RepeatedCompositeFieldContainer[RankProgress]
-    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., joined_ranks: _Optional[_Iterable[int]] = ..., progress: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., ranks: _Optional[_Iterable[int]] = ..., joined_ranks: _Optional[_Iterable[int]] = ..., progress: _Optional[_Iterable[_Union[RankProgress, _Mapping]]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class RankProgress(_message.Message):
     __slots__ = ("rank", "step", "age")
@@ -314,12 +364,14 @@ class RankProgress(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., step: _Optional[int] = ..., age: _Optional[float] = ...) -> None: ...
 
 class PortCheck(_message.Message):
-    __slots__ = ("job_id", "ports")
+    __slots__ = ("job_id", "ports", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     ports: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, job_id: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class WorkerProcess(_message.Message):
     __slots__ = ("rank", "command", "env", "port", "gpus", "expendable")
@@ -345,20 +397,22 @@ class WorkerProcess(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., expendable: _Optional[bool] = ...) -> None: ...
 
 class StartTask(_message.Message):
-    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "store_port")
+    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "store_port", "attempt")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     FAILURE_GRACE_FIELD_NUMBER: _ClassVar[int]
     STORE_PORT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     working_dir: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerProcess]
     startup_timeout: float
     failure_grace: float
     store_port: int
-    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., store_port: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., store_port: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results")
@@ -419,7 +473,7 @@ class PortCheckResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., busy_ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe", "stop_grace", "dump_stacks")
+    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe", "stop_grace", "dump_stacks", "preempt")
     class StopGraceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -435,6 +489,7 @@ class HeartbeatResponse(_message.Message):
     PROBE_FIELD_NUMBER: _ClassVar[int]
     STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
+    PREEMPT_FIELD_NUMBER: _ClassVar[int]
     reregister: bool
     check_ports: _containers.RepeatedCompositeFieldContainer[PortCheck]
     start: _containers.RepeatedCompositeFieldContainer[StartTask]
@@ -443,7 +498,8 @@ class HeartbeatResponse(_message.Message):
     probe: _containers.RepeatedCompositeFieldContainer[Probe]
     stop_grace: _containers.ScalarMap[str, float]
     dump_stacks: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ..., dump_stacks: _Optional[_Iterable[str]] = ...) -> None: ...
+    preempt: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ..., dump_stacks: _Optional[_Iterable[str]] = ..., preempt: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportExitRequest(_message.Message):
     __slots__ = ("agent", "job_id", "exit")

@@ -54,6 +54,16 @@ class CoordinatorStub:
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=tfdist_dot_v1_dot_cluster__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.PreemptJob = channel.unary_unary(
+                '/tfdist.v1.Coordinator/PreemptJob',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.PreemptJobRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.PreemptJobResponse.FromString,
+                _registered_method=True)
+        self.ResumeJob = channel.unary_unary(
+                '/tfdist.v1.Coordinator/ResumeJob',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.ResumeJobRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.ResumeJobResponse.FromString,
+                _registered_method=True)
         self.GetLogs = channel.unary_unary(
                 '/tfdist.v1.Coordinator/GetLogs',
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.GetLogsRequest.SerializeToString,
@@ -93,6 +103,18 @@ class CoordinatorServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PreemptJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -138,6 +160,16 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=tfdist_dot_v1_dot_cluster__pb2.CancelJobRequest.FromString,
                     response_serializer=tfdist_dot_v1_dot_cluster__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'PreemptJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.PreemptJob,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.PreemptJobRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.PreemptJobResponse.SerializeToString,
+            ),
+            'ResumeJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeJob,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.ResumeJobRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.ResumeJobResponse.SerializeToString,
             ),
             'GetLogs': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLogs,
@@ -263,6 +295,60 @@ class Coordinator:
             '/tfdist.v1.Coordinator/CancelJob',
             tfdist_dot_v1_dot_cluster__pb2.CancelJobRequest.SerializeToString,
             tfdist_dot_v1_dot_cluster__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PreemptJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/PreemptJob',
+            tfdist_dot_v1_dot_cluster__pb2.PreemptJobRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.PreemptJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/ResumeJob',
+            tfdist_dot_v1_dot_cluster__pb2.ResumeJobRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.ResumeJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,90 @@
+"""Checkpoint: fault-tolerant `fit`. Saves the model and optimizer every `save_freq` steps (or epochs)
+under the job's checkpoint_storage, recorded with the job; on a restart (max_restarts) or a resume
+(after `tfdist preempt`) it restores the latest one before the first step and says so in the logs;
+and it stops every rank at the same step when the job is preempted (save, then exit 0).
+
+Exactly once: the run resumes at the checkpoint's step S and trains until epochs x steps_per_epoch
+steps in all, so give `fit` a repeated dataset with `steps_per_epoch` and skip the batches already
+trained: `dataset.repeat().skip(ctx.resume_step)` (in global batches, before distributing). Epochs
+after a mid-epoch resume end S mod steps_per_epoch steps later than they would have.
+
+In ps mode tf_keras runs no batch-level callbacks: save_freq must be "epoch", and a preemption
+stops at an epoch's end.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tfdist import checkpointing, preemption
+from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
+
+
+class Checkpoint(Callback):
+    def __init__(self, save_freq="epoch", max_to_keep: int = 3, directory: str | None = None):
+        """save_freq: "epoch", or every this many steps (batches). max_to_keep: newest checkpoints kept (0:
+        all). directory: where to write when not launched by tfdist (else the job's checkpoint_storage)."""
+        super().__init__()
+        if save_freq != "epoch" and (isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq < 1):
+            raise ValueError(f"save_freq must be 'epoch' or a positive number of steps. {received('save_freq', save_freq)}")
+        if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 0:
+            raise ValueError(f"max_to_keep must be an integer >= 0 (0 keeps all). {received('max_to_keep', max_to_keep)}")
+        self._per_batch = batch_hooks_allowed()
+        if save_freq != "epoch" and not self._per_batch:
+            raise ValueError("in ps mode tf_keras runs no batch-level callbacks, so checkpoints are saved per epoch: "
+                             f"use save_freq='epoch'. {received('save_freq', save_freq)}")
+        self.save_freq, self.max_to_keep = save_freq, max_to_keep
+        self.directory = checkpointing.checkpoint_dir(directory)  # fails here, not after an epoch, when unset
+        self._override = directory
+        self._checkpoint = None
+        self._step = 0  # global steps trained, counting those before the restored checkpoint
+        self._saved_at = -1
+        self._last_step: int | None = None
+
+    def _implements_train_batch_hooks(self):
+        return self._per_batch
+
+    def on_train_begin(self, logs=None):
+        import tensorflow as tf
+
+        optimizer = self.model.optimizer
+        if hasattr(optimizer, "built") and not optimizer.built:  # Keras 3 without a strategy builds lazily
+            optimizer.build(self.model.trainable_variables)
+        self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
+        self._step = self._saved_at = checkpointing.restore_checkpoint(self._checkpoint, directory=self._override)
+        epochs, steps = self.params.get("epochs"), self.params.get("steps")
+        if steps and epochs:
+            self._last_step = epochs * steps
+            if self._step:
+                self.model._initial_epoch = min(self._step // steps, epochs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
+        if self.save_freq != "epoch" and self._step % self.save_freq == 0:
+            self._save()
+        if preemption.stop_here(self._step):
+            self._stop_for_preemption()
+        if self._last_step is not None and self._step >= self._last_step:
+            self.model.stop_training = True  # a mid-epoch resume: the last epoch ends at the planned step
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self._per_batch:
+            self._step = (epoch + 1) * (self.params.get("steps") or 1)
+        if self.save_freq == "epoch":
+            self._save()
+        if not self._per_batch and preemption.stop_here(self._step):
+            self._stop_for_preemption()
+
+    def on_train_end(self, logs=None):
+        preemption.current().disarm()
+
+    def _save(self) -> None:
+        if self._saved_at != self._step:
+            checkpointing.save_checkpoint(self._checkpoint, self._step, directory=self._override,
+                                          max_to_keep=self.max_to_keep)
+            self._saved_at = self._step
+
+    def _stop_for_preemption(self) -> None:
+        self._save()
+        print(f"tfdist: preempted: saved at step {self._step}; exiting", file=sys.stderr, flush=True)
+        raise SystemExit(0)

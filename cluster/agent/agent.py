@@ -190,7 +190,8 @@ class Agent:
         for job_id in response.preempt:
             with self._lock:
                 store = self._stores.get(job_id)
-            if store:
+            if store is not None and store.get(PREEMPT_SCOPE, "request") is None:
+                log.info("job %s: preemption requested; its workers stop at a common step", job_id)
                 store.put(PREEMPT_SCOPE, "request", b"tfdist preempt")
         for job_id in response.dump_stacks:
             with self._lock:

@@ -125,12 +125,15 @@ class JobStore:
     def ranks_joined(self) -> set[int]:
         return self._server.store.ranks_joined()
 
+    def get(self, scope: str, key: str) -> bytes | None:
+        return self._server.store.get((scope, key))
+
     def put(self, scope: str, key: str, value: bytes) -> None:
         """Writes a key as a worker's PUT would (the agent's own requests, e.g. a preemption)."""
         self._server.store.put((scope, key), value)
 
-    def __len__(self) -> int:
-        """Keys held (what collectives leave behind is bounded)."""
+    def key_count(self) -> int:
+        """Keys held (what collectives leave behind is bounded). Not __len__: an empty store must not be falsy."""
         return len(self._server.store)
 
     def stop(self) -> None:

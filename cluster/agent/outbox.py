@@ -37,9 +37,9 @@ def cut_line(text: str) -> str:
 class _Queue:
     """Numbered items of one kind for one job."""
 
-    def __init__(self):
+    def __init__(self, next_seq: int = 1):
         self.items: collections.deque = collections.deque()  # (seq, message)
-        self.next_seq = 1
+        self.next_seq = next_seq
         self.batch_limit = MAX_BATCH_ITEMS  # halves while the coordinator refuses batches
 
     def add(self, item) -> None:
@@ -62,8 +62,11 @@ class Outbox:
     def __init__(self, client: Client, agent: str, source: str):
         self.client, self.agent, self.source = client, agent, source
         self._lock = threading.Lock()
-        self._logs: dict[str, _Queue] = collections.defaultdict(_Queue)
-        self._metrics: dict[str, _Queue] = collections.defaultdict(_Queue)
+        self._logs: dict[str, _Queue] = {}
+        self._metrics: dict[str, _Queue] = {}
+        # Numbers go on where a forgotten job's queue stopped: a restarted job's run (same job id, same
+        # source) must not look like a retry of the previous run's batches.
+        self._carried: collections.OrderedDict[tuple[str, str], int] = collections.OrderedDict()
         self._exits: collections.deque = collections.deque()  # (job id, pb.WorkerExit)
         self.dropped = 0  # items refused by the coordinator and dropped, over the agent's life
         self.wake = threading.Event()
@@ -71,11 +74,11 @@ class Outbox:
     # ---------------------------------------------------------------- adding
     def line(self, job_id: str, rank: int, stream: str, text: str) -> None:
         with self._lock:
-            self._logs[job_id].add(pb.LogLine(rank=rank, stream=stream, text=cut_line(text), time=time.time()))
+            self._queue(self._logs, "logs", job_id).add(pb.LogLine(rank=rank, stream=stream, text=cut_line(text), time=time.time()))
 
     def metric(self, job_id: str, metric: pb.Metric) -> None:
         with self._lock:
-            self._metrics[job_id].add(metric)
+            self._queue(self._metrics, "metrics", job_id).add(metric)
 
     def exit(self, job_id: str, exit_: pb.WorkerExit) -> None:
         with self._lock:
@@ -88,10 +91,20 @@ class Outbox:
                 bool(self._metrics.get(job_id) and self._metrics[job_id].items) or \
                 any(j == job_id for j, _ in self._exits)
 
+    def _queue(self, queues: dict, kind: str, job_id: str) -> _Queue:
+        queue = queues.get(job_id)
+        if queue is None:
+            queue = queues[job_id] = _Queue(self._carried.pop((kind, job_id), 1))
+        return queue
+
     def forget(self, job_id: str) -> None:
         with self._lock:
-            self._logs.pop(job_id, None)
-            self._metrics.pop(job_id, None)
+            for kind, queues in (("logs", self._logs), ("metrics", self._metrics)):
+                queue = queues.pop(job_id, None)
+                if queue is not None:
+                    self._carried[(kind, job_id)] = queue.next_seq
+            while len(self._carried) > 20_000:
+                self._carried.popitem(last=False)
 
     # ---------------------------------------------------------------- shipping
     def ship_once(self) -> None:

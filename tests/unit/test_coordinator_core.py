@@ -36,7 +36,9 @@ class Node:
     def beat(self, now):
         ports, self.port_answers = self.port_answers, {}
         probes, self.probe_answers = self.probe_answers, {}
-        work = self.core.heartbeat(self.name, self.running, self.leased - set(self.running), ports, probes, now)
+        attempts = {j: self.started[j].attempt for j in self.running if j in self.started}
+        work = self.core.heartbeat(self.name, self.running, self.leased - set(self.running), ports, probes, now,
+                                   attempts=attempts)
         if work is None:
             return None
         for job_id, leased_ports in work.check_ports:
@@ -56,8 +58,9 @@ class Node:
 
     def finish(self, job_id, now, code=0):
         """Every rank of the job here exits with `code`."""
-        for p in self.started[job_id].processes:
-            self.core.report_exit(self.name, job_id, WorkerExit(p.rank, self.name, code), now)
+        task = self.started[job_id]
+        for p in task.processes:
+            self.core.report_exit(self.name, job_id, WorkerExit(p.rank, self.name, code, attempt=task.attempt), now)
         self.running.pop(job_id, None)
         self.leased.discard(job_id)
 
@@ -354,3 +357,62 @@ def test_a_single_node_mode_larger_than_any_node_is_refused(core, nodes):
     (process,) = holder.started[job_id].processes  # one process drives both slots
     assert process.replicas == 2 and "TF_CONFIG" not in process.env
     assert process.env["TFDIST_LOCAL_SLOTS"] == "2" and process.env["TFDIST_DISTRIBUTION"] == "mirrored"
+
+
+def record(core, job_id, name, step, value, note="", now=5):
+    from cluster.model import MetricRow
+
+    core.push_metrics("a1", job_id, [MetricRow(0, step, name, value, now, note)], source="a1/x", first_seq=0)
+
+
+def test_a_failure_restarts_the_whole_gang_from_the_latest_checkpoint(core, nodes):
+    job_id, _ = core.submit(spec(4, max_restarts=1, checkpoint_storage="/shared/ckpt"), now=1)
+    drive(nodes, 1)
+    first = nodes[1].started[job_id]
+    assert first.attempt == 0 and dict(first.processes[0].env)["TFDIST_CHECKPOINT_DIR"] == f"/shared/ckpt/{job_id}"
+    record(core, job_id, "tfdist.checkpoint", 20, 0, note=f"/shared/ckpt/{job_id}/ckpt-20")
+    record(core, job_id, "loss", 20, 0.5)
+    core.report_exit("a2", job_id, WorkerExit(3, "a2", -9), now=6)  # rank 3 killed
+    view = job_view(core, job_id)
+    assert view.job.state == JobState.QUEUED and view.job.attempt == 1 and view.job.restarts == 1
+    assert view.job.message.endswith("; restarting the job (restart 1 of 1)")
+    assert [m.name for m in view.latest_metrics] == ["loss"]  # tfdist's records are not metrics
+    # The old run's survivors are stopped first; their exits (attempt 0) are history, not the new run's.
+    nodes[0].finish(job_id, now=7, code=-15)
+    drive(nodes, 8)
+    second = nodes[1].started[job_id]
+    assert second.attempt == 1 and state(core, job_id) == JobState.RUNNING
+    info = json.loads(dict(second.processes[0].env)["TFDIST_CLUSTER"])
+    assert info["latest_checkpoint"] == {"path": f"/shared/ckpt/{job_id}/ckpt-20", "step": 20}
+    assert dict(second.processes[0].env)["TFDIST_ATTEMPT"] == "1"
+    core.report_exit("a2", job_id, WorkerExit(2, "a2", 1, attempt=1), now=9)  # restarts are spent
+    view = job_view(core, job_id)
+    assert view.job.state == JobState.FAILED and view.job.message.endswith("(after 1 restart, max_restarts=1)")
+    assert [(e.rank, e.attempt) for e in view.exits] == [(2, 1)]  # the view shows the last run's exits
+    assert len(core.store.exits(job_id)) == 4 and core.store.latest_checkpoint(job_id).step == 20
+
+
+def test_preemption_pauses_at_the_workers_step_and_resume_runs_again(core, nodes):
+    job_id, _ = core.submit(spec(2, checkpoint_storage="/shared/ckpt"), now=1)
+    drive(nodes, 1)
+    with pytest.raises(BadRequest, match="cannot be preempted: its workers do not check for preemption"):
+        core.preempt(job_id, now=2)
+    record(core, job_id, "tfdist.preemptible", 1, 0)
+    assert core.preempt(job_id, now=3) == "RUNNING"
+    work = nodes[0].beat(4)
+    assert work.preempt == [job_id]  # the node serving the job's store writes the request there
+    record(core, job_id, "tfdist.preempted", 7, 0)
+    record(core, job_id, "tfdist.checkpoint", 7, 0, note="/shared/ckpt/x/ckpt-7")
+    nodes[0].finish(job_id, now=5)
+    view = job_view(core, job_id)
+    assert view.job.state == JobState.PAUSED and view.job.message == "paused at step 7"
+    drive(nodes, 6)
+    assert not core.allocs.of_job(job_id)  # a paused job holds nothing
+    assert core.preempt(job_id, now=6) == "PAUSED"  # already stopped: nothing to do
+    assert core.resume(job_id, now=7) == "STARTING"
+    drive(nodes, 7)
+    assert nodes[0].started[job_id].attempt == 1 and state(core, job_id) == JobState.RUNNING
+    with pytest.raises(BadRequest, match="is RUNNING, not PAUSED"):
+        core.resume(job_id, now=8)
+    nodes[0].finish(job_id, now=9)
+    assert state(core, job_id) == JobState.SUCCEEDED

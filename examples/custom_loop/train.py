@@ -2,7 +2,13 @@
 
 Each replica gets `ctx.per_replica_batch_size` samples a step; gradients
 are all-reduced by the strategy. Prints the loss per epoch on the chief.
+
+Fault tolerant when the config sets `checkpoint_storage`: it checkpoints every epoch, resumes from
+the latest checkpoint after a restart (max_restarts) or `tfdist resume`, and on a preemption
+(`tfdist preempt`, SIGTERM) every worker stops at the same step, saves and exits 0.
 """
+
+import sys
 
 import tfdist
 
@@ -23,7 +29,8 @@ def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
     # Each worker reads its own shard and batches it per replica.
     ds = tf.data.Dataset.from_tensor_slices((images, labels))
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return ds.shuffle(2048, seed=1).repeat().batch(ctx.per_replica_batch_size, drop_remainder=True)
+    ds = ds.shuffle(2048, seed=1).repeat().batch(ctx.per_replica_batch_size, drop_remainder=True)
+    return ds.skip(ctx.resume_step)  # the steps trained before the checkpoint this run resumes from
 
 
 dist_ds = ctx.strategy.distribute_datasets_from_function(dataset_fn)
@@ -50,11 +57,24 @@ def train_step(iterator):
     return ctx.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
 
+checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+saving = bool(ctx.cluster_info.checkpoint_dir)  # the config's checkpoint_storage
+step = tfdist.restore_checkpoint(checkpoint) if saving else 0
 iterator = iter(dist_ds)
-for epoch in range(ctx.hparams["epochs"]):
-    losses = [float(train_step(iterator)) for _ in range(steps_per_epoch)]
-    if ctx.is_chief:
-        print(f"epoch {epoch + 1}: loss {np.mean(losses):.4f}")
+losses = []
+while step < ctx.hparams["epochs"] * steps_per_epoch:
+    losses.append(float(train_step(iterator)))
+    step += 1
+    if step % steps_per_epoch == 0:
+        if ctx.is_chief:
+            print(f"epoch {step // steps_per_epoch}: loss {np.mean(losses):.4f}")
+        losses = []
+        if saving:
+            tfdist.save_checkpoint(checkpoint, step)  # every worker calls it; the chief's copy is kept
+    if ctx.should_preempt(step):  # the same answer on every worker, at the same step
+        if saving:
+            tfdist.save_checkpoint(checkpoint, step)
+        sys.exit(0)
 
 checksum = float(sum(np.abs(w).sum() for w in model.get_weights()))
 print(f"rank {ctx.rank}: weight checksum {checksum:.6f}")

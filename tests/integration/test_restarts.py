@@ -71,6 +71,8 @@ def test_a_killed_worker_restarts_the_gang_from_the_last_checkpoint_exactly_once
     assert "restarting the job (restart 1 of 1)" in result.stderr
     assert re.search(r"\[rank=0\] tfdist: resumed from checkpoint \S+/ckpt-10 at step 10 \(run 2 of the job\)",
                      result.stderr), result.stderr[-3000:]
+    (job_dir,) = (tmp_path / "ckpt").iterdir()
+    assert list((job_dir / "tensorboard").glob("events.out.tfevents.*"))  # TensorBoard next to the checkpoints
     runs = steps_by_attempt(tmp_path)
     assert runs[0][:10] == list(range(1, 11)) and 10 < max(runs[0]) <= 14  # killed after step 13 (rank 1)
     assert runs[1] == list(range(11, TOTAL_STEPS + 1))  # resumed after the checkpoint of step 10, none skipped
@@ -177,3 +179,45 @@ def test_sigterm_to_launch_preempts_and_the_launcher_exits_75(tmp_path, marker):
     assert set(stops) == {0, 1} and len(set(stops.values())) == 1, err[-3000:]
     assert re.search(rf"paused: paused at step {stops[0]}; `tfdist resume \S+` continues from the checkpoint at "
                      rf"step {stops[0]}", err), err[-2000:]
+
+
+def test_a_custom_loop_stops_every_rank_at_one_step_on_sigterm_to_a_worker(tmp_path, marker):
+    """ctx.should_preempt() in a strategy.run loop: a cluster manager's SIGTERM to rank 1 stops both ranks
+    after the same step, the chief's checkpoint of that step is recorded, and the job pauses."""
+    loop = os.path.join(REPO, "tests", "integration", "workers", "preempt_loop.py")
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--config", write_config(tmp_path),
+                             "--", sys.executable, loop], cwd=REPO, env=cli_env(marker), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        pid_file = tmp_path / "pid-rank1"
+        deadline = time.monotonic() + 120
+        out_lines = []
+        while time.monotonic() < deadline:  # read until rank 1 reports step 3 (it checks from step 1 on)
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()[-3000:]
+            out_lines.append(line)
+            if line.startswith("[rank=1] step 3"):
+                break
+        os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out = "".join(out_lines) + out
+    assert proc.returncode == 75, err[-3000:]
+    stops = dict(re.findall(r"\[rank=(\d)\] stopping at step (\d+)", out))
+    assert set(stops) == {"0", "1"} and stops["0"] == stops["1"], out[-3000:]
+    assert re.search(rf"\[rank=0\] stopping at step {stops['0']}, saved \S+/ckpt-{stops['0']}", out)
+    assert f"continues from the checkpoint at step {stops['0']}" in err
+
+
+def test_the_custom_loop_example_checkpoints_every_epoch(tmp_path, marker):
+    (tmp_path / "c.yaml").write_text(f"checkpoint_storage: {tmp_path / 'ckpt'}\nresources: {{slots_per_trial: 2}}\n"
+                                     "hyperparameters: {epochs: 3, global_batch_size: 64, learning_rate: 0.003}\n")
+    result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--", sys.executable,
+                      os.path.join(REPO, "examples", "custom_loop", "train.py")], marker, timeout=200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[rank=0] epoch 3: loss " in result.stdout
+    (job_dir,) = (tmp_path / "ckpt").iterdir()
+    assert sorted(p.name for p in job_dir.glob("*.index")) == ["ckpt-28.index", "ckpt-56.index", "ckpt-84.index"]

@@ -416,3 +416,23 @@ def test_preemption_pauses_at_the_workers_step_and_resume_runs_again(core, nodes
         core.resume(job_id, now=8)
     nodes[0].finish(job_id, now=9)
     assert state(core, job_id) == JobState.SUCCEEDED
+
+
+def test_a_lost_node_restarts_the_job_on_the_nodes_left(core):
+    a1, a2, a3 = Node(core, "a1"), Node(core, "a2"), Node(core, "a3")
+    for n in (a1, a2, a3):
+        n.register()
+    job_id, _ = core.submit(spec(4, max_restarts=3), now=1)
+    drive([a1, a2, a3], 1)
+    placed = {a.agent for a in job_view(core, job_id).placement}
+    gone = sorted(placed)[1]
+    survivors = [n for n in (a1, a2, a3) if n.name != gone]
+    drive(survivors, 19)
+    core.check_agents(now=20)  # `gone` sent nothing for 19s: lost
+    view = job_view(core, job_id)
+    assert view.job.state == JobState.QUEUED and view.job.restarts == 1
+    assert f"node {gone} was lost" in view.job.message
+    drive(survivors, 21)
+    assert {a.agent for a in job_view(core, job_id).placement} == {n.name for n in survivors}
+    assert state(core, job_id) == JobState.RUNNING
+    assert all(n.started[job_id].attempt == 1 for n in survivors)

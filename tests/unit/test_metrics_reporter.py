@@ -16,6 +16,16 @@ def test_bad_arguments_are_refused_like_keras_does(kwargs, message):
         MetricsReporter(**kwargs)
 
 
+def test_tensorboard_next_to_the_checkpoints(monkeypatch, tmp_path):
+    monkeypatch.delenv("TFDIST_CHECKPOINT_DIR", raising=False)
+    with pytest.raises(Exception, match="no place for checkpoints: set checkpoint_storage.host_path"):
+        MetricsReporter(tensorboard=True)
+    monkeypatch.setenv("TFDIST_CHECKPOINT_DIR", str(tmp_path / "job-1"))
+    assert MetricsReporter(tensorboard=True).tensorboard_dir == str(tmp_path / "job-1" / "tensorboard")
+    with pytest.raises(ValueError, match="Received: tensorboard='yes'"):
+        MetricsReporter(tensorboard="yes")
+
+
 def test_batch_reports_are_refused_in_ps_mode(monkeypatch):
     monkeypatch.setenv("TFDIST_DISTRIBUTION", "ps")
     with pytest.raises(ValueError, match="`every_n_batches` cannot be used in ps mode"):

@@ -5,7 +5,8 @@ and it stops every rank at the same step when the job is preempted (save, then e
 
 Exactly once: the run resumes at the checkpoint's step S and trains until epochs x steps_per_epoch
 steps in all, so give `fit` a repeated dataset with `steps_per_epoch` and skip the batches already
-trained: `dataset.repeat().skip(ctx.resume_step)` (in global batches, before distributing). Epochs
+trained: `dataset.repeat().skip(checkpoint.resume_step)` (in global batches, before distributing;
+the same as `ctx.resume_step` under `tfdist launch`). Epochs
 after a mid-epoch resume end S mod steps_per_epoch steps later than they would have.
 
 In ps mode tf_keras runs no batch-level callbacks: save_freq must be "epoch", and a preemption
@@ -36,6 +37,8 @@ class Checkpoint(Callback):
         self.save_freq, self.max_to_keep = save_freq, max_to_keep
         self.directory = checkpointing.checkpoint_dir(directory)  # fails here, not after an epoch, when unset
         self._override = directory
+        found = checkpointing.latest(override=directory)
+        self.resume_step = found.step if found else 0  # skip this many global batches of a repeated dataset
         self._checkpoint = None
         self._step = 0  # global steps trained, counting those before the restored checkpoint
         self._saved_at = -1

@@ -25,10 +25,11 @@ class MetricsReporter(Callback):
         average: average over ranks before reporting; None takes the config's
             `optimizations.average_training_metrics`.
         tensorboard_dir: where the chief writes TensorBoard event files (None: none).
+        tensorboard: True writes them next to the job's checkpoints (<checkpoint_storage>/<job id>/tensorboard).
     """
 
     def __init__(self, every_n_batches: int | None = None, average: bool | None = None,
-                 tensorboard_dir: str | None = None):
+                 tensorboard_dir: str | None = None, tensorboard: bool = False):
         super().__init__()
         if every_n_batches is not None and (isinstance(every_n_batches, bool) or not isinstance(every_n_batches, int)
                                             or every_n_batches < 1):
@@ -43,6 +44,12 @@ class MetricsReporter(Callback):
         if tensorboard_dir is not None and (not isinstance(tensorboard_dir, str) or not tensorboard_dir):
             raise ValueError("`tensorboard_dir` must be a non-empty path or None. "
                              + received("tensorboard_dir", tensorboard_dir))
+        if not isinstance(tensorboard, bool):
+            raise ValueError("`tensorboard` must be True or False. " + received("tensorboard", tensorboard))
+        if tensorboard and tensorboard_dir is None:
+            from tfdist.checkpointing import checkpoint_dir
+
+            tensorboard_dir = os.path.join(checkpoint_dir(), "tensorboard")  # a clear error when there is none
         self.every_n_batches = every_n_batches
         self.average = average if average is not None else os.environ.get(envvars.AVERAGE_TRAINING_METRICS) == "1"
         self.tensorboard_dir = tensorboard_dir

@@ -18,7 +18,7 @@ ctx = tfdist.init()
 
 import tensorflow as tf  # noqa: E402
 
-from tfdist.callbacks import Checkpoint  # noqa: E402
+from tfdist.callbacks import Checkpoint, MetricsReporter  # noqa: E402
 
 OUT = os.environ["OUT"]
 STEPS_PER_EPOCH, EPOCHS, GLOBAL_BATCH = 10, 3, 8
@@ -58,7 +58,8 @@ class Record(tf.keras.callbacks.Callback):
 
 # Record runs first: its line for a step is written before Checkpoint may stop the run at that step.
 model.fit(dataset, epochs=EPOCHS, steps_per_epoch=STEPS_PER_EPOCH, verbose=0,
-          callbacks=[Record(), Checkpoint(save_freq=int(os.environ.get("SAVE_FREQ", "5")))])
+          callbacks=[Record(), Checkpoint(save_freq=int(os.environ.get("SAVE_FREQ", "5"))),
+                     MetricsReporter(tensorboard=True)])
 if ctx.is_chief:
     np.savez(os.path.join(OUT, "weights.npz"), *model.get_weights())
 print(f"rank {ctx.rank} done at step {int(model.optimizer.iterations.numpy())}", flush=True)

@@ -87,9 +87,6 @@ class ExperimentConfig:
             chosen.append(f"optimizations.gradient_compression={self.gradient_compression}")
         if self.auto_tune_tensor_fusion:
             chosen.append("optimizations.auto_tune_tensor_fusion=true")
-        if self.aggregation_frequency > 1:
-            # MWMS cannot all-reduce inside the conditional update (TensorFlow refuses merge_call in a cond).
-            chosen.append(f"optimizations.aggregation_frequency={self.aggregation_frequency}")
         return chosen
 
 
@@ -214,6 +211,9 @@ def _check_mode_options(config: ExperimentConfig, where: str, ps_options_given: 
     if mode != "ps" and (ps_options_given or config.num_ps != 1 or config.evaluator):
         raise ConfigError(f"{where}: distribution.num_ps and distribution.evaluator apply to parameter-server "
                           f"training only, but the mode is {mode}; set distribution.mode: ps")
+    if config.aggregation_frequency > 1 and mode not in ("auto", "mwms", "horovod"):
+        raise ConfigError(f"{where}: optimizations.aggregation_frequency is implemented for mwms and horovod, but "
+                          f"the mode is {mode}; set distribution.mode: mwms or horovod (or auto), or drop the option")
     horovod_only = config.horovod_only_options
     if horovod_only and mode not in ("auto", "horovod"):
         raise ConfigError(f"{where}: {', '.join(horovod_only)} is implemented through Horovod, but the mode is "

@@ -1,7 +1,9 @@
 """`optimizations.aggregation_frequency: k`: gradients accumulate locally for k steps and are all-reduced
 once, so collectives fall k-fold; each update then averages k x global batch examples (the effective
-batch, logged). Implemented by Keras 3's own gradient accumulation: the accumulated gradients reach the
-all-reduce (MWMS's, or tfdist.horovod's) only on every k-th step.
+batch, logged). Under Horovod, Keras 3's own gradient accumulation does it (tfdist.horovod's all-reduce
+sits in the update, which runs every k-th step); under MWMS, whose all-reduce TensorFlow refuses inside
+Keras's conditional update, tfdist's train function chooses between two compiled steps in Python
+(tfdist/aggregation_mwms.py).
 
     optimizer = tfdist.aggregate_gradients(keras.optimizers.SGD(0.1))   # before compile
 """
@@ -44,10 +46,16 @@ def aggregate_gradients(optimizer, frequency: int | None = None):
     if getattr(optimizer, "built", False):
         raise ValueError("aggregate_gradients() must run before the optimizer is built: call it before "
                          "model.fit or optimizer.build")
-    optimizer.gradient_accumulation_steps = k
     from tfdist.context import current
 
     ctx = current()
+    if ctx.distribution == "mwms":
+        from tfdist import aggregation_mwms
+
+        aggregation_mwms.install()
+        setattr(optimizer, aggregation_mwms.MARK, k)
+    else:
+        optimizer.gradient_accumulation_steps = k
     if ctx.is_chief:
         batch = ctx.effective_global_batch_size
         effective = f"{k} x {batch} = {k * batch} examples" if batch else f"{k} x the global batch"

@@ -39,6 +39,19 @@ def test_a_killed_worker_task_does_not_stop_training(tmp_path, marker):
             in result.stderr)
 
 
+def test_a_restarted_job_resumes_from_the_epoch_checkpoint_under_tf_keras(tmp_path, marker):
+    (tmp_path / "ps.yaml").write_text(f"resources: {{slots_per_trial: 2}}\ndistribution: {{mode: ps}}\n"
+                                      f"max_restarts: 1\ncheckpoint_storage: {tmp_path / 'ckpt'}\n")
+    result = run_cli(["launch", "--config", str(tmp_path / "ps.yaml"), "--", WORKER, "chief-crash"], marker)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0 on node local exited with code 3; the other workers were stopped; restarting the job" in \
+        result.stderr
+    assert "[rank=0] tfdist: resumed from checkpoint " in result.stderr and "ckpt-20 at step 20 (run 2" in \
+        result.stderr
+    # tf_keras's fit starts at epoch 2: 20 steps before the crash and 20 after make the planned 40.
+    assert "[rank=0] keras=tf_keras strategy=ParameterServerStrategyV2 iterations=40 expected=40" in result.stdout
+
+
 def test_keras_3_variables_under_parameter_servers_are_refused(marker):
     result = run_cli(["launch", "--slots", "1", "--distribution", "ps", "--", WORKER, "keras3"], marker)
     assert result.returncode == 1

@@ -58,7 +58,9 @@ class Checkpoint(Callback):
         epochs, steps = self.params.get("epochs"), self.params.get("steps")
         if steps and epochs:
             self._last_step = epochs * steps
-            if self._step:
+            if self._step and hasattr(self.model, "_training_state"):  # tf_keras: its own resume hook
+                self.model._training_state = _ResumeAt(self._step // steps, self._step % steps)
+            elif self._step:
                 self.model._initial_epoch = min(self._step // steps, epochs)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -80,6 +82,8 @@ class Checkpoint(Callback):
 
     def on_train_end(self, logs=None):
         preemption.current().disarm()
+        if isinstance(getattr(self.model, "_training_state", None), _ResumeAt):
+            self.model._training_state = None
 
     def _save(self) -> None:
         if self._saved_at != self._step:
@@ -91,3 +95,13 @@ class Checkpoint(Callback):
         self._save()
         print(f"tfdist: preempted: saved at step {self._step}; exiting", file=sys.stderr, flush=True)
         raise SystemExit(0)
+
+
+class _ResumeAt:
+    """tf_keras's `fit` asks `model._training_state` (its BackupAndRestore hook) where to start: here."""
+
+    def __init__(self, epoch: int, step: int):
+        self.epoch, self.step = epoch, step
+
+    def maybe_load_initial_counters_from_ckpt(self, steps_per_epoch, initial_epoch, mode=None):
+        return self.epoch, self.step

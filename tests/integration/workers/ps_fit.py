@@ -2,7 +2,9 @@
 task: tfdist.init() serves on worker and ps tasks; the chief trains and prints the optimizer's iterations.
 
 Arguments: `keras3` builds the model with Keras 3 instead (must be refused); `kill-worker DIR` makes the
-last worker SIGKILL itself once the chief finished epoch 0 (the chief waits for it, then trains on)."""
+last worker SIGKILL itself once the chief finished epoch 0 (the chief waits for it, then trains on);
+`chief-crash` checkpoints every epoch (tfdist.callbacks.Checkpoint) and the chief of the job's first run
+exits with code 3 after epoch 1."""
 import os
 import signal
 import sys
@@ -69,8 +71,19 @@ class KillAfterFirstEpoch(tf.keras.callbacks.Callback):
             print("a worker task was killed after epoch 0", flush=True)
 
 
+class CrashAfterSecondEpoch(tf.keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 1 and ctx.attempt == 0:
+            os._exit(3)
+
+
+callbacks = [KillAfterFirstEpoch()]
+if mode == "chief-crash":
+    from tfdist.callbacks import Checkpoint
+
+    callbacks = [Checkpoint(), CrashAfterSecondEpoch()]  # the checkpoint of epoch 1 is written first
 history = model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn), epochs=EPOCHS, steps_per_epoch=STEPS,
-                    callbacks=[KillAfterFirstEpoch()], verbose=0)
+                    callbacks=callbacks, verbose=0)
 losses = history.history["loss"]
 print(f"keras={type(model).__module__.split('.')[0]} strategy={type(ctx.strategy).__name__} "
       f"iterations={int(model.optimizer.iterations.numpy())} expected={EPOCHS * STEPS} "

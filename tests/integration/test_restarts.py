@@ -22,11 +22,11 @@ WORKER = os.path.join(REPO, "tests", "integration", "workers", "resumable_fit.py
 TOTAL_STEPS = 30
 
 
-def write_config(tmp_path, env=None, **extra) -> str:
+def write_config(tmp_path, env=None, mode="mwms", **extra) -> str:
     """The job's config; `env`: variables for its workers (a detached job's workers get the agent's
     environment, not the client's)."""
     variables = {"OUT": str(tmp_path), **(env or {})}
-    lines = [f"checkpoint_storage: {{host_path: {tmp_path / 'ckpt'}}}", "distribution: {mode: mwms}",
+    lines = [f"checkpoint_storage: {{host_path: {tmp_path / 'ckpt'}}}", f"distribution: {{mode: {mode}}}",
              "resources: {slots_per_trial: 2}", f"entrypoint: [{sys.executable}, {WORKER}]",
              "environment: {variables: {" + ", ".join(f"{k}: '{v}'" for k, v in variables.items()) + "}}"]
     lines += [f"{k}: {v}" for k, v in extra.items()]
@@ -63,8 +63,9 @@ def reference(tmp_path_factory):
     return weights(tmp)
 
 
-def test_a_killed_worker_restarts_the_gang_from_the_last_checkpoint_exactly_once(tmp_path, marker, reference):
-    result = run_cli(["launch", "--config", write_config(tmp_path, {"KILL_AT": 13}, max_restarts=1)], marker,
+@pytest.mark.parametrize("mode", ["mwms", "horovod"])
+def test_a_killed_worker_restarts_the_gang_from_the_last_checkpoint_exactly_once(tmp_path, marker, reference, mode):
+    result = run_cli(["launch", "--config", write_config(tmp_path, {"KILL_AT": 13}, mode, max_restarts=1)], marker,
                      timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rank 1 on node local was killed by signal SIGKILL" in result.stderr
@@ -161,9 +162,10 @@ def test_preempt_and_sigterm_to_a_worker_pause_every_rank_at_one_step_and_resume
     assert refused.returncode != 0 and "already ended (SUCCEEDED); nothing to preempt" in refused.stderr
 
 
-def test_sigterm_to_launch_preempts_and_the_launcher_exits_75(tmp_path, marker):
+@pytest.mark.parametrize("mode", ["mwms", "horovod"])
+def test_sigterm_to_launch_preempts_and_the_launcher_exits_75(tmp_path, marker, mode):
     proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--config",
-                             write_config(tmp_path, {"SLOW": 0.3})], cwd=REPO, env=cli_env(marker),
+                             write_config(tmp_path, {"SLOW": 0.3}, mode)], cwd=REPO, env=cli_env(marker),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: trained(tmp_path, 0) >= 3, "step 3", alive=lambda: proc.poll() is None)

@@ -47,6 +47,7 @@ class Preemption:
         self._signalled = False
         self._announced = False
         self._armed = False
+        self._previous_handler = signal.SIG_DFL
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -93,16 +94,16 @@ class Preemption:
         start watching the store."""
         self._armed = True
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         if self.store:
             self._thread = threading.Thread(target=self._poll, name="tfdist-preemption", daemon=True)
             self._thread.start()
 
     def disarm(self) -> None:
-        """The loop ended: SIGTERM kills again, the poller stops."""
+        """The loop ended: SIGTERM does what it did before, the poller stops."""
         if self._armed and threading.current_thread() is threading.main_thread() and \
                 signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, self._previous_handler)
         self._stop.set()
         self._armed = False
 

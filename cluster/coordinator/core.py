@@ -585,8 +585,8 @@ class CoordinatorCore:
 
     def preempt(self, job_ref: str, now: float) -> str:
         """Asks the job's workers to stop at a common step, save and exit (the job then PAUSES). A queued
-        job pauses at once; workers that never check (no tfdist checkpoint callback, no
-        ctx.should_preempt()) go on running: `tfdist cancel` stops those."""
+        job pauses at once. Refused while the job's chief has not shown that it checks (tfdist's Checkpoint
+        callback or ctx.should_preempt() tell the coordinator at their first step): nothing would stop."""
         with self._event():
             job = self.store.job(self.resolve_job_id(job_ref))
             if job.state == JobState.QUEUED:

@@ -281,8 +281,12 @@ class Agent:
             if task.store_port:
                 host = task.workers[0].env.get(envvars.NODE_ADDRESS, "127.0.0.1") if task.workers else "127.0.0.1"
                 try:
-                    self._stores[task.job_id] = JobStore(host, task.store_port).start()
+                    self._stores[task.job_id] = _serve_store(host, task.store_port)
                 except OSError as e:
+                    log.warning("job %s: cannot serve its store on %s:%d: %s", task.job_id, host, task.store_port, e)
+                    if lease:
+                        lease.release()
+                        self._port_leases.pop(task.job_id, None)
                     for w in task.workers:
                         self.outbox.exit(task.job_id, pb.WorkerExit(
                             rank=w.rank, agent=self.name, exit_code=1,
@@ -434,6 +438,19 @@ class Agent:
                 continue
             self.outbox.metric(job_id, pb.Metric(rank=rank, step=step, name=name, value=number, time=at,
                                                  note=str(record.get("note", ""))[:4096]))
+
+
+def _serve_store(host: str, port: int, patience: float = 3.0) -> JobStore:
+    """The job's store on its leased port. The lease's own test socket was closed just before; a bind
+    that still finds the port in use is retried briefly before the job is failed."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return JobStore(host, port).start()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tfdist",

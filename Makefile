@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod slurm
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,12 +34,21 @@ $(VENV)/.horovod: tools/build_horovod.sh | $(VENV)/.test
 
 horovod: $(VENV)/.horovod
 
+# Slurm's daemons and clients for tests/slurm (a real slurmctld and one slurmd per namespace node).
+# Debian's packages, about 5 s; the tests start their own private munged and daemons.
+slurm:
+	@command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+	  && command -v munged >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null; }
+
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
 
 # Bazel first (unit tests as Bazel targets), then the whole suite under pytest,
 # whose summary line closes the output.
-test: $(VENV)/.test $(VENV)/.horovod
+test: $(VENV)/.test $(VENV)/.horovod slurm
 	bash tools/bazel_test.sh
 	$(PY) -m pytest -p no:cacheprovider tests
 

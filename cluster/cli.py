@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     _client_flags(agent)
     agent.add_argument("--slots", type=_int, metavar="N", help="CPU worker slots (default: the node's GPU count)")
     agent.add_argument("--name", default=socket.gethostname(), help="node name (default: the host name)")
+    agent.add_argument("--slurm", action="store_true",
+                       help="started by `tfdist launch` inside a Slurm allocation: name, slots and token from the "
+                            "step's environment")
     _verbosity_flag(agent)
 
     jobs = sub.add_parser("jobs", help="list jobs")
@@ -248,6 +251,10 @@ def _agent(args) -> int:
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"tfdist agent: --slots must be at least 1, got {args.slots}")
     token = read_token(args.token_file)
+    if args.slurm:
+        from cluster import slurm
+
+        args.name, args.slots, token = slurm.agent_identity(os.environ, args.name, args.slots, token)
     try:
         agent = Agent(args.coordinator, name=args.name, slots=args.slots, token=token)
     except ValueError as e:  # no GPUs and no --slots

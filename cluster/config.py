@@ -51,6 +51,9 @@ class ExperimentConfig:
     # Determined's 5: a script with a bug would otherwise run six times before the user hears of it.
     max_restarts: int = 0
     checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): a directory every node shares
+    # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
+    # an unset one takes the allocation's tasks, a given one must agree with them.
+    slots_given: bool = dataclasses.field(default=False, compare=False)
 
     @property
     def global_batch_size(self) -> int | None:
@@ -62,6 +65,7 @@ class ExperimentConfig:
         changes: dict[str, Any] = {}
         if slots is not None:
             changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1)
+            changes["slots_given"] = True
         if distribution is not None:
             changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
         if entrypoint:
@@ -173,6 +177,7 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),
         checkpoint_storage=storage,
+        slots_given="slots_per_trial" in resources,
     )
     _check_mode_slots(config.distribution_mode, config.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(config, "distribution.mode",

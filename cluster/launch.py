@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import threading
 import time
 import uuid
 
+from cluster import slurm
 from cluster.client import Client
 from cluster.commands import resolve_command
 from cluster.config import ExperimentConfig
@@ -114,7 +116,19 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             check_horovod(command[0])
         if detach:
             raise UserError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
-        embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
+        if slurm.in_allocation(os.environ):  # an sbatch script or salloc shell: the allocation's nodes
+            allocation = slurm.allocation_from_env(os.environ)
+            slots = slurm.check_slots(config.slots_per_trial if config.slots_given else None, allocation)
+            if slots:
+                config = dataclasses.replace(config, slots_per_trial=slots)
+            embedded = slurm.SlurmCluster(allocation, state_dir=state_dir)
+            token = embedded.token
+            if not slots:  # GPU allocation: the GPUs the agents found
+                config = dataclasses.replace(config, slots_per_trial=embedded.slots())
+            sys.stderr.write(f"tfdist: Slurm allocation {allocation.job_id}: {len(allocation.nodes)} node(s) "
+                             f"({', '.join(allocation.nodes)}), {config.slots_per_trial} slot(s)\n")
+        else:
+            embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
         coordinator = embedded.address
     client = Client(coordinator, token)
     try:

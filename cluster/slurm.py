@@ -1,0 +1,200 @@
+"""`tfdist launch` inside a Slurm allocation (an sbatch script or an salloc shell).
+
+Mechanics (docs/slurm.md says why): the launcher runs an embedded coordinator on the batch host,
+listening on that host's cluster address with a fresh random token, and starts one `tfdist agent
+--slurm` per node of the allocation as ONE `srun` step (`--whole`: the step holds each node's CPUs and
+GPUs, so the workers the agent starts may use them). The agents register, and from there it is the same
+path as everywhere else: placement, per-node environment and TF_CONFIG, `[rank=N]` logs, the exit
+summary, sibling teardown, startup timeout. The token travels in the step's environment, never on a
+command line. Slots come from the allocation: its tasks per node (`SLURM_TASKS_PER_NODE`), or the GPUs
+Slurm gave each node (the agent finds them through CUDA_VISIBLE_DEVICES in its step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Mapping
+
+from tfdist.errors import UnavailableError, UserError
+
+TOKEN_ENV = "TFDIST_TOKEN"  # the embedded coordinator's token, for the agents of the step
+SLOTS_ENV = "TFDIST_SLURM_SLOTS"  # "node1=2,node2=2": each agent's CPU slots
+_TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+
+
+class SlurmError(UserError):
+    """The allocation and the request disagree, or Slurm's environment is not what it should be."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocation:
+    job_id: str
+    nodes: tuple[str, ...]
+    tasks: tuple[int, ...]  # per node, in `nodes` order
+    gpus: bool  # the allocation holds GPUs (GRES): slots are the GPUs each node got
+
+    @property
+    def slots(self) -> dict[str, int]:
+        return dict(zip(self.nodes, self.tasks))
+
+
+def in_allocation(env: Mapping[str, str]) -> bool:
+    """Inside an sbatch script or an salloc shell, not inside a job step."""
+    return bool(env.get("SLURM_JOB_ID")) and not env.get("SLURM_STEP_ID")
+
+
+def parse_tasks_per_node(text: str) -> list[int]:
+    """Slurm's compressed list: "2(x3),1" -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in text.split(","):
+        match = _TASKS.match(part.strip())
+        if not match:
+            raise SlurmError(f"SLURM_TASKS_PER_NODE={text!r} is not Slurm's format (e.g. '2(x3),1')")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def allocation_from_env(env: Mapping[str, str], hostnames=None) -> Allocation:
+    """The allocation this process runs in. `hostnames(nodelist)` expands Slurm's node list (scontrol)."""
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        raise SlurmError("SLURM_JOB_ID is set but SLURM_JOB_NODELIST is not: run tfdist launch in the batch script "
+                         "or the salloc shell of the allocation")
+    nodes = tuple((hostnames or expand_nodelist)(nodelist))
+    tasks = parse_tasks_per_node(env.get("SLURM_TASKS_PER_NODE", ",".join("1" for _ in nodes)))
+    if len(tasks) != len(nodes):
+        raise SlurmError(f"SLURM_TASKS_PER_NODE={env.get('SLURM_TASKS_PER_NODE')!r} names {len(tasks)} nodes but "
+                         f"the allocation has {len(nodes)} ({nodelist})")
+    gpus = bool(env.get("SLURM_JOB_GPUS") or env.get("SLURM_GPUS_ON_NODE") or env.get("SLURM_GPUS")
+                or "gpu" in env.get("SLURM_JOB_GRES", "") or "gpu" in env.get("SLURM_TRES_PER_NODE", ""))
+    return Allocation(env["SLURM_JOB_ID"], nodes, tuple(tasks), gpus)
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    result = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+    if result.returncode != 0:
+        raise SlurmError(f"scontrol show hostnames {nodelist}: {result.stderr.strip() or 'failed'}")
+    return result.stdout.split()
+
+
+def check_slots(requested: int | None, allocation: Allocation) -> int:
+    """The job's slots: the allocation's; a config or --slots that disagrees is one clear line."""
+    have = sum(allocation.tasks)
+    if allocation.gpus:
+        return requested or 0  # GPU nodes: the agents report their GPUs; the coordinator checks the total
+    if requested is not None and requested != have:
+        per_node = ", ".join(f"{n}: {t}" for n, t in zip(allocation.nodes, allocation.tasks))
+        raise SlurmError(f"slots_per_trial={requested}, but Slurm allocation {allocation.job_id} has {have} task(s) "
+                         f"({per_node}); ask sbatch for --ntasks={requested} (or --ntasks-per-node), or leave "
+                         "slots_per_trial out to use the allocation's")
+    return have
+
+
+def agent_identity(env: Mapping[str, str], name: str, slots: int | None,
+                   token: str | None) -> tuple[str, int | None, str | None]:
+    """An agent of the launcher's srun step: its node name, CPU slots (None on GPU nodes: the GPUs Slurm
+    gave the step are its slots) and the embedded coordinator's token."""
+    name = env.get("SLURMD_NODENAME") or name
+    if slots is None and not env.get("CUDA_VISIBLE_DEVICES"):
+        table = dict(part.split("=", 1) for part in env.get(SLOTS_ENV, "").split(",") if "=" in part)
+        if name not in table:
+            raise SlurmError(f"tfdist agent --slurm: node {name} is not in {SLOTS_ENV}={env.get(SLOTS_ENV, '')!r}")
+        slots = int(table[name])
+    return name, slots, token or env.get(TOKEN_ENV)
+
+
+def batch_host_address() -> str:
+    """The address other nodes of the allocation reach this one at (its host name, resolved)."""
+    name = socket.gethostname()
+    try:
+        address = socket.gethostbyname(name)
+    except OSError as e:
+        raise SlurmError(f"cannot resolve this node's host name {name!r} ({e}); the allocation's other nodes "
+                         "must reach the batch host by it") from None
+    if address.startswith("127."):
+        raise SlurmError(f"this node's host name {name!r} resolves to {address}, which the allocation's other "
+                         "nodes cannot reach; fix /etc/hosts or DNS on the batch host")
+    return address
+
+
+class SlurmCluster:
+    """The embedded coordinator on the batch host and one agent per allocated node (one srun step)."""
+
+    def __init__(self, allocation: Allocation, register_timeout: float = 120.0, state_dir: str | None = None):
+        import tempfile
+
+        from cluster.coordinator.core import Settings
+        from cluster.coordinator.server import CoordinatorServer
+        from cluster.ports import lease_range
+
+        self.allocation = allocation
+        self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-slurm-")
+        self.token = token = secrets.token_hex(32)
+        settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
+        self.server = CoordinatorServer(state_dir or self._tmp, f"{batch_host_address()}:0", token,
+                                        settings=settings).start()
+        env = {**os.environ, TOKEN_ENV: token,
+               SLOTS_ENV: ",".join(f"{n}={t}" for n, t in allocation.slots.items())}
+        n = len(allocation.nodes)
+        command = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--whole", "--kill-on-bad-exit=1",
+                   "--export=ALL", "--job-name=tfdist-agents", sys.executable, "-m", "cluster.cli", "agent",
+                   "--slurm", "--coordinator", self.server.address]
+        self.step = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            self._wait_for_agents(register_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def _wait_for_agents(self, timeout: float) -> None:
+        from cluster.coordinator import views
+
+        deadline = time.monotonic() + timeout
+        wanted = set(self.allocation.nodes)
+        while True:
+            alive = {a.record.name for a in views.agents_view(self.server.core) if a.state == "ALIVE"}
+            if wanted <= alive:
+                return
+            if self.step.poll() is not None:
+                raise UnavailableError(f"the srun step of tfdist's agents ended (exit {self.step.returncode}) before "
+                                       f"node(s) {', '.join(sorted(wanted - alive))} registered; see its output above")
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"node(s) {', '.join(sorted(wanted - alive))} of Slurm allocation "
+                                       f"{self.allocation.job_id} did not start tfdist's agent within {timeout:g}s")
+            time.sleep(0.1)
+
+    def slots(self) -> int:
+        """Every registered node's slots (on GPU nodes, the GPUs Slurm gave each)."""
+        from cluster.coordinator import views
+
+        return sum(a.record.slots for a in views.agents_view(self.server.core) if a.state == "ALIVE")
+
+    def nudge(self) -> None:
+        pass  # agents heartbeat every 0.5 s
+
+    def close(self) -> None:
+        """SIGTERM to the agents' step (srun passes it on; each agent stops its workers), then the coordinator."""
+        import shutil
+
+        if self.step.poll() is None:
+            self.step.send_signal(signal.SIGTERM)
+            try:
+                self.step.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.step.kill()
+                self.step.wait(timeout=10)
+        self.server.stop()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,62 @@
+"""tfdist inside a Slurm allocation, against a real slurmctld and one slurmd per network-namespace node
+(tests/slurm/cluster.py): the same `tfdist launch` in an sbatch script trains across the allocation's
+nodes. Root only (namespaces); `make test` installs Slurm's Debian packages."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, processes_with_marker
+from tests.slurm.cluster import SlurmCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+WORKER = os.path.join(REPO, "tests", "integration", "workers", "train_worker.py")
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    with SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes=2, cpus=2) as cluster:
+        yield cluster
+
+
+def sbatch(slurm, tmp_path, marker, body: str, *options: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {o}\n" for o in options) +
+                      f"#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\n" + textwrap.dedent(body))
+    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return slurm.run(["sbatch", "--wait", "--parsable", str(script)], check=False, timeout=300, env=env)
+
+
+def job_output(tmp_path) -> str:
+    return "".join(p.read_text() for p in tmp_path.glob("slurm-*.out"))
+
+
+def test_launch_in_an_sbatch_script_trains_across_the_allocations_nodes(slurm, tmp_path, marker):
+    result = sbatch(slurm, tmp_path, marker, f"""
+        {sys.executable} -m cluster.cli launch -- {WORKER} --mode fit --out {tmp_path}
+        """, "--nodes=2", "--ntasks-per-node=1")
+    out = job_output(tmp_path)
+    assert result.returncode == 0, out[-3000:]
+    assert "tfdist: Slurm allocation " in out and ": 2 node(s) (node1, node2), 2 slot(s)" in out
+    infos = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    weights = [list(np.load(tmp_path / f"rank{r}.npz").values()) for r in range(2)]
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)  # MWMS across two hosts: identical weights
+    assert "[rank=0]" in out and "[rank=1]" in out
+    assert not processes_with_marker(marker)
+
+
+def test_slots_that_disagree_with_the_allocation_are_one_line(slurm, tmp_path, marker):
+    result = sbatch(slurm, tmp_path, marker, f"""
+        {sys.executable} -m cluster.cli launch --slots 3 -- {WORKER} --mode fit --out {tmp_path}
+        """, "--nodes=2", "--ntasks-per-node=1")
+    out = job_output(tmp_path)
+    assert result.returncode != 0
+    assert ("slots_per_trial=3, but Slurm allocation " in out and "has 2 task(s) (node1: 1, node2: 1); ask sbatch "
+            "for --ntasks=3" in out), out[-2000:]
+    assert "Traceback" not in out

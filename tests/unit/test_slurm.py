@@ -1,0 +1,48 @@
+"""Reading a Slurm allocation from its environment (pure): tasks per node, slots, the agents' identity."""
+
+import pytest
+
+from cluster import slurm
+from cluster.slurm import SlurmError
+
+
+def env(**extra):
+    return {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[1-3]", "SLURM_TASKS_PER_NODE": "2(x2),1", **extra}
+
+
+def hostnames(nodelist):
+    assert nodelist == "node[1-3]"
+    return ["node1", "node2", "node3"]
+
+
+def test_tasks_per_node_in_slurms_compressed_form():
+    assert slurm.parse_tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert slurm.parse_tasks_per_node("4") == [4]
+    with pytest.raises(SlurmError, match=r"SLURM_TASKS_PER_NODE='2\(3\)' is not Slurm's format"):
+        slurm.parse_tasks_per_node("2(3)")
+
+
+def test_the_allocation_and_where_launch_runs():
+    allocation = slurm.allocation_from_env(env(), hostnames)
+    assert allocation.slots == {"node1": 2, "node2": 2, "node3": 1} and not allocation.gpus
+    assert slurm.in_allocation(env()) and not slurm.in_allocation(env(SLURM_STEP_ID="0")) and not slurm.in_allocation({})
+    assert slurm.allocation_from_env(env(SLURM_JOB_GPUS="0,1"), hostnames).gpus
+
+
+def test_slots_come_from_the_allocation_and_must_agree_with_a_given_count():
+    allocation = slurm.allocation_from_env(env(), hostnames)
+    assert slurm.check_slots(None, allocation) == 5 and slurm.check_slots(5, allocation) == 5
+    with pytest.raises(SlurmError) as e:
+        slurm.check_slots(4, allocation)
+    assert str(e.value) == ("slots_per_trial=4, but Slurm allocation 42 has 5 task(s) (node1: 2, node2: 2, node3: 1); "
+                            "ask sbatch for --ntasks=4 (or --ntasks-per-node), or leave slots_per_trial out to use the "
+                            "allocation's")
+
+
+def test_an_agent_of_the_step_takes_its_name_slots_and_token_from_the_environment():
+    step = {"SLURMD_NODENAME": "node2", "TFDIST_SLURM_SLOTS": "node1=2,node2=3", "TFDIST_TOKEN": "t" * 32}
+    assert slurm.agent_identity(step, "host", None, None) == ("node2", 3, "t" * 32)
+    gpu_step = {**step, "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert slurm.agent_identity(gpu_step, "host", None, None) == ("node2", None, "t" * 32)  # its GPUs are its slots
+    with pytest.raises(SlurmError, match="node node9 is not in TFDIST_SLURM_SLOTS"):
+        slurm.agent_identity({**step, "SLURMD_NODENAME": "node9"}, "host", None, None)

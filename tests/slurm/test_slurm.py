@@ -60,3 +60,40 @@ def test_slots_that_disagree_with_the_allocation_are_one_line(slurm, tmp_path, m
     assert ("slots_per_trial=3, but Slurm allocation " in out and "has 2 task(s) (node1: 1, node2: 1); ask sbatch "
             "for --ntasks=3" in out), out[-2000:]
     assert "Traceback" not in out
+
+
+def test_a_worker_death_fails_the_slurm_job_with_its_code_and_stops_the_other_node(slurm, tmp_path, marker):
+    result = sbatch(slurm, tmp_path, marker, f"""
+        {sys.executable} -m cluster.cli launch -- {WORKER} --mode loop --epochs 50 --out {tmp_path} --crash-rank 1
+        """, "--nodes=2", "--ntasks-per-node=1")
+    out = job_output(tmp_path)
+    assert result.returncode != 0, out[-3000:]
+    assert "failed: rank 1 on node node2 exited with code 13; the other workers were stopped" in out, out[-3000:]
+    assert "  rank crashing on purpose" in out
+    state = slurm.run(["scontrol", "show", "job", result.stdout.strip()]).stdout
+    assert "JobState=FAILED" in state and "ExitCode=13:0" in state
+    assert not processes_with_marker(marker)
+
+
+def test_scancel_stops_every_node_and_leaves_nothing_behind(slurm, tmp_path, marker):
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+                      f"#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\n"
+                      f"{sys.executable} -m cluster.cli launch -- {WORKER} --mode loop --epochs 5000 --out {tmp_path}\n")
+    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    job = slurm.run(["sbatch", "--parsable", str(script)], env=env).stdout.strip()
+    wait_for(lambda: "[rank=1]" in job_output(tmp_path), "rank 1's first output")
+    slurm.run(["scancel", job])
+    wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")
+    assert "JobState=CANCELLED" in slurm.run(["scontrol", "show", "job", job]).stdout
+
+
+def wait_for(predicate, what, timeout=120):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")

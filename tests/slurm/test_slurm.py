@@ -97,3 +97,31 @@ def wait_for(predicate, what, timeout=120):
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def gpu_slurm(tmp_path_factory):
+    with SlurmCluster(tmp_path_factory.mktemp("gpu-slurm"), nodes=2, cpus=2, gpus=2) as cluster:
+        yield cluster
+
+
+def test_gpu_nodes_get_their_devices_from_slurms_gres(gpu_slurm, tmp_path, marker):
+    """Stand-in GPUs (character devices in gres.conf, a stand-in nvidia-smi): slots are the GPUs Slurm
+    assigned, and each node's process sees exactly those."""
+    show = os.path.join(REPO, "tests", "integration", "workers", "show_devices.py")
+    fakes = os.path.join(REPO, "tests", "fakes")
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:2\n"
+                      f"#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\nexport PATH={fakes}:$PATH\n"
+                      f"{sys.executable} -m cluster.cli launch -- {sys.executable} {show}\n")
+    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TFDIST_FAKE_GPUS": "2"}
+    job = gpu_slurm.run(["sbatch", "--parsable", str(script)], env=env).stdout.strip()
+    try:
+        wait_for(lambda: "[rank=1] cuda_visible_devices=" in job_output(tmp_path), "rank 1's devices")
+        out = job_output(tmp_path)
+        assert ": 2 node(s) (node1, node2), 4 slot(s)" in out, out[-3000:]
+        for rank in (0, 1):  # one process per GPU node, driving the node's two GPUs
+            assert f"[rank={rank}] cuda_visible_devices=0,1 tfdist_gpus=0,1 order=PCI_BUS_ID" in out, out[-3000:]
+    finally:
+        gpu_slurm.run(["scancel", job])
+        wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")

@@ -125,3 +125,22 @@ def test_gpu_nodes_get_their_devices_from_slurms_gres(gpu_slurm, tmp_path, marke
     finally:
         gpu_slurm.run(["scancel", job])
         wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")
+
+
+@pytest.mark.parametrize("mode", ["horovod", "ps"])
+def test_horovod_and_parameter_servers_inside_an_allocation(slurm, tmp_path, marker, mode):
+    workers = os.path.join(REPO, "tests", "integration", "workers")
+    script = {"horovod": "horovod_fit.py", "ps": "ps_fit.py"}[mode]
+    result = sbatch(slurm, tmp_path, marker, f"""
+        {sys.executable} -m cluster.cli launch --distribution {mode} -- {os.path.join(workers, script)}
+        """, "--nodes=2", "--ntasks-per-node=2")
+    out = job_output(tmp_path)
+    assert result.returncode == 0, out[-3000:]
+    assert ": 2 node(s) (node1, node2), 4 slot(s)" in out
+    if mode == "horovod":  # four ranks on two hosts, one set of weights
+        digests = {line.split("weights=")[1].split()[0] for line in out.splitlines() if "weights=" in line}
+        assert len(digests) == 1 and out.count("loss_fell=True") == 4, out[-3000:]
+    else:  # a chief, a worker task per slot and a ps task; the job ends with the chief
+        assert "[rank=0] keras=tf_keras strategy=ParameterServerStrategyV2 iterations=40 expected=40" in out, \
+            out[-3000:]
+    assert not processes_with_marker(marker)

@@ -260,8 +260,28 @@ def _agent(args) -> int:
     except ValueError as e:  # no GPUs and no --slots
         raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging(args.verbosity)
+    if args.slurm:
+        _slurm_sigterm(stop, agent)
     threading.Thread(target=agent.run, daemon=True).start()
     return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent")
+
+
+def _slurm_sigterm(stop: threading.Event, agent) -> None:
+    """Slurm signals every process of a job at once (preemption, `scancel`, the time limit): the workers
+    get the same SIGTERM and decide (a preempted job's workers stop at a common step and save). The agent
+    keeps serving them, and shipping their output and exits, until they are gone; a SIGTERM that finds
+    no workers running (the launcher ending the step) stops it, as does a second one."""
+    def handler(signum, _frame):
+        if signum == signal.SIGTERM and agent.running_jobs() and not getattr(handler, "deferred", False):
+            handler.deferred = True
+            logging.getLogger("tfdist.agent").warning(
+                "SIGTERM with workers running: they decide (preemption); this agent serves them until they end")
+            return
+        if stop.is_set():
+            os._exit(128 + signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _client(args):

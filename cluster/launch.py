@@ -18,7 +18,7 @@ from cluster import slurm
 from cluster.client import Client
 from cluster.commands import resolve_command
 from cluster.config import ExperimentConfig
-from cluster.follow import exit_code, follow_job, summary
+from cluster.follow import PAUSED_EXIT, exit_code, follow_job, summary
 from cluster.modes import auto
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
@@ -109,6 +109,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
            startup_timeout: float, state_dir: str | None = None, priority: int = 0) -> int:
     preflight(config)
     embedded = None
+    paused = None  # a job this Slurm batch script paused in a previous run (requeued): resumed, not resubmitted
     decision = auto.decide(config)
     if coordinator is None:
         command = resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
@@ -121,8 +122,9 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             slots = slurm.check_slots(config.slots_per_trial if config.slots_given else None, allocation)
             if slots:
                 config = dataclasses.replace(config, slots_per_trial=slots)
-            embedded = slurm.SlurmCluster(allocation, state_dir=state_dir)
+            embedded = slurm.SlurmCluster(allocation, state_dir=state_dir or slurm.state_dir(config, allocation))
             token = embedded.token
+            paused = embedded.paused_job()
             if not slots:  # GPU allocation: the GPUs the agents found
                 config = dataclasses.replace(config, slots_per_trial=embedded.slots())
             sys.stderr.write(f"tfdist: Slurm allocation {allocation.job_id}: {len(allocation.nodes)} node(s) "
@@ -131,7 +133,13 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
         coordinator = embedded.address
     client = Client(coordinator, token)
+    code = None
     try:
+        if paused:  # this batch script ran before and its job was preempted: Slurm requeued it
+            client.resume(paused)
+            sys.stderr.write(f"tfdist: resuming job {paused}, paused by this Slurm job's previous run\n")
+            code = _follow_with_cancel(client, paused, True)
+            return code
         job_id = client.submit(job_spec(config, startup_timeout=startup_timeout, priority=priority))
         if embedded:
             embedded.nudge()
@@ -140,11 +148,14 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             return 0
         sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}; distribution {decision.mode} "
                          f"({decision.reason})\n")
-        return _follow_with_cancel(client, job_id, embedded is not None)
+        code = _follow_with_cancel(client, job_id, embedded is not None)
+        return code
     finally:
         client.close()
         if embedded:
             embedded.close()
+        if code == PAUSED_EXIT and isinstance(embedded, slurm.SlurmCluster):
+            slurm.requeue(embedded.allocation)  # the next run of this batch script resumes the paused job
 
 
 CANCEL_WAIT = 5.0  # seconds a second signal waits for the cancel to reach the coordinator

@@ -111,6 +111,27 @@ def agent_identity(env: Mapping[str, str], name: str, slots: int | None,
     return name, slots, token or env.get(TOKEN_ENV)
 
 
+def state_dir(config, allocation: Allocation) -> str | None:
+    """Where the batch script's embedded coordinator keeps its state: beside the checkpoints, keyed by the
+    Slurm job id, so that a requeued run of the same batch script finds its paused job and resumes it.
+    None (a temporary directory) without checkpoint_storage."""
+    if not config.checkpoint_storage:
+        return None
+    return os.path.join(os.path.abspath(config.checkpoint_storage), ".tfdist-slurm", allocation.job_id)
+
+
+def requeue(allocation: Allocation) -> None:
+    """A paused (preempted) job's batch script puts itself back in the queue: a job that stops on its own
+    within a preemption's grace time is otherwise just done. Its next run finds the paused job in the
+    state beside the checkpoints and resumes it."""
+    result = subprocess.run(["scontrol", "requeue", allocation.job_id], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        sys.stderr.write(f"tfdist: could not requeue Slurm job {allocation.job_id} ({result.stderr.strip()}); "
+                         "submit the batch script again to resume (with the same checkpoint_storage)\n")
+    else:
+        sys.stderr.write(f"tfdist: requeued Slurm job {allocation.job_id}: its next run resumes from the checkpoint\n")
+
+
 def batch_host_address() -> str:
     """The address other nodes of the allocation reach this one at (its host name, resolved)."""
     name = socket.gethostname()
@@ -174,6 +195,13 @@ class SlurmCluster:
                 raise UnavailableError(f"node(s) {', '.join(sorted(wanted - alive))} of Slurm allocation "
                                        f"{self.allocation.job_id} did not start tfdist's agent within {timeout:g}s")
             time.sleep(0.1)
+
+    def paused_job(self) -> str | None:
+        """The job a previous run of this batch script paused (preempted, then requeued by Slurm), if any."""
+        from cluster.model import JobState
+
+        paused = self.server.core.store.jobs([JobState.PAUSED])
+        return paused[-1].id if paused else None
 
     def slots(self) -> int:
         """Every registered node's slots (on GPU nodes, the GPUs Slurm gave each)."""

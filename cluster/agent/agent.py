@@ -127,6 +127,10 @@ class Agent:
             time.sleep(0.05)
         self._save_groups()
 
+    def running_jobs(self) -> list[str]:
+        with self._lock:
+            return list(self._gangs)
+
     def _running(self) -> list[pb.RunningTask]:
         with self._lock:
             return [pb.RunningTask(job_id=j, ranks=[w.rank for w in g.workers],

@@ -29,10 +29,11 @@ def have_slurm() -> bool:
 
 
 class SlurmCluster:
-    def __init__(self, tmp, nodes: int = 2, cpus: int = 2, gpus: int = 0, extra_conf: str = ""):
+    def __init__(self, tmp, nodes: int = 2, cpus: int = 2, gpus: int = 0, extra_conf: str = "",
+                 partitions: str = "PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP"):
         self.tmp = str(tmp)
         self.node_names = [f"node{i + 1}" for i in range(nodes)]
-        self.cpus, self.gpus, self.extra_conf = cpus, gpus, extra_conf
+        self.cpus, self.gpus, self.extra_conf, self.partitions = cpus, gpus, extra_conf, partitions
         self.tag = f"tfs{os.getpid() % 10000}x{next(_counter)}"
         self.namespaces: list[str] = []
         self.links: list[str] = []
@@ -113,7 +114,7 @@ AccountingStorageType=accounting_storage/none
 MailProg=/bin/true
 {"GresTypes=gpu" if self.gpus else ""}
 {self.extra_conf}
-{nodes}PartitionName=main Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP
+{nodes}{self.partitions}
 """
         with open(self.conf, "w") as f:
             f.write(conf)

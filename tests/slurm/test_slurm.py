@@ -4,6 +4,7 @@ nodes. Root only (namespaces); `make test` installs Slurm's Debian packages."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -144,3 +145,49 @@ def test_horovod_and_parameter_servers_inside_an_allocation(slurm, tmp_path, mar
         assert "[rank=0] keras=tf_keras strategy=ParameterServerStrategyV2 iterations=40 expected=40" in out, \
             out[-3000:]
     assert not processes_with_marker(marker)
+
+
+PREEMPTIBLE = ("PartitionName=low Nodes=ALL Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=60 "
+               "MaxTime=INFINITE State=UP\nPartitionName=high Nodes=ALL PriorityTier=2 PreemptMode=OFF "
+               "MaxTime=INFINITE State=UP")
+
+
+@pytest.fixture(scope="module")
+def preempting_slurm(tmp_path_factory):
+    with SlurmCluster(tmp_path_factory.mktemp("preempt-slurm"), nodes=2, cpus=2,
+                      extra_conf="PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE",
+                      partitions=PREEMPTIBLE) as cluster:
+        yield cluster
+
+
+def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(preempting_slurm, tmp_path, marker):
+    """A higher-priority job preempts the training job: Slurm's SIGTERM reaches every worker, all stop after the
+    same step with a checkpoint, the job is requeued, and its second run resumes the same tfdist job from that
+    step: every step trained exactly once."""
+    from tests.integration.test_restarts import WORKER as FIT, steps_by_attempt, write_config
+
+    config = write_config(tmp_path, {"SLOW": 0.5})
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --requeue\n"
+                      f"#SBATCH --open-mode=append\n#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\n"
+                      f"{sys.executable} -m cluster.cli launch --config {config}\n")
+    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    job = preempting_slurm.run(["sbatch", "--parsable", str(script)], env=env).stdout.strip()
+    try:
+        wait_for(lambda: (tmp_path / "steps.txt").exists() and len((tmp_path / "steps.txt").read_text().split("\n"))
+                 > 4, "the first run's step 4")
+        preempting_slurm.run(["sbatch", "-p", "high", "--nodes=2", "--exclusive", f"--output={tmp_path}/high-%j.out",
+                              "--wrap", "sleep 2"])
+        wait_for(lambda: "JobState=COMPLETED" in preempting_slurm.run(["scontrol", "show", "job", job]).stdout,
+                 "the requeued job to finish", timeout=300)
+    finally:
+        preempting_slurm.run(["scancel", job], check=False)
+    out = job_output(tmp_path)
+    assert "Restarts=1" in preempting_slurm.run(["scontrol", "show", "job", job]).stdout
+    stops = {int(r): int(s) for r, s in re.findall(r"\[rank=(\d+)\] tfdist: preempted: saved at step (\d+)", out)}
+    assert set(stops) == {0, 1} and len(set(stops.values())) == 1, out[-4000:]
+    step = stops[0]
+    assert "tfdist: resuming job " in out and f"resumed from checkpoint" in out and f"at step {step} " in out
+    runs = steps_by_attempt(tmp_path)
+    assert min(runs[1]) == step + 1 and sorted(s for a in runs for s in runs[a]) == list(range(1, 31)), runs
+    wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")

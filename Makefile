@@ -50,7 +50,7 @@ demo: $(VENV)/.examples
 # whose summary line closes the output.
 test: $(VENV)/.test $(VENV)/.horovod slurm
 	bash tools/bazel_test.sh
-	$(PY) -m pytest -p no:cacheprovider tests
+	$(PY) -m pytest -p no:cacheprovider --durations=15 tests
 
 unit: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/unit

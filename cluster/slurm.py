@@ -16,10 +16,12 @@ import dataclasses
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Mapping
 
@@ -150,8 +152,6 @@ class SlurmCluster:
     """The embedded coordinator on the batch host and one agent per allocated node (one srun step)."""
 
     def __init__(self, allocation: Allocation, register_timeout: float = 120.0, state_dir: str | None = None):
-        import tempfile
-
         from cluster.coordinator.core import Settings
         from cluster.coordinator.server import CoordinatorServer
         from cluster.ports import lease_range
@@ -214,8 +214,6 @@ class SlurmCluster:
 
     def close(self) -> None:
         """SIGTERM to the agents' step (srun passes it on; each agent stops its workers), then the coordinator."""
-        import shutil
-
         if self.step.poll() is None:
             self.step.send_signal(signal.SIGTERM)
             try:

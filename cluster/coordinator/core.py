@@ -15,157 +15,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import secrets
 import threading
 from typing import Iterable, Mapping, Sequence
 
 from cluster import modes, placement as placement_lib, policy, scheduler
-from cluster.config import ConfigError, ExperimentConfig, config_from_dict
 from cluster.coordinator.allocations import AllocationTable
-from cluster.model import (AgentRecord, Allocation, AllocState, Checkpoint, Job, JobSpec, JobState, LogLine,
-                           MetricRow, WorkerExit, check_job_transition)
+from cluster.coordinator.lifecycle import JobLifecycle
+from cluster.coordinator.values import (AgentLive, BadRequest, LogBoard, NotFound,  # noqa: F401 (re-exported)
+                                        ProbeTask, Settings, StartTask, Work, config_from_spec)
+from cluster.model import AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
 from cluster.modes import JobPlan, NodePlacement, Placement, auto
 from cluster.store import Store
-from tfdist.errors import NotFoundError, UserError
-from tfdist.metrics import CHECKPOINT_RECORD, PREEMPTED_RECORD, PREEMPTIBLE_RECORD, RECORD_PREFIX
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
+from tfdist.metrics import RECORD_PREFIX
 
 log = logging.getLogger("tfdist.coordinator")
 
 MAX_LOG_LINE = 16384  # a backstop: agents already cut lines at 8 KiB, saying so
 RESTARTED = "restarted (its agent registered again without the job's workers)"
-PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
 
 
-class NotFound(NotFoundError):
-    pass
-
-
-class BadRequest(UserError):
-    pass
-
-
-@dataclasses.dataclass
-class AgentLive:
-    record: AgentRecord
-    last_heartbeat: float
-    lost: bool = False
-    running: dict = dataclasses.field(default_factory=dict)  # job id -> ranks that joined
-    attempts: dict = dataclasses.field(default_factory=dict)  # job id -> which run of it the agent runs
-    leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
-
-    @property
-    def name(self) -> str:
-        return self.record.name
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.running or self.leased)
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    lost_after: float = 6.0  # seconds without a heartbeat before a node is declared lost
-    stop_grace: float = 5.0  # a canceled job's workers: SIGTERM, then SIGKILL this much later
-    failure_grace: float = 1.0  # a failed job's survivors: their collectives are broken anyway
-    heartbeat_interval: float = 1.0  # the shortest; large clusters get longer ones
-    max_heartbeats_per_s: float = 250.0  # what the coordinator asks of all agents together
-    port_range: tuple[int, int] = (29500, 29999)
-    subnet: str | None = None
-    startup_timeout: float = 300.0  # for jobs that do not set their own
-    stack_dump_grace: float = 3.0  # step watchdog: from asking for stacks to failing the job
-    probe_timeout: float = PROBE_TIMEOUT
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbeTask:
-    job_id: str
-    targets: tuple[tuple[str, str, int], ...]  # (peer agent, address, port)
-    timeout: float
-
-
-@dataclasses.dataclass(frozen=True)
-class StartTask:
-    job_id: str
-    working_dir: str
-    command: tuple[str, ...]
-    processes: tuple[modes.ProcessPlan, ...]
-    failure_grace: float
-    store_port: int = 0  # >0: this node serves the job's key-value store on it
-    attempt: int = 0  # which run of the job (an agent starts each run once)
-
-
-@dataclasses.dataclass
-class Work:
-    """What one heartbeat answers an agent."""
-
-    check_ports: list[tuple[str, tuple[int, ...]]] = dataclasses.field(default_factory=list)
-    probes: list[ProbeTask] = dataclasses.field(default_factory=list)
-    start: list[StartTask] = dataclasses.field(default_factory=list)
-    stop_jobs: list[str] = dataclasses.field(default_factory=list)
-    stop_grace: dict[str, float] = dataclasses.field(default_factory=dict)
-    dump_stacks: list[str] = dataclasses.field(default_factory=list)
-    preempt: list[str] = dataclasses.field(default_factory=list)  # jobs whose store must carry a preemption request
-    attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
-
-
-class LogBoard:
-    """Wakes log followers when a job's output or state changed, with a lock of its own: a follower
-    never takes the coordinator's lock."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._versions: dict[str, int] = {}
-
-    def version(self, job_id: str) -> int:
-        with self._cond:
-            return self._versions.get(job_id, 0)
-
-    def bump(self, job_ids: Iterable[str]) -> None:
-        with self._cond:
-            for j in job_ids:
-                self._versions[j] = self._versions.get(j, 0) + 1
-            self._cond.notify_all()
-
-    def wait(self, job_id: str, seen: int, timeout: float) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._versions.get(job_id, 0) != seen, timeout)
-
-
-def _json_object(text: str, what: str) -> dict:
-    try:
-        value = json.loads(text or "{}")
-    except json.JSONDecodeError as e:
-        raise BadRequest(f"{what} is not valid JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise BadRequest(f"{what} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def config_from_spec(spec: JobSpec) -> ExperimentConfig:
-    raw = {
-        "name": spec.name or "tfdist-job",
-        "entrypoint": list(spec.entrypoint) or None,
-        "resources": {"slots_per_trial": spec.slots},
-        "distribution": {"mode": spec.distribution_mode or "auto",
-                         **({"num_ps": spec.num_ps, "evaluator": spec.evaluator}
-                            if spec.distribution_mode == "ps" else {})},
-        "optimizations": _json_object(spec.optimizations_json, "optimizations_json"),
-        "watchdog": {"step_timeout": spec.step_timeout},
-        "hyperparameters": json.loads(spec.hyperparameters_json or "{}"),
-        "environment": {"variables": dict(spec.environment)},
-        "max_restarts": spec.max_restarts,
-        **({"checkpoint_storage": {"host_path": spec.checkpoint_storage}} if spec.checkpoint_storage else {}),
-    }
-    try:
-        return config_from_dict(raw)
-    except (ConfigError, ValueError) as e:
-        raise BadRequest(str(e)) from None
-
-
-class CoordinatorCore:
+class CoordinatorCore(JobLifecycle):
     def __init__(self, store: Store, settings: Settings = Settings(), now: float = 0.0):
         self.store = store
         self.settings = settings
@@ -518,19 +390,6 @@ class CoordinatorCore:
             for row in rows:
                 self._record(job, row, now=row.time)
 
-    def _record(self, job: Job, row: MetricRow, now: float) -> None:
-        """tfdist's own records, shipped beside the metrics: a checkpoint the chief finished writing, the step
-        a preempted run stopped at. Each is idempotent (a retried batch applies once)."""
-        if row.name == CHECKPOINT_RECORD and row.note:
-            attempt = int(row.value)
-            if self.store.record_checkpoint(job.id, Checkpoint(row.step, row.note, attempt, now)):
-                self.store.update_job(job.id, now, f"checkpoint at step {row.step}: {row.note}")
-        elif row.name == PREEMPTIBLE_RECORD and int(row.value) == job.attempt and not job.preemptible:
-            self.store.update_job(job.id, now, preemptible=1)
-        elif row.name == PREEMPTED_RECORD and int(row.value) == job.attempt and job.preempted_step is None:
-            self.store.update_job(job.id, now, f"preempted: every worker stops and saves at step {row.step}",
-                                  preempted_step=row.step)
-
     # ---------------------------------------------------------------- jobs
     def submit(self, spec: JobSpec, now: float) -> tuple[str, str]:
         """Stores the job durably and schedules at once; returns (job id, state after scheduling).
@@ -574,104 +433,6 @@ class CoordinatorCore:
             if job:
                 return job.id
         raise NotFound(f"job {job_ref} not found; `tfdist jobs` lists the jobs")
-
-    def cancel(self, job_ref: str, now: float) -> str:
-        with self._event():
-            job_id = self.resolve_job_id(job_ref)
-            job = self.store.job(job_id)
-            if not job.terminal:
-                self._end(job_id, policy.Outcome(JobState.CANCELED, "canceled by the user", 130), now)
-            return self.store.job(job_id).state.value
-
-    def preempt(self, job_ref: str, now: float) -> str:
-        """Asks the job's workers to stop at a common step, save and exit (the job then PAUSES). A queued
-        job pauses at once. Refused while the job's chief has not shown that it checks (tfdist's Checkpoint
-        callback or ctx.should_preempt() tell the coordinator at their first step): nothing would stop."""
-        with self._event():
-            job = self.store.job(self.resolve_job_id(job_ref))
-            if job.state == JobState.QUEUED:
-                self._transition(job, JobState.PAUSED, now, "preempted before it was placed")
-            elif job.state.active and not job.preemptible:
-                raise BadRequest(f"job {job.id} cannot be preempted: its workers do not check for preemption "
-                                 "(tfdist.callbacks.Checkpoint, or ctx.should_preempt() in a custom loop) or have not "
-                                 f"finished their first step yet. `tfdist cancel {job.id}` stops it")
-            elif job.state.active and not job.preempt_requested:
-                self.store.update_job(job.id, now, "preemption requested: the workers stop and save at a common step",
-                                      preempt_requested=1)
-                self._touched.add(job.id)
-            elif job.terminal:
-                raise BadRequest(f"job {job.id} already ended ({job.state.value}); nothing to preempt")
-            return self.store.job(job.id).state.value
-
-    def resume(self, job_ref: str, now: float) -> str:
-        """A paused job runs again (a new attempt), from its latest checkpoint."""
-        with self._event():
-            job = self.store.job(self.resolve_job_id(job_ref))
-            if job.state != JobState.PAUSED:
-                raise BadRequest(f"job {job.id} is {job.state.value}, not PAUSED; only a paused job can be resumed")
-            latest = self.store.latest_checkpoint(job.id)
-            where = f"from the checkpoint at step {latest.step}" if latest else "from the start (no checkpoint)"
-            self._requeue(job, now, f"resumed by the user, {where}", restart=False)
-            return self.store.job(job.id).state.value
-
-    def _fail(self, job_id: str, now: float, outcome: policy.Outcome) -> None:
-        job = self.store.job(job_id)
-        if job is None or job.terminal:
-            return
-        decision = policy.on_failure(outcome, job.restarts, job.spec.max_restarts)
-        if decision.action == policy.FailureAction.RESTART and job.state.active:
-            self._requeue(job, now, decision.message, restart=True)
-        else:
-            self._end(job_id, decision.outcome, now)
-
-    def _pause(self, job: Job, now: float) -> None:
-        """Every worker saved at the preempted step and exited: the job holds nothing until resumed."""
-        self._release(job.id, now)
-        self._transition(job, JobState.PAUSED, now, f"stopped and saved at step {job.preempted_step}; "
-                                                    f"`tfdist resume {job.id}` continues from there",
-                         message=f"paused at step {job.preempted_step}")
-        self._schedule(now)
-
-    def _requeue(self, job: Job, now: float, why: str, restart: bool) -> None:
-        """The job's next run: its workers are stopped, and once every node let them go it is placed again
-        (the same or other nodes) and starts from its latest checkpoint."""
-        self._release(job.id, now)
-        self.store.append_logs(job.id, [LogLine(-1, "stderr", f"tfdist: job {job.id}: {why}", now)])
-        self._transition(job, JobState.QUEUED, now, why, attempt=job.attempt + 1,
-                         restarts=job.restarts + (1 if restart else 0), preempt_requested=0, preempted_step=None,
-                         preemptible=0,
-                         message=why)
-        self._schedule(now)
-
-    def _release(self, job_id: str, now: float) -> None:
-        """The job's nodes let go of it: its workers are stopped; a lost node holds nothing."""
-        live = self.allocs.of_job(job_id)
-        kept = [dataclasses.replace(a, state=AllocState.RELEASING) for a in live
-                if a.agent in self.agents and not self.agents[a.agent].lost]
-        self.allocs.replace(job_id, kept)
-        self.waiting.pop(job_id, None)
-        self._start_clock.pop(job_id, None)
-        self._plans.pop(job_id, None)
-        self._joined.pop(job_id, None)
-        for watch in (self._progress, self._stalled, self._dump_to):
-            watch.pop(job_id, None)
-
-    def _end(self, job_id: str, outcome: policy.Outcome, now: float) -> None:
-        job = self.store.job(job_id)
-        if job is None or job.terminal:
-            return
-        live = self.allocs.of_job(job_id)
-        recorded = {"placement": self._with_live(job.placement, live)} if live else {}
-        self._transition(job, outcome.state, now, outcome.message, ended_at=now, message=outcome.message,
-                         exit_code=outcome.exit_code, failed_rank=outcome.rank, **recorded)
-        self._release(job_id, now)
-        self._schedule(now)
-
-    def _transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
-        check_job_transition(job.state, new)
-        self.store.update_job(job.id, now, f"{new.value}: {event}", state=new, **fields)
-        log.info("job %s %s: %s", job.id, new.value, event)
-        self._touched.add(job.id)
 
     # ---------------------------------------------------------------- scheduling
     def _nodes(self, include_busy: bool = False) -> list[scheduler.Node]:
@@ -775,7 +536,6 @@ class CoordinatorCore:
         outcome = policy.startup_overdue(plan.size, self.allocs.of_job(job_id), joined, clock, now, timeout)
         if outcome is not None:
             self._fail(job_id, now, outcome)
-
 
 def _job_checkpoint_dir(job: Job) -> str:
     """Where the job's checkpoints go: <checkpoint_storage>/<job id> ("" when none is configured)."""

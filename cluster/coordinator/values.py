@@ -1,0 +1,142 @@
+"""Typed values the coordinator core works with: its settings, what it knows of each agent, the work
+a heartbeat answers, and the job spec turned back into a validated config. No logic beyond that."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from typing import Iterable
+
+from cluster import modes
+from cluster.config import ConfigError, ExperimentConfig, config_from_dict
+from cluster.model import AgentRecord, JobSpec
+from tfdist.errors import NotFoundError, UserError
+
+PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
+
+
+class NotFound(NotFoundError):
+    pass
+
+
+class BadRequest(UserError):
+    pass
+
+
+@dataclasses.dataclass
+class AgentLive:
+    record: AgentRecord
+    last_heartbeat: float
+    lost: bool = False
+    running: dict = dataclasses.field(default_factory=dict)  # job id -> ranks that joined
+    attempts: dict = dataclasses.field(default_factory=dict)  # job id -> which run of it the agent runs
+    leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running or self.leased)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    lost_after: float = 6.0  # seconds without a heartbeat before a node is declared lost
+    stop_grace: float = 5.0  # a canceled job's workers: SIGTERM, then SIGKILL this much later
+    failure_grace: float = 1.0  # a failed job's survivors: their collectives are broken anyway
+    heartbeat_interval: float = 1.0  # the shortest; large clusters get longer ones
+    max_heartbeats_per_s: float = 250.0  # what the coordinator asks of all agents together
+    port_range: tuple[int, int] = (29500, 29999)
+    subnet: str | None = None
+    startup_timeout: float = 300.0  # for jobs that do not set their own
+    stack_dump_grace: float = 3.0  # step watchdog: from asking for stacks to failing the job
+    probe_timeout: float = PROBE_TIMEOUT
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeTask:
+    job_id: str
+    targets: tuple[tuple[str, str, int], ...]  # (peer agent, address, port)
+    timeout: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StartTask:
+    job_id: str
+    working_dir: str
+    command: tuple[str, ...]
+    processes: tuple[modes.ProcessPlan, ...]
+    failure_grace: float
+    store_port: int = 0  # >0: this node serves the job's key-value store on it
+    attempt: int = 0  # which run of the job (an agent starts each run once)
+
+
+@dataclasses.dataclass
+class Work:
+    """What one heartbeat answers an agent."""
+
+    check_ports: list[tuple[str, tuple[int, ...]]] = dataclasses.field(default_factory=list)
+    probes: list[ProbeTask] = dataclasses.field(default_factory=list)
+    start: list[StartTask] = dataclasses.field(default_factory=list)
+    stop_jobs: list[str] = dataclasses.field(default_factory=list)
+    stop_grace: dict[str, float] = dataclasses.field(default_factory=dict)
+    dump_stacks: list[str] = dataclasses.field(default_factory=list)
+    preempt: list[str] = dataclasses.field(default_factory=list)  # jobs whose store must carry a preemption request
+    attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
+
+
+class LogBoard:
+    """Wakes log followers when a job's output or state changed, with a lock of its own: a follower
+    never takes the coordinator's lock."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._versions: dict[str, int] = {}
+
+    def version(self, job_id: str) -> int:
+        with self._cond:
+            return self._versions.get(job_id, 0)
+
+    def bump(self, job_ids: Iterable[str]) -> None:
+        with self._cond:
+            for j in job_ids:
+                self._versions[j] = self._versions.get(j, 0) + 1
+            self._cond.notify_all()
+
+    def wait(self, job_id: str, seen: int, timeout: float) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._versions.get(job_id, 0) != seen, timeout)
+
+
+def _json_object(text: str, what: str) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"{what} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def config_from_spec(spec: JobSpec) -> ExperimentConfig:
+    raw = {
+        "name": spec.name or "tfdist-job",
+        "entrypoint": list(spec.entrypoint) or None,
+        "resources": {"slots_per_trial": spec.slots},
+        "distribution": {"mode": spec.distribution_mode or "auto",
+                         **({"num_ps": spec.num_ps, "evaluator": spec.evaluator}
+                            if spec.distribution_mode == "ps" else {})},
+        "optimizations": _json_object(spec.optimizations_json, "optimizations_json"),
+        "watchdog": {"step_timeout": spec.step_timeout},
+        "hyperparameters": json.loads(spec.hyperparameters_json or "{}"),
+        "environment": {"variables": dict(spec.environment)},
+        "max_restarts": spec.max_restarts,
+        **({"checkpoint_storage": {"host_path": spec.checkpoint_storage}} if spec.checkpoint_storage else {}),
+    }
+    try:
+        return config_from_dict(raw)
+    except (ConfigError, ValueError) as e:
+        raise BadRequest(str(e)) from None

@@ -17,6 +17,8 @@ from tests.slurm.cluster import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 WORKER = os.path.join(REPO, "tests", "integration", "workers", "train_worker.py")
+CRASHER = os.path.join(REPO, "tests", "multihost", "crasher.py")  # no TensorFlow: Slurm's mechanics alone
+SLEEPER = os.path.join(REPO, "tests", "multihost", "sleeper.py")
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +68,14 @@ def test_slots_that_disagree_with_the_allocation_are_one_line(slurm, tmp_path, m
 
 def test_a_worker_death_fails_the_slurm_job_with_its_code_and_stops_the_other_node(slurm, tmp_path, marker):
     result = sbatch(slurm, tmp_path, marker, f"""
-        {sys.executable} -m cluster.cli launch -- {WORKER} --mode loop --epochs 50 --out {tmp_path} --crash-rank 1
+        {sys.executable} -m cluster.cli launch -- {sys.executable} {CRASHER} 1
         """, "--nodes=2", "--ntasks-per-node=1")
     out = job_output(tmp_path)
     assert result.returncode != 0, out[-3000:]
-    assert "failed: rank 1 on node node2 exited with code 13; the other workers were stopped" in out, out[-3000:]
-    assert "  rank crashing on purpose" in out
+    assert "failed: rank 1 on node node2 exited with code 5; the other workers were stopped" in out, out[-3000:]
+    assert "  rank 1 giving up" in out
     state = slurm.run(["scontrol", "show", "job", result.stdout.strip()]).stdout
-    assert "JobState=FAILED" in state and "ExitCode=13:0" in state
+    assert "JobState=FAILED" in state and "ExitCode=5:0" in state
     assert not processes_with_marker(marker)
 
 
@@ -81,10 +83,10 @@ def test_scancel_stops_every_node_and_leaves_nothing_behind(slurm, tmp_path, mar
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
                       f"#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\n"
-                      f"{sys.executable} -m cluster.cli launch -- {WORKER} --mode loop --epochs 5000 --out {tmp_path}\n")
+                      f"{sys.executable} -m cluster.cli launch -- {sys.executable} {SLEEPER} 600\n")
     env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
     job = slurm.run(["sbatch", "--parsable", str(script)], env=env).stdout.strip()
-    wait_for(lambda: "[rank=1]" in job_output(tmp_path), "rank 1's first output")
+    wait_for(lambda: "[rank=1] rank 1 tick" in job_output(tmp_path), "rank 1's first output")
     slurm.run(["scancel", job])
     wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")
     assert "JobState=CANCELLED" in slurm.run(["scontrol", "show", "job", job]).stdout

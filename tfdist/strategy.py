@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import sys
 import time
 
 import tensorflow as tf
@@ -139,11 +140,17 @@ def register_exit_barrier(is_chief: bool) -> None:
 
     Without it the chief (which hosts TF's coordination service) may exit
     first, and the other workers log heartbeat errors, or fail, on the way out.
+    A worker leaving because it failed (an uncaught exception, sys.exit with a
+    non-zero code) does not wait: the others are stuck without it anyway, and
+    waiting only hid the failure from the launcher for the barrier's 30 s.
     """
+    failed = _watch_for_failure()
 
     def wait_for_everyone():
         from tensorflow.python.eager import context as tf_context
 
+        if failed:
+            return
         try:
             tf_context.context().wait_at_barrier("tfdist_exit", EXIT_BARRIER_TIMEOUT_MS)
             if is_chief:  # let the others leave before the coordination service goes
@@ -152,3 +159,21 @@ def register_exit_barrier(is_chief: bool) -> None:
             log.debug("exit barrier: %s", e)
 
     atexit.register(wait_for_everyone)
+
+
+def _watch_for_failure() -> list:
+    """A list that becomes non-empty when the process is on its way out because of a failure."""
+    failed: list = []
+    previous_hook, previous_exit = sys.excepthook, sys.exit
+
+    def excepthook(kind, value, traceback):
+        failed.append(kind)
+        previous_hook(kind, value, traceback)
+
+    def exit_(code=None):
+        if code not in (None, 0):
+            failed.append(code)
+        previous_exit(code)
+
+    sys.excepthook, sys.exit = excepthook, exit_
+    return failed

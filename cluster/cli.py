@@ -271,9 +271,11 @@ def _slurm_sigterm(stop: threading.Event, agent) -> None:
     get the same SIGTERM and decide (a preempted job's workers stop at a common step and save). The agent
     keeps serving them, and shipping their output and exits, until they are gone; a SIGTERM that finds
     no workers running (the launcher ending the step) stops it, as does a second one."""
+    deferred = threading.Event()
+
     def handler(signum, _frame):
-        if signum == signal.SIGTERM and agent.running_jobs() and not getattr(handler, "deferred", False):
-            handler.deferred = True
+        if signum == signal.SIGTERM and agent.running_jobs() and not deferred.is_set():
+            deferred.set()
             logging.getLogger("tfdist.agent").warning(
                 "SIGTERM with workers running: they decide (preemption); this agent serves them until they end")
             return

@@ -66,23 +66,29 @@ class FailureAction(str, enum.Enum):
 @dataclasses.dataclass(frozen=True)
 class FailureDecision:
     action: FailureAction
-    outcome: Outcome
-    message: str  # what the job's events and followers are told
+    outcome: Outcome  # its message is what the job's events and followers are told
+
+    @property
+    def message(self) -> str:
+        return self.outcome.message
 
 
 def on_failure(outcome: Outcome, restarts: int, max_restarts: int) -> FailureDecision:
     """What to do when a job's process, node or start-up failed: restart the whole gang while restarts
     remain (training resumes from the latest checkpoint), unless running it again cannot help."""
+    def said(suffix: str) -> Outcome:
+        return dataclasses.replace(outcome, message=outcome.message + suffix)
+
     if not outcome.restartable or outcome.exit_code == COMMAND_NOT_FOUND:
-        why = "" if max_restarts == 0 else " (not restarted: running it again would fail the same way)"
-        return FailureDecision(FailureAction.FAIL, outcome, outcome.message + why)
+        return FailureDecision(FailureAction.FAIL, said(
+            " (not restarted: running it again would fail the same way)" if max_restarts else ""))
     if restarts < max_restarts:
-        return FailureDecision(FailureAction.RESTART, outcome,
-                               f"{outcome.message}; restarting the job (restart {restarts + 1} of {max_restarts})")
+        return FailureDecision(FailureAction.RESTART,
+                               said(f"; restarting the job (restart {restarts + 1} of {max_restarts})"))
     if max_restarts:
-        outcome = dataclasses.replace(outcome, message=f"{outcome.message} (after {max_restarts} restart"
-                                                       f"{'s' if max_restarts > 1 else ''}, max_restarts={max_restarts})")
-    return FailureDecision(FailureAction.FAIL, outcome, outcome.message)
+        return FailureDecision(FailureAction.FAIL, said(f" (after {max_restarts} restart"
+                                                        f"{'s' if max_restarts > 1 else ''}, max_restarts={max_restarts})"))
+    return FailureDecision(FailureAction.FAIL, outcome)
 
 
 def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterable[int], started_clock: float,

@@ -302,14 +302,10 @@ class Store:
                                 "(?,?,?,?,?)", (job_id, c.step, c.path, c.attempt, c.time))
             return cursor.rowcount == 1
 
-    def checkpoints(self, job_id: str) -> list[Checkpoint]:
-        return [Checkpoint(step=r["step"], path=r["path"], attempt=r["attempt"], time=r["time"])
-                for r in self._all("SELECT * FROM checkpoints WHERE job_id=? ORDER BY step", (job_id,))]
-
     def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
-        rows = self._all("SELECT * FROM checkpoints WHERE job_id=? ORDER BY step DESC LIMIT 1", (job_id,))
-        return Checkpoint(step=rows[0]["step"], path=rows[0]["path"], attempt=rows[0]["attempt"],
-                          time=rows[0]["time"]) if rows else None
+        rows = self._all("SELECT step, path, attempt, time FROM checkpoints WHERE job_id=? ORDER BY step DESC "
+                         "LIMIT 1", (job_id,))
+        return Checkpoint(**rows[0]) if rows else None
 
     # ---------------------------------------------------------------- shipped output
     def _fresh(self, db: sqlite3.Connection, job_id: str, source: str, kind: str, first_seq: int,

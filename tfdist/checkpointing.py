@@ -76,7 +76,7 @@ def restore_checkpoint(checkpoint, ctx=None, directory: str | None = None) -> in
         raise CheckpointError(f"the checkpoint of step {found.step} ({found.path}) is not readable on {node}: "
                               "checkpoint_storage.host_path must be a directory every node shares")
     checkpoint.read(found.path).expect_partial()
-    attempt = ctx.cluster_info.attempt if ctx.cluster_info else 0
+    attempt = ctx.attempt
     print(f"tfdist: resumed from checkpoint {found.path} at step {found.step}"
           + (f" (run {attempt + 1} of the job)" if attempt else ""), file=sys.stderr, flush=True)
     return found.step
@@ -92,8 +92,7 @@ def save_checkpoint(checkpoint, step: int, ctx=None, directory: str | None = Non
     if ctx.is_chief:
         os.makedirs(root, exist_ok=True)
         path = checkpoint.write(os.path.join(root, f"{PREFIX}-{step}"))
-        attempt = ctx.cluster_info.attempt if ctx.cluster_info else 0
-        report_record(CHECKPOINT_RECORD, step, attempt, note=path)
+        report_record(CHECKPOINT_RECORD, step, ctx.attempt, note=path)
         _prune(root, keep=max_to_keep)
         return path
     scratch = tempfile.mkdtemp(prefix=f"tfdist-rank{ctx.rank}-ckpt-")
@@ -120,4 +119,4 @@ def _prune(root: str, keep: int) -> None:
 def _ctx():
     from tfdist import context
 
-    return context._current or context.context_from_env(os.environ)
+    return context.current_or_env()

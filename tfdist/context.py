@@ -257,6 +257,12 @@ def current() -> DistributedContext:
     return _current if _current is not None else init()
 
 
+def current_or_env() -> DistributedContext:
+    """The context `init()` returned, else one read from the environment (no strategy: nothing is
+    created, so helpers that only need ranks and paths never start TensorFlow)."""
+    return _current if _current is not None else context_from_env(os.environ)
+
+
 def _signal_ready() -> None:
     """Tells the launcher this worker joined, so its startup timeout stops."""
     path = os.environ.get(envvars.READY_FILE)

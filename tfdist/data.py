@@ -50,7 +50,7 @@ def download(source: Source, *, scope: str = "rank", name: str | None = None, ro
     if ctx is None:
         from tfdist import context
 
-        ctx = context._current or context.context_from_env(os.environ)
+        ctx = context.current_or_env()
     if name is None:
         name = _default_name(source)
     target = scoped_dir(root or default_root(), name, scope, ctx.rank, ctx.node_rank)

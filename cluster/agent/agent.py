@@ -279,6 +279,7 @@ class Agent:
                                                                 last_lines=[f"{self.name}: {e}"],
                                                                 attempt=task.attempt))
                 self._finished[run] = None
+                self._attempts.pop(task.job_id, None)
                 return
             if lease:
                 lease.stop_listening()  # the ports are the workers' now
@@ -297,6 +298,7 @@ class Agent:
                             last_lines=[f"{self.name}: cannot serve the job's store on "
                                         f"{host}:{task.store_port}: {e.strerror}"], attempt=task.attempt))
                     self._finished[run] = None
+                    self._attempts.pop(task.job_id, None)
                     return
             job_dir = tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-")  # ready and metrics files
             self._job_dirs[task.job_id] = job_dir

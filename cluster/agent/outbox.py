@@ -74,7 +74,8 @@ class Outbox:
     # ---------------------------------------------------------------- adding
     def line(self, job_id: str, rank: int, stream: str, text: str) -> None:
         with self._lock:
-            self._queue(self._logs, "logs", job_id).add(pb.LogLine(rank=rank, stream=stream, text=cut_line(text), time=time.time()))
+            line = pb.LogLine(rank=rank, stream=stream, text=cut_line(text), time=time.time())
+            self._queue(self._logs, "logs", job_id).add(line)
 
     def metric(self, job_id: str, metric: pb.Metric) -> None:
         with self._lock:

@@ -36,8 +36,7 @@ class Checkpoint(Callback):
                              f"use save_freq='epoch'. {received('save_freq', save_freq)}")
         self.save_freq, self.max_to_keep = save_freq, max_to_keep
         self.directory = checkpointing.checkpoint_dir(directory)  # fails here, not after an epoch, when unset
-        self._override = directory
-        found = checkpointing.latest(override=directory)
+        found = checkpointing.latest(override=self.directory)
         self.resume_step = found.step if found else 0  # skip this many global batches of a repeated dataset
         self._checkpoint = None
         self._step = 0  # global steps trained, counting those before the restored checkpoint
@@ -54,7 +53,7 @@ class Checkpoint(Callback):
         if hasattr(optimizer, "built") and not optimizer.built:  # Keras 3 without a strategy builds lazily
             optimizer.build(self.model.trainable_variables)
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
-        self._step = self._saved_at = checkpointing.restore_checkpoint(self._checkpoint, directory=self._override)
+        self._step = self._saved_at = checkpointing.restore_checkpoint(self._checkpoint, directory=self.directory)
         epochs, steps = self.params.get("epochs"), self.params.get("steps")
         if steps and epochs:
             self._last_step = epochs * steps
@@ -87,7 +86,7 @@ class Checkpoint(Callback):
 
     def _save(self) -> None:
         if self._saved_at != self._step:
-            checkpointing.save_checkpoint(self._checkpoint, self._step, directory=self._override,
+            checkpointing.save_checkpoint(self._checkpoint, self._step, directory=self.directory,
                                           max_to_keep=self.max_to_keep)
             self._saved_at = self._step
 

@@ -60,6 +60,18 @@ def run_cli(args, marker, timeout=240, cwd=REPO, **extra_env) -> subprocess.Comp
                           capture_output=True, text=True, timeout=timeout)
 
 
+def wait_for(predicate, what, timeout=180, alive=lambda: True, logs=lambda: ""):
+    """Waits for a condition (never for a fixed time); fails naming what did not happen, at once if
+    `alive()` says the thing being waited on is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        assert alive(), f"gave up waiting for {what}: the job ended"
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}{'; logs: ' + str(logs()) if logs() else ''}")
+
+
 def stop_processes(procs) -> None:
     """SIGTERM to each process still running, then SIGKILL to any that has not exited 20 s later."""
     procs = [p for p in procs if p is not None]
@@ -108,12 +120,7 @@ class LocalCluster:
         return self.agents[name]
 
     def wait_for(self, predicate, what, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}; logs: {self.logs()}")
+        wait_for(predicate, what, timeout, logs=self.logs)
 
     def wait_agents(self, *names):
         self.wait_for(lambda: {a["name"] for a in self.json("agents") if a["state"] == "ALIVE"} >= set(names),

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli
+from tests.conftest import REPO, cli_env, run_cli, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 WORKER = os.path.join(REPO, "tests", "integration", "workers", "resumable_fit.py")
@@ -91,16 +91,6 @@ def test_restarts_are_bounded_by_max_restarts(tmp_path, marker):
     assert result.stdout.count("[rank=0] run 0") == 1 and "[rank=0] run 2" in result.stdout
     assert "restarting the job (restart 2 of 2)" in result.stderr
     assert "exited with code 3; the other workers were stopped (after 2 restarts, max_restarts=2)" in result.stderr
-
-
-def wait_for(predicate, what, timeout=180, alive=lambda: True):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        assert alive(), f"gave up waiting for {what}: the job ended"
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def trained(out, attempt) -> int:

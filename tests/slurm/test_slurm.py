@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, processes_with_marker
+from tests.conftest import REPO, processes_with_marker, wait_for
 from tests.slurm.cluster import SlurmCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -27,12 +27,16 @@ def slurm(tmp_path_factory):
         yield cluster
 
 
-def sbatch(slurm, tmp_path, marker, body: str, *options: str) -> subprocess.CompletedProcess:
+def sbatch(slurm, tmp_path, marker, body: str, *options: str, wait: bool = True,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    """Submits a batch script (`body` after `cd REPO`) with the test's marker; with `wait`, returns when the
+    job ended (exit code = the job's), else at once (stdout = the job id)."""
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n" + "".join(f"#SBATCH {o}\n" for o in options) +
                       f"#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\n" + textwrap.dedent(body))
-    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return slurm.run(["sbatch", "--wait", "--parsable", str(script)], check=False, timeout=300, env=env)
+    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    return slurm.run(["sbatch", *(["--wait"] if wait else []), "--parsable", str(script)], check=not wait,
+                     timeout=300, env=env)
 
 
 def job_output(tmp_path) -> str:
@@ -80,27 +84,12 @@ def test_a_worker_death_fails_the_slurm_job_with_its_code_and_stops_the_other_no
 
 
 def test_scancel_stops_every_node_and_leaves_nothing_behind(slurm, tmp_path, marker):
-    script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
-                      f"#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\n"
-                      f"{sys.executable} -m cluster.cli launch -- {sys.executable} {SLEEPER} 600\n")
-    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    job = slurm.run(["sbatch", "--parsable", str(script)], env=env).stdout.strip()
+    job = sbatch(slurm, tmp_path, marker, f"{sys.executable} -m cluster.cli launch -- {sys.executable} {SLEEPER} 600\n",
+                 "--nodes=2", "--ntasks-per-node=1", wait=False).stdout.strip()
     wait_for(lambda: "[rank=1] rank 1 tick" in job_output(tmp_path), "rank 1's first output")
     slurm.run(["scancel", job])
     wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")
     assert "JobState=CANCELLED" in slurm.run(["scontrol", "show", "job", job]).stdout
-
-
-def wait_for(predicate, what, timeout=120):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -114,12 +103,10 @@ def test_gpu_nodes_get_their_devices_from_slurms_gres(gpu_slurm, tmp_path, marke
     assigned, and each node's process sees exactly those."""
     show = os.path.join(REPO, "tests", "integration", "workers", "show_devices.py")
     fakes = os.path.join(REPO, "tests", "fakes")
-    script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:2\n"
-                      f"#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\nexport PATH={fakes}:$PATH\n"
-                      f"{sys.executable} -m cluster.cli launch -- {sys.executable} {show}\n")
-    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TFDIST_FAKE_GPUS": "2"}
-    job = gpu_slurm.run(["sbatch", "--parsable", str(script)], env=env).stdout.strip()
+    job = sbatch(gpu_slurm, tmp_path, marker, f"export PATH={fakes}:$PATH\n"
+                 f"{sys.executable} -m cluster.cli launch -- {sys.executable} {show}\n",
+                 "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2", wait=False,
+                 env={"TFDIST_FAKE_GPUS": "2"}).stdout.strip()
     try:
         wait_for(lambda: "[rank=1] cuda_visible_devices=" in job_output(tmp_path), "rank 1's devices")
         out = job_output(tmp_path)
@@ -170,12 +157,8 @@ def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(
     from tests.integration.test_restarts import steps_by_attempt, write_config
 
     config = write_config(tmp_path, {"SLOW": 0.5})
-    script = tmp_path / "job.sh"
-    script.write_text(f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --requeue\n"
-                      f"#SBATCH --open-mode=append\n#SBATCH --output={tmp_path}/slurm-%j.out\ncd {REPO}\n"
-                      f"{sys.executable} -m cluster.cli launch --config {config}\n")
-    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    job = preempting_slurm.run(["sbatch", "--parsable", str(script)], env=env).stdout.strip()
+    job = sbatch(preempting_slurm, tmp_path, marker, f"{sys.executable} -m cluster.cli launch --config {config}\n",
+                 "--nodes=2", "--ntasks-per-node=1", "--requeue", "--open-mode=append", wait=False).stdout.strip()
     try:
         wait_for(lambda: (tmp_path / "steps.txt").exists() and len((tmp_path / "steps.txt").read_text().split("\n"))
                  > 4, "the first run's step 4")

@@ -11,6 +11,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import argparse
 import logging
+import shutil
 import signal
 import socket
 import sys
@@ -70,6 +71,19 @@ def _client_flags(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help=f"file holding the coordinator's token (default ${TOKEN_FILE_ENV})")
 
 
+def _slurm_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slurm", action="store_true", help="the Slurm jobs `tfdist launch --slurm` submitted (the "
+                                                        "default without --coordinator where Slurm's commands are)")
+
+
+def _on_slurm(args) -> bool:
+    """--slurm, or no coordinator given on a machine with a Slurm client configured (a login node)."""
+    if not hasattr(args, "slurm") or args.coordinator:
+        return bool(getattr(args, "slurm", False))
+    configured = os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")
+    return args.slurm or bool(configured and shutil.which("scontrol"))
+
+
 def _verbosity_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbosity", choices=("debug", "info", "warning", "error"),
                    default=os.environ.get("TFDIST_VERBOSITY", "info"),
@@ -90,8 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--startup-timeout", type=_positive_float, default=300.0, metavar="SECONDS",
                         help="stop the job if a worker has not joined by then (default 300)")
     launch.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
-    launch.add_argument("--detach", action="store_true", help="print the job id and return (needs --coordinator)")
+    launch.add_argument("--detach", action="store_true", help="print the job id and return (needs --coordinator or --slurm)")
     launch.add_argument("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a temporary dir)")
+    launch.add_argument("--slurm", metavar="SBATCH_OPTIONS", nargs="?", help=(
+        "submit to Slurm from a login node: every option after --slurm up to `--` is sbatch's (tfdist launch "
+        "--config exp.yaml --slurm --nodes=2 --ntasks-per-node=1 -- python train.py); follows the job's output and "
+        "exits with its code"))
     _client_flags(launch, required=False)
     launch.add_argument("entry", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                         help="the command each worker runs; default: the config's entrypoint")
@@ -125,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = sub.add_parser("jobs", help="list jobs")
     _client_flags(jobs)
     jobs.add_argument("--json", action="store_true")
+    _slurm_flag(jobs)
     job = sub.add_parser("job", help="show one job: state, placement, why it waits, how it ended")
     _client_flags(job)
     job.add_argument("job_id", metavar="ID")
@@ -134,9 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("job_id", metavar="ID")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     logs.add_argument("--rank", type=_int, default=-1, help="only this rank")
+    _slurm_flag(logs)
     cancel = sub.add_parser("cancel", help="cancel a job")
     _client_flags(cancel)
     cancel.add_argument("job_id", metavar="ID")
+    _slurm_flag(cancel)
     preempt = sub.add_parser("preempt", help="stop a job's workers at a common step, save, and pause the job")
     _client_flags(preempt)
     preempt.add_argument("job_id", metavar="ID")
@@ -163,16 +184,40 @@ def build_parser() -> argparse.ArgumentParser:
 def _launch(args) -> int:
     from cluster.launch import launch
 
+    if args.sbatch_options is not None:
+        from cluster.slurm_submit import check_options
+
+        check_options(args.sbatch_options)
     config = load_config(args.config) if args.config else ExperimentConfig()
     entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
     config = config.with_overrides(slots=args.slots, distribution=args.distribution, entrypoint=entry)
     if not config.entrypoint:
         raise UsageError("tfdist launch: no command to run; give one after `--` "
                          "(tfdist launch --slots 2 -- python train.py) or set `entrypoint` in --config")
+    if args.sbatch_options is not None:
+        return _launch_on_slurm(args, config)
     if args.detach and not args.coordinator:
-        raise UsageError("tfdist launch: --detach needs --coordinator (an embedded coordinator ends with launch)")
+        raise UsageError("tfdist launch: --detach needs --coordinator or --slurm (an embedded coordinator ends "
+                         "with launch)")
     return launch(config, coordinator=args.coordinator, token=read_token(args.token_file), detach=args.detach,
                   startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority)
+
+
+def _launch_on_slurm(args, config: ExperimentConfig) -> int:
+    """`--slurm`: the batch script runs this same launch (less --slurm and --detach) inside the allocation."""
+    from cluster import slurm_submit
+    from cluster.commands import resolve_command
+
+    if args.coordinator:
+        raise UsageError("tfdist launch: --slurm submits to Slurm, --coordinator to a tfdist coordinator; give one")
+    resolve_command(config.entrypoint)  # a missing script is refused before anything is queued
+    inner = ["launch", *(["--config", os.path.abspath(args.config)] if args.config else []),
+             *(["--slots", str(args.slots)] if args.slots is not None else []),
+             *(["--distribution", args.distribution] if args.distribution else []),
+             *(["--state-dir", os.path.abspath(args.state_dir)] if args.state_dir else []),
+             "--startup-timeout", f"{args.startup_timeout:g}", "--", *config.entrypoint]
+    return slurm_submit.launch(args.sbatch_options, inner, name=config.name,
+                               slots=config.slots_per_trial if config.slots_given else None, detach=args.detach)
 
 
 def _setup_daemon_logging(verbosity: str) -> None:
@@ -294,9 +339,23 @@ def _client(args):
     return Client(args.coordinator, read_token(args.token_file))
 
 
+def _slurm_commands(args) -> int:
+    """jobs, logs and cancel on the Slurm jobs tfdist submitted (cancel is scancel)."""
+    from cluster import slurm_submit, tables
+
+    if args.command == "jobs":
+        return tables.print_slurm_jobs(slurm_submit.tfdist_jobs(), args.json)
+    if args.command == "logs":
+        return slurm_submit.print_logs(args.job_id, follow_it=args.follow)
+    print(slurm_submit.cancel(args.job_id))
+    return 0
+
+
 def _jobs_commands(args) -> int:
     from cluster import tables
 
+    if _on_slurm(args):
+        return _slurm_commands(args)
     client = _client(args)
     try:
         if args.command == "jobs":
@@ -345,7 +404,15 @@ COMMANDS = {"launch": _launch, "coordinator": _coordinator, "agent": _agent}
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        sbatch_options = None
+        if argv[:1] == ["launch"]:  # `--slurm OPTIONS`: sbatch's options, up to `--`
+            from cluster.slurm_submit import split_argv
+
+            argv, sbatch_options = split_argv(argv)
         args = parser.parse_args(argv)
+        if args.command == "launch":
+            args.sbatch_options = sbatch_options
         if args.command is None:
             parser.print_help()
             return USAGE_ERROR

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 
@@ -90,4 +91,15 @@ def print_agents(agents, as_json: bool) -> int:
              ", ".join(f"{x.ip}/{x.prefix_len}" for x in a.addresses if not x.ip.startswith("127.")) or "loopback",
              ", ".join(a.jobs) or "-"] for a in agents]
     print(_table(["NAME", "STATE", "SLOTS", "FREE", "KIND", "ADDRESSES", "JOBS"], rows))
+    return 0
+
+
+def print_slurm_jobs(jobs, as_json: bool) -> int:
+    """The Slurm jobs `tfdist launch --slurm` submitted (cluster/slurm_submit.py)."""
+    if as_json:
+        print(json.dumps([dataclasses.asdict(j) for j in jobs], indent=2))
+        return 0
+    rows = [[f"{j.id}", j.name, j.state, j.nodes, j.output,
+             j.describe() if j.state == "PENDING" else f"ExitCode={j.exit_code}" if j.ended else ""] for j in jobs]
+    print(_table(["SLURM JOB", "NAME", "STATE", "NODES", "OUTPUT", "INFO"], rows))
     return 0

@@ -92,6 +92,72 @@ def test_scancel_stops_every_node_and_leaves_nothing_behind(slurm, tmp_path, mar
     assert "JobState=CANCELLED" in slurm.run(["scontrol", "show", "job", job]).stdout
 
 
+def tfdist(slurm, tmp_path, marker, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The tfdist CLI on the login node (the controller's host), from `tmp_path`."""
+    env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return slurm.run([sys.executable, "-m", "cluster.cli", *args], check=False, timeout=timeout, env=env,
+                     cwd=tmp_path)
+
+
+def test_launch_slurm_from_a_login_node_follows_the_job_and_exits_with_its_code(slurm, tmp_path, marker):
+    result = tfdist(slurm, tmp_path, marker, "launch", "--slurm", "--nodes=2", "--ntasks-per-node=1", "--",
+                    sys.executable, CRASHER, "1")
+    assert result.returncode == 5, result.stdout[-3000:] + result.stderr
+    job = re.search(r"tfdist: submitted Slurm job (\d+);", result.stderr).group(1)
+    assert f"tfdist: Slurm job {job} running on node[1-2]" in result.stderr
+    assert f"tfdist: Slurm job {job} ended FAILED (ExitCode=5:0); tfdist launch exits 5" in result.stderr
+    # the batch script's output, copied as it was written: the in-allocation launch's lines and summary
+    assert "[rank=1] rank 1 giving up" in result.stdout and "[rank=0] rank 0 tick 0" in result.stdout
+    assert "failed: rank 1 on node node2 exited with code 5; the other workers were stopped" in result.stdout
+    assert result.stdout == (tmp_path / f"tfdist-{job}.out").read_text()
+    assert not processes_with_marker(marker)
+
+
+def test_jobs_logs_and_cancel_work_on_a_job_submitted_with_launch_slurm(slurm, tmp_path, marker):
+    submitted = tfdist(slurm, tmp_path, marker, "launch", "--detach", "--slurm", "--nodes=2", "--ntasks-per-node=1",
+                       "--job-name=sleepy", "--", sys.executable, SLEEPER, "600")
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    env = {**slurm.env, "PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker}
+    with open(tmp_path / "follower.out", "w") as out, open(tmp_path / "follower.err", "w") as err:
+        follower = subprocess.Popen(slurm.command([sys.executable, "-m", "cluster.cli", "logs", "-f", job]),
+                                    env=env, cwd=tmp_path, stdout=out, stderr=err)
+    try:
+        wait_for(lambda: "[rank=1] rank 1 tick" in (tmp_path / "follower.out").read_text(), "rank 1's output",
+                 alive=lambda: follower.poll() is None)
+        assert "[rank=0] rank 0 tick" in tfdist(slurm, tmp_path, marker, "logs", job).stdout
+        listed = tfdist(slurm, tmp_path, marker, "jobs")
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(job))
+        assert row.split()[1:4] == ["sleepy", "RUNNING", "node[1-2]"], listed.stdout
+        assert json.loads(tfdist(slurm, tmp_path, marker, "jobs", "--slurm", "--json").stdout)[-1]["id"] == job
+        canceled = tfdist(slurm, tmp_path, marker, "cancel", job)
+        assert canceled.stdout == f"Slurm job {job}: cancel requested (scancel)\n", canceled.stderr
+        assert follower.wait(timeout=120) == 130  # the follower saw the job end CANCELLED
+    finally:
+        slurm.run(["scancel", job], check=False)
+        follower.kill()
+        follower.wait()
+    assert "JobState=CANCELLED" in slurm.run(["scontrol", "show", "job", job]).stdout
+    assert f"Slurm job {job} ended CANCELLED" in (tmp_path / "follower.err").read_text()
+    wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")
+    missing = tfdist(slurm, tmp_path, marker, "cancel", "999999")
+    assert missing.returncode == 1 and missing.stderr.startswith("tfdist: error: Slurm job 999999 not found")
+
+
+@pytest.mark.parametrize("request_", [["--nodes=3"], ["--slots", "8"]], ids=["nodes", "slots"])
+def test_a_too_large_request_is_one_line_and_queues_nothing(slurm, tmp_path, marker, request_):
+    slurm_opts = request_ if request_[0].startswith("--nodes") else []
+    tfdist_opts = [] if slurm_opts else request_
+    result = tfdist(slurm, tmp_path, marker, "launch", *tfdist_opts, "--slurm", *slurm_opts, "--", sys.executable,
+                    SLEEPER)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("tfdist launch --slurm: sbatch refused the job: Requested node configuration is "
+                                    "not available"), result.stderr
+    assert "(sbatch options: --nodes=3);" in result.stderr if slurm_opts else "(sbatch options" not in result.stderr
+    assert slurm.run(["squeue", "-h"]).stdout == ""
+
+
 @pytest.fixture(scope="module")
 def gpu_slurm(tmp_path_factory):
     with SlurmCluster(tmp_path_factory.mktemp("gpu-slurm"), nodes=2, cpus=2, gpus=2) as cluster:

@@ -121,10 +121,18 @@ def exit_code(job: pb.Job) -> int:
     return job.exit_code if 0 < job.exit_code < 256 else 1
 
 
-def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> pb.Job:
-    """Streams the job's output until it ends (long polls: lines arrive as they are shipped);
-    reports why it waits while queued."""
-    after_seq = 0
+def last_seq(client: Client, job_id: str) -> int:
+    """The job's last line so far: a follower of a resumed job starts after the lines it printed before."""
+    seq = 0
+    while lines := client.logs(job_id, after_seq=seq).lines:
+        seq = lines[-1].seq
+    return seq
+
+
+def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr,
+               after_seq: int = 0) -> pb.Job:
+    """Streams the job's output after line `after_seq` until it ends (long polls: lines arrive as they
+    are shipped); reports why it waits while queued."""
     said_waiting = ""
     call = _Reconnecting(client, stderr)
     while True:

@@ -18,7 +18,7 @@ from cluster import slurm
 from cluster.client import Client
 from cluster.commands import resolve_command
 from cluster.config import ExperimentConfig
-from cluster.follow import PAUSED_EXIT, exit_code, follow_job, summary
+from cluster.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
 from cluster.modes import auto
 from cluster.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
@@ -136,9 +136,10 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
     code = None
     try:
         if paused:  # this batch script ran before and its job was preempted: Slurm requeued it
+            printed = last_seq(client, paused)  # by the previous run, into the same output file
             client.resume(paused)
             sys.stderr.write(f"tfdist: resuming job {paused}, paused by this Slurm job's previous run\n")
-            code = _follow_with_cancel(client, paused, True)
+            code = _follow_with_cancel(client, paused, True, after_seq=printed)
             return code
         job_id = client.submit(job_spec(config, startup_timeout=startup_timeout, priority=priority))
         if embedded:
@@ -162,7 +163,7 @@ CANCEL_WAIT = 5.0  # seconds a second signal waits for the cancel to reach the c
 PREEMPT_WAIT = 120.0  # seconds SIGTERM's preemption may take before the job is canceled instead
 
 
-def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
+def _follow_with_cancel(client: Client, job_id: str, embedded: bool, after_seq: int = 0) -> int:
     """Ctrl-C cancels the job and keeps following until it has ended. SIGTERM (a cluster manager
     preempting the launcher) preempts it: every worker stops at one step, saves and exits, and the
     job is PAUSED; if that does not happen within PREEMPT_WAIT (the script checks no preemption),
@@ -210,7 +211,7 @@ def _follow_with_cancel(client: Client, job_id: str, embedded: bool) -> int:
         threading.Thread(target=target, daemon=True).start()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        job = follow_job(client, job_id)
+        job = follow_job(client, job_id, after_seq=after_seq)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -22,6 +22,8 @@ import tempfile
 import threading
 import time
 
+import grpc
+
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
 from cluster.agent.job_store import JobStore
@@ -36,6 +38,8 @@ from tfdist.preemption import SCOPE as PREEMPT_SCOPE
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME
 
 log = logging.getLogger("tfdist.agent")
+WATCH_WAIT = 10.0  # seconds one WaitForWork long poll may be held by the coordinator
+WATCH_BACKOFF = 30.0  # seconds of heartbeats alone when the coordinator had no waiting slot
 DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable coordinator
 
 
@@ -86,6 +90,7 @@ class Agent:
         kill_leftovers(self._groups_dir, self.name.replace("/", "_"))
         shipper = threading.Thread(target=self._ship_loop, daemon=True)
         shipper.start()
+        threading.Thread(target=self._watch_loop, daemon=True).start()
         while not self._stop.is_set():
             try:
                 if not self._registered:
@@ -97,6 +102,26 @@ class Agent:
             if not urgent:
                 self._wake.wait(self.heartbeat_interval)
             self._wake.clear()
+
+    def _watch_loop(self) -> None:
+        """Long polls WaitForWork and heartbeats as soon as the coordinator has new work for this node
+        (a job placed here, its peers ready, a stop): a multi-node job's start takes round trips, not
+        heartbeat intervals. Heartbeats alone still do everything, a little later."""
+        seen = 0
+        while not self._stop.is_set():
+            try:
+                response = self.client.call(self.client.agents.WaitForWork, pb.WaitForWorkRequest(
+                    agent=self.name, seen=seen, wait_ms=int(WATCH_WAIT * 1000)), timeout=WATCH_WAIT + 10)
+            except ClientError as e:
+                if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                    return  # an older coordinator: heartbeats alone
+                self._stop.wait(max(self.heartbeat_interval, 1.0))
+                continue
+            if response.version != seen:
+                seen = response.version
+                self._wake.set()
+            if not response.held:
+                self._stop.wait(WATCH_BACKOFF)
 
     def wake(self) -> None:
         """Heartbeat at once instead of at the next interval (e.g. work was just submitted)."""

@@ -18,6 +18,7 @@ class AllocationTable:
         self._store = store
         self._by_job: dict[str, tuple[Allocation, ...]] = {}
         self._by_agent: dict[str, dict[str, Allocation]] = {}
+        self.changed: set[str] = set()  # agents whose allocations changed in this event: new work for them
         self.reload()
 
     def reload(self) -> None:
@@ -25,6 +26,7 @@ class AllocationTable:
         for a in self._store.allocations():
             by_job.setdefault(a.job_id, []).append(a)
         self._by_job = {job: tuple(sorted(allocs, key=lambda a: a.node_rank)) for job, allocs in by_job.items()}
+        self.changed = set()
         self._reindex()
 
     def of_job(self, job_id: str) -> tuple[Allocation, ...]:
@@ -49,6 +51,7 @@ class AllocationTable:
         """The job's allocations become `allocs` (empty: it holds nothing any more)."""
         allocs = tuple(sorted(allocs, key=lambda a: a.node_rank))
         self._store.set_allocations(job_id, allocs)
+        self.changed.update(a.agent for a in (*self.of_job(job_id), *allocs))
         if allocs:
             self._by_job[job_id] = allocs
         else:

@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Sequence
 from cluster import modes, placement as placement_lib, policy, scheduler
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle
-from cluster.coordinator.values import (AgentLive, BadRequest, LogBoard, NotFound,  # noqa: F401 (re-exported)
+from cluster.coordinator.values import (AgentBoard, AgentLive, BadRequest, LogBoard, NotFound,  # noqa: F401 (re-exported)
                                         ProbeTask, Settings, StartTask, Work, config_from_spec)
 from cluster.model import AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
 from cluster.modes import JobPlan, NodePlacement, Placement, auto
@@ -43,6 +43,7 @@ class CoordinatorCore(JobLifecycle):
         self.settings = settings
         self.lock = threading.RLock()
         self.board = LogBoard()
+        self.agent_board = AgentBoard()
         self.agents: dict[str, AgentLive] = {}
         self.excluded_ports: dict[tuple[str, str], set[int]] = {}  # (job, agent) -> ports found busy
         self.waiting: dict[str, str] = {}
@@ -77,8 +78,11 @@ class CoordinatorCore(JobLifecycle):
                 self._touched.clear()
                 raise
             touched, self._touched = self._touched, set()
+            changed, self.allocs.changed = self.allocs.changed, set()
         if touched:
             self.board.bump(touched)
+        if changed:
+            self.agent_board.bump(changed)
 
     # ---------------------------------------------------------------- agents
     def heartbeat_interval(self) -> float:

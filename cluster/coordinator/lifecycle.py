@@ -54,6 +54,7 @@ class JobLifecycle:
                 self.store.update_job(job.id, now, "preemption requested: the workers stop and save at a common step",
                                       preempt_requested=1)
                 self._touched.add(job.id)
+                self.allocs.changed.update(a.agent for a in self.allocs.of_job(job.id))  # tell its nodes now
             elif job.terminal:
                 raise BadRequest(f"job {job.id} already ended ({job.state.value}); nothing to preempt")
             return self.store.job(job.id).state.value
@@ -66,7 +67,7 @@ class JobLifecycle:
                 raise BadRequest(f"job {job.id} is {job.state.value}, not PAUSED; only a paused job can be resumed")
             latest = self.store.latest_checkpoint(job.id)
             where = f"from the checkpoint at step {latest.step}" if latest else "from the start (no checkpoint)"
-            self._requeue(job, now, f"resumed by the user, {where}", restart=False)
+            self._requeue(job, now, f"resumed {where}", restart=False)
             return self.store.job(job.id).state.value
 
     def _fail(self, job_id: str, now: float, outcome: policy.Outcome) -> None:

@@ -24,6 +24,8 @@ log = logging.getLogger("tfdist.coordinator")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 RPC_THREADS = 32  # heartbeats, submissions, queries
 FOLLOWER_THREADS = 64  # long-polling log followers on top; more followers poll without waiting
+WATCH_THREADS = 64  # agents' WaitForWork long polls on top; the others rely on their heartbeats alone
+WATCH_WAIT_MAX = 30.0  # seconds one WaitForWork call may be held
 
 
 def _guard(fn):
@@ -173,6 +175,20 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 class AgentServicer(pb_grpc.AgentServiceServicer):
     def __init__(self, core: CoordinatorCore, clock=time.time):
         self.core, self.clock = core, clock
+        self.watch_slots = threading.BoundedSemaphore(WATCH_THREADS)
+
+    @_guard
+    def WaitForWork(self, request, context):
+        """Held until the agent has new work or `wait_ms` passed. With every waiting slot taken it
+        answers at once with held=false, and the agent keeps to its heartbeats for a while."""
+        if not self.watch_slots.acquire(blocking=False):
+            return pb.WaitForWorkResponse(version=self.core.agent_board.version(request.agent), held=False)
+        try:
+            wait = min(max(request.wait_ms, 0) / 1000.0, WATCH_WAIT_MAX)
+            return pb.WaitForWorkResponse(version=self.core.agent_board.wait(request.agent, request.seen, wait),
+                                          held=True)
+        finally:
+            self.watch_slots.release()
 
     @_guard
     def Register(self, request, context):
@@ -233,7 +249,8 @@ class CoordinatorServer:
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0)]
         interceptors = [TokenInterceptor(token)] if token else []
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers + FOLLOWER_THREADS), options=options,
+        threads = max_workers + FOLLOWER_THREADS + WATCH_THREADS
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options,
                                   interceptors=interceptors)
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core), self.server)
         pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.core), self.server)
@@ -260,5 +277,6 @@ class CoordinatorServer:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
+        self.core.agent_board.close()  # held WaitForWork calls answer now
         self.server.stop(grace).wait()
         self.store.close()

@@ -111,6 +111,36 @@ class LogBoard:
             self._cond.wait_for(lambda: self._versions.get(job_id, 0) != seen, timeout)
 
 
+class AgentBoard:
+    """Wakes agents' WaitForWork long polls when the coordinator has new work for them (their
+    allocations changed), so a job's start does not wait for each node's next heartbeat."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._versions: dict[str, int] = {}
+        self._closed = False
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def version(self, agent: str) -> int:
+        with self._cond:
+            return self._versions.get(agent, 0)
+
+    def bump(self, agents: Iterable[str]) -> None:
+        with self._cond:
+            for a in agents:
+                self._versions[a] = self._versions.get(a, 0) + 1
+            self._cond.notify_all()
+
+    def wait(self, agent: str, seen: int, timeout: float) -> int:
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or self._versions.get(agent, 0) != seen, timeout)
+            return self._versions.get(agent, 0)
+
+
 def _json_object(text: str, what: str) -> dict:
     try:
         value = json.loads(text or "{}")

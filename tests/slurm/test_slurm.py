@@ -238,6 +238,7 @@ def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(
     assert "Restarts=1" in preempting_slurm.run(["scontrol", "show", "job", job]).stdout
     stops = {int(r): int(s) for r, s in re.findall(r"\[rank=(\d+)\] tfdist: preempted: saved at step (\d+)", out)}
     assert set(stops) == {0, 1} and len(set(stops.values())) == 1, out[-4000:]
+    assert out.count("[rank=0] tfdist: preempted: saved at step") == 1  # the second run prints only its own lines
     step = stops[0]
     assert "tfdist: resuming job " in out and "resumed from checkpoint" in out and f"at step {step} " in out
     runs = steps_by_attempt(tmp_path)

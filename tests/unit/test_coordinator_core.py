@@ -115,6 +115,34 @@ def test_two_node_job_gets_per_node_tf_config_on_the_common_subnet(core, nodes):
     assert [a.agent for a in job_view(core, job_id).placement] == ["a1", "a2"]  # kept for `tfdist job`
 
 
+def wake_driven(core, nodes, now, event):
+    """Runs `event`, then nodes heartbeat only when the coordinator wakes them (WaitForWork) or they have
+    answers to send (`tfdist agent` heartbeats again at once after a port check or a probe): no interval
+    heartbeats."""
+    seen = {n.name: core.agent_board.version(n.name) for n in nodes}
+
+    def due():
+        return [n for n in nodes if core.agent_board.version(n.name) != seen[n.name] or n.port_answers or
+                n.probe_answers]
+
+    result = event()
+    for _ in range(30):
+        for n in due():
+            seen[n.name] = core.agent_board.version(n.name)
+            n.beat(now)
+        if not due():
+            return result
+    raise AssertionError("the nodes never settled")
+
+
+def test_every_step_of_a_start_and_a_cancel_wakes_the_nodes_it_gives_work(core, nodes):
+    # lease, port checks, probes, start: without a single interval heartbeat
+    job_id = wake_driven(core, nodes, 1, lambda: core.submit(spec(4), now=1)[0])
+    assert all(job_id in n.started for n in nodes)
+    wake_driven(core, nodes, 2, lambda: core.cancel(job_id, now=2))
+    assert not any(n.running for n in nodes)
+
+
 def test_nodes_probe_each_other_before_anything_starts(core, nodes):
     job_id = core.submit(spec(4), now=1)[0]
     for n in nodes:

@@ -38,3 +38,23 @@ def test_every_rpc_needs_the_token(server):
     ok = Client(server.address, TOKEN)
     assert ok.jobs() == []
     ok.close()
+
+
+def test_wait_for_work_is_held_until_the_agent_has_work_and_needs_the_token(server):
+    import threading
+
+    client = Client(server.address, TOKEN)
+    answers = []
+    waiter = threading.Thread(target=lambda: answers.append(client.call(
+        client.agents.WaitForWork, pb.WaitForWorkRequest(agent="n1", seen=0, wait_ms=20_000), timeout=30)))
+    waiter.start()
+    server.core.agent_board.bump(["n2"])  # another node's work: n1's call stays held
+    server.core.agent_board.bump(["n1"])
+    waiter.join(timeout=25)
+    assert [(a.version, a.held) for a in answers] == [(1, True)]
+    stranger = Client(server.address, "w" * 40)
+    with pytest.raises(ClientError) as err:
+        stranger.call(stranger.agents.WaitForWork, pb.WaitForWorkRequest(agent="n1"))
+    assert err.value.code == grpc.StatusCode.UNAUTHENTICATED
+    client.close()
+    stranger.close()

@@ -501,6 +501,24 @@ class HeartbeatResponse(_message.Message):
     preempt: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ..., dump_stacks: _Optional[_Iterable[str]] = ..., preempt: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class WaitForWorkRequest(_message.Message):
+    __slots__ = ("agent", "seen", "wait_ms")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    SEEN_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    seen: int
+    wait_ms: int
+    def __init__(self, agent: _Optional[str] = ..., seen: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class WaitForWorkResponse(_message.Message):
+    __slots__ = ("version", "held")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    held: bool
+    def __init__(self, version: _Optional[int] = ..., held: _Optional[bool] = ...) -> None: ...
+
 class ReportExitRequest(_message.Message):
     __slots__ = ("agent", "job_id", "exit")
     AGENT_FIELD_NUMBER: _ClassVar[int]

@@ -460,6 +460,11 @@ class AgentServiceStub:
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=tfdist_dot_v1_dot_cluster__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.WaitForWork = channel.unary_unary(
+                '/tfdist.v1.AgentService/WaitForWork',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.WaitForWorkRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.WaitForWorkResponse.FromString,
+                _registered_method=True)
         self.ReportExit = channel.unary_unary(
                 '/tfdist.v1.AgentService/ReportExit',
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.ReportExitRequest.SerializeToString,
@@ -487,6 +492,12 @@ class AgentServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Heartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WaitForWork(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -522,6 +533,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=tfdist_dot_v1_dot_cluster__pb2.HeartbeatRequest.FromString,
                     response_serializer=tfdist_dot_v1_dot_cluster__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'WaitForWork': grpc.unary_unary_rpc_method_handler(
+                    servicer.WaitForWork,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.WaitForWorkRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.WaitForWorkResponse.SerializeToString,
             ),
             'ReportExit': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportExit,
@@ -593,6 +609,33 @@ class AgentService:
             '/tfdist.v1.AgentService/Heartbeat',
             tfdist_dot_v1_dot_cluster__pb2.HeartbeatRequest.SerializeToString,
             tfdist_dot_v1_dot_cluster__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WaitForWork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.AgentService/WaitForWork',
+            tfdist_dot_v1_dot_cluster__pb2.WaitForWorkRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.WaitForWorkResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--startup-timeout", type=_positive_float, default=300.0, metavar="SECONDS",
                         help="stop the job if a worker has not joined by then (default 300)")
     launch.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
-    launch.add_argument("--detach", action="store_true", help="print the job id and return (needs --coordinator or --slurm)")
+    launch.add_argument("--detach", action="store_true",
+                        help="print the job id and return (needs --coordinator or --slurm)")
     launch.add_argument("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a temporary dir)")
     launch.add_argument("--slurm", metavar="SBATCH_OPTIONS", nargs="?", help=(
         "submit to Slurm from a login node: every option after --slurm up to `--` is sbatch's (tfdist launch "

@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Sequence
 from cluster import modes, placement as placement_lib, policy, scheduler
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle
-from cluster.coordinator.values import (AgentBoard, AgentLive, BadRequest, LogBoard, NotFound,  # noqa: F401 (re-exported)
+from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, NotFound,  # noqa: F401 (re-exported)
                                         ProbeTask, Settings, StartTask, Work, config_from_spec)
 from cluster.model import AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
 from cluster.modes import JobPlan, NodePlacement, Placement, auto
@@ -42,8 +42,8 @@ class CoordinatorCore(JobLifecycle):
         self.store = store
         self.settings = settings
         self.lock = threading.RLock()
-        self.board = LogBoard()
-        self.agent_board = AgentBoard()
+        self.board = ChangeBoard()  # per job: wakes log followers
+        self.agent_board = ChangeBoard()  # per agent: wakes its WaitForWork (new work on its node)
         self.agents: dict[str, AgentLive] = {}
         self.excluded_ports: dict[tuple[str, str], set[int]] = {}  # (job, agent) -> ports found busy
         self.waiting: dict[str, str] = {}

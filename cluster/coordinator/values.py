@@ -88,32 +88,10 @@ class Work:
     attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
 
 
-class LogBoard:
-    """Wakes log followers when a job's output or state changed, with a lock of its own: a follower
-    never takes the coordinator's lock."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._versions: dict[str, int] = {}
-
-    def version(self, job_id: str) -> int:
-        with self._cond:
-            return self._versions.get(job_id, 0)
-
-    def bump(self, job_ids: Iterable[str]) -> None:
-        with self._cond:
-            for j in job_ids:
-                self._versions[j] = self._versions.get(j, 0) + 1
-            self._cond.notify_all()
-
-    def wait(self, job_id: str, seen: int, timeout: float) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._versions.get(job_id, 0) != seen, timeout)
-
-
-class AgentBoard:
-    """Wakes agents' WaitForWork long polls when the coordinator has new work for them (their
-    allocations changed), so a job's start does not wait for each node's next heartbeat."""
+class ChangeBoard:
+    """A version per key (a job, an agent), bumped when the key's state changed, and long polls that
+    wait for it to move: log followers wait on a job's, agents' WaitForWork on their own. It has a lock
+    of its own: a waiter never takes the coordinator's lock."""
 
     def __init__(self):
         self._cond = threading.Condition()
@@ -121,24 +99,26 @@ class AgentBoard:
         self._closed = False
 
     def close(self) -> None:
+        """Every waiter returns now (the server is stopping)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
 
-    def version(self, agent: str) -> int:
+    def version(self, key: str) -> int:
         with self._cond:
-            return self._versions.get(agent, 0)
+            return self._versions.get(key, 0)
 
-    def bump(self, agents: Iterable[str]) -> None:
+    def bump(self, keys: Iterable[str]) -> None:
         with self._cond:
-            for a in agents:
-                self._versions[a] = self._versions.get(a, 0) + 1
+            for k in keys:
+                self._versions[k] = self._versions.get(k, 0) + 1
             self._cond.notify_all()
 
-    def wait(self, agent: str, seen: int, timeout: float) -> int:
+    def wait(self, key: str, seen: int, timeout: float) -> int:
+        """Returns the key's version once it differs from `seen`, or after `timeout`."""
         with self._cond:
-            self._cond.wait_for(lambda: self._closed or self._versions.get(agent, 0) != seen, timeout)
-            return self._versions.get(agent, 0)
+            self._cond.wait_for(lambda: self._closed or self._versions.get(key, 0) != seen, timeout)
+            return self._versions.get(key, 0)
 
 
 def _json_object(text: str, what: str) -> dict:

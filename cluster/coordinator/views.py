@@ -2,7 +2,7 @@
 
 Job and agent views read under the coordinator's lock (they are quick). Log
 following never does: it reads through its own SQLite connection and waits
-on the LogBoard, so any number of followers cannot hold up heartbeats.
+on the job's ChangeBoard, so any number of followers cannot hold up heartbeats.
 """
 
 from __future__ import annotations

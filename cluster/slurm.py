@@ -1,13 +1,14 @@
 """`tfdist launch` inside a Slurm allocation (an sbatch script or an salloc shell).
 
-Mechanics (docs/slurm.md says why): the launcher runs an embedded coordinator on the batch host,
-listening on that host's cluster address with a fresh random token, and starts one `tfdist agent
---slurm` per node of the allocation as ONE `srun` step (`--whole`: the step holds each node's CPUs and
-GPUs, so the workers the agent starts may use them). The agents register, and from there it is the same
-path as everywhere else: placement, per-node environment and TF_CONFIG, `[rank=N]` logs, the exit
-summary, sibling teardown, startup timeout. The token travels in the step's environment, never on a
-command line. Slots come from the allocation: its tasks per node (`SLURM_TASKS_PER_NODE`), or the GPUs
-Slurm gave each node (the agent finds them through CUDA_VISIBLE_DEVICES in its step).
+Mechanics (docs/slurm.md says why): the launcher runs an embedded coordinator where it runs (the batch
+host, or the login node of an salloc shell), on the address the nodes route to, with a fresh random
+token, and starts one `tfdist agent --slurm` per node of the allocation as ONE `srun` step (`--whole`:
+the step holds each node's CPUs and GPUs, so the workers the agent starts may use them). The agents
+register, and from there it is the same path as everywhere else: placement, per-node environment and
+TF_CONFIG, `[rank=N]` logs, the exit summary, sibling teardown, startup timeout. The token travels in
+the step's environment, never on a command line. Slots come from the allocation: its tasks per node
+(`SLURM_TASKS_PER_NODE`), or the GPUs Slurm gave each node (the agent finds them through
+CUDA_VISIBLE_DEVICES in its step).
 """
 
 from __future__ import annotations
@@ -134,17 +135,29 @@ def requeue(allocation: Allocation) -> None:
         sys.stderr.write(f"tfdist: requeued Slurm job {allocation.job_id}: its next run resumes from the checkpoint\n")
 
 
-def batch_host_address() -> str:
-    """The address other nodes of the allocation reach this one at (its host name, resolved)."""
+def launcher_address(nodes: tuple[str, ...]) -> str:
+    """The address the allocation's nodes reach this host at: the local end of the route to one of
+    them (the batch host is the first node; an salloc shell runs on the login node), else this host
+    name's address. Loopback never: the other nodes could not reach it."""
+    for node in nodes:
+        try:
+            peer = socket.gethostbyname(node)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((peer, 9))  # no packet is sent: this only asks the kernel for the route
+                local = probe.getsockname()[0]
+        except OSError:
+            continue
+        if not local.startswith("127."):
+            return local
     name = socket.gethostname()
     try:
         address = socket.gethostbyname(name)
     except OSError as e:
-        raise SlurmError(f"cannot resolve this node's host name {name!r} ({e}); the allocation's other nodes "
-                         "must reach the batch host by it") from None
+        raise SlurmError(f"cannot resolve this host's name {name!r} ({e}) nor route to the allocation's nodes "
+                         f"({', '.join(nodes)}); the nodes must reach the host tfdist launch runs on") from None
     if address.startswith("127."):
-        raise SlurmError(f"this node's host name {name!r} resolves to {address}, which the allocation's other "
-                         "nodes cannot reach; fix /etc/hosts or DNS on the batch host")
+        raise SlurmError(f"no route to the allocation's nodes ({', '.join(nodes)}) and this host's name {name!r} "
+                         f"resolves to {address}, which they cannot reach; fix /etc/hosts or DNS")
     return address
 
 
@@ -160,8 +173,8 @@ class SlurmCluster:
         self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-slurm-")
         self.token = token = secrets.token_hex(32)
         settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
-        self.server = CoordinatorServer(state_dir or self._tmp, f"{batch_host_address()}:0", token,
-                                        settings=settings).start()
+        listen = f"{launcher_address(allocation.nodes)}:0"
+        self.server = CoordinatorServer(state_dir or self._tmp, listen, token, settings=settings).start()
         env = {**os.environ, TOKEN_ENV: token,
                SLOTS_ENV: ",".join(f"{n}={t}" for n, t in allocation.slots.items())}
         n = len(allocation.nodes)

@@ -80,8 +80,14 @@ class SlurmCluster:
     def _files(self) -> None:
         for d in ("state", "spool", "log"):
             os.makedirs(os.path.join(self.tmp, d), exist_ok=True)
+        hosts = "127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in self.addresses.items())
         with open(os.path.join(self.tmp, "hosts"), "w") as f:
-            f.write("127.0.0.1 localhost\n" + "".join(f"{a} {h}\n" for h, a in self.addresses.items()))
+            f.write(hosts)
+        # `ip netns exec` bind-mounts /etc/netns/NS/hosts over /etc/hosts: the ctl host (the login node of
+        # `run`) resolves the nodes' names as a real login node does.
+        os.makedirs(f"/etc/netns/{self.ns('ctl')}", exist_ok=True)
+        with open(f"/etc/netns/{self.ns('ctl')}/hosts", "w") as f:
+            f.write(hosts)
         self.munge_socket = os.path.join(self.tmp, "munge.sock")
         gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         nodes = "".join(f"NodeName={n} NodeAddr={self.addresses[n]} CPUs={self.cpus}{gres} State=UNKNOWN\n"
@@ -181,7 +187,7 @@ MailProg=/bin/true
 
     # ---------------------------------------------------------------- use
     def command(self, args) -> list[str]:
-        """`args` run on the ctl host (where slurmctld listens), e.g. sbatch, squeue, scancel."""
+        """`args` run on the ctl host (where slurmctld listens; the login node), e.g. sbatch, squeue, salloc."""
         return ["ip", "netns", "exec", self.ns("ctl"), *args]
 
     def run(self, args, check: bool = True, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess:
@@ -201,6 +207,7 @@ MailProg=/bin/true
                 proc.wait(timeout=20)
         for ns in reversed(self.namespaces):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        shutil.rmtree(f"/etc/netns/{self.ns('ctl')}", ignore_errors=True)
         self.namespaces.clear()
 
 

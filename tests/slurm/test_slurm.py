@@ -59,6 +59,17 @@ def test_launch_in_an_sbatch_script_trains_across_the_allocations_nodes(slurm, t
     assert not processes_with_marker(marker)
 
 
+def test_launch_in_an_salloc_shell_on_the_login_node(slurm, tmp_path, marker):
+    """salloc runs its command on the login node (the controller's host here): the embedded coordinator
+    listens there, on the address the nodes route to, and the agents' step runs on the nodes."""
+    result = tfdist(slurm, tmp_path, marker, "launch", "--", sys.executable, SLEEPER, "2", salloc=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert ": 2 node(s) (node1, node2), 2 slot(s)" in result.stderr
+    assert f"submitted to {slurm.addresses['ctl']}:" in result.stderr  # the login node's cluster address
+    assert "[rank=0] rank 0 tick 1" in result.stdout and "[rank=1] rank 1 tick 1" in result.stdout
+    assert not processes_with_marker(marker)
+
+
 def test_slots_that_disagree_with_the_allocation_are_one_line(slurm, tmp_path, marker):
     result = sbatch(slurm, tmp_path, marker, f"""
         {sys.executable} -m cluster.cli launch --slots 3 -- {WORKER} --mode fit --out {tmp_path}
@@ -92,11 +103,13 @@ def test_scancel_stops_every_node_and_leaves_nothing_behind(slurm, tmp_path, mar
     assert "JobState=CANCELLED" in slurm.run(["scontrol", "show", "job", job]).stdout
 
 
-def tfdist(slurm, tmp_path, marker, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The tfdist CLI on the login node (the controller's host), from `tmp_path`."""
+def tfdist(slurm, tmp_path, marker, *args: str, timeout: float = 300, salloc: bool = False):
+    """The tfdist CLI on the login node (the controller's host), from `tmp_path`; with `salloc`, in an
+    allocation of both nodes (one task each)."""
     env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return slurm.run([sys.executable, "-m", "cluster.cli", *args], check=False, timeout=timeout, env=env,
-                     cwd=tmp_path)
+    allocation = ["salloc", "--nodes=2", "--ntasks-per-node=1"] if salloc else []
+    return slurm.run([*allocation, sys.executable, "-m", "cluster.cli", *args], check=False, timeout=timeout,
+                     env=env, cwd=tmp_path)
 
 
 def test_launch_slurm_from_a_login_node_follows_the_job_and_exits_with_its_code(slurm, tmp_path, marker):

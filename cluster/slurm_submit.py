@@ -58,6 +58,9 @@ def check_options(options: Sequence[str]) -> None:
     """sbatch would take a bare word among its options for the script to run, and refuse tfdist's own
     options: both are refused here, with where they belong."""
     for i, word in enumerate(options):
+        if word.split("=")[0] == "--wrap":
+            raise UserError("tfdist launch --slurm: --wrap would replace the batch script tfdist writes; give the "
+                            "command after `--` (tfdist launch --slurm --nodes=2 -- python train.py)")
         if word.split("=")[0] in _LAUNCH_ONLY:
             raise UserError(f"tfdist launch --slurm: {word.split('=')[0]} is tfdist's option, not sbatch's: give it "
                             "before --slurm (tfdist launch --detach --slurm --nodes=2 -- python train.py)")

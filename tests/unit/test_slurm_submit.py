@@ -23,7 +23,8 @@ def test_split_argv_takes_everything_between_slurm_and_the_double_dash():
 
 @pytest.mark.parametrize("options, word", [(["--nodes=2", "train.py"], "'train.py' is not an sbatch option"),
                                            (["--exclusive", "--detach"], "--detach is tfdist's option"),
-                                           (["--config=x.yaml"], "--config is tfdist's option")])
+                                           (["--config=x.yaml"], "--config is tfdist's option"),
+                                           (["-N", "2", "--wrap=python t.py"], "--wrap would replace")])
 def test_misplaced_words_among_sbatch_options_are_refused(options, word):
     with pytest.raises(UserError, match=word):
         ss.check_options(options)

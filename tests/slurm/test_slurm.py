@@ -229,10 +229,12 @@ def preempting_slurm(tmp_path_factory):
         yield cluster
 
 
-def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(preempting_slurm, tmp_path, marker):
-    """A higher-priority job preempts the training job: Slurm's SIGTERM reaches every worker, all stop after the
-    same step with a checkpoint, the job is requeued, and its second run resumes the same tfdist job from that
-    step: every step trained exactly once."""
+@pytest.mark.parametrize("signal_from", ["preemption", "scancel"])
+def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(preempting_slurm, tmp_path, marker,
+                                                                                signal_from):
+    """A higher-priority job preempts the training job (or `scancel --signal=TERM` signals its steps): Slurm's
+    SIGTERM reaches every worker, all stop after the same step with a checkpoint, the job is requeued, and its
+    second run resumes the same tfdist job from that step: every step trained exactly once."""
     from tests.integration.test_restarts import steps_by_attempt, write_config
 
     config = write_config(tmp_path, {"SLOW": 0.5})
@@ -241,8 +243,11 @@ def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(
     try:
         wait_for(lambda: (tmp_path / "steps.txt").exists() and len((tmp_path / "steps.txt").read_text().split("\n"))
                  > 4, "the first run's step 4")
-        preempting_slurm.run(["sbatch", "-p", "high", "--nodes=2", "--exclusive", f"--output={tmp_path}/high-%j.out",
-                              "--wrap", "sleep 2"])
+        if signal_from == "preemption":
+            preempting_slurm.run(["sbatch", "-p", "high", "--nodes=2", "--exclusive",
+                                  f"--output={tmp_path}/high-%j.out", "--wrap", "sleep 2"])
+        else:  # the job's steps (not the batch script) get SIGTERM, as with --signal=TERM@60 at the time limit
+            preempting_slurm.run(["scancel", "--signal=TERM", job])
         wait_for(lambda: "JobState=COMPLETED" in preempting_slurm.run(["scontrol", "show", "job", job]).stdout,
                  "the requeued job to finish", timeout=300)
     finally:

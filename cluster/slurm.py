@@ -29,6 +29,7 @@ from typing import Mapping
 from tfdist.errors import UnavailableError, UserError
 
 TOKEN_ENV = "TFDIST_TOKEN"  # the embedded coordinator's token, for the agents of the step
+AGENTS_STEP = "tfdist-agents"  # the name of the srun step that runs one agent per node
 SLOTS_ENV = "TFDIST_SLURM_SLOTS"  # "node1=2,node2=2": each agent's CPU slots
 _TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 
@@ -179,7 +180,7 @@ class SlurmCluster:
                SLOTS_ENV: ",".join(f"{n}={t}" for n, t in allocation.slots.items())}
         n = len(allocation.nodes)
         command = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--whole", "--kill-on-bad-exit=1",
-                   "--export=ALL", "--job-name=tfdist-agents", sys.executable, "-m", "cluster.cli", "agent",
+                   "--export=ALL", f"--job-name={AGENTS_STEP}", sys.executable, "-m", "cluster.cli", "agent",
                    "--slurm", "--coordinator", self.server.address]
         self.step = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -226,9 +227,14 @@ class SlurmCluster:
         pass  # agents heartbeat every 0.5 s
 
     def close(self) -> None:
-        """SIGTERM to the agents' step (srun passes it on; each agent stops its workers), then the coordinator."""
+        """SIGTERM to the agents (each stops its workers and exits 0, and srun with them), then the
+        coordinator. Through `scancel --signal=TERM JOB.STEP`: a SIGTERM to srun itself would force the
+        step's termination, reported as every task "Killed"."""
         if self.step.poll() is None:
-            self.step.send_signal(signal.SIGTERM)
+            step = self._step_id()
+            if step is None or subprocess.run(["scancel", "--signal=TERM", step], capture_output=True,
+                                              timeout=30).returncode != 0:
+                self.step.send_signal(signal.SIGTERM)
             try:
                 self.step.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -237,3 +243,13 @@ class SlurmCluster:
         self.server.stop()
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _step_id(self) -> str | None:
+        """The agents' step ("JOB.STEP"), found by its name among the job's steps."""
+        try:
+            result = subprocess.run(["squeue", "--steps", f"--jobs={self.allocation.job_id}", "--noheader",
+                                     "--format=%i %j"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        steps = [line.split()[0] for line in result.stdout.splitlines() if line.split()[1:] == [AGENTS_STEP]]
+        return steps[0] if result.returncode == 0 and len(steps) == 1 else None

@@ -56,6 +56,7 @@ def test_launch_in_an_sbatch_script_trains_across_the_allocations_nodes(slurm, t
     for a, b in zip(*weights):
         np.testing.assert_array_equal(a, b)  # MWMS across two hosts: identical weights
     assert "[rank=0]" in out and "[rank=1]" in out
+    assert "Killed" not in out and "forcing job termination" not in out  # the agents' step ends cleanly
     assert not processes_with_marker(marker)
 
 

@@ -137,8 +137,8 @@ def test_jobs_logs_and_cancel_work_on_a_job_submitted_with_launch_slurm(slurm, t
         follower = subprocess.Popen(slurm.command([sys.executable, "-m", "cluster.cli", "logs", "-f", job]),
                                     env=env, cwd=tmp_path, stdout=out, stderr=err)
     try:
-        wait_for(lambda: "[rank=1] rank 1 tick" in (tmp_path / "follower.out").read_text(), "rank 1's output",
-                 alive=lambda: follower.poll() is None)
+        wait_for(lambda: all(f"[rank={r}] rank {r} tick" in (tmp_path / "follower.out").read_text() for r in (0, 1)),
+                 "both ranks' output", alive=lambda: follower.poll() is None)
         assert "[rank=0] rank 0 tick" in tfdist(slurm, tmp_path, marker, "logs", job).stdout
         listed = tfdist(slurm, tmp_path, marker, "jobs")
         row = next(line for line in listed.stdout.splitlines() if line.startswith(job))
@@ -188,7 +188,8 @@ def test_gpu_nodes_get_their_devices_from_slurms_gres(gpu_slurm, tmp_path, marke
                  "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2", wait=False,
                  env={"TFDIST_FAKE_GPUS": "2"}).stdout.strip()
     try:
-        wait_for(lambda: "[rank=1] cuda_visible_devices=" in job_output(tmp_path), "rank 1's devices")
+        wait_for(lambda: all(f"[rank={r}] cuda_visible_devices=" in job_output(tmp_path) for r in (0, 1)),
+                 "both ranks' devices")  # in whichever order their lines arrive
         out = job_output(tmp_path)
         assert ": 2 node(s) (node1, node2), 4 slot(s)" in out, out[-3000:]
         for rank in (0, 1):  # one process per GPU node, driving the node's two GPUs

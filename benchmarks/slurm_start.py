@@ -11,11 +11,8 @@ hand-written script. Writes benchmarks/results/slurm_start.json. Root (namespace
 """
 
 import argparse
-import json
 import os
-import platform
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
+import compare  # noqa: E402
 from tests.slurm.cluster import SlurmCluster  # noqa: E402
 
 WORKER = os.path.join(HERE, "bench_worker.py")
@@ -83,39 +81,15 @@ def main():
     parser.add_argument("--out", default=os.path.join(HERE, "results", "slurm_start.json"))
     args = parser.parse_args()
 
-    samples = {name: [] for name in VARIANTS}
     with tempfile.TemporaryDirectory() as tmp, SlurmCluster(os.path.join(tmp, "slurm"), nodes=2, cpus=2) as slurm:
         for script in VARIANTS.values():  # warm the page cache: the first TF import is slower
             run_once(slurm, tmp, script)
-        for i in range(args.runs):
-            order = list(VARIANTS) if i % 2 == 0 else list(reversed(VARIANTS))  # alternate to cancel drift
-            for name in order:
-                samples[name].append(run_once(slurm, tmp, VARIANTS[name]))
-                print(f"run {i + 1}/{args.runs} {name}: {samples[name][-1]}", file=sys.stderr)
-
-    keys = ("first_step_s", "end_s")
-    base = {k: statistics.median(s[k] for s in samples[BASELINE]) for k in keys}
-    rows = []
-    for name, runs in samples.items():
-        med = {k: statistics.median(s[k] for s in runs) for k in keys}
-        rows.append({"batch script": name, "runs": len(runs), "median_first_step_s": round(med["first_step_s"], 3),
-                     "median_end_s": round(med["end_s"], 3),
-                     "first_step_ratio": round(med["first_step_s"] / base["first_step_s"], 3),
-                     "end_ratio": round(med["end_s"] / base["end_s"], 3), "samples": runs})
-    header = f"| {'batch script':30} | sbatch -> first step (s) | ratio | sbatch -> end (s) | ratio |"
-    print(header)
-    print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
-    for r in rows:
-        print(f"| {r['batch script']:30} | {r['median_first_step_s']:24.2f} | {r['first_step_ratio']:5.3f} | "
-              f"{r['median_end_s']:17.2f} | {r['end_ratio']:5.3f} |")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"benchmark": "slurm_start", "date": time.strftime("%Y-%m-%d"), "runs": args.runs,
-                   "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                   "cluster": "2 slurmd nodes in network namespaces on this machine, Slurm 22.05",
-                   "results": rows}, f, indent=2)
-    print(f"wrote {args.out}")
-
+        samples = compare.alternate(VARIANTS, args.runs, lambda script: run_once(slurm, tmp, script))
+    rows = compare.summarize(samples, BASELINE, ("first_step_s", "end_s"), "batch script")
+    compare.print_table(rows, "batch script", 30, [("sbatch -> first step (s)", "first_step_s"),
+                                                   ("sbatch -> end (s)", "end_s")])
+    compare.write_json(args.out, "slurm_start", args.runs, rows,
+                       cluster="2 slurmd nodes in network namespaces on this machine, Slurm 22.05")
 
 if __name__ == "__main__":
     main()

@@ -76,8 +76,8 @@ class EmbeddedCluster:
         from cluster.ports import lease_range
 
         self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")
-        # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart.
-        # The launcher nudges its agent right after submitting (`nudge`), so a slow heartbeat costs no
+        # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart. The
+        # coordinator wakes its agent when a job is placed (WaitForWork), so a slow heartbeat costs no
         # start-up time and leaves the CPU to the workers.
         settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
         self.server = CoordinatorServer(state_dir or self._tmp, "127.0.0.1:0", settings=settings).start()
@@ -92,10 +92,6 @@ class EmbeddedCluster:
     @property
     def address(self) -> str:
         return self.server.address
-
-    def nudge(self) -> None:
-        """Heartbeat now: a job was just submitted."""
-        self.agent.wake()
 
     def close(self) -> None:
         self.agent.stop()
@@ -142,8 +138,6 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             code = _follow_with_cancel(client, paused, True, after_seq=printed)
             return code
         job_id = client.submit(job_spec(config, startup_timeout=startup_timeout, priority=priority))
-        if embedded:
-            embedded.nudge()
         if detach:
             print(job_id)
             return 0

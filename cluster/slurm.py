@@ -223,9 +223,6 @@ class SlurmCluster:
 
         return sum(a.record.slots for a in views.agents_view(self.server.core) if a.state == "ALIVE")
 
-    def nudge(self) -> None:
-        pass  # agents heartbeat every 0.5 s
-
     def close(self) -> None:
         """SIGTERM to the agents (each stops its workers and exits 0, and srun with them), then the
         coordinator. Through `scancel --signal=TERM JOB.STEP`: a SIGTERM to srun itself would force the

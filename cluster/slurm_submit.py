@@ -212,34 +212,25 @@ def cancel(job_id: str, runner: Runner = run) -> str:
 class _Output:
     """The job's output file, read as it grows (a requeued job appends to it: --open-mode=append)."""
 
-    def __init__(self, out: TextIO):
-        self.out, self.path, self.offset = out, "", 0
+    def __init__(self, out: TextIO, path: str = ""):
+        self.out, self.path, self.offset = out, path, 0
 
-    def copy(self, path: str) -> None:
-        if path != self.path:
+    def copy(self, path: str = "", final: bool = False) -> None:
+        """Writes what was added since the last call: whole lines only, unless `final` (the job ended)."""
+        if path and path != self.path:
             self.path, self.offset = path, 0
         try:
-            with open(path, "rb") as f:
+            with open(self.path, "rb") as f:
                 f.seek(self.offset)
                 data = f.read()
         except OSError:
             return  # not created yet
-        end = data.rfind(b"\n") + 1  # whole lines only, the rest on the next read
+        end = len(data) if final else data.rfind(b"\n") + 1
         if end:
-            self.out.write(data[:end].decode(errors="replace"))
+            text = data[:end].decode(errors="replace")
+            self.out.write(text if text.endswith("\n") else text + "\n")
             self.out.flush()
             self.offset += end
-
-    def drain(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                rest = f.read()
-        except OSError:
-            return
-        if rest:
-            self.out.write(rest.decode(errors="replace") + ("" if rest.endswith(b"\n") else "\n"))
-            self.out.flush()
 
 
 def follow(job_id: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr, runner: Runner = run,
@@ -273,7 +264,7 @@ def follow(job_id: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr, r
                 time.sleep(poll)
                 continue
             if job is None:
-                output.drain()
+                output.copy(final=True)
                 err.write(f"tfdist: Slurm no longer knows job {job_id} (it ended long enough ago to be purged); its "
                           f"output is in {output.path or 'its output file'}\n")
                 return 1
@@ -284,7 +275,7 @@ def follow(job_id: str, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr, r
                 err.write(f"tfdist: Slurm job {job_id} {said}\n")
                 err.flush()
             if job.ended:
-                output.drain()
+                output.copy(final=True)
                 code = exit_code(job)
                 if code:
                     err.write(f"tfdist: Slurm job {job_id} ended {job.state} (ExitCode={job.exit_code}); "
@@ -304,9 +295,7 @@ def print_logs(job_id: str, *, follow_it: bool, out: TextIO = sys.stdout, runner
                             "their output stays in the file given by --output)")
     if follow_it:
         return follow(job_id, out=out, runner=runner)
-    output = _Output(out)
-    output.path = job.output
-    output.drain()
+    _Output(out, job.output).copy(final=True)
     return 0
 
 

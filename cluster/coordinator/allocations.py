@@ -69,6 +69,10 @@ class AllocationTable:
         self.replace(job_id, [new if a.agent == agent else a for a in self.of_job(job_id)])
         return new
 
+    def touch(self, job_id: str) -> None:
+        """The job's nodes have new work although its allocations did not change (a preemption)."""
+        self.changed.update(a.agent for a in self.of_job(job_id))
+
     def set_state(self, job_id: str, state: AllocState) -> None:
         """Every allocation of the job to `state`."""
         for a in self.of_job(job_id):

@@ -54,7 +54,7 @@ class JobLifecycle:
                 self.store.update_job(job.id, now, "preemption requested: the workers stop and save at a common step",
                                       preempt_requested=1)
                 self._touched.add(job.id)
-                self.allocs.changed.update(a.agent for a in self.allocs.of_job(job.id))  # tell its nodes now
+                self.allocs.touch(job.id)  # its nodes hear it at once
             elif job.terminal:
                 raise BadRequest(f"job {job.id} already ended ({job.state.value}); nothing to preempt")
             return self.store.job(job.id).state.value

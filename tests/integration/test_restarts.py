@@ -88,7 +88,10 @@ def test_restarts_are_bounded_by_max_restarts(tmp_path, marker):
     result = run_cli(["launch", "--slots", "2", "--config", write_config(tmp_path, max_restarts=2), "--",
                       sys.executable, str(script)], marker, timeout=120)
     assert result.returncode == 3, result.stderr[-3000:]
-    assert result.stdout.count("[rank=0] run 0") == 1 and "[rank=0] run 2" in result.stdout
+    # Every run has a rank that printed before exiting; the other may be stopped before it prints (the
+    # first exit tears its sibling down): so count runs over both ranks.
+    runs = re.findall(r"^\[rank=\d\] run (\d+)$", result.stdout, re.M)
+    assert set(runs) == {"0", "1", "2"} and len(runs) <= 6, result.stdout  # three runs, no fourth
     assert "restarting the job (restart 2 of 2)" in result.stderr
     assert "exited with code 3; the other workers were stopped (after 2 restarts, max_restarts=2)" in result.stderr
 

@@ -8,6 +8,7 @@ ctx = tfdist.init(default_hparams={"global_batch_size": 32})
 
 import keras  # noqa: E402
 
+keras.utils.set_random_seed(0)  # unseeded, the loss of 3 short epochs did not always fall (1 run in hundreds)
 x = np.random.RandomState(0).rand(256, 8).astype("float32")
 y = (x.sum(1) > 4).astype("int32")
 with ctx.strategy.scope():

@@ -65,8 +65,8 @@ def bench_scheduler(nodes_count, jobs_count, seed):
 def agent_process(address, first, count, stop_at, ready, fixed_interval):
     import grpc
 
-    from cluster.protos.tfdist.v1 import cluster_pb2 as pb
-    from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 
     channel = grpc.insecure_channel(address)
     stub = pb_grpc.AgentServiceStub(channel)
@@ -114,11 +114,11 @@ def rss_mib(pid):
 def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interval=0.0):
     import grpc
 
-    from cluster.protos.tfdist.v1 import cluster_pb2 as pb
-    from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 
     state = tempfile.mkdtemp(prefix="tfdist-bench-")
-    coord = subprocess.Popen([sys.executable, "-m", "cluster.cli", "coordinator", "--listen", "127.0.0.1:0",
+    coord = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", "127.0.0.1:0",
                               "--state-dir", state, "--lost-after", "60", "--subnet", "127.0.0.0/8"],
                              cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, text=True)

@@ -21,8 +21,8 @@ WORKER = os.path.join(HERE, "bench_worker.py")
 
 VARIANTS = {
     "hand-written launcher": [sys.executable, os.path.join(HERE, "handwritten_launcher.py"), "2", WORKER],
-    "tfdist launch": [sys.executable, "-m", "cluster.cli", "launch", "--slots", "2", "--", WORKER],
-    "tfdist launch + tfdist.init()": [sys.executable, "-m", "cluster.cli", "launch", "--slots", "2", "--",
+    "tfdist launch": [sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "2", "--", WORKER],
+    "tfdist launch + tfdist.init()": [sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "2", "--",
                                       WORKER, "--use-tfdist"],
 }
 BASELINE = "hand-written launcher"

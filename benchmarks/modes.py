@@ -59,7 +59,7 @@ def run(command, marker, timeout=600) -> float:
 
 def local_commands(mode: str, workers: int, steps: int, batch: int) -> dict[str, list[str]]:
     workload = [WORKLOAD, mode, str(steps), str(batch)]
-    tfdist = [sys.executable, "-m", "cluster.cli", "launch", "--slots", str(workers), "--distribution", mode,
+    tfdist = [sys.executable, "-m", "cluster.client.cli", "launch", "--slots", str(workers), "--distribution", mode,
               "--", *workload]
     if mode == "mwms":
         by_hand = [sys.executable, os.path.join(HERE, "handwritten_launcher.py"), str(workers), *workload]
@@ -102,7 +102,7 @@ def bench_two_hosts(runs: int, steps: int, batch: int, rate: str) -> list[dict]:
             for mode in MODES:
                 samples = []
                 for _ in range(runs):
-                    result = cluster.cli("launch", "--slots", "2", "--distribution", mode, "--", WORKLOAD, mode,
+                    result = cluster.client.cli("launch", "--slots", "2", "--distribution", mode, "--", WORKLOAD, mode,
                                          str(steps), str(batch), timeout=600)
                     if result.returncode != 0:
                         raise RuntimeError(f"{mode} on two hosts failed:\n{result.stderr[-3000:]}")

@@ -48,7 +48,7 @@ TF_CONFIG='{{"cluster": {{"worker": ["'"${{NODE_1}}"':33562", "'"${{NODE_2}}"':3
 
 wait
 """
-TFDIST = HEADER + f"\n{sys.executable} -m cluster.cli launch -- {WORKER}\n"
+TFDIST = HEADER + f"\n{sys.executable} -m cluster.client.cli launch -- {WORKER}\n"
 VARIANTS = {"hand-written TF_CONFIG script": HANDWRITTEN, "tfdist launch": TFDIST}
 BASELINE = "hand-written TF_CONFIG script"
 

@@ -53,7 +53,7 @@ class ChaosRun:
     # ---------------------------------------------------------------- processes
     def _popen(self, name, args):
         log = open(os.path.join(self.tmp, f"{name}.log"), "ab")
-        return subprocess.Popen([sys.executable, "-m", "cluster.cli", *args], env=cli_env(self.marker), cwd=REPO,
+        return subprocess.Popen([sys.executable, "-m", "cluster.client.cli", *args], env=cli_env(self.marker), cwd=REPO,
                                 stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
     def start_coordinator(self):
@@ -62,12 +62,12 @@ class ChaosRun:
             "--lost-after", "30", "--heartbeat-interval", "0.2"])
 
     def client(self):
-        from cluster.client import Client
+        from cluster.shared.rpc import Client
         return Client(self.address, timeout=5)
 
     def call(self, fn, *args, patience=120.0, **kwargs):
         """Retries while the coordinator is down (it is being killed on purpose)."""
-        from cluster.client import ClientError
+        from cluster.shared.rpc import ClientError
         import grpc
         deadline = time.monotonic() + patience
         while True:
@@ -84,7 +84,7 @@ class ChaosRun:
 
     # ---------------------------------------------------------------- the run
     def run(self) -> dict:
-        from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+        from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
         import uuid
 
         started = time.monotonic()
@@ -130,7 +130,7 @@ class ChaosRun:
 
     @staticmethod
     def _answers(client) -> bool:
-        from cluster.client import ClientError
+        from cluster.shared.rpc import ClientError
         try:
             client.jobs()
             return True

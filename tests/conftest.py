@@ -56,7 +56,7 @@ def cli_env(marker: str, **extra) -> dict:
 
 def run_cli(args, marker, timeout=240, cwd=REPO, **extra_env) -> subprocess.CompletedProcess:
     """Runs `tfdist ARGS` as a real process, with a hard timeout."""
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=cwd, env=cli_env(marker, **extra_env),
+    return subprocess.run([sys.executable, "-m", "cluster.client.cli", *args], cwd=cwd, env=cli_env(marker, **extra_env),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -104,7 +104,7 @@ class LocalCluster:
 
     def start_coordinator(self, listen):
         self.coordinator = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "coordinator", "--listen", listen, "--state-dir", self.state_dir,
+            [sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", listen, "--state-dir", self.state_dir,
              "--subnet", "127.0.0.0/8", *self.coordinator_args], env=cli_env(self.marker), stdout=subprocess.PIPE,
             text=True, stderr=open(self.tmp / "coordinator.log", "a"))
         banner = self.coordinator.stdout.readline()  # "tfdist coordinator listening on 127.0.0.1:PORT (...)"
@@ -114,7 +114,7 @@ class LocalCluster:
     def start_agent(self, name, *args, env=None):
         self.agent_args[name] = (args, env)
         self.agents[name] = subprocess.Popen(
-            [sys.executable, "-m", "cluster.cli", "agent", "--coordinator", self.address, "--name", name, *args],
+            [sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", self.address, "--name", name, *args],
             env=cli_env(self.marker, **(env or {})), stdout=subprocess.DEVNULL,
             stderr=open(self.tmp / f"agent-{name}.log", "a"))
         return self.agents[name]

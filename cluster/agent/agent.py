@@ -27,12 +27,12 @@ import grpc
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
 from cluster.agent.job_store import JobStore
-from cluster.client import Client, ClientError
-from cluster.commands import CommandError, resolve_command
-from cluster.gang import Gang, WorkerLaunch
-from cluster.model import Address, Gpu
-from cluster.ports import PortLease, lease_exact
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.rpc import Client, ClientError
+from cluster.shared.commands import CommandError, resolve_command
+from cluster.agent.gang import Gang, WorkerLaunch
+from cluster.shared.model import Address, Gpu
+from cluster.agent.ports import PortLease, lease_exact
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import envvars
 from tfdist.preemption import SCOPE as PREEMPT_SCOPE
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME

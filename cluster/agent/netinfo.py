@@ -8,7 +8,7 @@ import shutil
 import socket
 import subprocess
 
-from cluster.model import Gpu
+from cluster.shared.model import Gpu
 
 
 def discover_addresses(coordinator: str | None = None) -> list[dict]:

@@ -17,8 +17,8 @@ import time
 
 import grpc
 
-from cluster.client import Client, ClientError
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.rpc import Client, ClientError
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 log = logging.getLogger("tfdist.agent")
 MAX_BATCH_ITEMS = 500

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from cluster.model import Allocation, AllocState, check_alloc_transition
-from cluster.store import Store
+from cluster.shared.model import Allocation, AllocState, check_alloc_transition
+from cluster.coordinator.store import Store
 
 
 class AllocationTable:

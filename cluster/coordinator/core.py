@@ -7,8 +7,8 @@ submit finds its job by submission id, a retried exit or output batch is
 stored once. Agent work is level-triggered: what an agent must do (lease
 ports, probe peers, start workers, stop a job) is derived on every heartbeat
 from the durable state, never from messages a restart could lose. Decisions
-(outcomes, failures, timeouts) are pure functions in cluster/policy.py; the
-per-mode launch plan (cluster/modes) decides processes and environments.
+(outcomes, failures, timeouts) are pure functions in cluster/coordinator/policy.py; the
+per-mode launch plan (cluster/shared/modes) decides processes and environments.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ import secrets
 import threading
 from typing import Iterable, Mapping, Sequence
 
-from cluster import modes, placement as placement_lib, policy, scheduler
+from cluster.shared import modes
+from cluster.coordinator import placement as placement_lib, policy, scheduler
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, NotFound,  # noqa: F401 (re-exported)
                                         ProbeTask, Settings, StartTask, Work, config_from_spec)
-from cluster.model import AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
-from cluster.modes import JobPlan, NodePlacement, Placement, auto
-from cluster.store import Store
+from cluster.shared.model import describe_exit, AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
+from cluster.shared.modes import JobPlan, NodePlacement, Placement, auto
+from cluster.coordinator.store import Store
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 from tfdist.metrics import RECORD_PREFIX
 
@@ -343,7 +344,7 @@ class CoordinatorCore(JobLifecycle):
                 return  # a worker of an earlier run, stopped for a restart: history only
             if tolerated:
                 self.store.update_job(job_id, now, f"rank {exit_.rank} on node {agent} "
-                                                   f"{policy.describe_exit(exit_.exit_code)}; the job goes on without it")
+                                                   f"{describe_exit(exit_.exit_code)}; the job goes on without it")
             alloc = self.allocs.get(job_id, agent)
             if alloc is not None and alloc.state in (AllocState.LEASED, AllocState.REACHABLE):
                 self.allocs.update(job_id, agent, state=AllocState.STARTED)  # an exit proves the start

@@ -1,16 +1,16 @@
 """How a job's life goes on after its start: failures (end, or restart the whole gang under
 max_restarts), preemption and resume, cancel, and tfdist's own records shipped with the metrics
 (checkpoints, the preempted step). A mixin of CoordinatorCore: every method runs inside the core's
-event (its lock and one SQLite transaction); the decisions themselves are cluster/policy.py's."""
+event (its lock and one SQLite transaction); the decisions themselves are cluster/coordinator/policy.py's."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 
-from cluster import policy
+from cluster.coordinator import policy
 from cluster.coordinator.values import BadRequest
-from cluster.model import AllocState, Checkpoint, Job, JobState, LogLine, MetricRow, check_job_transition
+from cluster.shared.model import AllocState, Checkpoint, Job, JobState, LogLine, MetricRow, check_job_transition
 from tfdist.metrics import CHECKPOINT_RECORD, PREEMPTED_RECORD, PREEMPTIBLE_RECORD
 
 log = logging.getLogger("tfdist.coordinator")

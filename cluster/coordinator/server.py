@@ -11,13 +11,13 @@ from concurrent import futures
 
 import grpc
 
-from cluster.auth import TokenInterceptor, check_listen_policy
+from cluster.shared.auth import TokenInterceptor, check_listen_policy
 from cluster.coordinator import views
 from cluster.coordinator.core import CoordinatorCore, Settings, Work
-from cluster.model import Address, AgentRecord, Allocation, Gpu, JobSpec, LogLine, MetricRow, WorkerExit
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
-from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
-from cluster.store import Store
+from cluster.shared.model import Address, AgentRecord, Allocation, Gpu, JobSpec, LogLine, MetricRow, WorkerExit
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
+from cluster.coordinator.store import Store
 from tfdist.errors import TfdistError
 
 log = logging.getLogger("tfdist.coordinator")

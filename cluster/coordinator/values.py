@@ -8,9 +8,9 @@ import json
 import threading
 from typing import Iterable
 
-from cluster import modes
-from cluster.config import ConfigError, ExperimentConfig, config_from_dict
-from cluster.model import AgentRecord, JobSpec
+from cluster.shared import modes
+from cluster.shared.config import ConfigError, ExperimentConfig, config_from_dict
+from cluster.shared.model import AgentRecord, JobSpec
 from tfdist.errors import NotFoundError, UserError
 
 PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection

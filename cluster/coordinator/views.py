@@ -11,8 +11,8 @@ import dataclasses
 import time
 
 from cluster.coordinator.core import CoordinatorCore
-from cluster.model import AgentRecord, Allocation, Checkpoint, Job, LogLine, MetricRow, WorkerExit
-from cluster.store import Reader
+from cluster.shared.model import AgentRecord, Allocation, Checkpoint, Job, LogLine, MetricRow, WorkerExit
+from cluster.coordinator.store import Reader
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,13 +17,13 @@ SLEEPER = os.path.join(REPO, "tests", "multihost", "sleeper.py")
 
 @pytest.fixture
 def daemons(tmp_path, marker):
-    procs = [subprocess.Popen([sys.executable, "-m", "cluster.cli", "coordinator", "--listen", "127.0.0.1:0",
+    procs = [subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", "127.0.0.1:0",
                                "--state-dir", str(tmp_path / "state"), "--subnet", "127.0.0.0/8"],
                               env=cli_env(marker), stdout=subprocess.PIPE, text=True,
                               stderr=open(tmp_path / "c.log", "w"))]
     banner = procs[0].stdout.readline()  # "tfdist coordinator listening on 127.0.0.1:PORT (...)"
     address = banner.split(" listening on ")[1].split()[0]
-    procs.append(subprocess.Popen([sys.executable, "-m", "cluster.cli", "agent", "--coordinator", address,
+    procs.append(subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", address,
                                    "--slots", "2", "--name", "n1"], env=cli_env(marker), stdout=subprocess.DEVNULL,
                                   stderr=open(tmp_path / "a.log", "w")))
     env = {"TFDIST_COORDINATOR": address}
@@ -61,7 +61,7 @@ def test_jobs_job_logs_cancel_agents(daemons, marker):
 
 
 def test_launch_follows_and_ctrl_c_cancels(daemons, marker):
-    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--slots", "1", "--", SLEEPER, "600"],
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "1", "--", SLEEPER, "600"],
                             env=cli_env(marker, **daemons), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     assert "tick 0" in proc.stdout.readline()

@@ -24,7 +24,7 @@ def test_a_rank_that_never_joins_fails_a_job_of_one_process_nodes(local_cluster)
     for name in ("n1", "n2"):
         cluster.start_agent(name, "--slots", "1")
     cluster.wait_agents("n1", "n2")
-    result = cluster.cli("launch", "--slots", "2", "--startup-timeout", "12", "--", HANG, "1")
+    result = cluster.client.cli("launch", "--slots", "2", "--startup-timeout", "12", "--", HANG, "1")
     assert result.returncode == 1, result.stderr
     assert "failed: rank(s) 1 did not join within the startup timeout of 12s" in result.stderr
     assert "tfdist: last lines of rank 1 (node n2):\n  rank 1 up" in result.stderr
@@ -36,10 +36,10 @@ def test_an_agent_restarted_under_its_name_fails_its_job_at_once_and_kills_lefto
     for name in ("n1", "n2"):
         cluster.start_agent(name, "--slots", "1")
     cluster.wait_agents("n1", "n2")
-    job_id = cluster.cli("launch", "--detach", "--slots", "2", "--", STUBBORN).stdout.strip()
-    cluster.wait_for(lambda: "rank 1 child" in cluster.cli("logs", job_id).stdout, "rank 1 to start its child")
+    job_id = cluster.client.cli("launch", "--detach", "--slots", "2", "--", STUBBORN).stdout.strip()
+    cluster.wait_for(lambda: "rank 1 child" in cluster.client.cli("logs", job_id).stdout, "rank 1 to start its child")
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "RUNNING", "the job to run")
-    child = int(next(l for l in cluster.cli("logs", job_id).stdout.splitlines() if "rank 1 child" in l).split()[-1])
+    child = int(next(l for l in cluster.client.cli("logs", job_id).stdout.splitlines() if "rank 1 child" in l).split()[-1])
     cluster.agents["n2"].kill()  # kill -9: its worker dies with it (PDEATHSIG); the worker's child does not
     cluster.agents["n2"].wait(timeout=30)
     assert os.path.exists(f"/proc/{child}")
@@ -59,7 +59,7 @@ def test_a_second_ctrl_c_or_sigterm_leaves_at_once_and_says_how_to_follow(local_
     cluster = local_cluster()
     cluster.start_agent("n1", "--slots", "1")
     cluster.wait_agents("n1")
-    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--slots", "1", "--", STUBBORN],
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "1", "--", STUBBORN],
                             env=cli_env(marker, **cluster.env), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     assert "child" in proc.stdout.readline()
@@ -85,7 +85,7 @@ def test_daemons_stop_on_sigterm_while_the_other_side_hangs(local_cluster):
     cluster = local_cluster()
     agent = cluster.start_agent("n1", "--slots", "1")
     cluster.wait_agents("n1")
-    job_id = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
+    job_id = cluster.client.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "RUNNING", "the job to run")
     cluster.coordinator.send_signal(signal.SIGSTOP)  # the coordinator hangs: every call to it blocks
     try:
@@ -94,7 +94,7 @@ def test_daemons_stop_on_sigterm_while_the_other_side_hangs(local_cluster):
         agent.wait(timeout=15)  # within its 10 s stop deadline, whatever the coordinator does
     finally:
         cluster.coordinator.send_signal(signal.SIGCONT)
-    follower = subprocess.Popen([sys.executable, "-m", "cluster.cli", "logs", "-f", job_id],
+    follower = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "logs", "-f", job_id],
                                 env=cli_env(cluster.marker, **cluster.env), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
     time.sleep(1)  # the follower long-polls the coordinator
@@ -120,7 +120,7 @@ def test_bad_output_never_stalls_a_node_and_the_last_rows_arrive(local_cluster, 
         "print('done', flush=True)\n"
         "with open(path, 'a') as f:  # the very last thing it does, without a newline\n"
         "    f.write(json.dumps({'rank': 0, 'step': 2, 'values': {'accuracy': 0.9}, 'time': time.time()}))\n")
-    result = cluster.cli("launch", "--slots", "1", "--", str(script), timeout=60)
+    result = cluster.client.cli("launch", "--slots", "1", "--", str(script), timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     long_line = next(l for l in lines if l.startswith("[rank=0] yyy"))
@@ -136,10 +136,10 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
     """The agent's outbox against a real coordinator: a batch holding one item the coordinator
     refuses is narrowed down to it; the rest is stored; the job's log says what was dropped."""
     from cluster.agent.outbox import Outbox
-    from cluster.client import Client
+    from cluster.shared.rpc import Client
     from cluster.coordinator.server import CoordinatorServer
-    from cluster.model import Address, AgentRecord, JobSpec
-    from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+    from cluster.shared.model import Address, AgentRecord, JobSpec
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
     server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
     try:
@@ -168,7 +168,7 @@ def test_concurrent_local_launches_leave_each_other_alone(marker, tmp_path):
     script = tmp_path / "tick.py"
     script.write_text("import sys, time\nfor i in range(int(sys.argv[1])):\n    print('tick', i, flush=True)\n"
                       "    time.sleep(0.5)\n")
-    first = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--slots", "1", "--", str(script), "12"],
+    first = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "1", "--", str(script), "12"],
                              env=cli_env(marker), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert "tick 0" in first.stdout.readline()  # its workers are running and recorded
     second = run_cli(["launch", "--slots", "1", "--", str(script), "1"], marker, timeout=120)

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from cluster.client import Client
+from cluster.shared.rpc import Client
 from cluster.coordinator.server import FOLLOWER_THREADS, RPC_THREADS, CoordinatorServer
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 pytestmark = [pytest.mark.timeout(180)]
 

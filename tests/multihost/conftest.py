@@ -27,7 +27,7 @@ class Host:
         self.ns, self.ip = ns, ip
 
     def command(self, args):
-        return ["ip", "netns", "exec", self.ns, sys.executable, "-m", "cluster.cli", *args]
+        return ["ip", "netns", "exec", self.ns, sys.executable, "-m", "cluster.client.cli", *args]
 
     def popen(self, args, marker, log_path):
         log = open(log_path, "ab")

@@ -45,7 +45,7 @@ def job_output(tmp_path) -> str:
 
 def test_launch_in_an_sbatch_script_trains_across_the_allocations_nodes(slurm, tmp_path, marker):
     result = sbatch(slurm, tmp_path, marker, f"""
-        {sys.executable} -m cluster.cli launch -- {WORKER} --mode fit --out {tmp_path}
+        {sys.executable} -m cluster.client.cli launch -- {WORKER} --mode fit --out {tmp_path}
         """, "--nodes=2", "--ntasks-per-node=1")
     out = job_output(tmp_path)
     assert result.returncode == 0, out[-3000:]
@@ -73,7 +73,7 @@ def test_launch_in_an_salloc_shell_on_the_login_node(slurm, tmp_path, marker):
 
 def test_slots_that_disagree_with_the_allocation_are_one_line(slurm, tmp_path, marker):
     result = sbatch(slurm, tmp_path, marker, f"""
-        {sys.executable} -m cluster.cli launch --slots 3 -- {WORKER} --mode fit --out {tmp_path}
+        {sys.executable} -m cluster.client.cli launch --slots 3 -- {WORKER} --mode fit --out {tmp_path}
         """, "--nodes=2", "--ntasks-per-node=1")
     out = job_output(tmp_path)
     assert result.returncode != 0
@@ -84,7 +84,7 @@ def test_slots_that_disagree_with_the_allocation_are_one_line(slurm, tmp_path, m
 
 def test_a_worker_death_fails_the_slurm_job_with_its_code_and_stops_the_other_node(slurm, tmp_path, marker):
     result = sbatch(slurm, tmp_path, marker, f"""
-        {sys.executable} -m cluster.cli launch -- {sys.executable} {CRASHER} 1
+        {sys.executable} -m cluster.client.cli launch -- {sys.executable} {CRASHER} 1
         """, "--nodes=2", "--ntasks-per-node=1")
     out = job_output(tmp_path)
     assert result.returncode != 0, out[-3000:]
@@ -96,7 +96,7 @@ def test_a_worker_death_fails_the_slurm_job_with_its_code_and_stops_the_other_no
 
 
 def test_scancel_stops_every_node_and_leaves_nothing_behind(slurm, tmp_path, marker):
-    job = sbatch(slurm, tmp_path, marker, f"{sys.executable} -m cluster.cli launch -- {sys.executable} {SLEEPER} 600\n",
+    job = sbatch(slurm, tmp_path, marker, f"{sys.executable} -m cluster.client.cli launch -- {sys.executable} {SLEEPER} 600\n",
                  "--nodes=2", "--ntasks-per-node=1", wait=False).stdout.strip()
     wait_for(lambda: "[rank=1] rank 1 tick" in job_output(tmp_path), "rank 1's first output")
     slurm.run(["scancel", job])
@@ -109,7 +109,7 @@ def tfdist(slurm, tmp_path, marker, *args: str, timeout: float = 300, salloc: bo
     allocation of both nodes (one task each)."""
     env = {"PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker, "TF_CPP_MIN_LOG_LEVEL": "2"}
     allocation = ["salloc", "--nodes=2", "--ntasks-per-node=1"] if salloc else []
-    return slurm.run([*allocation, sys.executable, "-m", "cluster.cli", *args], check=False, timeout=timeout,
+    return slurm.run([*allocation, sys.executable, "-m", "cluster.client.cli", *args], check=False, timeout=timeout,
                      env=env, cwd=tmp_path)
 
 
@@ -134,7 +134,7 @@ def test_jobs_logs_and_cancel_work_on_a_job_submitted_with_launch_slurm(slurm, t
     job = submitted.stdout.strip()
     env = {**slurm.env, "PYTHONPATH": REPO, "TFDIST_TEST_MARKER": marker}
     with open(tmp_path / "follower.out", "w") as out, open(tmp_path / "follower.err", "w") as err:
-        follower = subprocess.Popen(slurm.command([sys.executable, "-m", "cluster.cli", "logs", "-f", job]),
+        follower = subprocess.Popen(slurm.command([sys.executable, "-m", "cluster.client.cli", "logs", "-f", job]),
                                     env=env, cwd=tmp_path, stdout=out, stderr=err)
     try:
         wait_for(lambda: all(f"[rank={r}] rank {r} tick" in (tmp_path / "follower.out").read_text() for r in (0, 1)),
@@ -184,7 +184,7 @@ def test_gpu_nodes_get_their_devices_from_slurms_gres(gpu_slurm, tmp_path, marke
     show = os.path.join(REPO, "tests", "integration", "workers", "show_devices.py")
     fakes = os.path.join(REPO, "tests", "fakes")
     job = sbatch(gpu_slurm, tmp_path, marker, f"export PATH={fakes}:$PATH\n"
-                 f"{sys.executable} -m cluster.cli launch -- {sys.executable} {show}\n",
+                 f"{sys.executable} -m cluster.client.cli launch -- {sys.executable} {show}\n",
                  "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:2", wait=False,
                  env={"TFDIST_FAKE_GPUS": "2"}).stdout.strip()
     try:
@@ -204,7 +204,7 @@ def test_horovod_and_parameter_servers_inside_an_allocation(slurm, tmp_path, mar
     workers = os.path.join(REPO, "tests", "integration", "workers")
     script = {"horovod": "horovod_fit.py", "ps": "ps_fit.py"}[mode]
     result = sbatch(slurm, tmp_path, marker, f"""
-        {sys.executable} -m cluster.cli launch --distribution {mode} -- {os.path.join(workers, script)}
+        {sys.executable} -m cluster.client.cli launch --distribution {mode} -- {os.path.join(workers, script)}
         """, "--nodes=2", "--ntasks-per-node=2")
     out = job_output(tmp_path)
     assert result.returncode == 0, out[-3000:]
@@ -240,7 +240,7 @@ def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(
     from tests.integration.test_restarts import steps_by_attempt, write_config
 
     config = write_config(tmp_path, {"SLOW": 0.5})
-    job = sbatch(preempting_slurm, tmp_path, marker, f"{sys.executable} -m cluster.cli launch --config {config}\n",
+    job = sbatch(preempting_slurm, tmp_path, marker, f"{sys.executable} -m cluster.client.cli launch --config {config}\n",
                  "--nodes=2", "--ntasks-per-node=1", "--requeue", "--open-mode=append", wait=False).stdout.strip()
     try:
         wait_for(lambda: (tmp_path / "steps.txt").exists() and len((tmp_path / "steps.txt").read_text().split("\n"))

@@ -3,7 +3,7 @@ import stat
 
 import pytest
 
-from cluster.auth import AuthError, check_listen_policy, is_loopback_listen, read_token
+from cluster.shared.auth import AuthError, check_listen_policy, is_loopback_listen, read_token
 
 
 def test_loopback_detection():

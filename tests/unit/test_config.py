@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.config import ConfigError, ExperimentConfig, load_config, parse_config
+from cluster.shared.config import ConfigError, ExperimentConfig, load_config, parse_config
 
 GOOD = """
 name: digits

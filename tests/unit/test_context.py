@@ -4,8 +4,8 @@ import logging
 
 import pytest
 
-from cluster.config import parse_config
-from cluster.modes import NodePlacement, Placement, mwms
+from cluster.shared.config import parse_config
+from cluster.shared.modes import NodePlacement, Placement, mwms
 from tfdist import context_from_env
 from tfdist.errors import LaunchEnvironmentError
 

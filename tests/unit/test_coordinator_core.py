@@ -7,8 +7,8 @@ import pytest
 
 from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings
 from cluster.coordinator.views import agents_view, job_view, jobs_view
-from cluster.model import Address, AgentRecord, AllocState, Gpu, JobSpec, JobState, WorkerExit
-from cluster.store import Store
+from cluster.shared.model import Address, AgentRecord, AllocState, Gpu, JobSpec, JobState, WorkerExit
+from cluster.coordinator.store import Store
 
 ADDR = {"a1": (Address("198.18.0.2", 24, "eth0"),),
         "a2": (Address("198.18.0.3", 24, "eth0"), Address("10.9.0.3", 16, "eth1"))}
@@ -388,7 +388,7 @@ def test_a_single_node_mode_larger_than_any_node_is_refused(core, nodes):
 
 
 def record(core, job_id, name, step, value, note="", now=5):
-    from cluster.model import MetricRow
+    from cluster.shared.model import MetricRow
 
     core.push_metrics("a1", job_id, [MetricRow(0, step, name, value, now, note)], source="a1/x", first_seq=0)
 

@@ -6,13 +6,13 @@ import sys
 
 import grpc
 
-from cluster.auth import AuthError
-from cluster.client import ClientError
-from cluster.commands import CommandError
-from cluster.config import ConfigError
+from cluster.shared.auth import AuthError
+from cluster.shared.rpc import ClientError
+from cluster.shared.commands import CommandError
+from cluster.shared.config import ConfigError
 from cluster.coordinator.core import BadRequest, NotFound
-from cluster.placement import PlacementError
-from cluster.ports import PortError
+from cluster.coordinator.placement import PlacementError
+from cluster.agent.ports import PortError
 from tests.conftest import REPO
 from tfdist.batching import BatchSizeError
 from tfdist.errors import LaunchEnvironmentError, TfdistError, UnavailableError, UserError
@@ -36,9 +36,9 @@ def test_other_failures_exit_1_with_their_status():
 
 def test_the_control_plane_never_imports_tensorflow_or_keras():
     code = ("import sys\n"
-            "import cluster.cli, cluster.coordinator.server, cluster.agent.agent, cluster.launch, cluster.follow\n"
-            "import cluster.tables, cluster.modes, cluster.policy\n"
-            "from cluster.cli import build_parser\n"
+            "import cluster.client.cli, cluster.coordinator.server, cluster.agent.agent, cluster.client.launch, cluster.client.follow\n"
+            "import cluster.client.tables, cluster.shared.modes, cluster.coordinator.policy\n"
+            "from cluster.client.cli import build_parser\n"
             "build_parser()\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'tf_keras'))\n"
             "print(heavy)\n")

@@ -7,7 +7,7 @@ import sys
 import textwrap
 import time
 
-from cluster.gang import Gang, WorkerLaunch, port_listening
+from cluster.agent.gang import Gang, WorkerLaunch, port_listening
 from tests.conftest import cli_env, run_cli
 
 
@@ -100,7 +100,7 @@ def test_launch_forwards_sigterm_to_every_worker(tmp_path, marker):
         print('ready', flush=True)
         time.sleep(600)
     """))
-    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "launch", "--slots", "2", "--", str(script)],
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "2", "--", str(script)],
                             env=cli_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     seen = 0

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from cluster.config import parse_config
-from cluster.modes import NodePlacement, Placement, SuccessRule, mwms, planner
+from cluster.shared.config import parse_config
+from cluster.shared.modes import NodePlacement, Placement, SuccessRule, mwms, planner
 
 
 def cpu(host, slots, ports, agent=None):
@@ -113,7 +113,7 @@ def test_every_mode_is_planned_by_its_module():
 
 
 def test_a_plan_can_run_one_process_per_gpu():
-    from cluster.modes.base import layout
+    from cluster.shared.modes.base import layout
 
     placement = Placement("j", (NodePlacement("n", "10.0.0.1", 4, (1, 2, 3, 4), gpu_node=True),))
     processes = layout(placement, [(4, 5, 6, 7)], lambda node: node.slots)  # e.g. Horovod: one per GPU
@@ -122,7 +122,7 @@ def test_a_plan_can_run_one_process_per_gpu():
 
 
 def test_single_node_modes_run_one_process_over_the_nodes_slots():
-    from cluster.modes import single
+    from cluster.shared.modes import single
 
     cfg = parse_config("distribution: {mode: central_storage}\nhyperparameters: {global_batch_size: 64}")
     p = single.plan(Placement("j", (gpu("h", 4, 7),)), cfg, [(2, 3, 4, 5)])
@@ -138,7 +138,7 @@ def test_single_node_modes_run_one_process_over_the_nodes_slots():
 # ---------------------------------------------------------------- parameter servers
 
 def test_ps_plan_places_chief_workers_ps_and_evaluator_with_their_roles():
-    from cluster.modes import ps
+    from cluster.shared.modes import ps
 
     cfg = parse_config("distribution: {mode: ps, num_ps: 2, evaluator: true}\nhyperparameters: {global_batch_size: 40}")
     nodes = [cpu("10.0.0.1", 2, ()), cpu("10.0.0.2", 2, ())]
@@ -167,7 +167,7 @@ def test_ps_plan_places_chief_workers_ps_and_evaluator_with_their_roles():
 
 
 def test_ps_workers_on_gpu_nodes_get_one_gpu_each_and_the_others_none():
-    from cluster.modes import ps
+    from cluster.shared.modes import ps
 
     cfg = parse_config("distribution: {mode: ps}")
     placed = Placement("j", (NodePlacement("g", "10.0.0.1", 2, (1, 2, 3, 4), gpu_node=True),))
@@ -179,7 +179,7 @@ def test_ps_workers_on_gpu_nodes_get_one_gpu_each_and_the_others_none():
 # ---------------------------------------------------------------- horovod
 
 def test_horovod_plan_sets_every_rank_like_horovodrun_with_the_job_store_as_rendezvous():
-    from cluster.modes import horovod
+    from cluster.shared.modes import horovod
 
     cfg = parse_config("distribution: {mode: horovod}\noptimizations: {gradient_compression: fp16, "
                        "auto_tune_tensor_fusion: true}\nhyperparameters: {global_batch_size: 64}")
@@ -203,7 +203,7 @@ def test_horovod_plan_sets_every_rank_like_horovodrun_with_the_job_store_as_rend
 
 
 def test_horovod_on_gpu_nodes_runs_one_process_per_gpu():
-    from cluster.modes import horovod
+    from cluster.shared.modes import horovod
 
     p = horovod.plan(Placement("j", (NodePlacement("g", "h", 2, (1, 2, 3), gpu_node=True),)),
                      parse_config("distribution: {mode: horovod}"), [(6, 7)])
@@ -225,7 +225,7 @@ def test_horovod_on_gpu_nodes_runs_one_process_per_gpu():
     ("distribution: {mode: mirrored}", "mirrored", "distribution.mode is mirrored"),
 ])
 def test_auto_decision_table(config, mode, reason):
-    from cluster.modes import auto
+    from cluster.shared.modes import auto
 
     decision = auto.decide(parse_config(config))
     assert decision.mode == mode and decision.reason.startswith(reason)

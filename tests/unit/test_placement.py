@@ -1,7 +1,7 @@
 import pytest
 
-from cluster.model import Address
-from cluster.placement import PlacementError, choose_addresses, choose_gpus, choose_ports
+from cluster.shared.model import Address
+from cluster.coordinator.placement import PlacementError, choose_addresses, choose_gpus, choose_ports
 
 
 def a(ip, prefix=24, iface="eth0"):
@@ -47,7 +47,7 @@ def test_gpus_are_never_shared():
 
 def test_nvidia_smi_query_lines_are_parsed_and_malformed_ones_skipped():
     from cluster.agent.netinfo import parse_gpu_query
-    from cluster.model import Gpu
+    from cluster.shared.model import Gpu
 
     text = ("0, GPU-aaaa, NVIDIA H100 80GB HBM3\n"
             "1, GPU-bbbb, NVIDIA H100, with a comma\n"

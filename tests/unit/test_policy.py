@@ -1,9 +1,9 @@
 """The coordinator's decisions as pure functions: outcomes by each mode's success rule, start-up
 deadlines, and the failure decision."""
 
-from cluster.model import Allocation, AllocState, JobState, WorkerExit
-from cluster.modes import SuccessRule
-from cluster.policy import FailureAction, Outcome, job_outcome, on_failure, startup_overdue
+from cluster.shared.model import Allocation, AllocState, JobState, WorkerExit
+from cluster.shared.modes import SuccessRule
+from cluster.coordinator.policy import FailureAction, Outcome, job_outcome, on_failure, startup_overdue
 
 
 def ex(rank, code, t, agent="n1", reason=""):
@@ -85,7 +85,7 @@ def test_parameter_server_workers_are_expendable_but_ps_tasks_are_not():
 
 
 def test_the_step_watchdog_names_the_rank_silent_the_longest():
-    from cluster.policy import stalled
+    from cluster.coordinator.policy import stalled
 
     progress = {0: (120, 100.0), 1: (97, 80.0)}  # rank -> (last step, when)
     assert stalled({}, [0, 1], 500.0, 10) is None  # nobody reports: no watchdog

@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from cluster.ports import PortError, lease_exact, lease_range
+from cluster.agent.ports import PortError, lease_exact, lease_range
 
 
 def free_run(count: int) -> int:

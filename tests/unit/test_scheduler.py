@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.scheduler import (Assignment, InfeasibleJob, Node, PendingJob, achievable_sizes, check_feasible,
+from cluster.coordinator.scheduler import (Assignment, InfeasibleJob, Node, PendingJob, achievable_sizes, check_feasible,
                                schedule)
 
 

@@ -3,9 +3,9 @@
 import grpc
 import pytest
 
-from cluster.client import Client, ClientError
+from cluster.shared.rpc import Client, ClientError
 from cluster.coordinator.server import MAX_MESSAGE_BYTES, CoordinatorServer
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 TOKEN = "k" * 40
 

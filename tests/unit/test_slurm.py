@@ -2,8 +2,8 @@
 
 import pytest
 
-from cluster import slurm
-from cluster.slurm import SlurmError
+from cluster.slurm import allocation as slurm
+from cluster.slurm.allocation import SlurmError
 
 
 def env(**extra):

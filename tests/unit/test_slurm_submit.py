@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from cluster import slurm_submit as ss
-from cluster.cli import main
+from cluster.client import slurm_submit as ss
+from cluster.client.cli import main
 from tfdist.errors import UnavailableError, UserError
 
 
@@ -45,7 +45,7 @@ def test_the_batch_script_runs_the_same_launch_quoted():
     assert script.splitlines() == [
         "#!/bin/bash", "#SBATCH '--job-name=a b'", "# written by tfdist launch --slurm: the same launch, inside the "
         "allocation", "cd '/home/u/my dir'",
-        "exec /venv/bin/python -m cluster.cli launch -- python train.py --lr '$HOME;rm'"]
+        "exec /venv/bin/python -m cluster.client.cli launch -- python train.py --lr '$HOME;rm'"]
 
 
 def test_scontrol_records_and_exit_codes():

@@ -2,9 +2,9 @@
 
 import pytest
 
-from cluster.model import (AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, LogLine,
+from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, LogLine,
                            MetricRow, WorkerExit)
-from cluster.store import Reader, Store
+from cluster.coordinator.store import Reader, Store
 
 
 @pytest.fixture(params=["file", "memory"])

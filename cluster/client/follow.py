@@ -9,9 +9,9 @@ from typing import TextIO
 
 import grpc
 
-from cluster.client import Client, ClientError
-from cluster.policy import describe_exit
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.rpc import Client, ClientError
+from cluster.shared.model import describe_exit
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
 

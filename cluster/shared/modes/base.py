@@ -7,7 +7,7 @@ import enum
 import json
 from typing import Mapping, Sequence
 
-from cluster.config import ExperimentConfig
+from cluster.shared.config import ExperimentConfig
 from tfdist import batching, envvars
 
 

@@ -14,13 +14,13 @@ import threading
 import time
 import uuid
 
-from cluster import slurm
-from cluster.client import Client
-from cluster.commands import resolve_command
-from cluster.config import ExperimentConfig
-from cluster.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
-from cluster.modes import auto
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.slurm import allocation as slurm
+from cluster.shared.rpc import Client
+from cluster.shared.commands import resolve_command
+from cluster.shared.config import ExperimentConfig
+from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
+from cluster.shared.modes import auto
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
 from tfdist.errors import UnavailableError, UserError
@@ -69,11 +69,9 @@ class EmbeddedCluster:
     same path as a cluster."""
 
     def __init__(self, slots: int, state_dir: str | None = None):
-        from cluster.agent.agent import Agent
-        from cluster.coordinator.core import Settings
-        from cluster.coordinator.server import CoordinatorServer
-        from cluster.model import Address
-        from cluster.ports import lease_range
+        from cluster.agent.daemon import Agent, lease_range
+        from cluster.coordinator.daemon import CoordinatorServer, Settings
+        from cluster.shared.model import Address
 
         self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")
         # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart. The

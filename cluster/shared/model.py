@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import signal
 from typing import Any, Mapping
 
 from tfdist.errors import TfdistError
@@ -224,3 +225,12 @@ class Checkpoint:
     path: str
     attempt: int
     time: float
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"

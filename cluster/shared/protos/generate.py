@@ -1,7 +1,7 @@
 """Regenerates the Python code of the wire contract (committed beside the .proto).
 
-    python -m cluster.protos.generate          # write
-    python -m cluster.protos.generate --check  # exit 1 if the committed code is stale
+    python -m cluster.shared.protos.generate          # write
+    python -m cluster.shared.protos.generate --check  # exit 1 if the committed code is stale
 
 Needs grpcio-tools (the `test` extra). tests/unit/test_protos.py runs --check.
 """
@@ -42,12 +42,12 @@ def main() -> int:
             stale = [g for g in generated if not os.path.exists(os.path.join(HERE, g))
                      or not filecmp.cmp(os.path.join(tmp, g), os.path.join(HERE, g), shallow=False)]
             if stale:
-                print(f"stale generated code: {', '.join(stale)}; run python -m cluster.protos.generate")
+                print(f"stale generated code: {', '.join(stale)}; run python -m cluster.shared.protos.generate")
                 return 1
             return 0
         for g in generated:
             shutil.copy(os.path.join(tmp, g), os.path.join(HERE, g))
-            print(f"wrote cluster/protos/{g}")
+            print(f"wrote cluster/shared/protos/{g}")
     return 0
 
 

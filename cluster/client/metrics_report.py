@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TextIO
 
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import UserError
 
 

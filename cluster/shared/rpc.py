@@ -7,9 +7,9 @@ import time
 
 import grpc
 
-from cluster.auth import call_credentials_metadata
-from cluster.protos.tfdist.v1 import cluster_pb2 as pb
-from cluster.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
+from cluster.shared.auth import call_credentials_metadata
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from tfdist.errors import TfdistError
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable, Mapping, Sequence
 
-from cluster.model import Address
+from cluster.shared.model import Address
 from tfdist.errors import TfdistError
 
 

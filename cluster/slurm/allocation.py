@@ -166,9 +166,8 @@ class SlurmCluster:
     """The embedded coordinator on the batch host and one agent per allocated node (one srun step)."""
 
     def __init__(self, allocation: Allocation, register_timeout: float = 120.0, state_dir: str | None = None):
-        from cluster.coordinator.core import Settings
-        from cluster.coordinator.server import CoordinatorServer
-        from cluster.ports import lease_range
+        from cluster.agent.daemon import lease_range
+        from cluster.coordinator.daemon import CoordinatorServer, Settings
 
         self.allocation = allocation
         self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-slurm-")
@@ -180,7 +179,7 @@ class SlurmCluster:
                SLOTS_ENV: ",".join(f"{n}={t}" for n, t in allocation.slots.items())}
         n = len(allocation.nodes)
         command = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--whole", "--kill-on-bad-exit=1",
-                   "--export=ALL", f"--job-name={AGENTS_STEP}", sys.executable, "-m", "cluster.cli", "agent",
+                   "--export=ALL", f"--job-name={AGENTS_STEP}", sys.executable, "-m", "cluster.client.cli", "agent",
                    "--slurm", "--coordinator", self.server.address]
         self.step = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -194,12 +193,12 @@ class SlurmCluster:
         return self.server.address
 
     def _wait_for_agents(self, timeout: float) -> None:
-        from cluster.coordinator import views
+        from cluster.coordinator.daemon import alive_agents
 
         deadline = time.monotonic() + timeout
         wanted = set(self.allocation.nodes)
         while True:
-            alive = {a.record.name for a in views.agents_view(self.server.core) if a.state == "ALIVE"}
+            alive = {a.name for a in alive_agents(self.server)}
             if wanted <= alive:
                 return
             if self.step.poll() is not None:
@@ -212,16 +211,15 @@ class SlurmCluster:
 
     def paused_job(self) -> str | None:
         """The job a previous run of this batch script paused (preempted, then requeued by Slurm), if any."""
-        from cluster.model import JobState
+        from cluster.coordinator.daemon import latest_paused_job
 
-        paused = self.server.core.store.jobs([JobState.PAUSED])
-        return paused[-1].id if paused else None
+        return latest_paused_job(self.server)
 
     def slots(self) -> int:
         """Every registered node's slots (on GPU nodes, the GPUs Slurm gave each)."""
-        from cluster.coordinator import views
+        from cluster.coordinator.daemon import alive_agents
 
-        return sum(a.record.slots for a in views.agents_view(self.server.core) if a.state == "ALIVE")
+        return sum(a.slots for a in alive_agents(self.server))
 
     def close(self) -> None:
         """SIGTERM to the agents (each stops its workers and exits 0, and srun with them), then the

@@ -16,8 +16,8 @@ import yaml
 
 from tfdist.errors import UserError
 
-# Distribution modes (each has a launch plan in cluster/modes/; `auto` is decided into one of them by
-# cluster/modes/auto.py). mwms: MultiWorkerMirroredStrategy across nodes; ps: parameter servers (chief,
+# Distribution modes (each has a launch plan in cluster/shared/modes/; `auto` is decided into one of them by
+# cluster/shared/modes/auto.py). mwms: MultiWorkerMirroredStrategy across nodes; ps: parameter servers (chief,
 # workers, ps, evaluator); horovod: one process per slot with Horovod over Gloo. Single-node, one process
 # driving every slot: mirrored (MirroredStrategy), central_storage (CentralStorageStrategy), one_device.
 DISTRIBUTION_MODES = ("auto", "mwms", "ps", "horovod", "mirrored", "central_storage", "one_device")
@@ -37,7 +37,7 @@ class ExperimentConfig:
     name: str = "tfdist-job"
     entrypoint: tuple[str, ...] = ()
     slots_per_trial: int = 1
-    distribution_mode: str = "auto"  # as configured; cluster/modes/auto.py decides `auto`
+    distribution_mode: str = "auto"  # as configured; cluster/shared/modes/auto.py decides `auto`
     num_ps: int = 1  # ps mode: parameter-server tasks
     evaluator: bool = False  # ps mode: a side-car evaluator task
     gradient_compression: str = "none"  # optimizations.gradient_compression (Horovod)

@@ -1,7 +1,7 @@
 """`tfdist launch --slurm [sbatch options] -- COMMAND` from a login node, and `tfdist jobs/logs/cancel`
 on the Slurm jobs it submitted.
 
-The batch script it writes runs the same `tfdist launch` inside the allocation (cluster/slurm.py); the
+The batch script it writes runs the same `tfdist launch` inside the allocation (cluster/slurm/allocation.py); the
 login node only submits, follows the job's output file and exits with the job's code. Nothing runs on
 the login node while the job waits or trains, so the follower can be stopped (`--detach`, or a second
 Ctrl-C) and the job goes on.
@@ -89,7 +89,7 @@ def default_options(options: Sequence[str], *, name: str, slots: int | None) -> 
 
 def batch_script(sbatch_lines: Sequence[str], *, workdir: str, launch_argv: Sequence[str], python: str) -> str:
     """The batch script: the same `tfdist launch`, inside the allocation, from the submit directory."""
-    quoted = " ".join(shlex.quote(a) for a in [python, "-m", "cluster.cli", *launch_argv])
+    quoted = " ".join(shlex.quote(a) for a in [python, "-m", "cluster.client.cli", *launch_argv])
     return ("#!/bin/bash\n" + "".join(f"#SBATCH {shlex.quote(line)}\n" for line in sbatch_lines) +
             "# written by tfdist launch --slurm: the same launch, inside the allocation\n"
             f"cd {shlex.quote(workdir)}\nexec {quoted}\n")

@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from cluster.config import ExperimentConfig
-from cluster.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
+from cluster.shared.config import ExperimentConfig
+from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
                                 job_services, with_store)
 from tfdist import envvars
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from cluster.modes import horovod, mwms, ps, single
-from cluster.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule
+from cluster.shared.modes import horovod, mwms, ps, single
+from cluster.shared.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule
 
-# `auto` has no plan: it is decided into one of these at submit (cluster/modes/auto.py).
+# `auto` has no plan: it is decided into one of these at submit (cluster/shared/modes/auto.py).
 PLANNERS: dict[str, ModuleType] = {"mwms": mwms, "ps": ps, "horovod": horovod, "mirrored": single,
                                    "central_storage": single, "one_device": single}
 

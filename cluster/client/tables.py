@@ -8,7 +8,7 @@ import json
 
 from google.protobuf import json_format
 
-from cluster.follow import TERMINAL, root_cause_exit
+from cluster.client.follow import TERMINAL, root_cause_exit
 
 
 def _when(ts: float) -> str:
@@ -95,7 +95,7 @@ def print_agents(agents, as_json: bool) -> int:
 
 
 def print_slurm_jobs(jobs, as_json: bool) -> int:
-    """The Slurm jobs `tfdist launch --slurm` submitted (cluster/slurm_submit.py)."""
+    """The Slurm jobs `tfdist launch --slurm` submitted (cluster/client/slurm_submit.py)."""
     if as_json:
         print(json.dumps([dataclasses.asdict(j) for j in jobs], indent=2))
         return 0

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import signal
 from typing import Collection, Iterable, Mapping, Sequence
 
-from cluster.model import Allocation, AllocState, JobState, WorkerExit
-from cluster.modes.base import SuccessRule
+from cluster.shared.model import Allocation, AllocState, JobState, WorkerExit, describe_exit
+from cluster.shared.modes.base import SuccessRule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,15 +18,6 @@ class Outcome:
     exit_code: int
     rank: int | None = None  # the rank whose failure (or absence) decided it, for its last lines
     restartable: bool = True  # False: running it again would fail the same way (no such command, no GPUs)
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit],

@@ -19,7 +19,7 @@ import sqlite3
 import threading
 from typing import Any, Iterable, Iterator
 
-from cluster.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, Job, JobSpec, JobState,
+from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, Job, JobSpec, JobState,
                            LogLine, MetricRow, WorkerExit)
 
 SCHEMA = """

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
-from cluster.policy import describe_exit
+from cluster.shared.model import describe_exit
 
 OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
 # (rank, exit code, last lines), as each worker exits.

@@ -18,8 +18,8 @@ import sys
 import threading
 from typing import Sequence
 
-from cluster.auth import read_token
-from cluster.config import DISTRIBUTION_MODES, ExperimentConfig, load_config
+from cluster.shared.auth import read_token
+from cluster.shared.config import DISTRIBUTION_MODES, ExperimentConfig, load_config
 from tfdist.errors import TfdistError, UserError
 
 USAGE_ERROR = 2
@@ -183,10 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- commands
 
 def _launch(args) -> int:
-    from cluster.launch import launch
+    from cluster.client.launch import launch
 
     if args.sbatch_options is not None:
-        from cluster.slurm_submit import check_options
+        from cluster.client.slurm_submit import check_options
 
         check_options(args.sbatch_options)
     config = load_config(args.config) if args.config else ExperimentConfig()
@@ -206,8 +206,8 @@ def _launch(args) -> int:
 
 def _launch_on_slurm(args, config: ExperimentConfig) -> int:
     """`--slurm`: the batch script runs this same launch (less --slurm and --detach) inside the allocation."""
-    from cluster import slurm_submit
-    from cluster.commands import resolve_command
+    from cluster.client import slurm_submit
+    from cluster.shared.commands import resolve_command
 
     if args.coordinator:
         raise UsageError("tfdist launch: --slurm submits to Slurm, --coordinator to a tfdist coordinator; give one")
@@ -274,8 +274,7 @@ def _serve(stop: threading.Event, shutdown, what: str) -> int:
 
 
 def _coordinator(args) -> int:
-    from cluster.coordinator.core import Settings
-    from cluster.coordinator.server import CoordinatorServer
+    from cluster.coordinator.daemon import CoordinatorServer, Settings
 
     stop = _stop_on_signal()
     token = read_token(args.token_file)
@@ -289,7 +288,7 @@ def _coordinator(args) -> int:
 
 
 def _agent(args) -> int:
-    from cluster.agent.agent import Agent
+    from cluster.agent.daemon import Agent
 
     stop = _stop_on_signal()
     if not args.coordinator:
@@ -298,7 +297,7 @@ def _agent(args) -> int:
         raise UsageError(f"tfdist agent: --slots must be at least 1, got {args.slots}")
     token = read_token(args.token_file)
     if args.slurm:
-        from cluster import slurm
+        from cluster.slurm import allocation as slurm
 
         args.name, args.slots, token = slurm.agent_identity(os.environ, args.name, args.slots, token)
     try:
@@ -333,7 +332,7 @@ def _slurm_sigterm(stop: threading.Event, agent) -> None:
 
 
 def _client(args):
-    from cluster.client import Client
+    from cluster.shared.rpc import Client
 
     if not args.coordinator:
         raise UsageError(f"tfdist {args.command}: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
@@ -342,7 +341,7 @@ def _client(args):
 
 def _slurm_commands(args) -> int:
     """jobs, logs and cancel on the Slurm jobs tfdist submitted (cancel is scancel)."""
-    from cluster import slurm_submit, tables
+    from cluster.client import slurm_submit, tables
 
     if args.command == "jobs":
         return tables.print_slurm_jobs(slurm_submit.tfdist_jobs(), args.json)
@@ -353,7 +352,7 @@ def _slurm_commands(args) -> int:
 
 
 def _jobs_commands(args) -> int:
-    from cluster import tables
+    from cluster.client import tables
 
     if _on_slurm(args):
         return _slurm_commands(args)
@@ -366,7 +365,7 @@ def _jobs_commands(args) -> int:
         if args.command == "agents":
             return tables.print_agents(client.list_agents(), args.json)
         if args.command == "metrics":
-            from cluster import metrics_report
+            from cluster.client import metrics_report
 
             if args.plot:
                 metrics_report.check_plot_path(args.plot)
@@ -389,7 +388,7 @@ def _jobs_commands(args) -> int:
             print(f"job {args.job_id}: {client.resume(args.job_id)}")
             return 0
         if args.command == "logs":
-            from cluster.follow import stream_logs
+            from cluster.client.follow import stream_logs
 
             job_id = client.job(args.job_id).id
             stream_logs(client, job_id, follow=args.follow, rank=args.rank)
@@ -408,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         sbatch_options = None
         if argv[:1] == ["launch"]:  # `--slurm OPTIONS`: sbatch's options, up to `--`
-            from cluster.slurm_submit import split_argv
+            from cluster.client.slurm_submit import split_argv
 
             argv, sbatch_options = split_argv(argv)
         args = parser.parse_args(argv)

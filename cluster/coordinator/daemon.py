@@ -1,0 +1,28 @@
+"""The coordinator's entry point: what another side of the house may start and ask in-process.
+
+`tfdist coordinator`, a local launch's embedded cluster and a Slurm batch script start a coordinator
+through this module and nothing else of `cluster.coordinator` (tests/unit/test_layout.py checks it);
+everything else they learn over gRPC.
+"""
+
+from __future__ import annotations
+
+from cluster.coordinator.server import CoordinatorServer
+from cluster.coordinator.values import Settings
+from cluster.shared.model import AgentRecord, JobState
+
+
+def alive_agents(server: CoordinatorServer) -> list[AgentRecord]:
+    """The agents registered and heartbeating now."""
+    from cluster.coordinator import views
+
+    return [a.record for a in views.agents_view(server.core) if a.state == "ALIVE"]
+
+
+def latest_paused_job(server: CoordinatorServer) -> str | None:
+    """The newest PAUSED job's id (a requeued Slurm batch script resumes it), if any."""
+    paused = server.core.store.jobs([JobState.PAUSED])
+    return paused[-1].id if paused else None
+
+
+__all__ = ["CoordinatorServer", "Settings", "alive_agents", "latest_paused_job"]

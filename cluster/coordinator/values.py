@@ -11,9 +11,9 @@ from typing import Iterable
 from cluster.shared import modes
 from cluster.shared.config import ConfigError, ExperimentConfig, config_from_dict
 from cluster.shared.model import AgentRecord, JobSpec
+from cluster.shared.work import PROBE_TIMEOUT, ProbeTask, StartTask, Work  # noqa: F401 (re-exported)
 from tfdist.errors import NotFoundError, UserError
 
-PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
 
 
 class NotFound(NotFoundError):
@@ -54,38 +54,6 @@ class Settings:
     startup_timeout: float = 300.0  # for jobs that do not set their own
     stack_dump_grace: float = 3.0  # step watchdog: from asking for stacks to failing the job
     probe_timeout: float = PROBE_TIMEOUT
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbeTask:
-    job_id: str
-    targets: tuple[tuple[str, str, int], ...]  # (peer agent, address, port)
-    timeout: float
-
-
-@dataclasses.dataclass(frozen=True)
-class StartTask:
-    job_id: str
-    working_dir: str
-    command: tuple[str, ...]
-    processes: tuple[modes.ProcessPlan, ...]
-    failure_grace: float
-    store_port: int = 0  # >0: this node serves the job's key-value store on it
-    attempt: int = 0  # which run of the job (an agent starts each run once)
-
-
-@dataclasses.dataclass
-class Work:
-    """What one heartbeat answers an agent."""
-
-    check_ports: list[tuple[str, tuple[int, ...]]] = dataclasses.field(default_factory=list)
-    probes: list[ProbeTask] = dataclasses.field(default_factory=list)
-    start: list[StartTask] = dataclasses.field(default_factory=list)
-    stop_jobs: list[str] = dataclasses.field(default_factory=list)
-    stop_grace: dict[str, float] = dataclasses.field(default_factory=dict)
-    dump_stacks: list[str] = dataclasses.field(default_factory=list)
-    preempt: list[str] = dataclasses.field(default_factory=list)  # jobs whose store must carry a preemption request
-    attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
 
 
 class ChangeBoard:

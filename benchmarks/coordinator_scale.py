@@ -22,7 +22,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from cluster import scheduler  # noqa: E402
+from cluster.coordinator import scheduler  # noqa: E402
 
 SLOTS_PER_NODE = 8
 
@@ -114,6 +114,8 @@ def rss_mib(pid):
 def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interval=0.0):
     import grpc
 
+    from cluster.shared import jobspec
+    from cluster.shared.config import ExperimentConfig
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
     from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 
@@ -147,8 +149,8 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
         rng = random.Random(seed)
         latencies, placed = [], 0
         for slots in job_sizes(rng, jobs):
-            spec = pb.JobSpec(name="bench", entrypoint=["true"], slots=slots, distribution_mode="mwms",
-                              hyperparameters_json="{}")
+            spec = jobspec.to_pb(jobspec.job_spec(ExperimentConfig(name="bench", entrypoint=("true",),
+                                                                   slots_per_trial=slots, distribution_mode="mwms")))
             t = time.perf_counter()
             response = stub.SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=30)  # scheduled before it returns
             latencies.append(time.perf_counter() - t)

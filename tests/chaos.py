@@ -84,7 +84,8 @@ class ChaosRun:
 
     # ---------------------------------------------------------------- the run
     def run(self) -> dict:
-        from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+        from cluster.shared import jobspec
+        from cluster.shared.config import ExperimentConfig
         import uuid
 
         started = time.monotonic()
@@ -99,8 +100,10 @@ class ChaosRun:
         killer.start()
         for i in range(self.jobs):
             slots, code, ticks = (1, 2, 4)[i % 3], 3 if i % 4 == 3 else 0, self.random.randint(2, 8)
-            spec = pb.JobSpec(name=f"chaos-{i}", entrypoint=[sys.executable, JOB, str(ticks), str(code)], slots=slots,
-                              working_dir=REPO, startup_timeout=120, submission_id=uuid.uuid4().hex)
+            config = ExperimentConfig(name=f"chaos-{i}", entrypoint=(sys.executable, JOB, str(ticks), str(code)),
+                                      slots_per_trial=slots)
+            spec = jobspec.to_pb(jobspec.job_spec(config, working_dir=REPO, startup_timeout=120,
+                                                  submission_id=uuid.uuid4().hex))
             job_id = client.submit(spec, retry_for=120)  # retried with the same submission id across kills
             self.submitted.append(Submitted(job_id, slots, code, ticks))
             time.sleep(self.random.uniform(0.0, 0.6))

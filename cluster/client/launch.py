@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -19,26 +18,11 @@ from cluster.shared.rpc import Client
 from cluster.shared.commands import resolve_command
 from cluster.shared.config import ExperimentConfig
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
-from cluster.shared.modes import auto
+from cluster.shared import jobspec
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
 from tfdist.errors import UnavailableError, UserError
-
-
-def job_spec(config: ExperimentConfig, *, startup_timeout: float, priority: int = 0,
-             working_dir: str | None = None) -> pb.JobSpec:
-    decision = auto.decide(config)
-    return pb.JobSpec(
-        name=config.name, entrypoint=list(config.entrypoint), slots=config.slots_per_trial,
-        distribution_mode=decision.mode, mode_reason=decision.reason, num_ps=config.num_ps,
-        evaluator=config.evaluator, optimizations_json=json.dumps(config.optimizations, sort_keys=True),
-        step_timeout=config.step_timeout,
-        checkpoint_storage=os.path.abspath(config.checkpoint_storage) if config.checkpoint_storage else "",
-        hyperparameters_json=json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
-        environment=dict(config.environment_variables), max_restarts=config.max_restarts, priority=priority,
-        working_dir=working_dir if working_dir is not None else os.getcwd(), startup_timeout=startup_timeout,
-        submission_id=uuid.uuid4().hex)
 
 
 def preflight(config: ExperimentConfig) -> None:
@@ -102,12 +86,13 @@ class EmbeddedCluster:
 def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | None, detach: bool,
            startup_timeout: float, state_dir: str | None = None, priority: int = 0) -> int:
     preflight(config)
+    spec = jobspec.job_spec(config, startup_timeout=startup_timeout, priority=priority, working_dir=os.getcwd(),
+                            submission_id=uuid.uuid4().hex)  # `auto` decided here, once
     embedded = None
     paused = None  # a job this Slurm batch script paused in a previous run (requeued): resumed, not resubmitted
-    decision = auto.decide(config)
     if coordinator is None:
         command = resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
-        if decision.mode == "horovod":
+        if spec.distribution_mode == "horovod":
             check_horovod(command[0])
         if detach:
             raise UserError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
@@ -121,6 +106,8 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             paused = embedded.paused_job()
             if not slots:  # GPU allocation: the GPUs the agents found
                 config = dataclasses.replace(config, slots_per_trial=embedded.slots())
+            spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config,
+                                                                        slots_per_trial=config.slots_per_trial))
             sys.stderr.write(f"tfdist: Slurm allocation {allocation.job_id}: {len(allocation.nodes)} node(s) "
                              f"({', '.join(allocation.nodes)}), {config.slots_per_trial} slot(s)\n")
         else:
@@ -135,12 +122,12 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             sys.stderr.write(f"tfdist: resuming job {paused}, paused by this Slurm job's previous run\n")
             code = _follow_with_cancel(client, paused, True, after_seq=printed)
             return code
-        job_id = client.submit(job_spec(config, startup_timeout=startup_timeout, priority=priority))
+        job_id = client.submit(jobspec.to_pb(spec))
         if detach:
             print(job_id)
             return 0
-        sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}; distribution {decision.mode} "
-                         f"({decision.reason})\n")
+        sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}; distribution {spec.distribution_mode} "
+                         f"({spec.mode_reason})\n")
         code = _follow_with_cancel(client, job_id, embedded is not None)
         return code
     finally:

@@ -9,6 +9,7 @@ import json
 from google.protobuf import json_format
 
 from cluster.client.follow import TERMINAL, root_cause_exit
+from cluster.shared import jobspec
 
 
 def _when(ts: float) -> str:
@@ -35,14 +36,21 @@ def _ids(ids) -> str:
 
 
 def _dump(message) -> str:
-    return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True), indent=2)
+    return json.dumps(_job_dict(message), indent=2)
+
+
+def _job_dict(job) -> dict:
+    """A job as JSON: the spec as its config's fields (not the wire's encoding of them)."""
+    data = json_format.MessageToDict(job, preserving_proto_field_name=True)
+    data["spec"] = jobspec.to_plain(jobspec.from_pb(job.spec, validate=False))
+    return data
 
 
 def print_jobs(jobs, as_json: bool) -> int:
     if as_json:
-        print(json.dumps([json_format.MessageToDict(j, preserving_proto_field_name=True) for j in jobs], indent=2))
+        print(json.dumps([_job_dict(j) for j in jobs], indent=2))
         return 0
-    rows = [[j.id, j.spec.name, j.state, str(j.spec.slots), _when(j.submitted_at),
+    rows = [[j.id, j.spec.config.name, j.state, str(j.spec.config.slots_per_trial), _when(j.submitted_at),
              j.waiting_reason if j.state == "QUEUED" else j.message] for j in jobs]
     print(_table(["ID", "NAME", "STATE", "SLOTS", "SUBMITTED", "INFO"], rows))
     return 0
@@ -52,10 +60,11 @@ def print_job(job, as_json: bool) -> int:
     if as_json:
         print(_dump(job))
         return 0
-    print(f"job {job.id} ({job.spec.name}): {job.state}")
-    print(f"  command:   {' '.join(job.spec.entrypoint)}")
-    print(f"  slots:     {job.spec.slots}   priority: {job.spec.priority}   mode: {job.spec.distribution_mode}"
-          + (f" ({job.spec.mode_reason})" if job.spec.mode_reason else ""))
+    spec = jobspec.from_pb(job.spec, validate=False)
+    print(f"job {job.id} ({spec.name}): {job.state}")
+    print(f"  command:   {' '.join(spec.entrypoint)}")
+    print(f"  slots:     {spec.slots}   priority: {spec.priority}   mode: {spec.distribution_mode}"
+          + (f" ({spec.mode_reason})" if spec.mode_reason else ""))
     print(f"  submitted: {_when(job.submitted_at)}   started: {_when(job.started_at)}   ended: {_when(job.ended_at)}")
     if job.state == "QUEUED":
         print(f"  waiting:   {job.waiting_reason or 'scheduling'}")
@@ -65,8 +74,8 @@ def print_job(job, as_json: bool) -> int:
             gpus = f", GPUs {_ids(p.gpus)}" if p.gpus else ""
             state = f" [{p.state}]" if p.state and job.state not in TERMINAL else ""
             print(f"    node {p.node_rank}: {p.agent} at {p.address}, {p.slots} slots{gpus}, ports {list(p.ports)}{state}")
-    if job.attempt or job.spec.max_restarts:
-        print(f"  runs:      {job.attempt + 1} (restarts {job.restarts} of max_restarts {job.spec.max_restarts})")
+    if job.attempt or spec.max_restarts:
+        print(f"  runs:      {job.attempt + 1} (restarts {job.restarts} of max_restarts {spec.max_restarts})")
     if job.latest_checkpoint.step >= 0:
         print(f"  checkpoint: step {job.latest_checkpoint.step} at {job.latest_checkpoint.path}")
     if job.latest_metrics:

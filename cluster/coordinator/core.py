@@ -25,9 +25,9 @@ from cluster.coordinator import placement as placement_lib, policy, scheduler
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, NotFound,  # noqa: F401 (re-exported)
-                                        ProbeTask, Settings, StartTask, Work, config_from_spec)
+                                        ProbeTask, Settings, StartTask, Work)
 from cluster.shared.model import describe_exit, AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
-from cluster.shared.modes import JobPlan, NodePlacement, Placement, auto
+from cluster.shared.modes import JobPlan, NodePlacement, Placement
 from cluster.coordinator.store import Store
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 from tfdist.metrics import RECORD_PREFIX
@@ -272,7 +272,7 @@ class CoordinatorCore(JobLifecycle):
                                             for a in allocs), attempt=job.attempt,
                               checkpoint_dir=_job_checkpoint_dir(job),
                               latest_checkpoint=(latest.path, latest.step) if latest else None)
-        plan = modes.planner(job.spec.distribution_mode).plan(placement, config_from_spec(job.spec),
+        plan = modes.planner(job.spec.distribution_mode).plan(placement, job.spec.config,
                                                               [a.gpus for a in allocs])
         self._plans[job_id] = plan
         return plan
@@ -399,14 +399,6 @@ class CoordinatorCore(JobLifecycle):
     def submit(self, spec: JobSpec, now: float) -> tuple[str, str]:
         """Stores the job durably and schedules at once; returns (job id, state after scheduling).
         A spec whose submission id is already known returns that job: a retried submit is one job."""
-        if spec.slots < 1:
-            raise BadRequest(f"slots must be at least 1, got {spec.slots}")
-        if not spec.entrypoint:
-            raise BadRequest("the job has no entrypoint: give a command")
-        config = config_from_spec(spec)  # validates the rest the way the CLI does
-        if spec.distribution_mode in ("", "auto"):  # a client that left the decision to us
-            decision = auto.decide(config)
-            spec = dataclasses.replace(spec, distribution_mode=decision.mode, mode_reason=decision.reason)
         with self._event(durable=True):
             if spec.submission_id:
                 known = self.store.job_by_submission(spec.submission_id)
@@ -466,7 +458,7 @@ class CoordinatorCore(JobLifecycle):
             addresses = placement_lib.choose_addresses({n: self.agents[n].record.addresses for n in names},
                                                        self.settings.subnet)
             counts = planner.ports_on([NodePlacement(name, addresses[name], slots, (), self.agents[name].record.gpu)
-                                       for name, slots in assignment.nodes], config_from_spec(job.spec))
+                                       for name, slots in assignment.nodes], job.spec.config)
             allocs = []
             for rank, ((name, slots), count) in enumerate(zip(assignment.nodes, counts)):
                 record = self.agents[name].record

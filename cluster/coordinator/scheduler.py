@@ -21,6 +21,8 @@ import dataclasses
 from collections import defaultdict
 from typing import Iterable, Sequence
 
+from tfdist.errors import UserError
+
 
 @dataclasses.dataclass(frozen=True)
 class Node:
@@ -53,8 +55,8 @@ class Decision:
     waiting: dict[str, str]  # job id -> why it is not placed
 
 
-class InfeasibleJob(ValueError):
-    """No set of registered nodes could ever hold the job."""
+class InfeasibleJob(UserError):
+    """No set of registered nodes could ever hold the job (refused at submit: INVALID_ARGUMENT, exit 2)."""
 
 
 # ---------------------------------------------------------------- feasibility

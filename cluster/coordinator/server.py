@@ -14,7 +14,8 @@ import grpc
 from cluster.shared.auth import TokenInterceptor, check_listen_policy
 from cluster.coordinator import views
 from cluster.coordinator.core import CoordinatorCore, Settings, Work
-from cluster.shared.model import Address, AgentRecord, Allocation, Gpu, JobSpec, LogLine, MetricRow, WorkerExit
+from cluster.shared import jobspec
+from cluster.shared.model import Address, AgentRecord, Allocation, Gpu, LogLine, MetricRow, WorkerExit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import Store
@@ -43,26 +44,6 @@ def _guard(fn):
     return wrapper
 
 
-def spec_from_pb(spec: pb.JobSpec) -> JobSpec:
-    return JobSpec(name=spec.name, entrypoint=tuple(spec.entrypoint), slots=spec.slots,
-                   distribution_mode=spec.distribution_mode or "mwms", hyperparameters_json=spec.hyperparameters_json or "{}",
-                   environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
-                   working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
-                   submission_id=spec.submission_id, num_ps=spec.num_ps or 1, evaluator=spec.evaluator,
-                   optimizations_json=spec.optimizations_json or "{}", mode_reason=spec.mode_reason,
-                   step_timeout=spec.step_timeout, checkpoint_storage=spec.checkpoint_storage)
-
-
-def spec_to_pb(spec: JobSpec) -> pb.JobSpec:
-    return pb.JobSpec(name=spec.name, entrypoint=list(spec.entrypoint), slots=spec.slots,
-                      distribution_mode=spec.distribution_mode, hyperparameters_json=spec.hyperparameters_json,
-                      environment=dict(spec.environment), max_restarts=spec.max_restarts, priority=spec.priority,
-                      working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
-                      submission_id=spec.submission_id, num_ps=spec.num_ps, evaluator=spec.evaluator,
-                      optimizations_json=spec.optimizations_json, mode_reason=spec.mode_reason,
-                      step_timeout=spec.step_timeout, checkpoint_storage=spec.checkpoint_storage)
-
-
 def placement_to_pb(a: Allocation) -> pb.Placement:
     return pb.Placement(agent=a.agent, node_rank=a.node_rank, slots=a.slots, address=a.address, ports=list(a.ports),
                         gpus=list(a.gpus), state=a.state.value)
@@ -71,7 +52,7 @@ def placement_to_pb(a: Allocation) -> pb.Placement:
 def job_to_pb(view: views.JobView) -> pb.Job:
     job = view.job
     return pb.Job(
-        id=job.id, spec=spec_to_pb(job.spec), state=job.state.value, submitted_at=job.submitted_at,
+        id=job.id, spec=jobspec.to_pb(job.spec), state=job.state.value, submitted_at=job.submitted_at,
         started_at=job.started_at or 0, ended_at=job.ended_at or 0, waiting_reason=view.waiting_reason,
         message=job.message, exit_code=job.exit_code if job.exit_code is not None else -1,
         failed_rank=job.failed_rank if job.failed_rank is not None else -1,
@@ -116,7 +97,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_guard
     def SubmitJob(self, request, context):
-        job_id, state = self.core.submit(spec_from_pb(request.spec), self.clock())
+        job_id, state = self.core.submit(jobspec.from_pb(request.spec), self.clock())
         return pb.SubmitJobResponse(job_id=job_id, state=state)
 
     @_guard

@@ -1,19 +1,15 @@
 """Typed values the coordinator core works with: its settings, what it knows of each agent, the work
-a heartbeat answers, and the job spec turned back into a validated config. No logic beyond that."""
+a heartbeat answers. No logic beyond that."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from typing import Iterable
 
-from cluster.shared import modes
-from cluster.shared.config import ConfigError, ExperimentConfig, config_from_dict
-from cluster.shared.model import AgentRecord, JobSpec
+from cluster.shared.model import AgentRecord
 from cluster.shared.work import PROBE_TIMEOUT, ProbeTask, StartTask, Work  # noqa: F401 (re-exported)
 from tfdist.errors import NotFoundError, UserError
-
 
 
 class NotFound(NotFoundError):
@@ -87,34 +83,3 @@ class ChangeBoard:
         with self._cond:
             self._cond.wait_for(lambda: self._closed or self._versions.get(key, 0) != seen, timeout)
             return self._versions.get(key, 0)
-
-
-def _json_object(text: str, what: str) -> dict:
-    try:
-        value = json.loads(text or "{}")
-    except json.JSONDecodeError as e:
-        raise BadRequest(f"{what} is not valid JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise BadRequest(f"{what} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def config_from_spec(spec: JobSpec) -> ExperimentConfig:
-    raw = {
-        "name": spec.name or "tfdist-job",
-        "entrypoint": list(spec.entrypoint) or None,
-        "resources": {"slots_per_trial": spec.slots},
-        "distribution": {"mode": spec.distribution_mode or "auto",
-                         **({"num_ps": spec.num_ps, "evaluator": spec.evaluator}
-                            if spec.distribution_mode == "ps" else {})},
-        "optimizations": _json_object(spec.optimizations_json, "optimizations_json"),
-        "watchdog": {"step_timeout": spec.step_timeout},
-        "hyperparameters": json.loads(spec.hyperparameters_json or "{}"),
-        "environment": {"variables": dict(spec.environment)},
-        "max_restarts": spec.max_restarts,
-        **({"checkpoint_storage": {"host_path": spec.checkpoint_storage}} if spec.checkpoint_storage else {}),
-    }
-    try:
-        return config_from_dict(raw)
-    except (ConfigError, ValueError) as e:
-        raise BadRequest(str(e)) from None

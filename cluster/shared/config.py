@@ -28,6 +28,9 @@ RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+LOCAL_ONLY = "local_only"  # field metadata: a fact of the submitting terminal, not carried with the job
+
+
 class ConfigError(UserError, ValueError):
     """A config value is wrong; the message names the value and the fix."""
 
@@ -53,7 +56,7 @@ class ExperimentConfig:
     checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): a directory every node shares
     # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
     # an unset one takes the allocation's tasks, a given one must agree with them.
-    slots_given: bool = dataclasses.field(default=False, compare=False)
+    slots_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})
 
     @property
     def global_batch_size(self) -> int | None:
@@ -133,56 +136,78 @@ _ENVIRONMENT_KEYS = ("variables",)
 
 
 def config_from_dict(raw: Any) -> ExperimentConfig:
+    """The YAML document's shape (sections, Determined's list of NAME=VALUE, a string entrypoint) into the
+    typed value, then the value's own checks (`check_config`)."""
     root = _check_mapping(raw, "the config", _TOP_KEYS)
     resources = _check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
     distribution = _check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
     environment = _check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
     optimizations = _check_mapping(root.get("optimizations", {}), "optimizations", _OPTIMIZATIONS_KEYS)
     watchdog = _check_mapping(root.get("watchdog", {}), "watchdog", _WATCHDOG_KEYS)
-    storage = _parse_checkpoint_storage(root.get("checkpoint_storage"))
-
     hparams = root.get("hyperparameters", {})
-    if hparams is None:
-        hparams = {}
-    if not isinstance(hparams, dict):
+    config = ExperimentConfig(
+        name=root.get("name", ExperimentConfig.name),
+        entrypoint=_parse_entrypoint(root.get("entrypoint")),
+        slots_per_trial=resources.get("slots_per_trial", 1),
+        distribution_mode=distribution.get("mode", "auto"),
+        num_ps=distribution.get("num_ps", 1),
+        evaluator=distribution.get("evaluator", False),
+        gradient_compression=optimizations.get("gradient_compression", "none"),
+        auto_tune_tensor_fusion=optimizations.get("auto_tune_tensor_fusion", False),
+        average_training_metrics=optimizations.get("average_training_metrics", False),
+        aggregation_frequency=optimizations.get("aggregation_frequency", 1),
+        step_timeout=watchdog.get("step_timeout", ExperimentConfig.step_timeout),
+        hyperparameters={} if hparams is None else hparams,
+        environment_variables=_parse_env(environment.get("variables")),
+        max_restarts=root.get("max_restarts", ExperimentConfig.max_restarts),
+        checkpoint_storage=_parse_checkpoint_storage(root.get("checkpoint_storage")),
+        slots_given="slots_per_trial" in resources,
+    )
+    if "num_ps" in distribution or "evaluator" in distribution:
+        _check_mode_options(config, "distribution.mode", ps_options_given=True)
+    return check_config(config)
+
+
+def check_config(config: ExperimentConfig) -> ExperimentConfig:
+    """Every rule a config obeys, on the typed value: what `config_from_dict` builds from a file and what the
+    coordinator decodes from the wire get the same checks and messages. Returns it normalised (seconds as
+    float, plain dict and tuple copies)."""
+    hparams = config.hyperparameters
+    if not isinstance(hparams, Mapping):
         raise ConfigError(f"hyperparameters: expected a mapping, got {_describe(hparams)}")
     for key in hparams:
         if not isinstance(key, str):
             raise ConfigError(f"hyperparameters: keys must be strings, got {_describe(key)}")
     if "global_batch_size" in hparams:
         _check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1)
-
-    name = root.get("name", ExperimentConfig.name)
-    if not isinstance(name, str) or not name.strip():
-        raise ConfigError(f"name: expected a non-empty string, got {_describe(name)}")
-
-    config = ExperimentConfig(
-        name=name,
-        entrypoint=_parse_entrypoint(root.get("entrypoint")),
-        slots_per_trial=_check_int(resources.get("slots_per_trial", 1), "resources.slots_per_trial", minimum=1),
-        distribution_mode=_check_choice(distribution.get("mode", "auto"), "distribution.mode", DISTRIBUTION_MODES),
-        num_ps=_check_int(distribution.get("num_ps", 1), "distribution.num_ps", minimum=1),
-        evaluator=_check_bool(distribution.get("evaluator", False), "distribution.evaluator"),
-        gradient_compression=_check_choice(optimizations.get("gradient_compression", "none"),
-                                           "optimizations.gradient_compression", GRADIENT_COMPRESSIONS),
-        auto_tune_tensor_fusion=_check_bool(optimizations.get("auto_tune_tensor_fusion", False),
-                                            "optimizations.auto_tune_tensor_fusion"),
-        average_training_metrics=_check_bool(optimizations.get("average_training_metrics", False),
+    if not isinstance(config.name, str) or not config.name.strip():
+        raise ConfigError(f"name: expected a non-empty string, got {_describe(config.name)}")
+    if not isinstance(config.entrypoint, (tuple, list)) or not all(isinstance(p, str) for p in config.entrypoint):
+        raise ConfigError(f"entrypoint: expected a list of strings, got {_describe(config.entrypoint)}")
+    if not isinstance(config.checkpoint_storage, str):
+        raise ConfigError(f"checkpoint_storage: expected a directory, got {_describe(config.checkpoint_storage)}")
+    checked = dataclasses.replace(
+        config,
+        entrypoint=tuple(config.entrypoint),
+        slots_per_trial=_check_int(config.slots_per_trial, "resources.slots_per_trial", minimum=1),
+        distribution_mode=_check_choice(config.distribution_mode, "distribution.mode", DISTRIBUTION_MODES),
+        num_ps=_check_int(config.num_ps, "distribution.num_ps", minimum=1),
+        evaluator=_check_bool(config.evaluator, "distribution.evaluator"),
+        gradient_compression=_check_choice(config.gradient_compression, "optimizations.gradient_compression",
+                                           GRADIENT_COMPRESSIONS),
+        auto_tune_tensor_fusion=_check_bool(config.auto_tune_tensor_fusion, "optimizations.auto_tune_tensor_fusion"),
+        average_training_metrics=_check_bool(config.average_training_metrics,
                                              "optimizations.average_training_metrics"),
-        aggregation_frequency=_check_int(optimizations.get("aggregation_frequency", 1),
-                                         "optimizations.aggregation_frequency", minimum=1),
-        step_timeout=_check_seconds(watchdog.get("step_timeout", ExperimentConfig.step_timeout),
-                                    "watchdog.step_timeout"),
+        aggregation_frequency=_check_int(config.aggregation_frequency, "optimizations.aggregation_frequency",
+                                         minimum=1),
+        step_timeout=_check_seconds(config.step_timeout, "watchdog.step_timeout"),
         hyperparameters=dict(hparams),
-        environment_variables=_parse_env(environment.get("variables")),
-        max_restarts=_check_int(root.get("max_restarts", ExperimentConfig.max_restarts), "max_restarts", minimum=0),
-        checkpoint_storage=storage,
-        slots_given="slots_per_trial" in resources,
+        environment_variables=_parse_env(dict(config.environment_variables)),
+        max_restarts=_check_int(config.max_restarts, "max_restarts", minimum=0),
     )
-    _check_mode_slots(config.distribution_mode, config.slots_per_trial, "resources.slots_per_trial")
-    _check_mode_options(config, "distribution.mode",
-                        ps_options_given="num_ps" in distribution or "evaluator" in distribution)
-    return config
+    _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
+    _check_mode_options(checked, "distribution.mode")
+    return checked
 
 
 def _parse_checkpoint_storage(value: Any) -> str:

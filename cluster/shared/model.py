@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import json
 import signal
-from typing import Any, Mapping
 
+
+from cluster.shared.jobspec import JobSpec  # noqa: F401 (re-exported: the job's value)
 from tfdist.errors import TfdistError
 
 
@@ -108,44 +108,6 @@ class AgentRecord:
     @property
     def gpu(self) -> bool:
         return bool(self.gpus)
-
-
-@dataclasses.dataclass(frozen=True)
-class JobSpec:
-    """What was submitted. Stored as JSON with the job; unknown keys of older files are ignored."""
-
-    entrypoint: tuple[str, ...]
-    slots: int
-    name: str = "tfdist-job"
-    distribution_mode: str = "mwms"
-    hyperparameters_json: str = "{}"
-    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    max_restarts: int = 0
-    priority: int = 0
-    working_dir: str = ""
-    startup_timeout: float = 0.0  # 0: the coordinator's default
-    submission_id: str = ""
-    num_ps: int = 1
-    evaluator: bool = False
-    optimizations_json: str = "{}"
-    mode_reason: str = ""  # why distribution_mode was chosen (auto's decision)
-    step_timeout: float = 0.0  # the step watchdog's limit (0: off)
-    checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): jobs checkpoint under <it>/<job id>
-
-    def to_json(self) -> str:
-        data = dataclasses.asdict(self)
-        data["entrypoint"] = list(self.entrypoint)
-        data["environment"] = dict(self.environment)
-        return json.dumps(data, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["entrypoint"] = tuple(values.get("entrypoint") or ())
-        values["environment"] = dict(values.get("environment") or {})
-        values["slots"] = int(values.get("slots", 0))
-        return cls(**values)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,13 +138,15 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
     from cluster.agent.outbox import Outbox
     from cluster.shared.rpc import Client
     from cluster.coordinator.server import CoordinatorServer
-    from cluster.shared.model import Address, AgentRecord, JobSpec
+    from cluster.shared import jobspec
+    from cluster.shared.config import ExperimentConfig
+    from cluster.shared.model import Address, AgentRecord
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
     server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
     try:
         server.core.register(AgentRecord("n1", 1, (Address("127.0.0.1", 8),)), {}, [], time.time())
-        job_id, _ = server.core.submit(JobSpec(entrypoint=("x",), slots=1), time.time())
+        job_id, _ = server.core.submit(jobspec.job_spec(ExperimentConfig(entrypoint=("x",))), time.time())
         client = Client(server.address)
         outbox = Outbox(client, "n1", "n1/test")
         for step in range(40):

@@ -8,6 +8,8 @@ import pytest
 
 from cluster.shared.rpc import Client
 from cluster.coordinator.server import FOLLOWER_THREADS, RPC_THREADS, CoordinatorServer
+from cluster.shared import jobspec
+from cluster.shared.config import ExperimentConfig
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -26,7 +28,8 @@ def register(client, name):
 
 
 def submit(client, slots=1):
-    return client.submit(pb.JobSpec(entrypoint=["python", "x.py"], slots=slots, working_dir="/"), retry_for=0)
+    config = ExperimentConfig(entrypoint=("python", "x.py"), slots_per_trial=slots)
+    return client.submit(jobspec.to_pb(jobspec.job_spec(config, working_dir="/")), retry_for=0)
 
 
 def test_64_followers_leave_heartbeats_and_submissions_alone(server):

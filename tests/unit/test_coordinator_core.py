@@ -7,16 +7,25 @@ import pytest
 
 from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings
 from cluster.coordinator.views import agents_view, job_view, jobs_view
+from cluster.shared import jobspec
+from cluster.shared.config import ExperimentConfig
 from cluster.shared.model import Address, AgentRecord, AllocState, Gpu, JobSpec, JobState, WorkerExit
+from tfdist.errors import UserError
 from cluster.coordinator.store import Store
 
 ADDR = {"a1": (Address("198.18.0.2", 24, "eth0"),),
         "a2": (Address("198.18.0.3", 24, "eth0"), Address("10.9.0.3", 16, "eth1"))}
 
 
-def spec(slots, cmd=("python", "train.py"), **extra):
-    return JobSpec(name="t", entrypoint=tuple(cmd), slots=slots, hyperparameters_json=json.dumps({"global_batch_size": 8}),
-                   working_dir="/w", **extra)
+SUBMISSION_FIELDS = ("startup_timeout", "submission_id", "priority")
+
+
+def spec(slots, cmd=("python", "train.py"), distribution_mode="mwms", environment=None, **extra):
+    """A submitted job: config fields by their config names, how it was submitted by JobSpec's."""
+    submission = {k: extra.pop(k) for k in SUBMISSION_FIELDS if k in extra}
+    config = ExperimentConfig(name="t", entrypoint=tuple(cmd), slots_per_trial=slots, distribution_mode=distribution_mode,
+                              hyperparameters={"global_batch_size": 8}, environment_variables=environment or {}, **extra)
+    return JobSpec(config, working_dir="/w", **submission)
 
 
 class Node:
@@ -366,13 +375,19 @@ def test_cancel_and_job_refs(core, nodes):
         job_view(core, "99")
 
 
-def test_bad_specs(core, nodes):
-    with pytest.raises(BadRequest, match="slots must be at least 1, got 0"):
-        core.submit(spec(0), now=1)
-    with pytest.raises(BadRequest, match="the job has no entrypoint"):
-        core.submit(spec(1, cmd=()), now=1)
-    with pytest.raises(BadRequest, match="environment.variables.TF_CONFIG"):
-        core.submit(spec(1, environment={"TF_CONFIG": "x"}), now=1)
+def test_bad_specs_are_refused_at_the_coordinators_edge():
+    """What the server decodes from a SubmitJob: the config's own rules, before the core sees it."""
+    def submitted(s):
+        return jobspec.from_pb(jobspec.to_pb(s))
+
+    with pytest.raises(UserError, match="resources.slots_per_trial: must be at least 1, got 0"):
+        submitted(spec(0))
+    with pytest.raises(UserError, match="the job has no entrypoint"):
+        submitted(spec(1, cmd=()))
+    with pytest.raises(UserError, match="environment.variables.TF_CONFIG"):
+        submitted(spec(1, environment={"TF_CONFIG": "x"}))
+    with pytest.raises(UserError, match="distribution mode is auto"):
+        submitted(spec(1, distribution_mode="auto"))
 
 
 def test_a_single_node_mode_larger_than_any_node_is_refused(core, nodes):

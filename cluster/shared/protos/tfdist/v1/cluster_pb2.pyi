@@ -7,8 +7,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "entrypoint", "slots", "distribution_mode", "hyperparameters_json", "environment", "max_restarts", "priority", "working_dir", "startup_timeout", "submission_id", "num_ps", "evaluator", "optimizations_json", "mode_reason", "step_timeout", "checkpoint_storage")
-    class EnvironmentEntry(_message.Message):
+    __slots__ = ("priority", "working_dir", "startup_timeout", "submission_id", "mode_reason", "config")
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_REASON_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    priority: int
+    working_dir: str
+    startup_timeout: float
+    submission_id: str
+    mode_reason: str
+    config: JobConfig
+    def __init__(self, priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., mode_reason: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ...) -> None: ...
+
+class JobConfig(_message.Message):
+    __slots__ = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "num_ps", "evaluator", "gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics", "aggregation_frequency", "step_timeout", "hyperparameters", "environment_variables", "max_restarts", "checkpoint_storage")
+    class EnvironmentVariablesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -17,39 +33,72 @@ class JobSpec(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
-    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_PER_TRIAL_FIELD_NUMBER: _ClassVar[int]
     DISTRIBUTION_MODE_FIELD_NUMBER: _ClassVar[int]
-    HYPERPARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
-    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
-    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
-    PRIORITY_FIELD_NUMBER: _ClassVar[int]
-    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
-    STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
-    SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
     EVALUATOR_FIELD_NUMBER: _ClassVar[int]
-    OPTIMIZATIONS_JSON_FIELD_NUMBER: _ClassVar[int]
-    MODE_REASON_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    AUTO_TUNE_TENSOR_FUSION_FIELD_NUMBER: _ClassVar[int]
+    AVERAGE_TRAINING_METRICS_FIELD_NUMBER: _ClassVar[int]
+    AGGREGATION_FREQUENCY_FIELD_NUMBER: _ClassVar[int]
     STEP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    HYPERPARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_VARIABLES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_STORAGE_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
-    slots: int
+    slots_per_trial: int
     distribution_mode: str
-    hyperparameters_json: str
-    environment: _containers.ScalarMap[str, str]
-    max_restarts: int
-    priority: int
-    working_dir: str
-    startup_timeout: float
-    submission_id: str
     num_ps: int
     evaluator: bool
-    optimizations_json: str
-    mode_reason: str
+    gradient_compression: str
+    auto_tune_tensor_fusion: bool
+    average_training_metrics: bool
+    aggregation_frequency: int
     step_timeout: float
+    hyperparameters: ValueMap
+    environment_variables: _containers.ScalarMap[str, str]
+    max_restarts: int
     checkpoint_storage: str
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., hyperparameters_json: _Optional[str] = ..., environment: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., optimizations_json: _Optional[str] = ..., mode_reason: _Optional[str] = ..., step_timeout: _Optional[float] = ..., checkpoint_storage: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots_per_trial: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., gradient_compression: _Optional[str] = ..., auto_tune_tensor_fusion: _Optional[bool] = ..., average_training_metrics: _Optional[bool] = ..., aggregation_frequency: _Optional[int] = ..., step_timeout: _Optional[float] = ..., hyperparameters: _Optional[_Union[ValueMap, _Mapping]] = ..., environment_variables: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., checkpoint_storage: _Optional[str] = ...) -> None: ...
+
+class Value(_message.Message):
+    __slots__ = ("null_value", "bool_value", "int_value", "float_value", "string_value", "list_value", "map_value")
+    NULL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    FLOAT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    LIST_VALUE_FIELD_NUMBER: _ClassVar[int]
+    MAP_VALUE_FIELD_NUMBER: _ClassVar[int]
+    null_value: bool
+    bool_value: bool
+    int_value: int
+    float_value: float
+    string_value: str
+    list_value: ValueList
+    map_value: ValueMap
+    def __init__(self, null_value: _Optional[bool] = ..., bool_value: _Optional[bool] = ..., int_value: _Optional[int] = ..., float_value: _Optional[float] = ..., string_value: _Optional[str] = ..., list_value: _Optional[_Union[ValueList, _Mapping]] = ..., map_value: _Optional[_Union[ValueMap, _Mapping]] = ...) -> None: ...
+
+class ValueList(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, items: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
+class ValueMap(_message.Message):
+    __slots__ = ("fields",)
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.MessageMap[str, Value]
+    def __init__(self, fields: _Optional[_Mapping[str, Value]] = ...) -> None: ...
 
 class Placement(_message.Message):
     __slots__ = ("agent", "node_rank", "slots", "address", "ports", "gpus", "state")

@@ -1,0 +1,212 @@
+"""The job spec and its one codec.
+
+A `JobSpec` is what a client submits: the validated experiment config (`config`, whose distribution mode
+is already decided: `auto` is resolved once, by `job_spec`, and travels with the job) and how it was
+submitted (priority, working directory, start-up timeout, submission id). This module alone converts it to
+and from the wire (`to_pb`/`from_pb`) and to and from the coordinator's stored form (`to_json`/`from_dict`).
+
+The config's fields cross by name: every field of `ExperimentConfig` (but those marked LOCAL_ONLY) has a
+field of the same name in the proto's `JobConfig`. Adding a config field means adding it to the dataclass
+and to `JobConfig`; tests/unit/test_jobspec.py walks every field and fails on one that is lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping
+
+from google.protobuf import json_format
+
+from cluster.shared.config import LOCAL_ONLY, ConfigError, ExperimentConfig, check_config
+from cluster.shared.modes import auto
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from tfdist.errors import UserError
+
+
+class SpecError(UserError):
+    """A job spec from the wire that cannot be a job: the message names the field and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """What was submitted. `config.distribution_mode` is the decided mode (never `auto`)."""
+
+    config: ExperimentConfig
+    mode_reason: str = ""  # why that mode (auto's decision, or "distribution.mode is X")
+    priority: int = 0
+    working_dir: str = ""
+    startup_timeout: float = 0.0  # 0: the coordinator's default
+    submission_id: str = ""
+
+    # What readers ask most, by the names they knew.
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def entrypoint(self) -> tuple[str, ...]:
+        return self.config.entrypoint
+
+    @property
+    def slots(self) -> int:
+        return self.config.slots_per_trial
+
+    @property
+    def distribution_mode(self) -> str:
+        return self.config.distribution_mode
+
+    @property
+    def max_restarts(self) -> int:
+        return self.config.max_restarts
+
+    @property
+    def step_timeout(self) -> float:
+        return self.config.step_timeout
+
+    @property
+    def checkpoint_storage(self) -> str:
+        return self.config.checkpoint_storage
+
+    def to_json(self) -> str:
+        """The stored form (the coordinator's state): the wire message as JSON."""
+        return json_format.MessageToJson(to_pb(self), indent=None, sort_keys=True, preserving_proto_field_name=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        """From the stored form; trusted (it was validated when submitted), so not checked again."""
+        if "config" not in data:
+            return _from_legacy_dict(data)
+        return from_pb(json_format.ParseDict(data, pb.JobSpec()), validate=False)
+
+
+def job_spec(config: ExperimentConfig, *, priority: int = 0, working_dir: str = "", startup_timeout: float = 0.0,
+             submission_id: str = "") -> JobSpec:
+    """The spec a client submits: `auto` decided here, once; a relative checkpoint_storage made absolute
+    from where the client runs (every node must find the same directory)."""
+    decision = auto.decide(config)
+    storage = os.path.abspath(config.checkpoint_storage) if config.checkpoint_storage else ""
+    return JobSpec(dataclasses.replace(config, distribution_mode=decision.mode, checkpoint_storage=storage),
+                   decision.reason, priority, working_dir, startup_timeout, submission_id)
+
+
+def to_plain(spec: JobSpec) -> dict[str, Any]:
+    """For people and `--json`: the config's fields by their names, then how the job was submitted."""
+    plain = {f.name: getattr(spec.config, f.name) for f in wire_fields()}
+    plain.update(entrypoint=list(spec.entrypoint), hyperparameters=dict(spec.config.hyperparameters),
+                 environment_variables=dict(spec.config.environment_variables), mode_reason=spec.mode_reason,
+                 priority=spec.priority, working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
+                 submission_id=spec.submission_id)
+    return plain
+
+
+def wire_fields() -> list[dataclasses.Field]:
+    """The config's fields that travel with the job."""
+    return [f for f in dataclasses.fields(ExperimentConfig) if not f.metadata.get(LOCAL_ONLY)]
+
+
+# ---------------------------------------------------------------- wire
+
+def to_pb(spec: JobSpec) -> pb.JobSpec:
+    message = pb.JobSpec(priority=spec.priority, working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
+                         submission_id=spec.submission_id, mode_reason=spec.mode_reason)
+    config = message.config
+    for field in wire_fields():
+        value = getattr(spec.config, field.name)
+        target = getattr(config, field.name)  # AttributeError: the field is missing from JobConfig
+        if field.name == "hyperparameters":
+            target.CopyFrom(_map_to_pb(value))
+        elif isinstance(value, Mapping):
+            target.update({str(k): str(v) for k, v in value.items()})
+        elif isinstance(value, (tuple, list)):
+            target.extend(value)
+        else:
+            setattr(config, field.name, value)
+    return message
+
+
+def from_pb(message: pb.JobSpec, validate: bool = True) -> JobSpec:
+    """The spec as a coordinator receives it: checked by the config's own rules when `validate` (its edge),
+    taken as it is when read back from its own state."""
+    if not message.HasField("config"):
+        raise SpecError("the job spec carries no config: the client is older than this coordinator; "
+                        "upgrade tfdist where `tfdist launch` runs")
+    values = {}
+    for field in wire_fields():
+        value = getattr(message.config, field.name)
+        if field.name == "hyperparameters":
+            value = _map_from_pb(value)
+        elif field.name == "environment_variables":
+            value = dict(value)
+        elif field.name == "entrypoint":
+            value = tuple(value)
+        values[field.name] = value
+    config = ExperimentConfig(**values, slots_given=True)
+    if validate:
+        if config.distribution_mode == "auto":
+            raise SpecError("the job spec's distribution mode is auto: the submitting client decides it "
+                            "(cluster.shared.jobspec.job_spec); submit the decided mode")
+        if not config.entrypoint:
+            raise SpecError("the job has no entrypoint: give a command")
+        try:
+            config = check_config(config)
+        except ConfigError as e:
+            raise SpecError(f"job spec: {e}") from None
+    return JobSpec(config, message.mode_reason, message.priority, message.working_dir, message.startup_timeout,
+                   message.submission_id)
+
+
+def _value_to_pb(value: Any) -> pb.Value:
+    if value is None:
+        return pb.Value(null_value=True)
+    if isinstance(value, bool):
+        return pb.Value(bool_value=value)
+    if isinstance(value, int) and -(2 ** 63) <= value < 2 ** 63:
+        return pb.Value(int_value=value)
+    if isinstance(value, float):
+        return pb.Value(float_value=value)
+    if isinstance(value, Mapping):
+        return pb.Value(map_value=_map_to_pb(value))
+    if isinstance(value, (list, tuple)):
+        return pb.Value(list_value=pb.ValueList(items=[_value_to_pb(v) for v in value]))
+    return pb.Value(string_value=str(value))  # YAML dates, huge ints: as the workers saw them before (str)
+
+
+def _map_to_pb(mapping: Mapping[str, Any]) -> pb.ValueMap:
+    message = pb.ValueMap()
+    for key, value in mapping.items():
+        message.fields[str(key)].CopyFrom(_value_to_pb(value))
+    return message
+
+
+def _value_from_pb(value: pb.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "map_value":
+        return _map_from_pb(value.map_value)
+    if kind == "list_value":
+        return [_value_from_pb(v) for v in value.list_value.items]
+    if kind in (None, "null_value"):
+        return None
+    return getattr(value, kind)
+
+
+def _map_from_pb(message: pb.ValueMap) -> dict[str, Any]:
+    return {key: _value_from_pb(message.fields[key]) for key in message.fields}
+
+
+# ---------------------------------------------------------------- state written before the codec
+
+def _from_legacy_dict(data: Mapping[str, Any]) -> JobSpec:
+    """A job stored by a coordinator before the config moved into the spec (flat fields, JSON in strings)."""
+    optimizations = json.loads(data.get("optimizations_json") or "{}")
+    config = ExperimentConfig(
+        name=data.get("name") or "tfdist-job", entrypoint=tuple(data.get("entrypoint") or ()),
+        slots_per_trial=int(data.get("slots", 1)), distribution_mode=data.get("distribution_mode") or "mwms",
+        num_ps=data.get("num_ps", 1), evaluator=data.get("evaluator", False),
+        hyperparameters=json.loads(data.get("hyperparameters_json") or "{}"),
+        environment_variables=dict(data.get("environment") or {}), max_restarts=data.get("max_restarts", 0),
+        step_timeout=float(data.get("step_timeout", 0.0)), checkpoint_storage=data.get("checkpoint_storage", ""),
+        **{k: v for k, v in optimizations.items() if k in {f.name for f in wire_fields()}}, slots_given=True)
+    return JobSpec(config, data.get("mode_reason", ""), data.get("priority", 0), data.get("working_dir", ""),
+                   data.get("startup_timeout", 0.0), data.get("submission_id", ""))

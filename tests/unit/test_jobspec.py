@@ -1,0 +1,161 @@
+"""The job spec's one codec: every config field crosses config -> wire -> coordinator (its edge, its
+SQLite state, a real gRPC answer) and back; a field the codec or the proto forgets fails here."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+
+import pytest
+
+from cluster.shared import jobspec
+from cluster.shared.config import LOCAL_ONLY, ExperimentConfig, parse_config
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from tfdist.errors import UserError
+
+# Values a field must hold to pass the config's rules; any other field gets one made from its type.
+# Horovod's options and parameter-server options exclude each other: two configs cover them (PS_CONFIG).
+CONSTRAINED = {
+    "distribution_mode": "horovod",  # the mode every optimization below is valid under
+    "gradient_compression": "fp16",
+    "num_ps": 1,  # ps mode only: PS_CONFIG changes it
+    "evaluator": False,
+    "environment_variables": {"MY_FLAG": "1", "OTHER": "two words"},
+    "hyperparameters": {"global_batch_size": 64, "lr": 0.25, "layers": [3, 4.5, "x"], "nested": {"a": None, "b": True},
+                        "big": 2 ** 40, "neg": -7},
+    "entrypoint": ("python", "train.py", "--flag"),
+}
+
+
+def _changed(field: dataclasses.Field, default):
+    """A valid value unlike the default, made from the field's type so a new field is covered unasked."""
+    if field.name in CONSTRAINED:
+        return CONSTRAINED[field.name]
+    kind = typing.get_type_hints(ExperimentConfig)[field.name]
+    if kind is bool:
+        return not default
+    if kind is int:
+        return default + 3
+    if kind is float:
+        return default + 1.5
+    if kind is str:
+        return f"/{field.name}-value"
+    raise AssertionError(f"ExperimentConfig.{field.name}: give a test value in CONSTRAINED ({kind})")
+
+
+def _default(field: dataclasses.Field):
+    return field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+
+
+PS_CONFIG = {"distribution_mode": "ps", "num_ps": 2, "evaluator": True, "gradient_compression": "none",
+             "auto_tune_tensor_fusion": False, "aggregation_frequency": 1}
+
+
+def every_field_changed() -> list[ExperimentConfig]:
+    """Configs that together hold every wire field away from its default."""
+    values = {f.name: _changed(f, _default(f)) for f in jobspec.wire_fields()}
+    configs = [ExperimentConfig(**values), ExperimentConfig(**{**values, **PS_CONFIG})]
+    for field in jobspec.wire_fields():  # the test is only as good as this: no field left at its default
+        assert any(getattr(c, field.name) != _default(field) for c in configs), field.name
+    return configs
+
+
+def _submitted(config: ExperimentConfig) -> jobspec.JobSpec:
+    return jobspec.JobSpec(config, "distribution.mode is horovod", priority=5, working_dir="/work",
+                           startup_timeout=42.0, submission_id="sub-1")
+
+
+def test_the_wire_and_local_fields_cover_the_config():
+    local = [f.name for f in dataclasses.fields(ExperimentConfig) if f.metadata.get(LOCAL_ONLY)]
+    assert local == ["slots_given"]
+    assert {f.name for f in jobspec.wire_fields()} == set(pb.JobConfig.DESCRIPTOR.fields_by_name), \
+        "ExperimentConfig and the proto's JobConfig must have the same fields (cluster/shared/protos)"
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["horovod", "ps"])
+def test_every_field_survives_the_wire_and_the_stored_form(which):
+    spec = _submitted(every_field_changed()[which])
+    wire = pb.JobSpec.FromString(jobspec.to_pb(spec).SerializeToString())
+    decoded = jobspec.from_pb(wire)  # the coordinator's edge: validated
+    assert decoded == spec
+    stored = jobspec.JobSpec.from_dict(json.loads(decoded.to_json()))  # its state: not validated again
+    assert stored == spec
+    for field in jobspec.wire_fields():
+        assert getattr(stored.config, field.name) == getattr(spec.config, field.name), field.name
+
+
+def test_hyperparameters_keep_their_types():
+    spec = _submitted(every_field_changed()[0])
+    hparams = jobspec.from_pb(jobspec.to_pb(spec)).config.hyperparameters
+    assert type(hparams["global_batch_size"]) is int and type(hparams["lr"]) is float
+    assert hparams["layers"] == [3, 4.5, "x"] and type(hparams["layers"][0]) is int
+    assert hparams["nested"] == {"a": None, "b": True} and hparams["big"] == 2 ** 40
+
+
+def test_every_field_survives_a_real_coordinator(tmp_path):
+    """Through gRPC into a coordinator, its SQLite file, a restart of it, and GetJob back."""
+    from cluster.coordinator.daemon import CoordinatorServer
+    from cluster.shared.model import Address, AgentRecord
+    from cluster.shared.rpc import Client
+
+    specs = [_submitted(c) for c in every_field_changed()]
+    specs[1] = dataclasses.replace(specs[1], submission_id="sub-2")
+    server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
+    try:
+        server.core.register(AgentRecord("n1", 8, (Address("127.0.0.1", 8),)), {}, [], 0.0)  # room for the jobs
+        client = Client(server.address)
+        job_ids = [client.submit(jobspec.to_pb(spec), retry_for=0) for spec in specs]
+        client.close()
+    finally:
+        server.stop()
+    server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()  # read back from the state file
+    try:
+        client = Client(server.address)
+        jobs = [client.job(job_id) for job_id in job_ids]
+        client.close()
+    finally:
+        server.stop()
+    assert [jobspec.from_pb(job.spec, validate=False) for job in jobs] == specs
+
+
+def test_auto_is_decided_once_by_the_client_and_travels():
+    config = parse_config("entrypoint: python t.py\noptimizations: {gradient_compression: fp16}\n")
+    assert config.distribution_mode == "auto"
+    spec = jobspec.job_spec(config)
+    assert spec.distribution_mode == "horovod" and "gradient_compression" in spec.mode_reason
+    assert jobspec.from_pb(jobspec.to_pb(spec)).mode_reason == spec.mode_reason
+    undecided = jobspec.to_pb(dataclasses.replace(spec, config=config))
+    with pytest.raises(UserError, match="distribution mode is auto"):
+        jobspec.from_pb(undecided)
+
+
+def test_a_spec_without_config_is_an_older_client():
+    with pytest.raises(UserError, match="the client is older than this coordinator"):
+        jobspec.from_pb(pb.JobSpec(priority=1))
+
+
+def test_bad_values_from_the_wire_get_the_configs_messages():
+    good = jobspec.job_spec(parse_config("entrypoint: python t.py\n"))
+    for change, message in [({"slots_per_trial": 0}, "resources.slots_per_trial: must be at least 1"),
+                            ({"gradient_compression": "zip"}, "optimizations.gradient_compression"),
+                            ({"environment_variables": {"TFDIST_RANK": "3"}}, "TFDIST_RANK is set by tfdist"),
+                            ({"step_timeout": -1.0}, "watchdog.step_timeout"),
+                            ({"distribution_mode": "mpi"}, "distribution.mode: unknown value 'mpi'")]:
+        bad = dataclasses.replace(good, config=dataclasses.replace(good.config, **change))
+        with pytest.raises(UserError, match=message):
+            jobspec.from_pb(jobspec.to_pb(bad))
+
+
+def test_jobs_stored_before_the_codec_are_read():
+    legacy = {"entrypoint": ["python", "t.py"], "slots": 2, "name": "old", "distribution_mode": "horovod",
+              "hyperparameters_json": '{"global_batch_size": 8}', "environment": {"A": "1"}, "max_restarts": 1,
+              "priority": 2, "working_dir": "/w", "startup_timeout": 9.0, "submission_id": "s", "num_ps": 1,
+              "evaluator": False, "optimizations_json": '{"gradient_compression": "fp16", "aggregation_frequency": 2}',
+              "mode_reason": "r", "step_timeout": 30.0, "checkpoint_storage": "/ck"}
+    spec = jobspec.JobSpec.from_dict(legacy)
+    assert (spec.name, spec.slots, spec.distribution_mode, spec.priority, spec.submission_id) == \
+        ("old", 2, "horovod", 2, "s")
+    assert spec.config.hyperparameters == {"global_batch_size": 8}
+    assert (spec.config.gradient_compression, spec.config.aggregation_frequency) == ("fp16", 2)
+    assert (spec.config.environment_variables, spec.step_timeout, spec.checkpoint_storage) == ({"A": "1"}, 30.0, "/ck")

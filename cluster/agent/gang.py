@@ -19,6 +19,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from cluster.shared.model import describe_exit
+from tfdist.errors import TfdistError
 
 OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
 # (rank, exit code, last lines), as each worker exits.
@@ -233,5 +234,6 @@ class Gang:
                 pass
 
 
-class LaunchError(RuntimeError):
-    """A worker could not be started at all."""
+class LaunchError(TfdistError, RuntimeError):
+    """A worker could not be started at all (its program could not be executed here): the run fails
+    on this node (exit code 1, gRPC INTERNAL), not the user's request as such, nor an unreachable peer."""

@@ -6,6 +6,8 @@ bytes, well under the message cap. Shipping never stalls on a bad item: a
 refused batch is split until the refused item stands alone, which is then
 dropped with a line in the job's log saying so. Lines longer than
 MAX_LINE_CHARS are cut, with the count of cut characters in the line.
+Items come in typed (cluster/shared/model.py) and are queued as their wire
+messages: this is the agent's shipping edge.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import time
 
 import grpc
 
+from cluster.shared.model import MetricRow, WorkerExit
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.work import exit_to_pb, metric_to_pb
 
 log = logging.getLogger("tfdist.agent")
 MAX_BATCH_ITEMS = 500
@@ -77,13 +81,16 @@ class Outbox:
             line = pb.LogLine(rank=rank, stream=stream, text=cut_line(text), time=time.time())
             self._queue(self._logs, "logs", job_id).add(line)
 
-    def metric(self, job_id: str, metric: pb.Metric) -> None:
+    def metric(self, job_id: str, row: MetricRow | pb.Metric) -> None:
+        """Queues a row (kept as its wire message: batches are bounded by its size)."""
+        item = metric_to_pb(row) if isinstance(row, MetricRow) else row
         with self._lock:
-            self._queue(self._metrics, "metrics", job_id).add(metric)
+            self._queue(self._metrics, "metrics", job_id).add(item)
 
-    def exit(self, job_id: str, exit_: pb.WorkerExit) -> None:
+    def exit(self, job_id: str, exit_: WorkerExit) -> None:
+        item = exit_to_pb(exit_)
         with self._lock:
-            self._exits.append((job_id, exit_))
+            self._exits.append((job_id, item))
         self.wake.set()
 
     def owes(self, job_id: str) -> bool:

@@ -5,7 +5,8 @@ open for it. Instead: ports are taken from a range below the kernel's
 ephemeral range (so other programs' `bind(0)` and outgoing connections do
 not land on them), each leased port is held with an flock in a per-user
 directory for as long as the job runs (so other tfdist launches skip it),
-and each is checked free with a test bind.
+and each is checked free with a test bind. Before a job starts, its nodes
+probe each other's leased ports (`probe`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import socket
 import tempfile
 
+from cluster.shared.work import PROBE_TIMEOUT, ProbeFailure, ProbeTask
 from tfdist.errors import UserError
 
 PORT_RANGE_ENV = "TFDIST_PORT_RANGE"  # "LOW-HIGH", inclusive
@@ -129,3 +131,24 @@ def lease_exact(ports: list[int]) -> tuple[PortLease, list[int]]:
     lock_dir = _lock_dir()
     busy = [p for p in ports if not lease._try_add(p, lock_dir)]
     return lease, busy
+
+
+def connect_error(address: str, port: int, timeout: float) -> str:
+    """'' if a TCP connection to address:port opens within `timeout`, else what went wrong."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return ""
+    except socket.timeout:
+        return f"no answer within {timeout:g}s (packets dropped: a firewall?)"
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def probe(task: ProbeTask) -> tuple[ProbeFailure, ...]:
+    """Connects to every peer's leased port of a job; the ones that did not answer, with why."""
+    failures = []
+    for peer, address, port in task.targets:
+        error = connect_error(address, port, task.timeout or PROBE_TIMEOUT)
+        if error:
+            failures.append(ProbeFailure(peer, address, port, error))
+    return tuple(failures)

@@ -1,16 +1,25 @@
-"""What the coordinator asks of an agent, as typed values both sides share: the answer to a heartbeat
-(ports to check, peers to probe, workers to start, jobs to stop). The agent converts the wire into these
-at its edge, the coordinator builds them; neither works on protobuf messages."""
+"""What the coordinator and an agent tell each other on a heartbeat, as typed values both sides share,
+and the one place they cross the wire.
+
+The answer (`Work`: ports to check, peers to probe, workers to start, jobs to stop) and the report
+(`AgentReport`: what runs, leased ports, port and probe results, progress), plus a worker's exit and a
+metric row as the agent ships them. `*_to_pb` / `*_from_pb` convert at each side's edge; nothing else
+of either side touches a protobuf message of these."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping
 
+from cluster.shared.model import Address, AgentRecord, Gpu, MetricRow, WorkerExit
 from cluster.shared.modes.base import ProcessPlan
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from tfdist import envvars
 
 PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
 
 
+# ---------------------------------------------------------------- the coordinator's answer
 @dataclasses.dataclass(frozen=True)
 class ProbeTask:
     job_id: str
@@ -41,3 +50,170 @@ class Work:
     dump_stacks: list[str] = dataclasses.field(default_factory=list)
     preempt: list[str] = dataclasses.field(default_factory=list)  # jobs whose store must carry a preemption request
     attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
+
+
+# ---------------------------------------------------------------- the agent's report
+@dataclasses.dataclass(frozen=True)
+class RankProgress:
+    rank: int
+    step: int
+    age: float  # seconds since the rank last reported, on the agent's clock
+
+
+@dataclasses.dataclass(frozen=True)
+class RunningJob:
+    """A job whose workers run (or are being reaped) on the reporting node."""
+
+    job_id: str
+    ranks: tuple[int, ...]
+    joined_ranks: tuple[int, ...] = ()  # called tfdist.init(), listen on their port, or reached the store
+    progress: tuple[RankProgress, ...] = ()  # ranks that report training progress (the step watchdog)
+    attempt: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeFailure:
+    peer: str
+    address: str
+    port: int
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentReport:
+    """What one heartbeat tells the coordinator."""
+
+    agent: str
+    running: tuple[RunningJob, ...] = ()
+    leased_jobs: tuple[str, ...] = ()  # jobs whose ports this agent holds (checked, not started)
+    port_results: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # job -> busy ports
+    probe_results: Mapping[str, tuple[ProbeFailure, ...]] = dataclasses.field(default_factory=dict)  # () all answered
+
+
+# ---------------------------------------------------------------- heartbeat answer <-> wire
+def work_to_pb(work: Work | None, interval: float) -> pb.HeartbeatResponse:
+    """`work` None: the coordinator does not know this agent, which must register again."""
+    if work is None:
+        return pb.HeartbeatResponse(reregister=True)
+    return pb.HeartbeatResponse(
+        check_ports=[pb.PortCheck(job_id=j, ports=list(ports), attempt=work.attempts.get(j, 0))
+                     for j, ports in work.check_ports],
+        probe=[pb.Probe(job_id=p.job_id, timeout=p.timeout,
+                        targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
+               for p in work.probes],
+        start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace,
+                            store_port=s.store_port, attempt=s.attempt, workers=[
+            pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
+                             expendable=p.expendable)
+            for p in s.processes]) for s in work.start],
+        stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval,
+        dump_stacks=work.dump_stacks, preempt=work.preempt)
+
+
+def work_from_pb(response: pb.HeartbeatResponse) -> tuple[Work | None, float]:
+    """(the work, the heartbeat interval; 0: unchanged). Work None: register again."""
+    if response.reregister:
+        return None, response.heartbeat_interval
+    return Work(
+        check_ports=[(c.job_id, tuple(c.ports)) for c in response.check_ports],
+        probes=[ProbeTask(p.job_id, tuple((t.peer, t.address, t.port) for t in p.targets), p.timeout)
+                for p in response.probe],
+        start=[_start_from_pb(s) for s in response.start],
+        stop_jobs=list(response.stop_jobs), stop_grace=dict(response.stop_grace),
+        dump_stacks=list(response.dump_stacks), preempt=list(response.preempt),
+        attempts={c.job_id: c.attempt for c in response.check_ports},
+    ), response.heartbeat_interval
+
+
+def _start_from_pb(task: pb.StartTask) -> StartTask:
+    command = tuple(task.workers[0].command) if task.workers else ()
+    return StartTask(job_id=task.job_id, working_dir=task.working_dir, command=command,
+                     processes=tuple(_process_from_pb(w) for w in task.workers),
+                     failure_grace=task.failure_grace, store_port=task.store_port, attempt=task.attempt)
+
+
+def _process_from_pb(w: pb.WorkerProcess) -> ProcessPlan:
+    """The wire carries a process's rank, port, GPUs, env and expendability; where it stands in the job
+    is read back from the variables every mode sets in that env (defaults where one is missing)."""
+    env = dict(w.env)
+
+    def number(name: str, default: int) -> int:
+        try:
+            return int(env.get(name, default))
+        except ValueError:
+            return default
+
+    return ProcessPlan(rank=w.rank, node_rank=number(envvars.NODE_RANK, 0),
+                       local_rank=number(envvars.LOCAL_RANK, 0), local_size=number(envvars.LOCAL_SIZE, 1),
+                       port=w.port, gpus=tuple(w.gpus), replicas=number(envvars.LOCAL_SLOTS, 1), env=env,
+                       role=env.get(envvars.ROLE, "worker"), expendable=w.expendable)
+
+
+# ---------------------------------------------------------------- agent report <-> wire
+def running_to_pb(job: RunningJob) -> pb.RunningTask:
+    return pb.RunningTask(job_id=job.job_id, ranks=list(job.ranks), joined_ranks=list(job.joined_ranks),
+                          progress=[pb.RankProgress(rank=p.rank, step=p.step, age=p.age) for p in job.progress],
+                          attempt=job.attempt)
+
+
+def running_from_pb(task: pb.RunningTask) -> RunningJob:
+    return RunningJob(task.job_id, tuple(task.ranks), tuple(task.joined_ranks),
+                      tuple(RankProgress(p.rank, p.step, p.age) for p in task.progress), task.attempt)
+
+
+def report_to_pb(report: AgentReport) -> pb.HeartbeatRequest:
+    return pb.HeartbeatRequest(
+        agent=report.agent, running=[running_to_pb(j) for j in report.running], leased_jobs=list(report.leased_jobs),
+        port_results=[pb.PortCheckResult(job_id=j, busy_ports=list(b)) for j, b in report.port_results.items()],
+        probe_results=[pb.ProbeResult(job_id=j, failures=[
+            pb.ProbeFailure(target=pb.ProbeTarget(peer=f.peer, address=f.address, port=f.port), error=f.error)
+            for f in failures]) for j, failures in report.probe_results.items()])
+
+
+def report_from_pb(request: pb.HeartbeatRequest) -> AgentReport:
+    return AgentReport(
+        agent=request.agent, running=tuple(running_from_pb(t) for t in request.running),
+        leased_jobs=tuple(request.leased_jobs),
+        port_results={r.job_id: tuple(r.busy_ports) for r in request.port_results},
+        probe_results={r.job_id: tuple(ProbeFailure(f.target.peer, f.target.address, f.target.port, f.error)
+                                       for f in r.failures) for r in request.probe_results})
+
+
+def agent_to_pb(record: AgentRecord) -> pb.AgentInfo:
+    return pb.AgentInfo(name=record.name, slots=record.slots, gpu=record.gpu,
+                        gpus=[pb.Gpu(index=g.index, uuid=g.uuid, name=g.name) for g in record.gpus],
+                        addresses=[pb.Address(ip=a.ip, prefix_len=a.prefix_len, interface=a.interface)
+                                   for a in record.addresses])
+
+
+def agent_from_pb(info: pb.AgentInfo) -> AgentRecord:
+    return AgentRecord(name=info.name, slots=info.slots,
+                       addresses=tuple(Address(x.ip, x.prefix_len, x.interface) for x in info.addresses),
+                       gpus=tuple(Gpu(g.index, g.uuid, g.name) for g in info.gpus))
+
+
+def registration_to_pb(record: AgentRecord, running: tuple[RunningJob, ...],
+                       leased_jobs: tuple[str, ...]) -> pb.RegisterRequest:
+    return pb.RegisterRequest(agent=agent_to_pb(record), running=[running_to_pb(j) for j in running],
+                              leased_jobs=list(leased_jobs))
+
+
+# ---------------------------------------------------------------- what the agent ships <-> wire
+def exit_to_pb(exit_: WorkerExit) -> pb.WorkerExit:
+    """The wire has no time: the coordinator stamps an exit as it arrives."""
+    return pb.WorkerExit(rank=exit_.rank, agent=exit_.agent, exit_code=exit_.exit_code,
+                         last_lines=list(exit_.last_lines), reason=exit_.reason, tolerated=exit_.tolerated,
+                         attempt=exit_.attempt)
+
+
+def exit_from_pb(exit_: pb.WorkerExit, agent: str = "") -> WorkerExit:
+    return WorkerExit(exit_.rank, agent or exit_.agent, exit_.exit_code, tuple(exit_.last_lines),
+                      reason=exit_.reason, tolerated=exit_.tolerated, attempt=exit_.attempt)
+
+
+def metric_to_pb(row: MetricRow) -> pb.Metric:
+    return pb.Metric(rank=row.rank, step=row.step, name=row.name, value=row.value, time=row.time, note=row.note)
+
+
+def metric_from_pb(metric: pb.Metric) -> MetricRow:
+    return MetricRow(metric.rank, metric.step, metric.name, metric.value, metric.time, metric.note)

@@ -1,0 +1,48 @@
+"""The agent's side of the heartbeat wire: register, heartbeat and wait for work with typed values in
+and out (cluster/shared/work.py converts). The agent's loop never sees a protobuf message; the outbox
+(cluster/agent/outbox.py) is the other edge, for what the agent ships."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import grpc
+
+from cluster.shared.model import AgentRecord
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.rpc import Client, ClientError
+from cluster.shared.work import AgentReport, RunningJob, Work, registration_to_pb, report_to_pb, work_from_pb
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkNotice:
+    """A WaitForWork answer: `version` differs from the one seen: heartbeat now; `held` False: the
+    coordinator had no waiting slot free (poll again later, not at once)."""
+
+    version: int
+    held: bool
+
+
+class CoordinatorLink:
+    def __init__(self, client: Client, agent: str):
+        self.client, self.agent = client, agent
+
+    def register(self, record: AgentRecord, running: tuple[RunningJob, ...], leased_jobs: tuple[str, ...]) -> float:
+        """Returns the heartbeat interval (0: the coordinator named none)."""
+        response = self.client.call(self.client.agents.Register, registration_to_pb(record, running, leased_jobs))
+        return response.heartbeat_interval
+
+    def heartbeat(self, report: AgentReport) -> tuple[Work | None, float]:
+        """(the work, the heartbeat interval; 0: unchanged). Work None: register again."""
+        return work_from_pb(self.client.call(self.client.agents.Heartbeat, report_to_pb(report)))
+
+    def wait_for_work(self, seen: int, wait: float) -> WorkNotice | None:
+        """Long polls for new work; None from a coordinator too old to have WaitForWork."""
+        try:
+            response = self.client.call(self.client.agents.WaitForWork, pb.WaitForWorkRequest(
+                agent=self.agent, seen=seen, wait_ms=int(wait * 1000)), timeout=wait + 10)
+        except ClientError as e:
+            if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise
+        return WorkNotice(response.version, response.held)

@@ -410,7 +410,7 @@ class CoordinatorCore(JobLifecycle):
             except scheduler.InfeasibleJob as e:
                 raise BadRequest(str(e)) from None
             largest = max((n.slots for n in nodes), default=0)
-            if getattr(modes.planner(spec.distribution_mode), "SINGLE_NODE", False) and spec.slots > largest:
+            if modes.planner(spec.distribution_mode).single_node and spec.slots > largest:
                 raise BadRequest(f"distribution mode {spec.distribution_mode} runs one process on one node, but "
                                  f"slots_per_trial={spec.slots} is more than the largest node ({largest} slots); "
                                  "use mode mwms to span nodes")

@@ -20,6 +20,8 @@ from tfdist import envvars
 
 
 
+single_node = False  # spans nodes
+
 def processes_on(node: NodePlacement) -> int:
     return node.slots  # one per slot; on GPU nodes a slot is a GPU
 

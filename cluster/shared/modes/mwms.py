@@ -16,6 +16,8 @@ from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement
 from tfdist import envvars
 
 
+single_node = False  # spans nodes
+
 def processes_on(node: NodePlacement) -> int:
     return 1 if node.gpu_node else node.slots
 

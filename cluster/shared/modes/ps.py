@@ -29,6 +29,8 @@ from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement
 from tfdist import envvars
 
 
+single_node = False  # spans nodes
+
 def _workers_on(node: NodePlacement) -> int:
     return node.slots  # one per slot; on GPU nodes a slot is a GPU
 

@@ -14,7 +14,7 @@ from cluster.shared.config import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
                                 job_services, layout, ports_per_process)
 
-SINGLE_NODE = True  # the coordinator refuses a job larger than the largest node
+single_node = True  # the coordinator refuses a job larger than the largest node
 
 
 def processes_on(node: NodePlacement) -> int:

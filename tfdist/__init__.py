@@ -11,11 +11,12 @@ Importing tfdist is cheap; TensorFlow is imported by `init()`.
 
 from tfdist.aggregation import aggregate_gradients
 from tfdist.checkpointing import CheckpointError, restore_checkpoint, save_checkpoint
-from tfdist.context import DistributedContext, context_from_env, current, init
+from tfdist.context import DistributedContext, context_from_env
 from tfdist.data import download
 from tfdist.errors import DownloadError, LaunchEnvironmentError, TfdistError
 from tfdist.metrics import report_metrics
 from tfdist.progress import report_progress
+from tfdist.runtime import current, init
 from tfdist.saving import save_model, worker_save_path
 
 __version__ = "0.1.0"

@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 import os
 
-from tfdist import envvars
+from tfdist import aggregation_mwms, envvars
+from tfdist.errors import LaunchEnvironmentError
+from tfdist.runtime import current
 
 log = logging.getLogger("tfdist")
 
@@ -25,8 +27,6 @@ def aggregation_frequency() -> int:
     except ValueError:
         k = 0
     if k < 1:
-        from tfdist.errors import LaunchEnvironmentError
-
         raise LaunchEnvironmentError(f"{envvars.AGGREGATION_FREQUENCY}={raw!r} is not an integer >= 1")
     return k
 
@@ -46,12 +46,8 @@ def aggregate_gradients(optimizer, frequency: int | None = None):
     if getattr(optimizer, "built", False):
         raise ValueError("aggregate_gradients() must run before the optimizer is built: call it before "
                          "model.fit or optimizer.build")
-    from tfdist.context import current
-
     ctx = current()
     if ctx.distribution == "mwms":
-        from tfdist import aggregation_mwms
-
         aggregation_mwms.install()
         setattr(optimizer, aggregation_mwms.MARK, k)
     else:

@@ -15,7 +15,6 @@ after it is completely written, so a restart never reads half a checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 import re
@@ -24,8 +23,12 @@ import sys
 import tempfile
 
 from tfdist import envvars
+from tfdist.context import CheckpointInfo
 from tfdist.errors import TfdistError
 from tfdist.metrics import CHECKPOINT_RECORD, report_record
+from tfdist.runtime import current_or_env
+
+__all__ = ["CheckpointError", "CheckpointInfo", "checkpoint_dir", "latest", "restore_checkpoint", "save_checkpoint"]
 
 PREFIX = "ckpt"
 _NAME = re.compile(rf"^{PREFIX}-(\d+)\.index$")
@@ -33,12 +36,6 @@ _NAME = re.compile(rf"^{PREFIX}-(\d+)\.index$")
 
 class CheckpointError(TfdistError):
     """No place to write checkpoints, or a recorded one cannot be read."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointInfo:
-    path: str  # the prefix tf.train.Checkpoint.read() takes
-    step: int
 
 
 def checkpoint_dir(override: str | None = None) -> str:
@@ -53,7 +50,7 @@ def checkpoint_dir(override: str | None = None) -> str:
 def latest(ctx=None, override: str | None = None) -> CheckpointInfo | None:
     """The checkpoint this run resumes from: the coordinator's record when launched by tfdist (only
     completely written ones are recorded), else the newest in `override` (plain `python train.py`)."""
-    ctx = ctx or _ctx()
+    ctx = ctx or current_or_env()
     recorded = ctx.cluster_info.latest_checkpoint if ctx.cluster_info else None
     if recorded is not None or os.environ.get(envvars.CLUSTER):
         return recorded
@@ -67,7 +64,7 @@ def latest(ctx=None, override: str | None = None) -> CheckpointInfo | None:
 def restore_checkpoint(checkpoint, ctx=None, directory: str | None = None) -> int:
     """Restores `checkpoint` (a tf.train.Checkpoint) from the latest recorded checkpoint and returns its
     step; 0 when there is none (a fresh start)."""
-    ctx = ctx or _ctx()
+    ctx = ctx or current_or_env()
     found = latest(ctx, directory)
     if found is None:
         return 0
@@ -85,7 +82,7 @@ def restore_checkpoint(checkpoint, ctx=None, directory: str | None = None) -> in
 def save_checkpoint(checkpoint, step: int, ctx=None, directory: str | None = None, max_to_keep: int = 3) -> str | None:
     """Writes `checkpoint` for `step` on every rank that holds state; the chief's copy is kept and
     recorded with the job. Returns the path on the chief, None elsewhere."""
-    ctx = ctx or _ctx()
+    ctx = ctx or current_or_env()
     root = checkpoint_dir(directory)
     if not ctx.is_chief and ctx.distribution in ("horovod", "ps"):
         return None  # each Horovod rank holds a full copy; in ps mode only the chief runs this
@@ -114,9 +111,3 @@ def _prune(root: str, keep: int) -> None:
                 os.remove(f)
             except OSError:
                 pass
-
-
-def _ctx():
-    from tfdist import context
-
-    return context.current_or_env()

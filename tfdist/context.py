@@ -1,24 +1,26 @@
-"""The worker's view of its job: rank, size, batch sizes, hyperparameters, strategy.
+"""The worker's view of its job, as values: rank, size, batch sizes, hyperparameters, cluster layout.
 
-`tfdist.init()` builds it from the environment the launcher set. Started
-with plain `python train.py` there is no such environment and the context
-is the single-process one (rank 0 of size 1), so scripts run unchanged.
+`context_from_env` builds one from the environment the launcher set, with no side effects (nothing
+is created, logged or written); with no such environment it is the single-process context (rank 0 of
+size 1, `single_process()`), so scripts run unchanged under plain `python train.py`. The process-wide
+part (`tfdist.init()`, the strategy, `tfdist.current()`) is tfdist/runtime.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import os
 from typing import Any, Mapping
 
-from tfdist import batching, envvars
-from tfdist.checkpointing import CheckpointInfo
+from tfdist import batching, envvars, preemption
 from tfdist.collectives import Collectives
 from tfdist.errors import LaunchEnvironmentError
 
-log = logging.getLogger("tfdist")
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    path: str  # the prefix tf.train.Checkpoint.read() takes
+    step: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +103,6 @@ class DistributedContext:
         """For custom training loops, at every step boundary on every rank: True at the step every rank
         stops at after a preemption request (`tfdist preempt`, SIGTERM). Then save (tfdist.save_checkpoint)
         and exit 0; `tfdist resume` continues from there."""
-        from tfdist import preemption
-
         return preemption.stop_here(step)
 
     @property
@@ -130,6 +130,19 @@ class DistributedContext:
     def is_distributed(self) -> bool:
         return self.size > 1
 
+    @property
+    def batch_remainder_warning(self) -> str | None:
+        """What the chief logs when the global batch does not split evenly over the slots (None when it does)."""
+        if self.global_batch_size is None:
+            return None
+        return batching.split_batch(self.global_batch_size, self.num_slots, self.local_slots).remainder_warning()
+
+
+def single_process(default_hparams: Mapping[str, Any] | None = None) -> DistributedContext:
+    """The null context: rank 0 of 1 on this machine alone, as under plain `python train.py` (its
+    collectives return at once)."""
+    return context_from_env({}, default_hparams)
+
 
 def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
     raw = env.get(name)
@@ -144,7 +157,8 @@ def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> i
 
 
 def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] | None = None) -> DistributedContext:
-    """Pure: builds the context (without a strategy) from an environment mapping."""
+    """Pure: builds the context (without a strategy) from an environment mapping; `{}` gives the
+    single-process context. The remainder warning is the caller's to log (`batch_remainder_warning`)."""
     launched = envvars.RANK in env
     hparams: dict[str, Any] = dict(default_hparams or {})
     if launched:
@@ -166,9 +180,6 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
             raise LaunchEnvironmentError(f"global_batch_size must be an integer, got {gbs!r}")
         sizes = batching.split_batch(gbs, num_slots, local_slots)
         per_replica, per_worker = sizes.per_replica, sizes.per_worker
-        warning = sizes.remainder_warning()
-        if warning and rank == 0:
-            log.warning(warning)
 
     job_id = env.get(envvars.JOB_ID, "local")
     distribution = env.get(envvars.DISTRIBUTION, "mwms")
@@ -220,60 +231,3 @@ def _env_gpus(env: Mapping[str, str]) -> tuple[int, ...]:
         return tuple(int(g) for g in raw.split(",") if g.strip())
     except ValueError:
         raise LaunchEnvironmentError(f"{envvars.GPUS}={raw!r} is not a comma-separated list of GPU indices") from None
-
-
-_current: DistributedContext | None = None
-
-
-def init(default_hparams: Mapping[str, Any] | None = None) -> DistributedContext:
-    """Joins the job: reads the launcher's environment and creates the strategy.
-
-    Call it once, before building models or datasets. In ps mode, on worker and ps tasks it serves
-    the chief and never returns; the chief gets a ParameterServerStrategy, the evaluator a context
-    whose `is_evaluator` is true. In horovod mode it runs `hvd.init()`. `default_hparams` are
-    used where the config does not set a hyperparameter, so the same script
-    also runs as plain `python train.py`.
-    """
-    global _current
-    if _current is not None:
-        return _current
-    _setup_logging()
-    ctx = context_from_env(os.environ, default_hparams)
-    from tfdist import strategy as strategy_lib  # imports TensorFlow
-
-    if ctx.distribution == "ps" and ctx.role in ("worker", "ps"):
-        strategy_lib.serve_forever(ctx, on_ready=_signal_ready)  # never returns: the chief drives this task
-    strategy = strategy_lib.make_strategy(ctx)
-    ctx = dataclasses.replace(ctx, strategy=strategy)
-    if ctx.distribution == "mwms" and ctx.size > 1:
-        strategy_lib.register_exit_barrier(ctx.is_chief)
-    _signal_ready()
-    _current = ctx
-    return ctx
-
-
-def current() -> DistributedContext:
-    """The context `init()` returned; calls `init()` if it has not run yet."""
-    return _current if _current is not None else init()
-
-
-def current_or_env() -> DistributedContext:
-    """The context `init()` returned, else one read from the environment (no strategy: nothing is
-    created, so helpers that only need ranks and paths never start TensorFlow)."""
-    return _current if _current is not None else context_from_env(os.environ)
-
-
-def _signal_ready() -> None:
-    """Tells the launcher this worker joined, so its startup timeout stops."""
-    path = os.environ.get(envvars.READY_FILE)
-    if path:
-        with open(path, "w") as f:
-            f.write(str(os.getpid()))
-
-
-def _setup_logging() -> None:
-    if not log.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("tfdist %(levelname)s: %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)

@@ -23,6 +23,7 @@ from typing import Callable, Union
 
 from tfdist import envvars
 from tfdist.errors import DownloadError
+from tfdist.runtime import current_or_env
 
 Source = Union[str, Callable[[str], None]]
 COMPLETE_MARKER = ".tfdist-complete"
@@ -48,9 +49,7 @@ def download(source: Source, *, scope: str = "rank", name: str | None = None, ro
     called with the directory to fill) into this rank's or node's directory,
     once. Returns the directory."""
     if ctx is None:
-        from tfdist import context
-
-        ctx = context.current_or_env()
+        ctx = current_or_env()
     if name is None:
         name = _default_name(source)
     target = scoped_dir(root or default_root(), name, scope, ctx.rank, ctx.node_rank)

@@ -19,28 +19,16 @@ Gradient compression comes from the config (`optimizations.gradient_compression:
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Iterable
 
 import tensorflow as tf
 
 from tfdist import envvars
-from tfdist.compat import HOROVOD_INSTALL_HINT
-from tfdist.compat.keras_horovod import tf_variable
-from tfdist.errors import LaunchEnvironmentError
+from tfdist.aggregation import aggregate_gradients
+from tfdist.compat.keras_horovod import import_horovod, tf_variable
 
-
-def import_horovod():
-    """`horovod.tensorflow`, or one clear error naming the command that installs it."""
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError as e:
-        raise LaunchEnvironmentError(f"Horovod is not installed for {sys.executable} ({e}); "
-                                     f"{HOROVOD_INSTALL_HINT}") from None
-    from tfdist.compat import keras_horovod
-
-    keras_horovod.apply(hvd)
-    return hvd
+__all__ = ["BroadcastGlobalVariablesCallback", "DistributedGradientTape", "DistributedOptimizer",
+           "MetricAverageCallback", "allreduce_gradients", "broadcast_variables", "compression", "import_horovod"]
 
 
 def compression(name: str | None = None):
@@ -85,8 +73,6 @@ def DistributedOptimizer(optimizer, compression_name: str | None = None,  # noqa
     `hvd.keras.DistributedOptimizer` does for Keras 2). With an aggregation frequency k (default: the
     config's optimizations.aggregation_frequency) gradients accumulate locally and are averaged once
     every k steps. Returns the same optimizer."""
-    from tfdist.aggregation import aggregate_gradients
-
     aggregate_gradients(optimizer, aggregation_frequency)
     # The all-reduce sits where the update happens: every step, or every k-th with the accumulated sum.
     update = optimizer._backend_update_step

@@ -9,14 +9,14 @@ import shutil
 import tempfile
 from typing import Iterator
 
+from tfdist.runtime import current
+
 
 @contextlib.contextmanager
 def worker_save_path(filepath: str, ctx=None) -> Iterator[str]:
     """Yields where this worker should write `filepath`: the path itself on the
     chief, a temporary path elsewhere (removed on exit)."""
-    from tfdist import context
-
-    ctx = ctx or context.current()
+    ctx = ctx or current()
     if ctx.is_chief:
         parent = os.path.dirname(os.path.abspath(filepath))
         os.makedirs(parent, exist_ok=True)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import signal
 import sys
 import time
 
 import tensorflow as tf
 
+from tfdist.compat import keras_mwms, keras_ps
+from tfdist.compat.keras_horovod import import_horovod
 from tfdist.context import DistributedContext
 from tfdist.errors import LaunchEnvironmentError
 
@@ -35,8 +39,6 @@ def _collective_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
     if ctx.size > 1:
         if ctx.distribution != "mwms":
             raise LaunchEnvironmentError(f"distribution mode {ctx.distribution!r} is not supported by this tfdist")
-        from tfdist.compat import keras_mwms
-
         keras_mwms.apply()
         # Reads TF_CONFIG; blocks until every worker of the job has joined.
         return tf.distribute.MultiWorkerMirroredStrategy()
@@ -52,11 +54,7 @@ def _parameter_server_strategy(ctx: DistributedContext) -> tf.distribute.Strateg
         return tf.distribute.get_strategy()
     if ctx.role != "chief":
         raise LaunchEnvironmentError(f"rank {ctx.rank}: ps mode has no role {ctx.role!r}")
-    import sys
-
     if "keras" in sys.modules:  # imported before init(): refuse its variables now (else when it loads)
-        from tfdist.compat import keras_ps
-
         keras_ps.apply()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.ParameterServerStrategy(resolver)
@@ -64,9 +62,6 @@ def _parameter_server_strategy(ctx: DistributedContext) -> tf.distribute.Strateg
 
 def serve_forever(ctx: DistributedContext, on_ready) -> None:
     """A ps mode worker or ps task: runs its TF server for the chief until stopped (SIGTERM)."""
-    import os
-    import signal
-
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
                                   protocol=resolver.rpc_layer or "grpc", start=True)
@@ -82,9 +77,7 @@ def serve_forever(ctx: DistributedContext, on_ready) -> None:
 def _horovod(ctx: DistributedContext) -> tf.distribute.Strategy:
     """Horovod needs no tf.distribute strategy: each process is one replica; gradients are averaged by
     tfdist.horovod's tape or optimizer. Returns the default strategy after `hvd.init()`."""
-    from tfdist import horovod
-
-    hvd = horovod.import_horovod()
+    hvd = import_horovod()
     hvd.init()
     if hvd.size() != ctx.size or hvd.rank() != ctx.rank:
         raise LaunchEnvironmentError(f"Horovod says rank {hvd.rank()} of {hvd.size()} but tfdist launched rank "

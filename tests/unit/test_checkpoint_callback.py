@@ -39,9 +39,9 @@ def _train(directory, steps_log, stop_after=None):
     rng = np.random.RandomState(0)
     x = rng.rand(80, 3).astype("float32")
     y = x.sum(axis=1, keepdims=True)
-    from tfdist import context
+    from tfdist import runtime
 
-    context._current = None
+    runtime._current = None
     resume = Checkpoint(save_freq=3, directory=directory)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat().skip(resume.resume_step)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, kernel_initializer="ones")])

@@ -1,5 +1,6 @@
-"""The worker context, built from the launcher's environment (pure part)."""
+"""The worker context, built from the launcher's environment: values only (the runtime is test_runtime.py)."""
 
+import json
 import logging
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from cluster.shared.config import parse_config
 from cluster.shared.modes import NodePlacement, Placement, mwms
 from tfdist import context_from_env
+from tfdist.context import CheckpointInfo, NodeInfo, single_process
 from tfdist.errors import LaunchEnvironmentError
 
 
@@ -33,13 +35,40 @@ def test_context_reads_what_the_launcher_writes():
     assert not ctx.is_chief and not ctx.is_local_chief
 
 
-def test_remainder_warning_on_chief(caplog):
+def test_the_remainder_warning_is_a_value_not_a_log(caplog):
+    """Building a context has no side effects: `tfdist.init()` logs the warning, on the chief."""
     cfg = parse_config("hyperparameters: {global_batch_size: 10}")
     envs = job_environments("j", cfg, [NodePlacement("h", "h", 3, (1, 2, 3))])
-    with caplog.at_level(logging.WARNING, logger="tfdist"):
+    with caplog.at_level(logging.DEBUG, logger="tfdist"):
         ctx = context_from_env(envs[0])
     assert ctx.per_replica_batch_size == 3 and ctx.effective_global_batch_size == 9
-    assert "remainder of 1 sample(s) per step is dropped" in caplog.text
+    assert "remainder of 1 sample(s) per step is dropped (effective global batch size 9)" in ctx.batch_remainder_warning
+    assert caplog.text == ""
+    assert single_process({"global_batch_size": 8}).batch_remainder_warning is None
+    assert single_process().batch_remainder_warning is None  # no global batch size
+
+
+def test_the_null_context_is_one_process_whose_collectives_return_at_once():
+    ctx = single_process({"lr": 0.1})
+    assert ctx == context_from_env({}, {"lr": 0.1})
+    assert (ctx.rank, ctx.size, ctx.num_slots, ctx.job_id, ctx.attempt, ctx.resume_step) == (0, 1, 1, "local", 0, 0)
+    assert ctx.allgather({"a": 1}) == [{"a": 1}] and ctx.gather(2) == [2] and ctx.broadcast(b"x") == b"x"
+    ctx.barrier()
+    assert ctx.cluster_info.nodes == (NodeInfo(0, "local", "127.0.0.1", (), (0,)),)
+    assert ctx.strategy is None
+
+
+def test_the_cluster_layout_and_the_checkpoint_to_resume_from_are_read():
+    env = {"TFDIST_RANK": "1", "TFDIST_SIZE": "2", "TFDIST_JOB_ID": "j", "TFDIST_CLUSTER": json.dumps({
+        "job_id": "j", "attempt": 2, "checkpoint_dir": "/ckpt/j",
+        "latest_checkpoint": {"path": "/ckpt/j/ckpt-30", "step": 30},
+        "nodes": [{"node_rank": 0, "agent": "a", "address": "10.0.0.1", "gpus": [], "ranks": [0, 1]}]})}
+    ctx = context_from_env(env)
+    assert ctx.cluster_info.latest_checkpoint == CheckpointInfo("/ckpt/j/ckpt-30", 30)
+    assert (ctx.attempt, ctx.resume_step, ctx.cluster_info.checkpoint_dir) == (2, 30, "/ckpt/j")
+    assert ctx.cluster_info.node_of(1).address == "10.0.0.1"
+    with pytest.raises(LaunchEnvironmentError, match="latest_checkpoint is not what tfdist writes"):
+        context_from_env({**env, "TFDIST_CLUSTER": json.dumps({"nodes": [], "latest_checkpoint": {"path": "p"}})})
 
 
 def test_malformed_environment_is_named():

@@ -38,7 +38,7 @@ def test_warmup_epochs_use_the_epochs_step_count():
 def test_the_default_target_is_lr_times_the_jobs_slots(monkeypatch):
     import tfdist.context
 
-    monkeypatch.setattr(tfdist.context, "_current", tfdist.context.context_from_env({
+    monkeypatch.setattr(tfdist.runtime, "_current", tfdist.context.context_from_env({
         "TFDIST_RANK": "0", "TFDIST_SIZE": "2", "TFDIST_SLOTS": "2"}))
     seen = fit_and_record(LearningRateWarmup(warmup_steps=2))
     assert seen[2:] == pytest.approx([0.2] * 10)

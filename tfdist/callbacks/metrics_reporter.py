@@ -15,8 +15,9 @@ import os
 
 from tfdist import envvars
 from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
-from tfdist.context import current
+from tfdist.checkpointing import checkpoint_dir
 from tfdist.metrics import report_metrics
+from tfdist.runtime import current
 
 
 class MetricsReporter(Callback):
@@ -47,8 +48,6 @@ class MetricsReporter(Callback):
         if not isinstance(tensorboard, bool):
             raise ValueError("`tensorboard` must be True or False. " + received("tensorboard", tensorboard))
         if tensorboard and tensorboard_dir is None:
-            from tfdist.checkpointing import checkpoint_dir
-
             tensorboard_dir = os.path.join(checkpoint_dir(), "tensorboard")  # a clear error when there is none
         self.every_n_batches = every_n_batches
         self.average = average if average is not None else os.environ.get(envvars.AVERAGE_TRAINING_METRICS) == "1"

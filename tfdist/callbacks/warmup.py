@@ -9,7 +9,7 @@ optimizer's learning rate before every batch of the warmup, then leaves it at th
 from __future__ import annotations
 
 from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
-from tfdist.context import current
+from tfdist.runtime import current
 
 
 STEPS_OF_RAMP = 100

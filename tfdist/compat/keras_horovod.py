@@ -1,13 +1,29 @@
 """Lets `horovod.tensorflow` 0.28.1 take Keras 3 variables (horovod#4290), so Horovod scripts written
 for TF2 run unchanged on Keras 3: `DistributedGradientTape.gradient` and `broadcast_variables` get the
 TensorFlow variables behind Keras 3 variables. Applied by tfdist's worker start-up when
-`horovod.tensorflow` loads, and by `tfdist.init()`; TFDIST_KERAS_PATCH=0 turns it off."""
+`horovod.tensorflow` loads, and by `import_horovod()` (so by `tfdist.init()` in horovod mode and by
+tfdist.horovod); TFDIST_KERAS_PATCH=0 turns it off."""
 
 from __future__ import annotations
 
 import os
+import sys
+
+from tfdist.compat import HOROVOD_INSTALL_HINT
+from tfdist.errors import LaunchEnvironmentError
 
 _applied = False
+
+
+def import_horovod():
+    """`horovod.tensorflow` with this fix applied, or one clear error naming the command that installs it."""
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as e:
+        raise LaunchEnvironmentError(f"Horovod is not installed for {sys.executable} ({e}); "
+                                     f"{HOROVOD_INSTALL_HINT}") from None
+    apply(hvd)
+    return hvd
 
 
 def tf_variable(v):

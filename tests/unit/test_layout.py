@@ -152,3 +152,21 @@ def test_imports_run_from_a_side_to_shared():
                 continue
             crossings.append(f"{module} imports {target}")
     assert not crossings, "imports across sides (go through shared/, gRPC or an entry point):\n" + "\n".join(crossings)
+
+
+MAX_FILE_LINES = 400
+MAX_CLASS_LINES = 300
+
+
+def test_rooms_stay_small():
+    """A file past a few hundred lines, or a class past ~300, does two jobs: split it."""
+    large = []
+    for module, path in sorted(MODULES.items()):
+        lines = path.read_text(encoding="utf-8").count("\n")
+        if lines > MAX_FILE_LINES:
+            large.append(f"{path.relative_to(REPO)}: {lines} lines (at most {MAX_FILE_LINES})")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
+                large.append(f"{path.relative_to(REPO)}: class {node.name} has {node.end_lineno - node.lineno + 1} "
+                             f"lines (at most {MAX_CLASS_LINES})")
+    assert not large, "\n".join(large)

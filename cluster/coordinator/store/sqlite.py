@@ -1,0 +1,327 @@
+"""The coordinator's state in SQLite: jobs, allocations, exits, events, logs, metrics, agents.
+
+Every event the coordinator handles is applied in ONE transaction
+(`with store.transaction():` around it; the write methods join it), so a
+`kill -9` at any moment leaves either all of an event or none of it.
+WAL journal: every commit survives a process crash; submissions are also
+synced to disk before the RPC returns (synchronous=FULL), so they survive a
+power loss too. Readers that must not wait for the writer (log followers)
+use `reader()`, a connection of their own that sees the last commit.
+Liveness (heartbeat times) is kept in memory: it is rebuilt when agents re-attach.
+The contract is `StateStore`'s (base.py); the job spec is kept as `JobSpec.to_json()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from typing import Any, Iterable, Iterator
+
+from cluster.coordinator.store.base import StateReader, StateStore, already_shipped
+from cluster.coordinator.store.sqlite_schema import OLD_ALLOC_STATES, create_or_migrate
+from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, Job, JobSpec, JobState,
+                                  LogLine, MetricRow, WorkerExit)
+
+
+def _alloc_to_json(a: Allocation) -> dict:
+    return {"agent": a.agent, "node_rank": a.node_rank, "slots": a.slots, "address": a.address,
+            "ports": list(a.ports), "gpus": list(a.gpus), "state": a.state.value}
+
+
+def _alloc_from(job_id: str, d: Any) -> Allocation:
+    state = OLD_ALLOC_STATES.get(d["state"], d["state"])
+    gpus = d["gpus"] if "gpus" in d.keys() else "[]"
+    return Allocation(job_id=job_id, agent=d["agent"], node_rank=d["node_rank"], slots=d["slots"],
+                      address=d["address"], ports=tuple(d["ports"] if isinstance(d["ports"], list)
+                                                        else json.loads(d["ports"])),
+                      gpus=tuple(gpus if isinstance(gpus, list) else json.loads(gpus)), state=AllocState(state))
+
+
+def _job_from(r: sqlite3.Row) -> Job:
+    return Job(id=r["id"], seq=r["seq"], spec=JobSpec.from_dict(json.loads(r["spec"])), state=JobState(r["state"]),
+               submitted_at=r["submitted_at"], started_at=r["started_at"], ended_at=r["ended_at"],
+               message=r["message"] or "", exit_code=r["exit_code"], failed_rank=r["failed_rank"],
+               placement=tuple(_alloc_from(r["id"], d) for d in json.loads(r["placement"])),
+               attempt=r["attempt"], restarts=r["restarts"], preempt_requested=bool(r["preempt_requested"]),
+               preempted_step=r["preempted_step"], preemptible=bool(r["preemptible"]))
+
+
+def _one_job(query, column: str, value) -> Job | None:
+    rows = query(f"SELECT * FROM jobs WHERE {column}=?", (value,))
+    return _job_from(rows[0]) if rows else None
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA busy_timeout=10000")
+    return db
+
+
+class SqliteStore(StateStore):
+    """One SQLite database. `path=":memory:"` gives the same store without a file (unit tests)."""
+
+    def __init__(self, path: str):
+        if path != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.path = path
+        self._db = _connect(path)
+        self._lock = threading.RLock()
+        self._depth = 0  # nesting of transaction() in the thread holding _lock
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        create_or_migrate(self._db)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def reader(self) -> SqliteReader:
+        return SqliteReader(self)
+
+    # ---------------------------------------------------------------- transactions
+    @contextlib.contextmanager
+    def transaction(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One transaction; nested uses join the outermost, which commits (or rolls back) everything.
+        `durable` on the outermost: the commit is synced to disk before returning (the coordinator
+        opens submissions durable; a nested request cannot upgrade a transaction already begun)."""
+        with self._lock:
+            outer = self._depth == 0
+            if outer:
+                if durable:
+                    self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield self._db
+            except BaseException:
+                self._depth -= 1
+                if outer:
+                    self._db.execute("ROLLBACK")
+                    if durable:
+                        self._db.execute("PRAGMA synchronous=NORMAL")
+                raise
+            self._depth -= 1
+            if outer:
+                self._db.execute("COMMIT")
+                if durable:
+                    self._db.execute("PRAGMA synchronous=NORMAL")
+
+    def _write(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
+        with self.transaction(durable) as db:
+            for sql, args in statements:
+                db.execute(sql, args)
+
+    def _all(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # ---------------------------------------------------------------- agents
+    def upsert_agent(self, agent: AgentRecord, now: float) -> None:
+        self._write([("INSERT INTO agents(name, slots, gpu, addresses, registered_at, gpus) VALUES (?,?,?,?,?,?) "
+                      "ON CONFLICT(name) DO UPDATE SET slots=excluded.slots, gpu=excluded.gpu, "
+                      "addresses=excluded.addresses, gpus=excluded.gpus",
+                      (agent.name, agent.slots, int(agent.gpu),
+                       json.dumps([{"ip": a.ip, "prefix_len": a.prefix_len, "interface": a.interface}
+                                   for a in agent.addresses]), now,
+                       json.dumps([{"index": g.index, "uuid": g.uuid, "name": g.name} for g in agent.gpus])))])
+
+    def agents(self) -> list[AgentRecord]:
+        return [AgentRecord(name=r["name"], slots=r["slots"],
+                            addresses=tuple(Address(**a) for a in json.loads(r["addresses"])),
+                            gpus=tuple(Gpu(**g) for g in json.loads(r["gpus"] or "[]")))
+                for r in self._all("SELECT * FROM agents ORDER BY name")]
+
+    # ---------------------------------------------------------------- jobs
+    def next_job_seq(self) -> int:
+        rows = self._all("SELECT COALESCE(MAX(seq), 0) AS m FROM jobs")
+        return rows[0]["m"] + 1
+
+    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str) -> None:
+        self._write([
+            ("INSERT INTO jobs(id, seq, spec, state, priority, slots, submitted_at, submission_id) "
+             "VALUES (?,?,?,?,?,?,?,?)",
+             (job_id, seq, spec.to_json(), JobState.QUEUED.value, spec.priority, spec.slots, now,
+              spec.submission_id or None)),
+            ("INSERT INTO events(job_id, time, message) VALUES (?,?,?)", (job_id, now, event)),
+        ], durable=True)
+
+    def update_job(self, job_id: str, now: float, event: str | None = None, *,
+                   placement: Iterable[Allocation] | None = None, **fields: Any) -> None:
+        if placement is not None:
+            fields["placement"] = json.dumps([_alloc_to_json(a) for a in placement])
+        if "state" in fields and isinstance(fields["state"], JobState):
+            fields["state"] = fields["state"].value
+        sets = ", ".join(f"{k}=?" for k in fields)
+        statements = [(f"UPDATE jobs SET {sets} WHERE id=?", (*fields.values(), job_id))] if fields else []
+        if event:
+            statements.append(("INSERT INTO events(job_id, time, message) VALUES (?,?,?)", (job_id, now, event)))
+        self._write(statements)
+
+    def job(self, job_id: str) -> Job | None:
+        return _one_job(self._all, "id", job_id)
+
+    def job_by_seq(self, seq: int) -> Job | None:
+        return _one_job(self._all, "seq", seq)
+
+    def job_by_submission(self, submission_id: str) -> Job | None:
+        return _one_job(self._all, "submission_id", submission_id)
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        if states is None:
+            return [_job_from(r) for r in self._all("SELECT * FROM jobs ORDER BY seq")]
+        values = [s.value for s in states]
+        marks = ",".join("?" * len(values))
+        return [_job_from(r) for r in self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY seq",
+                                                tuple(values))]
+
+    def events(self, job_id: str) -> list[tuple[float, str]]:
+        return [(r["time"], r["message"])
+                for r in self._all("SELECT time, message FROM events WHERE job_id=? ORDER BY id", (job_id,))]
+
+    # ---------------------------------------------------------------- allocations
+    def set_allocations(self, job_id: str, allocations: Iterable[Allocation]) -> None:
+        statements = [("DELETE FROM allocations WHERE job_id=?", (job_id,))]
+        statements += [("INSERT INTO allocations(job_id, agent, node_rank, slots, address, ports, state, gpus) "
+                        "VALUES (?,?,?,?,?,?,?,?)", (job_id, a.agent, a.node_rank, a.slots, a.address,
+                                                     json.dumps(list(a.ports)), a.state.value,
+                                                     json.dumps(list(a.gpus)))) for a in allocations]
+        self._write(statements)
+
+    def allocations(self, job_id: str | None = None) -> list[Allocation]:
+        if job_id is None:
+            rows = self._all("SELECT * FROM allocations ORDER BY job_id, node_rank")
+        else:
+            rows = self._all("SELECT * FROM allocations WHERE job_id=? ORDER BY node_rank", (job_id,))
+        return [_alloc_from(r["job_id"], r) for r in rows]
+
+    # ---------------------------------------------------------------- exits
+    def record_exit(self, job_id: str, e: WorkerExit) -> bool:
+        """Returns False if this rank's exit of this attempt was already recorded (a retried report)."""
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM exits WHERE job_id=? AND attempt=? AND rank=?",
+                          (job_id, e.attempt, e.rank)).fetchall():
+                return False
+            db.execute("INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason, tolerated, attempt) "
+                       "VALUES (?,?,?,?,?,?,?,?,?)", (job_id, e.rank, e.agent, e.exit_code,
+                                                      json.dumps(list(e.last_lines)), e.time, e.reason,
+                                                      int(e.tolerated), e.attempt))
+            return True
+
+    def exits(self, job_id: str, attempt: int | None = None) -> list[WorkerExit]:
+        """The job's exits: of one attempt, or (None) of every attempt."""
+        where, args = ("job_id=?", (job_id,)) if attempt is None else ("job_id=? AND attempt=?", (job_id, attempt))
+        return [WorkerExit(rank=r["rank"], agent=r["agent"], exit_code=r["exit_code"],
+                           last_lines=tuple(json.loads(r["last_lines"])), time=r["time"], reason=r["reason"] or "",
+                           tolerated=bool(r["tolerated"]), attempt=r["attempt"])
+                for r in self._all(f"SELECT * FROM exits WHERE {where} ORDER BY attempt, time, rank", args)]
+
+    # ---------------------------------------------------------------- checkpoints
+    def record_checkpoint(self, job_id: str, c: Checkpoint) -> bool:
+        """Returns False if this step's checkpoint was already recorded (a retried report)."""
+        with self.transaction() as db:
+            cursor = db.execute("INSERT OR IGNORE INTO checkpoints(job_id, step, path, attempt, time) VALUES "
+                                "(?,?,?,?,?)", (job_id, c.step, c.path, c.attempt, c.time))
+            return cursor.rowcount == 1
+
+    def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
+        rows = self._all("SELECT step, path, attempt, time FROM checkpoints WHERE job_id=? ORDER BY step DESC "
+                         "LIMIT 1", (job_id,))
+        return Checkpoint(**rows[0]) if rows else None
+
+    # ---------------------------------------------------------------- shipped output
+    def _fresh(self, db: sqlite3.Connection, job_id: str, source: str, kind: str, first_seq: int,
+               count: int) -> int:
+        """How many leading items of a batch numbered first_seq.. were stored before (a retried batch);
+        records the batch as stored. Unnumbered batches (first_seq 0) are taken whole."""
+        if not source or first_seq <= 0:
+            return 0
+        row = db.execute("SELECT last_seq FROM shipped WHERE job_id=? AND source=? AND kind=?",
+                         (job_id, source, kind)).fetchone()
+        last = row["last_seq"] if row else 0
+        db.execute("INSERT INTO shipped(job_id, source, kind, last_seq) VALUES (?,?,?,?) ON CONFLICT(job_id, source, "
+                   "kind) DO UPDATE SET last_seq=MAX(last_seq, excluded.last_seq)",
+                   (job_id, source, kind, first_seq + count - 1))
+        return already_shipped(last, first_seq, count)
+
+    def append_metrics(self, job_id: str, rows: list[MetricRow], source: str = "", first_seq: int = 0) -> int:
+        """Returns how many rows were new."""
+        with self.transaction() as db:
+            skip = self._fresh(db, job_id, source, "metrics", first_seq, len(rows))
+            db.executemany("INSERT INTO metrics(job_id, rank, step, name, value, time) VALUES (?,?,?,?,?,?)",
+                           [(job_id, m.rank, m.step, m.name, m.value, m.time) for m in rows[skip:]])
+            return len(rows) - skip
+
+    def metrics(self, job_id: str, name: str | None = None) -> list[MetricRow]:
+        if name is None:
+            rows = self._all("SELECT rank, step, name, value, time FROM metrics WHERE job_id=? ORDER BY step, rowid",
+                             (job_id,))
+        else:
+            rows = self._all("SELECT rank, step, name, value, time FROM metrics WHERE job_id=? AND name=? "
+                             "ORDER BY step, rowid", (job_id, name))
+        return [MetricRow(**r) for r in rows]
+
+    def latest_metrics(self, job_id: str) -> list[MetricRow]:
+        """The newest row of every metric name (highest step, then the last reported)."""
+        rows = self._all("SELECT rank, step, name, value, time FROM metrics m WHERE job_id=? AND rowid = ("
+                         "SELECT rowid FROM metrics WHERE job_id=m.job_id AND name=m.name "
+                         "ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY name", (job_id,))
+        return [MetricRow(**r) for r in rows]
+
+    # ---------------------------------------------------------------- logs
+    def append_logs(self, job_id: str, lines: list[LogLine], source: str = "", first_seq: int = 0) -> int:
+        """Numbers the lines per job in arrival order (their own seq is ignored). Returns how many were new."""
+        with self.transaction() as db:
+            skip = self._fresh(db, job_id, source, "logs", first_seq, len(lines))
+            seq = db.execute("SELECT COALESCE(MAX(seq), 0) AS m FROM logs WHERE job_id=?", (job_id,)).fetchone()["m"]
+            rows = [(job_id, seq + i + 1, l.rank, l.stream, l.text, l.time) for i, l in enumerate(lines[skip:])]
+            db.executemany("INSERT INTO logs(job_id, seq, rank, stream, text, time) VALUES (?,?,?,?,?,?)", rows)
+            return len(rows)
+
+    def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[LogLine]:
+        return _read_logs(self._all, job_id, after_seq, rank, limit)
+
+
+def _read_logs(query, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
+    if rank >= 0:
+        rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? AND rank=? ORDER BY seq LIMIT ?",
+                     (job_id, after_seq, rank, limit))
+    else:
+        rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? ORDER BY seq LIMIT ?", (job_id, after_seq, limit))
+    return [LogLine(rank=r["rank"], stream=r["stream"], text=r["text"], time=r["time"], seq=r["seq"]) for r in rows]
+
+
+class SqliteReader(StateReader):
+    """Read-only access for log followers: one connection per thread, never the writer's lock, so a
+    follower never waits behind (or holds up) the coordinator's transactions. A ":memory:" store has
+    no second connection: there the store's own is used (and its lock)."""
+
+    def __init__(self, store: SqliteStore):
+        self._store = store
+        self._local = threading.local()
+
+    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        if self._store.path == ":memory:":
+            return self._store._all(sql, args)
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = _connect(self._store.path)
+        return db.execute(sql, args).fetchall()
+
+    def job(self, job_id: str) -> Job | None:
+        return _one_job(self._query, "id", job_id)
+
+    def job_by_seq(self, seq: int) -> Job | None:
+        return _one_job(self._query, "seq", seq)
+
+    def ended(self, job_id: str) -> bool:
+        """Ended or paused, and no node holds the job any more: its agents shipped every line first."""
+        rows = self._query("SELECT state, (SELECT COUNT(*) FROM allocations WHERE job_id=?) AS held FROM jobs "
+                           "WHERE id=?", (job_id, job_id))
+        return bool(rows) and JobState(rows[0]["state"]).stopped and rows[0]["held"] == 0
+
+    def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
+        return _read_logs(self._query, job_id, after_seq, rank, limit)

@@ -1,0 +1,134 @@
+"""What only the SQLite store promises, beyond the contract of test_store.py: the state survives the process
+(a reopen, a kill -9 in the middle of an event), older state files are migrated in place, and the job spec is
+stored through its codec (`JobSpec.to_json()`)."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+from cluster.coordinator.store import Reader, SqliteStore, Store
+from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, LogLine,
+                                  WorkerExit)
+
+
+def spec(**fields):
+    return JobSpec.from_dict({"entrypoint": ["x"], "slots": 2, **fields})
+
+
+def test_store_is_the_sqlite_store():
+    assert Store is SqliteStore
+
+
+def test_survives_reopen(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    s = SqliteStore(path)
+    s.insert_job("j", 1, spec(), 0.0, "s")
+    record = AgentRecord("n1", 2, (Address("1.2.3.4", 24),), (Gpu(0, "GPU-a"), Gpu(1, "GPU-b")))
+    s.upsert_agent(record, 0.0)
+    s.append_logs("j", [LogLine(0, "stdout", "x", 0.0)])
+    s.close()
+    s = SqliteStore(path)
+    assert s.job("j").spec == spec() and s.agents() == [record]
+    s.append_logs("j", [LogLine(0, "stdout", "y", 0.0)])
+    assert [l.seq for l in s.logs("j")] == [1, 2]
+    reader = Reader(s)
+    assert reader.job("j").id == "j" and [l.text for l in reader.logs("j", 0, -1, 10)] == ["x", "y"]
+    assert not reader.ended("j")
+    s.close()
+
+
+def test_the_spec_is_stored_through_its_codec(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    s = SqliteStore(path)
+    submitted = spec(submission_id="s1", priority=2)
+    s.insert_job("j", 1, submitted, 0.0, "s")
+    s.close()
+    db = sqlite3.connect(path)
+    (stored,), = db.execute("SELECT spec FROM jobs WHERE id='j'").fetchall()
+    db.close()
+    assert stored == submitted.to_json() and JobSpec.from_dict(json.loads(stored)) == submitted
+
+
+def test_a_kill_in_the_middle_of_an_event_leaves_none_of_it(tmp_path):
+    """kill -9 while a transaction is open: the reopened file has every commit and nothing of the open one."""
+    path = str(tmp_path / "c.sqlite")
+    script = textwrap.dedent(f"""
+        import os, signal
+        from cluster.coordinator.store import SqliteStore
+        from cluster.shared.model import Allocation, JobSpec, JobState, LogLine
+        s = SqliteStore({path!r})
+        s.insert_job("j", 1, JobSpec.from_dict({{"entrypoint": ["x"], "slots": 2}}), 0.0, "submitted")
+        s.append_logs("j", [LogLine(0, "stdout", "committed", 0.0)])
+        with s.transaction():
+            s.update_job("j", 1.0, "placed", state=JobState.STARTING)
+            s.set_allocations("j", [Allocation("j", "a", 0, 2, "h", (1, 2))])
+            s.append_logs("j", [LogLine(0, "stdout", "open", 1.0)])
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr
+    s = SqliteStore(path)
+    assert s.job("j").state == JobState.QUEUED and s.allocations() == [] and [m for _, m in s.events("j")] == ["submitted"]
+    assert [l.text for l in s.logs("j")] == ["committed"]
+    s.close()
+
+
+def test_a_durable_transaction_syncs_its_commit_and_only_its_own(tmp_path):
+    s = SqliteStore(str(tmp_path / "c.sqlite"))
+    synchronous = lambda: s._db.execute("PRAGMA synchronous").fetchone()[0]  # 1 NORMAL, 2 FULL
+    with s.transaction(durable=True):
+        assert synchronous() == 2
+    assert synchronous() == 1
+    try:
+        with s.transaction(durable=True):
+            raise RuntimeError("rolled back")
+    except RuntimeError:
+        pass
+    assert synchronous() == 1
+    with s.transaction():
+        with s.transaction(durable=True):  # a nested request cannot upgrade a transaction begun
+            assert synchronous() == 1
+    s.close()
+
+
+def test_first_release_state_files_are_migrated(tmp_path):
+    path = str(tmp_path / "old.sqlite")
+    db = sqlite3.connect(path)
+    db.executescript("""
+CREATE TABLE jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
+  priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL, started_at REAL, ended_at REAL,
+  message TEXT NOT NULL DEFAULT '', exit_code INTEGER);
+CREATE TABLE allocations (job_id TEXT NOT NULL, agent TEXT NOT NULL, node_rank INTEGER NOT NULL,
+  slots INTEGER NOT NULL, address TEXT NOT NULL, ports TEXT NOT NULL, state TEXT NOT NULL,
+  PRIMARY KEY (job_id, agent));
+INSERT INTO jobs VALUES ('1-aa', 1, '{"slots": 1, "entrypoint": ["x"]}', 'STARTING', 0, 1, 0, NULL, NULL, '', NULL);
+INSERT INTO allocations VALUES ('1-aa', 'n1', 0, 1, '127.0.0.1', '[29500]', 'PREPARING');
+""")
+    db.commit()
+    db.close()
+    s = SqliteStore(path)
+    assert s.allocations("1-aa") == [Allocation("1-aa", "n1", 0, 1, "127.0.0.1", (29500,), (), AllocState.LEASING)]
+    job = s.job("1-aa")
+    assert job.placement == () and job.attempt == 0 and job.preemptible is False and job.spec.entrypoint == ("x",)
+    s.close()
+
+
+def test_exits_keyed_before_restarts_are_rekeyed_by_attempt(tmp_path):
+    path = str(tmp_path / "old.sqlite")
+    db = sqlite3.connect(path)
+    db.executescript("""
+CREATE TABLE exits (job_id TEXT NOT NULL, rank INTEGER NOT NULL, agent TEXT NOT NULL, exit_code INTEGER NOT NULL,
+  last_lines TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', tolerated INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, rank));
+INSERT INTO exits VALUES ('j', 1, 'n1', 3, '["boom"]', 2.0, '', 0);
+""")
+    db.commit()
+    db.close()
+    s = SqliteStore(path)
+    assert s.exits("j") == [WorkerExit(1, "n1", 3, ("boom",), 2.0)]
+    assert s.record_exit("j", WorkerExit(1, "n2", 0, (), 5.0, attempt=1)) is True  # the same rank, a new run
+    assert s.record_exit("j", WorkerExit(1, "n1", 3, (), 2.0)) is False
+    s.close()
+    assert [e.attempt for e in SqliteStore(path).exits("j")] == [0, 1]  # reopening migrates nothing twice

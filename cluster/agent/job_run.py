@@ -51,8 +51,9 @@ class JobRun:
     """One run of a job on this node. `on_exit` gets each worker's exit as it happens (and every rank's
     when the run could not start); `on_line` each output line."""
 
-    def __init__(self, plan: StartPlan, on_line: OutputSink, on_exit: ExitSink):
+    def __init__(self, plan: StartPlan, on_line: OutputSink, on_exit: ExitSink, store_patience: float = STORE_PATIENCE):
         self.plan = plan
+        self.store_patience = store_patience
         self.on_exit = on_exit
         self.store: JobStore | None = None
         self.gang = Gang(plan.workers, on_line, cwd=plan.cwd, failure_grace=plan.failure_grace,
@@ -68,7 +69,7 @@ class JobRun:
             return ()
         host, port = self.plan.store
         try:
-            self.store = _serve_store(host, port)
+            self.store = _serve_store(host, port, self.store_patience)
         except OSError as e:
             log.warning("job %s: cannot serve its store on %s:%d: %s", self.job_id, host, port, e)
             return every_rank_failed(self.plan.ranks, self.plan.agent, self.plan.attempt,
@@ -127,7 +128,7 @@ class JobRun:
                                 attempt=self.plan.attempt))
 
 
-def _serve_store(host: str, port: int, patience: float = STORE_PATIENCE) -> JobStore:
+def _serve_store(host: str, port: int, patience: float) -> JobStore:
     """The job's store on its leased port. The lease's own test socket was closed just before; a bind
     that still finds the port in use is retried briefly before the job is failed."""
     deadline = time.monotonic() + patience

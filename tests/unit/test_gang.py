@@ -140,3 +140,15 @@ def test_a_failed_gangs_survivors_get_the_failure_grace(marker):
     gang.start()
     result = gang.run()  # would wait out the 120 s stop grace without the failure grace
     assert result.failure.rank == 1 and result.exit_codes[0] == -signal.SIGKILL
+
+
+def test_a_worker_that_cannot_start_raises_a_tfdist_error(marker, tmp_path):
+    import pytest
+
+    from cluster.agent.gang import LaunchError
+    from tfdist.errors import TfdistError
+
+    gang, _ = _gang([_py("pass")], marker, cwd=str(tmp_path / "gone"))
+    with pytest.raises(LaunchError, match="^cannot start rank 0: ") as caught:
+        gang.start()
+    assert isinstance(caught.value, TfdistError) and (caught.value.exit_code, caught.value.grpc_code) == (1, "INTERNAL")

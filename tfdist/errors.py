@@ -2,9 +2,21 @@
 
 Each error knows how it leaves the process: `exit_code` for the CLI (2: the
 user's mistake, nothing started; 1: something failed) and `grpc_code` (a
-`grpc.StatusCode` name) for a coordinator answering an RPC. The CLI and the
-gRPC servicers map errors in one place each, by these attributes. Messages
-name the bad value and the fix. This module imports nothing.
+`grpc.StatusCode` name) for a coordinator answering an RPC. The CLI (`main` in
+cluster/client/cli.py) and the gRPC servicers map errors in one place each, by
+these attributes. Messages name the bad value and the fix. This module imports
+nothing (tests/unit/test_error_hierarchy.py checks that every error of
+`cluster/` and `tfdist/` derives from TfdistError with a valid pair).
+
+    class                    exit  gRPC code            when
+    TfdistError                1   INTERNAL             base; anything not more specific
+    UserError                  2   INVALID_ARGUMENT     a bad flag, config value or request; nothing started
+    NotFoundError              1   NOT_FOUND            a job (or another named thing) does not exist
+    UnavailableError           1   UNAVAILABLE          a coordinator, agent or peer did not answer in time
+    ConflictError              1   FAILED_PRECONDITION  valid, but not in the current state (resume a running job)
+    InternalError              1   INTERNAL             an invariant of tfdist broke: a bug to report
+    LaunchEnvironmentError     1   INTERNAL             the launcher's environment is missing or inconsistent
+    DownloadError              1   INTERNAL             a rank- or node-scoped download failed
 """
 
 
@@ -32,6 +44,19 @@ class UnavailableError(TfdistError):
     """Another process (coordinator, agent, peer node) did not answer in time; the message names it."""
 
     grpc_code = "UNAVAILABLE"
+
+
+class ConflictError(TfdistError):
+    """A well-formed request the current state refuses (preempt a finished job, resume a running one);
+    the message says which state it needs."""
+
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class InternalError(TfdistError):
+    """An invariant of tfdist itself broke (a bug, not the user's doing); the message names the values."""
+
+    grpc_code = "INTERNAL"
 
 
 class LaunchEnvironmentError(TfdistError):

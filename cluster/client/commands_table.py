@@ -1,0 +1,175 @@
+"""The `tfdist` commands as data: each command's name, help, handler and arguments. cli.build_parser makes
+every sub-parser from this table; an option several commands share is declared once here and reused."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import socket
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from cluster.client import daemon_commands, job_commands
+from cluster.client.usage import COORDINATOR_ENV, TOKEN_FILE_ENV
+from cluster.shared.config import DISTRIBUTION_MODES
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One `add_argument(*flags, **options)`. `default_from` gives the default when the parser is built
+    (an environment variable, the host name), not when this module is imported."""
+
+    flags: tuple[str, ...]
+    options: Mapping[str, Any]
+    default_from: Callable[[], Any] | None = None
+
+    def but(self, **options) -> Arg:
+        """The same argument with some options changed (help=None: no help)."""
+        return dataclasses.replace(self, options=MappingProxyType({**self.options, **options}))
+
+
+def arg(*flags: str, default_from: Callable[[], Any] | None = None, **options) -> Arg:
+    return Arg(flags, MappingProxyType(options), default_from)
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """Arguments that exclude each other (argparse's mutually exclusive group)."""
+
+    args: tuple[Arg, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    handler: Callable[[argparse.Namespace], int]
+    args: tuple[Arg | OneOf, ...] = ()
+    description: str | None = None
+
+
+# ---------------------------------------------------------------- argument types (argparse wants ArgumentTypeError)
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def port_range(text: str) -> tuple[int, int]:
+    try:
+        low, high = (int(x) for x in text.split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH, e.g. 29500-29999, got {text!r}") from None
+    if not 1024 <= low <= high <= 65535:
+        raise argparse.ArgumentTypeError(f"must satisfy 1024 <= LOW <= HIGH <= 65535, got {text}")
+    return low, high
+
+
+# ---------------------------------------------------------------- options several commands share
+
+def _env(name: str, fallback: str | None = None) -> Callable[[], str | None]:
+    return functools.partial(os.environ.get, name, fallback)
+
+
+COORDINATOR = arg("--coordinator", metavar="HOST:PORT", default_from=_env(COORDINATOR_ENV),
+                  help=f"the coordinator (default ${COORDINATOR_ENV})")
+TOKEN_FILE = arg("--token-file", metavar="FILE", default_from=_env(TOKEN_FILE_ENV),
+                 help=f"file holding the coordinator's token (default ${TOKEN_FILE_ENV})")
+CLIENT = (COORDINATOR, TOKEN_FILE)
+JOB_ID = arg("job_id", metavar="ID")
+JSON = arg("--json", action="store_true")
+SLOTS = arg("--slots", type=integer, metavar="N")
+SLURM_JOBS = arg("--slurm", action="store_true", help="the Slurm jobs `tfdist launch --slurm` submitted (the "
+                                                      "default without --coordinator where Slurm's commands are)")
+VERBOSITY = arg("--verbosity", choices=("debug", "info", "warning", "error"), default_from=_env("TFDIST_VERBOSITY", "info"),
+                help="daemon log level (default $TFDIST_VERBOSITY or info)")
+
+
+def _seconds(flag: str, default: float, help: str | None = None) -> Arg:
+    return arg(flag, type=positive_float, default=default, metavar="SECONDS", help=help)
+
+
+# ---------------------------------------------------------------- the commands
+
+LAUNCH = Command("launch", "run a training job", job_commands.launch_job, description=(
+    "Run COMMAND as a distributed job and follow it. Without --coordinator, an embedded coordinator "
+    "and a local agent run it on this machine (one worker per slot). `train.py ARGS` runs with Python."), args=(
+    arg("--config", metavar="FILE", help="experiment config (YAML)"),
+    SLOTS.but(help="slots; overrides resources.slots_per_trial"),
+    arg("--distribution", metavar="MODE",
+        help=f"distribution mode ({', '.join(DISTRIBUTION_MODES)}); overrides distribution.mode"),
+    _seconds("--startup-timeout", 300.0, "stop the job if a worker has not joined by then (default 300)"),
+    arg("--priority", type=integer, default=0, help="higher runs first (default 0)"),
+    arg("--detach", action="store_true", help="print the job id and return (needs --coordinator or --slurm)"),
+    arg("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a temporary dir)"),
+    arg("--slurm", metavar="SBATCH_OPTIONS", nargs="?", help=(
+        "submit to Slurm from a login node: every option after --slurm up to `--` is sbatch's (tfdist launch "
+        "--config exp.yaml --slurm --nodes=2 --ntasks-per-node=1 -- python train.py); follows the job's output and "
+        "exits with its code")),
+    COORDINATOR.but(help=f"the coordinator (default ${COORDINATOR_ENV}); without it, an embedded coordinator runs "
+                         "the job on this machine"),
+    TOKEN_FILE,
+    arg("entry", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+        help="the command each worker runs; default: the config's entrypoint"),
+))
+
+COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon_commands.run_coordinator, args=(
+    arg("--listen", default="127.0.0.1:7470", metavar="HOST:PORT",
+        help="address to serve on (default 127.0.0.1:7470; beyond loopback needs --token-file)"),
+    arg("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives"),
+    TOKEN_FILE.but(help=None),
+    _seconds("--lost-after", 6.0, "declare an agent lost after this long without a heartbeat (default 6)"),
+    _seconds("--stop-grace", 5.0, "a canceled job's workers get SIGTERM, then SIGKILL this much later (default 5)"),
+    _seconds("--failure-grace", 1.0, "the same for a failed job's surviving workers (default 1)"),
+    _seconds("--heartbeat-interval", 1.0),
+    arg("--port-range", type=port_range, default=(29500, 29999), metavar="LOW-HIGH",
+        help="ports leased to workers on every node (default 29500-29999)"),
+    arg("--subnet", metavar="CIDR", help="network the nodes of a job talk over (default: detected)"),
+    VERBOSITY,
+))
+
+AGENT = Command("agent", "run a node agent", daemon_commands.run_agent, args=(
+    *CLIENT,
+    SLOTS.but(help="CPU worker slots (default: the node's GPU count)"),
+    arg("--name", default_from=socket.gethostname, help="node name (default: the host name)"),
+    arg("--slurm", action="store_true", help="started by `tfdist launch` inside a Slurm allocation: name, slots and "
+                                             "token from the step's environment"),
+    VERBOSITY,
+))
+
+COMMANDS: tuple[Command, ...] = (
+    LAUNCH,
+    COORDINATOR_DAEMON,
+    AGENT,
+    Command("jobs", "list jobs", job_commands.list_jobs, (*CLIENT, JSON, SLURM_JOBS)),
+    Command("job", "show one job: state, placement, why it waits, how it ended", job_commands.show_job,
+            (*CLIENT, JOB_ID, JSON)),
+    Command("logs", "print a job's output", job_commands.print_logs, (
+        *CLIENT, JOB_ID, arg("-f", "--follow", action="store_true", help="keep printing until the job ends"),
+        arg("--rank", type=integer, default=-1, help="only this rank"), SLURM_JOBS)),
+    Command("cancel", "cancel a job", job_commands.cancel_job, (*CLIENT, JOB_ID, SLURM_JOBS)),
+    Command("preempt", "stop a job's workers at a common step, save, and pause the job", job_commands.preempt_job,
+            (*CLIENT, JOB_ID)),
+    Command("resume", "run a paused job again from its latest checkpoint", job_commands.resume_job, (*CLIENT, JOB_ID)),
+    Command("metrics", "print a job's metric history (table, --json, --csv, --plot)", job_commands.print_metrics, (
+        *CLIENT, JOB_ID, arg("--name", default="", help="only this metric"),
+        OneOf((JSON.but(help="one JSON object per row"),
+               arg("--csv", action="store_true", help="CSV: step, rank, then one column per metric"))),
+        arg("--plot", metavar="FILE.png", help="also draw every metric against the step into a PNG "
+                                               "(needs matplotlib: pip install 'tfdist[plot]')"))),
+    Command("agents", "list agents", job_commands.list_agents, (*CLIENT, JSON)),
+)

@@ -1,0 +1,177 @@
+"""The handlers of `tfdist launch` and of the commands that ask about jobs (jobs, job, logs, cancel, preempt,
+resume, metrics, agents). Each maps parsed arguments onto one call and prints its answer; errors are raised,
+and cli.main turns them into one line and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from typing import Callable
+
+from cluster.client.usage import COORDINATOR_ENV, UsageError
+from cluster.shared.auth import read_token
+from cluster.shared.config import ExperimentConfig, load_config
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+# ---------------------------------------------------------------- launch
+
+def launch_job(args) -> int:
+    from cluster.client.launch import launch
+
+    if args.sbatch_options is not None:
+        from cluster.client.slurm_submit import check_options
+
+        check_options(args.sbatch_options)
+    config = load_config(args.config) if args.config else ExperimentConfig()
+    entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
+    config = config.with_overrides(slots=args.slots, distribution=args.distribution, entrypoint=entry)
+    if not config.entrypoint:
+        raise UsageError("tfdist launch: no command to run; give one after `--` "
+                         "(tfdist launch --slots 2 -- python train.py) or set `entrypoint` in --config")
+    if args.sbatch_options is not None:
+        return _launch_on_slurm(args, config)
+    if args.detach and not args.coordinator:
+        raise UsageError("tfdist launch: --detach needs --coordinator or --slurm (an embedded coordinator ends "
+                         "with launch)")
+    return launch(config, coordinator=args.coordinator, token=read_token(args.token_file), detach=args.detach,
+                  startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority)
+
+
+def _launch_on_slurm(args, config: ExperimentConfig) -> int:
+    """`--slurm`: the batch script runs this same launch (less --slurm and --detach) inside the allocation."""
+    from cluster.client import slurm_submit
+    from cluster.shared.commands import resolve_command
+
+    if args.coordinator:
+        raise UsageError("tfdist launch: --slurm submits to Slurm, --coordinator to a tfdist coordinator; give one")
+    resolve_command(config.entrypoint)  # a missing script is refused before anything is queued
+    inner = ["launch", *(["--config", os.path.abspath(args.config)] if args.config else []),
+             *(["--slots", str(args.slots)] if args.slots is not None else []),
+             *(["--distribution", args.distribution] if args.distribution else []),
+             *(["--state-dir", os.path.abspath(args.state_dir)] if args.state_dir else []),
+             "--startup-timeout", f"{args.startup_timeout:g}", "--", *config.entrypoint]
+    return slurm_submit.launch(args.sbatch_options, inner, name=config.name,
+                               slots=config.slots_per_trial if config.slots_given else None, detach=args.detach)
+
+
+# ---------------------------------------------------------------- asking the coordinator (or Slurm)
+
+def on_slurm(args) -> bool:
+    """--slurm, or no coordinator given on a machine with a Slurm client configured (a login node)."""
+    if args.coordinator:
+        return bool(args.slurm)
+    configured = os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")
+    return args.slurm or bool(configured and shutil.which("scontrol"))
+
+
+def _client(args):
+    from cluster.shared.rpc import Client
+
+    if not args.coordinator:
+        raise UsageError(f"tfdist {args.command}: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
+    return Client(args.coordinator, read_token(args.token_file))
+
+
+def asks_coordinator(ask: Callable, slurm: Handler | None = None) -> Handler:
+    """The handler of a command the coordinator answers: `ask(client, args)` with a client it closes after.
+    Given `slurm`, the command (which has --slurm) is answered by Slurm instead where `on_slurm` says so."""
+    def handler(args) -> int:
+        if slurm is not None and on_slurm(args):
+            return slurm(args)
+        client = _client(args)
+        try:
+            return ask(client, args)
+        finally:
+            client.close()
+
+    return handler
+
+
+def _jobs(client, args) -> int:
+    from cluster.client import tables
+
+    return tables.print_jobs(client.jobs(), args.json)
+
+
+def _slurm_jobs(args) -> int:
+    from cluster.client import slurm_submit, tables
+
+    return tables.print_slurm_jobs(slurm_submit.tfdist_jobs(), args.json)
+
+
+def _job(client, args) -> int:
+    from cluster.client import tables
+
+    return tables.print_job(client.job(args.job_id), args.json)
+
+
+def _agents(client, args) -> int:
+    from cluster.client import tables
+
+    return tables.print_agents(client.list_agents(), args.json)
+
+
+def _logs(client, args) -> int:
+    from cluster.client.follow import stream_logs
+
+    job_id = client.job(args.job_id).id
+    stream_logs(client, job_id, follow=args.follow, rank=args.rank)
+    return 0
+
+
+def _slurm_logs(args) -> int:
+    from cluster.client import slurm_submit
+
+    return slurm_submit.print_logs(args.job_id, follow_it=args.follow)
+
+
+def _cancel(client, args) -> int:
+    print(f"job {args.job_id}: {client.cancel(args.job_id)}")
+    return 0
+
+
+def _slurm_cancel(args) -> int:
+    """Cancel is scancel."""
+    from cluster.client import slurm_submit
+
+    print(slurm_submit.cancel(args.job_id))
+    return 0
+
+
+def _preempt(client, args) -> int:
+    state = client.preempt(args.job_id)
+    print(f"job {args.job_id}: {state}" + (" (preemption requested: the workers stop at a common step, "
+                                            "save and exit; the job then pauses)" if state != "PAUSED" else ""))
+    return 0
+
+
+def _resume(client, args) -> int:
+    print(f"job {args.job_id}: {client.resume(args.job_id)}")
+    return 0
+
+
+def _metrics(client, args) -> int:
+    from cluster.client import metrics_report
+
+    if args.plot:
+        metrics_report.check_plot_path(args.plot)
+    history = client.metrics(args.job_id, args.name)
+    metrics_report.print_history(history, "json" if args.json else "csv" if args.csv else "table")
+    if args.plot:
+        metrics_report.plot(history, args.plot)
+        sys.stderr.write(f"tfdist: plot written to {args.plot}\n")
+    return 0
+
+
+list_jobs = asks_coordinator(_jobs, slurm=_slurm_jobs)
+show_job = asks_coordinator(_job)
+print_logs = asks_coordinator(_logs, slurm=_slurm_logs)
+cancel_job = asks_coordinator(_cancel, slurm=_slurm_cancel)
+preempt_job = asks_coordinator(_preempt)
+resume_job = asks_coordinator(_resume)
+print_metrics = asks_coordinator(_metrics)
+list_agents = asks_coordinator(_agents)

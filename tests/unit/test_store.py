@@ -302,23 +302,25 @@ def test_the_reader_never_sees_another_threads_transaction(store):
     def event():
         with pytest.raises(RuntimeError):
             with store.transaction():
-                store.update_job("j", 1.0, "starting", state=JobState.STARTING)
+                store.update_job("j", 1.0, "failed", state=JobState.FAILED)  # ended, if it were seen
                 store.append_logs("j", [out("uncommitted")])
                 opened.set()
                 release.wait(10)
                 raise RuntimeError("rolled back")
 
-    def follow():
-        reader = store.reader()
-        seen["job"], seen["logs"], seen["ended"] = reader.job("j"), reader.logs("j", 0, -1, 10), reader.ended("j")
-
+    reader = store.reader()
+    reads = {"job": lambda: reader.job("j").state, "by_seq": lambda: reader.job_by_seq(1).state,
+             "logs": lambda: reader.logs("j", 0, -1, 10), "ended": lambda: reader.ended("j")}
     writer = threading.Thread(target=event)
     writer.start()
     assert opened.wait(10)
-    follower = threading.Thread(target=follow)
-    follower.start()
-    follower.join(0.2)  # SQLite in a file answers at once; the others wait for the transaction to end
+    followers = [threading.Thread(target=lambda name=name, read=read: seen.__setitem__(name, read()))
+                 for name, read in reads.items()]  # each reads while the transaction is open
+    for follower in followers:
+        follower.start()
+    followers[0].join(0.2)  # SQLite in a file answers at once; the others wait for the transaction to end
     release.set()
     writer.join(10)
-    follower.join(10)
-    assert seen["job"].state == JobState.QUEUED and seen["logs"] == [] and seen["ended"] is False
+    for follower in followers:
+        follower.join(10)
+    assert seen == {"job": JobState.QUEUED, "by_seq": JobState.QUEUED, "logs": [], "ended": False}

@@ -1,0 +1,54 @@
+"""The coordinator core on the dict store: every scenario of test_coordinator_core.py that takes its `core`
+fixture runs here again on a `MemoryStore`, which proves the core needs only the StateStore interface
+(cluster/coordinator/store/base.py), not SQLite."""
+
+import inspect
+
+import pytest
+
+from cluster.coordinator.core import CoordinatorCore, Settings
+from cluster.coordinator.store import MemoryStore, StateStore
+from tests.unit import test_coordinator_core as scenarios
+from tests.unit.test_coordinator_core import Node, drive, nodes, spec, state  # noqa: F401 (nodes: a fixture)
+from cluster.shared.model import JobState
+
+
+@pytest.fixture
+def core():
+    return CoordinatorCore(MemoryStore(), Settings(lost_after=10, port_range=(30000, 30009), startup_timeout=60))
+
+
+def _takes_the_core_fixture(name: str, value) -> bool:
+    return name.startswith("test_") and callable(value) and "core" in inspect.signature(value).parameters
+
+
+# The scenarios, by their own names (pytest collects them here, where `core` is the fixture above).
+SCENARIOS = {name: value for name, value in vars(scenarios).items() if _takes_the_core_fixture(name, value)}
+globals().update(SCENARIOS)
+
+
+def test_the_scenarios_run_here_on_the_memory_store(core):
+    assert len(SCENARIOS) >= 15, sorted(SCENARIOS)
+    assert type(core.store) is MemoryStore and isinstance(core.store, StateStore)
+
+
+def test_a_coordinator_restart_on_the_same_state_keeps_what_agents_hold():
+    """test_coordinator_core's restart scenario, with the state handed to a new core instead of a file."""
+    store = MemoryStore()
+    core = CoordinatorCore(store, Settings(port_range=(30000, 30009)))
+    nodes = [Node(core, "a1"), Node(core, "a2")]
+    for n in nodes:
+        n.register()
+    running = core.submit(spec(4), now=1)[0]
+    drive(nodes, 1)
+    leased = core.submit(spec(4), now=1)[0]  # waits: the cluster is full
+    core = CoordinatorCore(store, Settings(port_range=(30000, 30009)), now=100)
+    for n in nodes:
+        n.core = core
+        n.register(now=100)  # the agents re-attach with what they run
+    assert state(core, running) == JobState.RUNNING and state(core, leased) == JobState.QUEUED
+    for n in nodes:
+        n.finish(running, now=102)
+    assert state(core, running) == JobState.SUCCEEDED
+    drive(nodes, 103)
+    assert state(core, leased) == JobState.RUNNING

@@ -18,7 +18,7 @@ from cluster.shared.rpc import Client
 from cluster.shared.commands import resolve_command
 from cluster.shared.config import ExperimentConfig
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
-from cluster.shared import jobspec
+from cluster.shared import jobspec, modes
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
@@ -33,19 +33,30 @@ def preflight(config: ExperimentConfig) -> None:
             sys.stderr.write(f"tfdist: warning: {warning}\n")
 
 
-HOROVOD_MISSING = "distribution mode horovod needs Horovod, which is not installed for {python}; " + HOROVOD_INSTALL_HINT
+# How to install what a mode's workers need (Planner.worker_needs): (the name users know, the fix).
+INSTALL_HINTS = {"horovod": ("Horovod", HOROVOD_INSTALL_HINT)}
+MISSING_MODULE = "distribution mode {mode} needs {what}, which is not installed for {python}; {hint}"
 
 
-def check_horovod(program: str) -> None:
-    """Local launches: a worker Python without Horovod is refused before anything starts (a cluster's
-    workers say the same line themselves, tfdist/compat/bootstrap)."""
-    if not os.path.basename(program).startswith("python"):
-        return  # not a Python we can ask
+def check_worker_needs(program: str, planner: modes.Planner) -> None:
+    """Local launches: a worker Python lacking a module the mode needs (`planner.worker_needs`, e.g.
+    Horovod) is refused before anything starts (a cluster's workers say the same line themselves,
+    tfdist/compat/bootstrap)."""
+    if not planner.worker_needs or not os.path.basename(program).startswith("python"):
+        return  # nothing to ask, or not a Python we can ask
     probe = subprocess.run([program, "-c", "import importlib.util, sys; "
-                                           "sys.exit(importlib.util.find_spec('horovod') is None)"],
-                           capture_output=True, timeout=60)
+                                           "print(' '.join(m for m in sys.argv[1:] "
+                                           "if importlib.util.find_spec(m) is None))", *planner.worker_needs],
+                           capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
-        raise UserError(HOROVOD_MISSING.format(python=shutil.which(program) or program))
+        missing = list(planner.worker_needs)  # a dotted name whose parent is missing: find_spec raised
+    else:  # the last line is the probe's (a site hook may print before it)
+        last = (probe.stdout.splitlines() or [""])[-1].split()
+        missing = [m for m in planner.worker_needs if m in last]
+    if missing:
+        what, hint = INSTALL_HINTS.get(missing[0], (missing[0], f"install `{missing[0]}` into that Python"))
+        raise UserError(MISSING_MODULE.format(mode=planner.name, what=what, python=shutil.which(program) or program,
+                                              hint=hint))
 
 
 class EmbeddedCluster:
@@ -92,8 +103,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
     paused = None  # a job this Slurm batch script paused in a previous run (requeued): resumed, not resubmitted
     if coordinator is None:
         command = resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
-        if spec.distribution_mode == "horovod":
-            check_horovod(command[0])
+        check_worker_needs(command[0], modes.planner(spec.distribution_mode))
         if detach:
             raise UserError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
         if slurm.in_allocation(os.environ):  # an sbatch script or salloc shell: the allocation's nodes

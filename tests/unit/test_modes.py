@@ -6,7 +6,8 @@ import json
 import pytest
 
 from cluster.shared.config import parse_config
-from cluster.shared.modes import NodePlacement, Placement, SuccessRule, mwms, planner
+from cluster.shared.modes import NodePlacement, Placement, SuccessRule, UnknownModeError, mwms, planner
+from tfdist.errors import UserError
 
 
 def cpu(host, slots, ports, agent=None):
@@ -18,7 +19,7 @@ def gpu(host, slots, port):
 
 
 def plan(nodes, cfg="", devices=None, job_id="j"):
-    return mwms.plan(Placement(job_id, tuple(nodes)), parse_config(cfg), devices or [()] * len(nodes))
+    return mwms.MWMS.plan(Placement(job_id, tuple(nodes)), parse_config(cfg), devices or [()] * len(nodes))
 
 
 def test_tf_config_exact_json_for_three_cpu_slots():
@@ -88,7 +89,7 @@ environment: {variables: {FOO: bar}}
 def test_a_restarted_run_is_told_its_attempt_and_checkpoint():
     placement = Placement("job-7", (cpu("h", 2, (1, 2, 3)),), attempt=2, checkpoint_dir="/shared/ckpt/job-7",
                           latest_checkpoint=("/shared/ckpt/job-7/ckpt-40", 40))
-    env = mwms.plan(placement, parse_config(""), [()]).processes[1].env
+    env = mwms.MWMS.plan(placement, parse_config(""), [()]).processes[1].env
     assert env["TFDIST_ATTEMPT"] == "2" and env["TFDIST_CHECKPOINT_DIR"] == "/shared/ckpt/job-7"
     info = json.loads(env["TFDIST_CLUSTER"])
     assert info["latest_checkpoint"] == {"path": "/shared/ckpt/job-7/ckpt-40", "step": 40} and info["attempt"] == 2
@@ -106,10 +107,13 @@ def test_inconsistent_placements_are_refused():
         plan([gpu("h", 4, 1)], devices=[(0, 1)])
 
 
-def test_every_mode_is_planned_by_its_module():
-    assert planner("mwms") is mwms
-    with pytest.raises(ValueError, match="no launch plan for distribution mode 'nope'"):
+def test_every_mode_is_planned_by_its_planner_and_an_unknown_mode_is_the_users_error():
+    assert planner("mwms") is mwms.MWMS and planner("mwms").name == "mwms"
+    with pytest.raises(UnknownModeError) as raised:
         planner("nope")
+    assert isinstance(raised.value, UserError) and str(raised.value) == (
+        "no launch plan for distribution mode 'nope'; known modes: central_storage, horovod, mirrored, mwms, "
+        "one_device, ps")
 
 
 def test_a_plan_can_run_one_process_per_gpu():
@@ -125,14 +129,16 @@ def test_single_node_modes_run_one_process_over_the_nodes_slots():
     from cluster.shared.modes import single
 
     cfg = parse_config("distribution: {mode: central_storage}\nhyperparameters: {global_batch_size: 64}")
-    p = single.plan(Placement("j", (gpu("h", 4, 7),)), cfg, [(2, 3, 4, 5)])
+    p = single.CENTRAL_STORAGE.plan(Placement("j", (gpu("h", 4, 7),)), cfg, [(2, 3, 4, 5)])
     (proc,) = p.processes
     assert (proc.rank, proc.replicas, proc.gpus, proc.port) == (0, 4, (2, 3, 4, 5), 7)
     assert proc.env["CUDA_VISIBLE_DEVICES"] == "2,3,4,5" and "TF_CONFIG" not in proc.env
     assert proc.env["TFDIST_PER_REPLICA_BATCH_SIZE"] == "16" and proc.env["TFDIST_SIZE"] == "1"
-    assert planner("mirrored") is single and planner("one_device") is single
+    assert proc.env["TFDIST_DISTRIBUTION"] == "central_storage"
+    assert (planner("mirrored"), planner("one_device")) == (single.MIRRORED, single.ONE_DEVICE)
+    assert all(planner(m).single_node for m in ("mirrored", "central_storage", "one_device"))
     with pytest.raises(ValueError, match="mode central_storage runs on one node, got 2"):
-        single.plan(Placement("j", (cpu("a", 1, (1,)), cpu("b", 1, (2,)))), cfg, [(), ()])
+        single.CENTRAL_STORAGE.plan(Placement("j", (cpu("a", 1, (1,)), cpu("b", 1, (2,)))), cfg, [(), ()])
 
 
 # ---------------------------------------------------------------- parameter servers
@@ -143,9 +149,9 @@ def test_ps_plan_places_chief_workers_ps_and_evaluator_with_their_roles():
     cfg = parse_config("distribution: {mode: ps, num_ps: 2, evaluator: true}\nhyperparameters: {global_batch_size: 40}")
     nodes = [cpu("10.0.0.1", 2, ()), cpu("10.0.0.2", 2, ())]
     # workers + chief + ps0 + the job store | workers + ps1 + evaluator
-    assert ps.ports_on(nodes, cfg) == [2 + 1 + 1 + 1, 2 + 1 + 1]
+    assert ps.PS.ports_on(nodes, cfg) == [2 + 1 + 1 + 1, 2 + 1 + 1]
     placed = Placement("j", (cpu("10.0.0.1", 2, (1, 2, 3, 4, 99)), cpu("10.0.0.2", 2, (5, 6, 7, 8))))
-    p = ps.plan(placed, cfg, [(), ()])
+    p = ps.PS.plan(placed, cfg, [(), ()])
     assert [(w.rank, w.role, w.node_rank, w.port, w.expendable) for w in p.processes] == [
         (0, "chief", 0, 1, False),
         (1, "worker", 0, 2, True), (2, "worker", 0, 3, True), (3, "worker", 1, 5, True), (4, "worker", 1, 6, True),
@@ -171,7 +177,7 @@ def test_ps_workers_on_gpu_nodes_get_one_gpu_each_and_the_others_none():
 
     cfg = parse_config("distribution: {mode: ps}")
     placed = Placement("j", (NodePlacement("g", "10.0.0.1", 2, (1, 2, 3, 4), gpu_node=True),))
-    p = ps.plan(placed, cfg, [(3, 5)])
+    p = ps.PS.plan(placed, cfg, [(3, 5)])
     assert [(w.role, w.gpus, w.env["CUDA_VISIBLE_DEVICES"]) for w in p.processes] == [
         ("chief", (), ""), ("worker", (3,), "3"), ("worker", (5,), "5"), ("ps", (), "")]
 
@@ -184,8 +190,8 @@ def test_horovod_plan_sets_every_rank_like_horovodrun_with_the_job_store_as_rend
     cfg = parse_config("distribution: {mode: horovod}\noptimizations: {gradient_compression: fp16, "
                        "auto_tune_tensor_fusion: true}\nhyperparameters: {global_batch_size: 64}")
     nodes = [cpu("10.0.0.1", 2, ()), cpu("10.0.0.2", 2, ())]
-    assert horovod.ports_on(nodes, cfg) == [3, 2]
-    p = horovod.plan(Placement("j", (cpu("10.0.0.1", 2, (1, 2, 9)), cpu("10.0.0.2", 2, (3, 4)))), cfg, [(), ()])
+    assert horovod.HOROVOD.ports_on(nodes, cfg) == [3, 2]
+    p = horovod.HOROVOD.plan(Placement("j", (cpu("10.0.0.1", 2, (1, 2, 9)), cpu("10.0.0.2", 2, (3, 4)))), cfg, [(), ()])
     assert p.store == (0, 9) and p.success is SuccessRule.ALL_RANKS
     assert json.loads(p.processes[0].env["TFDIST_CLUSTER"])["nodes"][1] == {
         "node_rank": 1, "agent": "10.0.0.2", "address": "10.0.0.2", "gpus": [], "ranks": [2, 3]}
@@ -205,7 +211,7 @@ def test_horovod_plan_sets_every_rank_like_horovodrun_with_the_job_store_as_rend
 def test_horovod_on_gpu_nodes_runs_one_process_per_gpu():
     from cluster.shared.modes import horovod
 
-    p = horovod.plan(Placement("j", (NodePlacement("g", "h", 2, (1, 2, 3), gpu_node=True),)),
+    p = horovod.HOROVOD.plan(Placement("j", (NodePlacement("g", "h", 2, (1, 2, 3), gpu_node=True),)),
                      parse_config("distribution: {mode: horovod}"), [(6, 7)])
     assert [(w.rank, w.gpus, w.env["CUDA_VISIBLE_DEVICES"]) for w in p.processes] == [(0, (6,), "6"), (1, (7,), "7")]
 

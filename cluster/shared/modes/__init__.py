@@ -1,30 +1,43 @@
-"""One launch plan per distribution mode: `plan(placement, config, devices) -> JobPlan`.
+"""One launch plan per distribution mode: a `Planner` (cluster/shared/modes/base.py) per mode.
 
-Each planner has `ports_on(nodes, config)` (ports to lease per node, before placement is final) and
-`plan`. A plan is the only place that decides how many processes run on each node,
-their roles, each process's environment and the job's success rule. The
-coordinator applies plans; it has no per-mode branches. A new mode is a new
-module here, registered in PLANNERS.
+A planner has `ports_on(nodes, config)` (ports to lease per node, before placement is final) and
+`plan(placement, config, devices) -> JobPlan`. A plan is the only place that decides how many processes
+run on each node, their roles, each process's environment and the job's success rule. The coordinator
+applies plans; it has no per-mode branches. A new mode is a module here with one planner, registered
+in PLANNERS (one line); the annotation makes mypy check it against the protocol
+(tests/unit/test_planner_protocol.py).
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from cluster.shared.modes import horovod, mwms, ps, single
-from cluster.shared.modes.base import JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule
+from cluster.shared.modes.base import JobPlan, NodePlacement, Placement, Planner, ProcessPlan, SuccessRule
+from tfdist.errors import UserError
 
 # `auto` has no plan: it is decided into one of these at submit (cluster/shared/modes/auto.py).
-PLANNERS: dict[str, ModuleType] = {"mwms": mwms, "ps": ps, "horovod": horovod, "mirrored": single,
-                                   "central_storage": single, "one_device": single}
+PLANNERS: dict[str, Planner] = {
+    "mwms": mwms.MWMS,
+    "ps": ps.PS,
+    "horovod": horovod.HOROVOD,
+    "mirrored": single.MIRRORED,
+    "central_storage": single.CENTRAL_STORAGE,
+    "one_device": single.ONE_DEVICE,
+}
 
 
-def planner(mode: str) -> ModuleType:
-    """The module planning `mode` (config validation already refused unknown modes)."""
+class UnknownModeError(UserError):
+    """A distribution mode no planner is registered for (config validation refuses it first; this is
+    what a caller holding an unchecked name gets)."""
+
+
+def planner(mode: str) -> Planner:
+    """The planner of `mode`."""
     try:
         return PLANNERS[mode]
     except KeyError:
-        raise ValueError(f"no launch plan for distribution mode {mode!r}") from None
+        raise UnknownModeError(f"no launch plan for distribution mode {mode!r}; known modes: "
+                               f"{', '.join(sorted(PLANNERS))}") from None
 
 
-__all__ = ["JobPlan", "NodePlacement", "PLANNERS", "Placement", "ProcessPlan", "SuccessRule", "planner"]
+__all__ = ["JobPlan", "NodePlacement", "PLANNERS", "Placement", "Planner", "ProcessPlan", "SuccessRule",
+           "UnknownModeError", "planner"]

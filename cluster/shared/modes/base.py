@@ -1,11 +1,12 @@
-"""The values every mode's plan takes and returns, and the environment every mode shares."""
+"""The values every mode's plan takes and returns, the `Planner` protocol every mode implements, and the
+environment every mode shares."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import json
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 from cluster.shared.config import ExperimentConfig
 from tfdist import batching, envvars
@@ -73,6 +74,40 @@ class JobPlan:
         return tuple(p for p in self.processes if p.node_rank == node_rank)
 
 
+class Planner(Protocol):
+    """One distribution mode: how many processes run where, with which environment, and when the job has
+    succeeded. Planners are pure; the coordinator and agents apply their plans and hold no per-mode branch.
+    A new mode is a module with one class satisfying this protocol, registered in `modes.PLANNERS` (whose
+    `dict[str, Planner]` annotation makes the type checker hold every planner to this protocol:
+    tests/unit/test_planner_protocol.py). Attributes are read-only."""
+
+    @property
+    def name(self) -> str:
+        """The `distribution.mode` it plans; workers are told it (TFDIST_DISTRIBUTION)."""
+
+    @property
+    def single_node(self) -> bool:
+        """One process drives every slot of one node: the coordinator refuses a job larger than the largest
+        node instead of letting it wait forever."""
+
+    @property
+    def success(self) -> SuccessRule:
+        """When the job has succeeded; every plan carries it (JobPlan.success) to the coordinator's policy."""
+
+    @property
+    def worker_needs(self) -> tuple[str, ...]:
+        """Python modules a worker must import (e.g. `horovod`): a local launch asks the worker Python
+        for them and refuses early, before anything starts."""
+
+    def ports_on(self, nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
+        """Ports to lease on each node (node_rank order), before the placement is final: one per process,
+        plus the job's store on the first node."""
+
+    def plan(self, placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
+        """The job's processes, their roles and environments, and its success rule. `devices` are each
+        node's GPU indices (empty on CPU nodes); the placement's ports are those `ports_on` asked for."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where a process stands, before the mode adds its own variables."""
@@ -91,7 +126,7 @@ class Layout:
         return f"{self.host}:{self.port}"
 
 
-def ports_per_process(nodes: Sequence[NodePlacement], processes_on) -> list[int]:
+def ports_per_process(nodes: Sequence[NodePlacement], processes_on: Callable[[NodePlacement], int]) -> list[int]:
     """Ports to lease on each node: one per process (`processes_on(node)`), and on the first node one
     more, last, for the job's key-value store (collectives, Horovod's rendezvous)."""
     return with_store([processes_on(node) for node in nodes])
@@ -110,7 +145,8 @@ def store_of(placement: Placement, processes_on_first: int) -> tuple[int, int] |
     return (0, first.ports[-1]) if len(first.ports) > processes_on_first else None
 
 
-def layout(placement: Placement, devices: Sequence[Sequence[int]], processes_on) -> list[Layout]:
+def layout(placement: Placement, devices: Sequence[Sequence[int]],
+           processes_on: Callable[[NodePlacement], int]) -> list[Layout]:
     """Numbers the processes node by node. `processes_on(node)` is the mode's count for a node;
     a node's GPUs are split evenly over its processes. A node's ports beyond its processes' are
     the job's store's."""

@@ -14,51 +14,60 @@ from __future__ import annotations
 from typing import Sequence
 
 from cluster.shared.config import ExperimentConfig
-from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env, job_services,
-                                layout, ports_per_process)
+from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
+                                       job_services, layout, ports_per_process)
 from tfdist import envvars
 
-
-
-single_node = False  # spans nodes
 
 def processes_on(node: NodePlacement) -> int:
     return node.slots  # one per slot; on GPU nodes a slot is a GPU
 
 
-def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
-    return ports_per_process(nodes, processes_on)  # the job's store is Gloo's rendezvous
+class HorovodPlanner:
+    """`horovod`: spans nodes, one process per slot, every rank must succeed; the worker needs Horovod."""
+
+    name = "horovod"
+    single_node = False
+    success = SuccessRule.ALL_RANKS
+    worker_needs: tuple[str, ...] = ("horovod",)
+
+    def ports_on(self, nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
+        return ports_per_process(nodes, processes_on)  # the job's store is Gloo's rendezvous
+
+    def plan(self, placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
+        processes = layout(placement, devices, processes_on)
+        first = placement.nodes[0]
+        services = job_services(placement, processes)
+        if services.store is None:
+            raise ValueError(f"horovod needs a port for its rendezvous on node 0 ({first.agent}) beyond its "
+                             "processes'")
+        rendezvous_port = services.store[1]
+        gpu_job = any(n.gpu_node for n in placement.nodes)
+        result = []
+        for p in processes:
+            same_local_rank = [q for q in processes if q.local_rank == p.local_rank]
+            env = common_env(placement.job_id, config, processes, p, gpu_job, self.name, services)
+            env.update({
+                "HOROVOD_GLOO_RENDEZVOUS_ADDR": first.host,
+                "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
+                "HOROVOD_CONTROLLER": "gloo",
+                "HOROVOD_CPU_OPERATIONS": "gloo",
+                "HOROVOD_GLOO_IFACE": envvars.NODE_INTERFACE_PLACEHOLDER,  # filled in by the node's agent
+                "HOROVOD_HOSTNAME": p.host,
+                "HOROVOD_RANK": str(p.rank),
+                "HOROVOD_SIZE": str(len(processes)),
+                "HOROVOD_LOCAL_RANK": str(p.local_rank),
+                "HOROVOD_LOCAL_SIZE": str(p.local_size),
+                "HOROVOD_CROSS_RANK": str(same_local_rank.index(p)),
+                "HOROVOD_CROSS_SIZE": str(len(same_local_rank)),
+                envvars.GRADIENT_COMPRESSION: config.gradient_compression,
+            })
+            if config.auto_tune_tensor_fusion:
+                env["HOROVOD_AUTOTUNE"] = "1"  # Horovod's Bayesian tuner of fusion threshold and cycle time
+            result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
+                                      local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas,
+                                      env=env))
+        return JobPlan(processes=tuple(result), success=self.success, store=services.store)
 
 
-def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
-    processes = layout(placement, devices, processes_on)
-    first = placement.nodes[0]
-    services = job_services(placement, processes)
-    if services.store is None:
-        raise ValueError(f"horovod needs a port for its rendezvous on node 0 ({first.agent}) beyond its processes'")
-    rendezvous_port = services.store[1]
-    gpu_job = any(n.gpu_node for n in placement.nodes)
-    result = []
-    for p in processes:
-        same_local_rank = [q for q in processes if q.local_rank == p.local_rank]
-        env = common_env(placement.job_id, config, processes, p, gpu_job, "horovod", services)
-        env.update({
-            "HOROVOD_GLOO_RENDEZVOUS_ADDR": first.host,
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
-            "HOROVOD_CONTROLLER": "gloo",
-            "HOROVOD_CPU_OPERATIONS": "gloo",
-            "HOROVOD_GLOO_IFACE": envvars.NODE_INTERFACE_PLACEHOLDER,  # filled in by the node's agent
-            "HOROVOD_HOSTNAME": p.host,
-            "HOROVOD_RANK": str(p.rank),
-            "HOROVOD_SIZE": str(len(processes)),
-            "HOROVOD_LOCAL_RANK": str(p.local_rank),
-            "HOROVOD_LOCAL_SIZE": str(p.local_size),
-            "HOROVOD_CROSS_RANK": str(same_local_rank.index(p)),
-            "HOROVOD_CROSS_SIZE": str(len(same_local_rank)),
-            envvars.GRADIENT_COMPRESSION: config.gradient_compression,
-        })
-        if config.auto_tune_tensor_fusion:
-            env["HOROVOD_AUTOTUNE"] = "1"  # Horovod's Bayesian tuner of fusion threshold and cycle time
-        result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
-                                  local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas, env=env))
-    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS, store=services.store)
+HOROVOD = HorovodPlanner()

@@ -12,32 +12,42 @@ from typing import Sequence
 
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
-                                job_services, layout, ports_per_process)
+                                       job_services, layout, ports_per_process)
 from tfdist import envvars
 
 
-single_node = False  # spans nodes
-
 def processes_on(node: NodePlacement) -> int:
     return 1 if node.gpu_node else node.slots
-
-
-def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
-    return ports_per_process(nodes, processes_on)
 
 
 def tf_config(processes: Sequence[Layout], rank: int) -> dict:
     return {"cluster": {"worker": [p.address for p in processes]}, "task": {"type": "worker", "index": rank}}
 
 
-def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
-    processes = layout(placement, devices, processes_on)
-    gpu_job = any(n.gpu_node for n in placement.nodes)
-    services = job_services(placement, processes)
-    result = []
-    for p in processes:
-        env = common_env(placement.job_id, config, processes, p, gpu_job, "mwms", services)
-        env[envvars.TF_CONFIG] = json.dumps(tf_config(processes, p.rank), sort_keys=True)
-        result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
-                                  local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas, env=env))
-    return JobPlan(processes=tuple(result), success=SuccessRule.ALL_RANKS, store=services.store)
+class MwmsPlanner:
+    """`mwms`: spans nodes, TensorFlow's own collectives, every rank must succeed."""
+
+    name = "mwms"
+    single_node = False
+    success = SuccessRule.ALL_RANKS
+    worker_needs: tuple[str, ...] = ()
+
+    def ports_on(self, nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
+        return ports_per_process(nodes, processes_on)
+
+    def plan(self, placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
+        processes = layout(placement, devices, processes_on)
+        gpu_job = any(n.gpu_node for n in placement.nodes)
+        services = job_services(placement, processes)
+        result = []
+        for p in processes:
+            env = common_env(placement.job_id, config, processes, p, gpu_job, self.name, services)
+            env[envvars.TF_CONFIG] = json.dumps(tf_config(processes, p.rank), sort_keys=True)
+            result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
+                                      local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas,
+                                      env=env))
+        return JobPlan(processes=tuple(result), success=self.success, store=services.store)
+
+
+MWMS = MwmsPlanner()
+plan = MWMS.plan  # the module function tests/unit/test_context.py calls

@@ -25,11 +25,9 @@ from typing import Sequence
 
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
-                                job_services, with_store)
+                                       job_services, with_store)
 from tfdist import envvars
 
-
-single_node = False  # spans nodes
 
 def _workers_on(node: NodePlacement) -> int:
     return node.slots  # one per slot; on GPU nodes a slot is a GPU
@@ -41,14 +39,6 @@ def _task_nodes(num_nodes: int, config: ExperimentConfig) -> list[tuple[str, int
     if config.evaluator:
         tasks.append(("evaluator", num_nodes - 1))
     return tasks
-
-
-def ports_on(nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
-    counts = [_workers_on(n) for n in nodes]
-    counts[0] += 1  # the chief
-    for _, node_rank in _task_nodes(len(nodes), config):
-        counts[node_rank] += 1
-    return with_store(counts)
 
 
 def _layout(placement: Placement, devices: Sequence[Sequence[int]],
@@ -77,27 +67,45 @@ def _layout(placement: Placement, devices: Sequence[Sequence[int]],
     return result
 
 
-def plan(placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
-    tasks = _layout(placement, devices, config)
-    cluster: dict[str, list[str]] = {}
-    for role, _, p in tasks:
-        cluster.setdefault(role, []).append(p.address)
-    workers = len(cluster["worker"])
-    gpu_job = any(n.gpu_node for n in placement.nodes)
-    layouts = [p for _, _, p in tasks]
-    services = job_services(placement, layouts)
-    result = []
-    for role, index, p in tasks:
-        # Batch sizes count workers: each worker task takes global // workers examples per step.
-        env = common_env(placement.job_id, config, layouts, p, gpu_job, "ps", services, slots=workers)
-        env.setdefault("TF_USE_LEGACY_KERAS", "1")
-        env[envvars.ROLE] = role
-        # The evaluator is no member of the training cluster: the chief connects to every task in its
-        # TF_CONFIG and would wait for it. Only the evaluator's own TF_CONFIG names it.
-        members = cluster if role == "evaluator" else {k: v for k, v in cluster.items() if k != "evaluator"}
-        env[envvars.TF_CONFIG] = json.dumps({"cluster": members, "task": {"type": role, "index": index}},
-                                            sort_keys=True)
-        result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
-                                  local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=1, env=env, role=role,
-                                  expendable=role in ("worker", "evaluator")))
-    return JobPlan(processes=tuple(result), success=SuccessRule.CHIEF, store=services.store)
+class PsPlanner:
+    """`ps`: spans nodes; the job is the chief's (workers and the evaluator are expendable)."""
+
+    name = "ps"
+    single_node = False
+    success = SuccessRule.CHIEF
+    worker_needs: tuple[str, ...] = ()
+
+    def ports_on(self, nodes: Sequence[NodePlacement], config: ExperimentConfig) -> list[int]:
+        counts = [_workers_on(n) for n in nodes]
+        counts[0] += 1  # the chief
+        for _, node_rank in _task_nodes(len(nodes), config):
+            counts[node_rank] += 1
+        return with_store(counts)
+
+    def plan(self, placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
+        tasks = _layout(placement, devices, config)
+        cluster: dict[str, list[str]] = {}
+        for role, _, p in tasks:
+            cluster.setdefault(role, []).append(p.address)
+        workers = len(cluster["worker"])
+        gpu_job = any(n.gpu_node for n in placement.nodes)
+        layouts = [p for _, _, p in tasks]
+        services = job_services(placement, layouts)
+        result = []
+        for role, index, p in tasks:
+            # Batch sizes count workers: each worker task takes global // workers examples per step.
+            env = common_env(placement.job_id, config, layouts, p, gpu_job, self.name, services, slots=workers)
+            env.setdefault("TF_USE_LEGACY_KERAS", "1")
+            env[envvars.ROLE] = role
+            # The evaluator is no member of the training cluster: the chief connects to every task in its
+            # TF_CONFIG and would wait for it. Only the evaluator's own TF_CONFIG names it.
+            members = cluster if role == "evaluator" else {k: v for k, v in cluster.items() if k != "evaluator"}
+            env[envvars.TF_CONFIG] = json.dumps({"cluster": members, "task": {"type": role, "index": index}},
+                                                sort_keys=True)
+            result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
+                                      local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=1, env=env,
+                                      role=role, expendable=role in ("worker", "evaluator")))
+        return JobPlan(processes=tuple(result), success=self.success, store=services.store)
+
+
+PS = PsPlanner()

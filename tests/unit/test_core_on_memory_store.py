@@ -9,13 +9,16 @@ import pytest
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.coordinator.store import MemoryStore, StateStore
 from tests.unit import test_coordinator_core as scenarios
-from tests.unit.test_coordinator_core import Node, drive, nodes, spec, state  # noqa: F401 (nodes: a fixture)
+from tests.unit.test_coordinator_core import Node, drive, spec, state
 from cluster.shared.model import JobState
 
 
 @pytest.fixture
 def core():
     return CoordinatorCore(MemoryStore(), Settings(lost_after=10, port_range=(30000, 30009), startup_timeout=60))
+
+
+nodes = scenarios.nodes  # the scenarios' fixture, here over the `core` above
 
 
 def _takes_the_core_fixture(name: str, value) -> bool:
@@ -36,19 +39,19 @@ def test_a_coordinator_restart_on_the_same_state_keeps_what_agents_hold():
     """test_coordinator_core's restart scenario, with the state handed to a new core instead of a file."""
     store = MemoryStore()
     core = CoordinatorCore(store, Settings(port_range=(30000, 30009)))
-    nodes = [Node(core, "a1"), Node(core, "a2")]
-    for n in nodes:
+    agents = [Node(core, "a1"), Node(core, "a2")]
+    for n in agents:
         n.register()
     running = core.submit(spec(4), now=1)[0]
-    drive(nodes, 1)
+    drive(agents, 1)
     leased = core.submit(spec(4), now=1)[0]  # waits: the cluster is full
     core = CoordinatorCore(store, Settings(port_range=(30000, 30009)), now=100)
-    for n in nodes:
+    for n in agents:
         n.core = core
         n.register(now=100)  # the agents re-attach with what they run
     assert state(core, running) == JobState.RUNNING and state(core, leased) == JobState.QUEUED
-    for n in nodes:
+    for n in agents:
         n.finish(running, now=102)
     assert state(core, running) == JobState.SUCCEEDED
-    drive(nodes, 103)
+    drive(agents, 103)
     assert state(core, leased) == JobState.RUNNING

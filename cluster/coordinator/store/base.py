@@ -24,7 +24,8 @@ import abc
 import contextlib
 from typing import Any, Iterable
 
-from cluster.shared.model import AgentRecord, Allocation, Checkpoint, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
+from cluster.shared.model import (AgentRecord, Allocation, Checkpoint, Job, JobSpec, JobState, LogLine, MetricRow,
+                                  WorkerExit)
 
 # The Job fields `update_job` may set (besides `placement`): what changes over a job's life.
 UPDATABLE_JOB_FIELDS = frozenset({

@@ -1,7 +1,7 @@
 """The allocations of active jobs (which slots, GPUs and ports of which node a job holds).
 
 Read on every heartbeat, so kept in memory, indexed by job and by agent, and
-written through to SQLite inside the caller's transaction. If that
+written through to the store inside the caller's transaction. If that
 transaction rolls back, `reload()` brings the cache back to what was committed.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 
 from cluster.shared.model import Allocation, AllocState, check_alloc_transition
-from cluster.coordinator.store import Store
+from cluster.coordinator.store import StateStore
 
 
 class AllocationTable:
-    def __init__(self, store: Store):
+    def __init__(self, store: StateStore):
         self._store = store
         self._by_job: dict[str, tuple[Allocation, ...]] = {}
         self._by_agent: dict[str, dict[str, Allocation]] = {}

@@ -13,9 +13,10 @@ import grpc
 
 from cluster.shared.auth import TokenInterceptor, check_listen_policy
 from cluster.coordinator import views
-from cluster.coordinator.core import CoordinatorCore, Settings, Work
+from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
-from cluster.shared.model import Address, AgentRecord, Allocation, Gpu, LogLine, MetricRow, WorkerExit
+from cluster.shared.work import agent_from_pb, work_to_pb
+from cluster.shared.model import Allocation, LogLine, MetricRow, WorkerExit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import Store
@@ -65,28 +66,6 @@ def job_to_pb(view: views.JobView) -> pb.Job:
         latest_checkpoint=pb.Checkpoint(step=view.latest_checkpoint.step, path=view.latest_checkpoint.path,
                                         attempt=view.latest_checkpoint.attempt, time=view.latest_checkpoint.time)
         if view.latest_checkpoint else pb.Checkpoint(step=-1))
-
-
-def agent_from_pb(a: pb.AgentInfo) -> AgentRecord:
-    return AgentRecord(name=a.name, slots=a.slots,
-                       addresses=tuple(Address(x.ip, x.prefix_len, x.interface) for x in a.addresses),
-                       gpus=tuple(Gpu(g.index, g.uuid, g.name) for g in a.gpus))
-
-
-def work_to_pb(work: Work, interval: float) -> pb.HeartbeatResponse:
-    return pb.HeartbeatResponse(
-        check_ports=[pb.PortCheck(job_id=j, ports=list(ports), attempt=work.attempts.get(j, 0))
-                     for j, ports in work.check_ports],
-        probe=[pb.Probe(job_id=p.job_id, timeout=p.timeout,
-                        targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
-               for p in work.probes],
-        start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace,
-                            store_port=s.store_port, attempt=s.attempt, workers=[
-            pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
-                             expendable=p.expendable)
-            for p in s.processes]) for s in work.start],
-        stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval,
-        dump_stacks=work.dump_stacks, preempt=work.preempt)
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -187,8 +166,6 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
              for r in request.probe_results}, self.clock(),
             progress={t.job_id: {p.rank: (p.step, p.age) for p in t.progress} for t in request.running if t.progress},
             attempts={t.job_id: t.attempt for t in request.running})
-        if work is None:
-            return pb.HeartbeatResponse(reregister=True)
         return work_to_pb(work, self.core.heartbeat_interval())
 
     @_guard

@@ -1,13 +1,14 @@
-"""Typed values the coordinator core works with: its settings, what it knows of each agent, the work
-a heartbeat answers. No logic beyond that."""
+"""Typed values the coordinator core works with: its settings, what it knows of each agent and of each
+active job in memory, the work a heartbeat answers. No logic beyond that."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Iterable
+from typing import Callable, Generic, Iterable, TypeVar
 
 from cluster.shared.model import AgentRecord
+from cluster.shared.modes import JobPlan
 from cluster.shared.work import PROBE_TIMEOUT, ProbeTask, StartTask, Work  # noqa: F401 (re-exported)
 from tfdist.errors import NotFoundError, UserError
 
@@ -50,6 +51,57 @@ class Settings:
     startup_timeout: float = 300.0  # for jobs that do not set their own
     stack_dump_grace: float = 3.0  # step watchdog: from asking for stacks to failing the job
     probe_timeout: float = PROBE_TIMEOUT
+
+
+@dataclasses.dataclass
+class RunCache:
+    """What the coordinator keeps in memory about active jobs besides the store: derived (plans) or not
+    durable (who joined, step progress; after a restart every clock starts afresh). Changed only inside
+    the core's event; a rolled-back event clears `plans` and `touched`."""
+
+    plans: dict[str, JobPlan] = dataclasses.field(default_factory=dict)  # job -> its launch plan (per placement)
+    start_clock: dict[str, float] = dataclasses.field(default_factory=dict)  # job -> when its start-up began
+    joined: dict[str, set[int]] = dataclasses.field(default_factory=dict)  # job -> ranks that joined (agents say)
+    progress: dict[str, dict[int, tuple[int, float]]] = dataclasses.field(default_factory=dict)  # rank -> (step, when)
+    stalled: dict[str, tuple[object, float]] = dataclasses.field(default_factory=dict)  # job -> (outcome, fail at)
+    dump_to: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # job -> agents yet to dump stacks
+    waiting: dict[str, str] = dataclasses.field(default_factory=dict)  # queued job -> why it is not placed
+    excluded_ports: dict[tuple[str, str], set[int]] = dataclasses.field(default_factory=dict)  # (job, agent) -> busy
+    touched: set[str] = dataclasses.field(default_factory=set)  # jobs whose followers to wake after this event
+
+    def forget(self, job_id: str) -> None:
+        """The job holds no node any more (released): nothing of its run is watched."""
+        self.waiting.pop(job_id, None)
+        for per_job in (self.start_clock, self.plans, self.joined, self.progress, self.stalled, self.dump_to):
+            per_job.pop(job_id, None)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Lookup(Generic[K, V]):
+    """A read-by-key view whose values are computed on first use (from the store, which the pure
+    deciders must not see): they ask only for the keys they need, as the code before them did."""
+
+    def __init__(self, compute: Callable[[K], V | None]):
+        self._compute = compute
+        self._seen: dict = {}
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        if key not in self._seen:
+            self._seen[key] = self._compute(key)
+        value = self._seen[key]
+        return default if value is None else value
+
+    def __getitem__(self, key: K) -> V:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: K) -> bool:
+        return self.get(key) is not None
 
 
 class ChangeBoard:

@@ -355,7 +355,7 @@ def test_an_event_that_fails_midway_changes_nothing(core, nodes, monkeypatch):
     def crash(*a, **k):
         raise RuntimeError("killed between the exit and the outcome")
 
-    monkeypatch.setattr(core, "_decide", crash)
+    monkeypatch.setattr(core.lifecycle, "decide", crash)
     with pytest.raises(RuntimeError):
         core.report_exit("a2", job_id, WorkerExit(2, "a2", 9), now=3)
     monkeypatch.undo()

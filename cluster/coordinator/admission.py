@@ -1,0 +1,38 @@
+"""Whether a submitted job is admitted, and if not, what the user is told. Pure: the spec was
+validated at the server's edge; this only asks whether the cluster could ever hold it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+from cluster.coordinator import scheduler
+from cluster.shared import modes
+from cluster.shared.model import Job, JobSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    refusal: str = ""  # why the job is refused (what the submitter sees); "" when it is not
+    known: Job | None = None  # a retried submit: the job its first try stored (nothing new is stored)
+
+    @property
+    def admitted(self) -> bool:
+        return not self.refusal and self.known is None
+
+
+def admit(spec: JobSpec, nodes: Sequence[scheduler.Node], known_submission: Job | None = None) -> Admission:
+    """`nodes`: every live node with its full size (busy or not). `known_submission`: the job already
+    stored under the spec's submission id, if any."""
+    if known_submission is not None:
+        return Admission(known=known_submission)
+    try:
+        scheduler.check_feasible(spec.slots, nodes)
+    except scheduler.InfeasibleJob as e:
+        return Admission(refusal=str(e))
+    largest = max((n.slots for n in nodes), default=0)
+    if modes.planner(spec.distribution_mode).single_node and spec.slots > largest:
+        return Admission(refusal=f"distribution mode {spec.distribution_mode} runs one process on one node, but "
+                                 f"slots_per_trial={spec.slots} is more than the largest node ({largest} slots); "
+                                 "use mode mwms to span nodes")
+    return Admission()

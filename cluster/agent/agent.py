@@ -32,6 +32,7 @@ from cluster.agent.start_plan import node_facts, plan_start
 from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.work import AgentReport, ProbeFailure, ProbeTask, RunningJob, StartTask, Work
+from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.agent")
 WATCH_WAIT = 10.0  # seconds one WaitForWork long poll may be held by the coordinator
@@ -40,13 +41,17 @@ DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable
 FINISHED_KEPT = 10_000  # runs remembered as finished (a repeated start of one is ignored)
 
 
+class NoSlotsError(UserError, ValueError):
+    """The node has nothing to run workers on: no GPUs found and no CPU slots given."""
+
+
 class Agent:
     def __init__(self, coordinator: str, *, name: str, slots: int | None = None, token: str | None = None,
                  addresses: list[Address] | None = None, gpus: list[Gpu] | None = None):
         if slots is None:
             gpus = discover_gpus() if gpus is None else gpus
             if not gpus:
-                raise ValueError("this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
+                raise NoSlotsError("this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
         else:
             if discover_gpus() if gpus is None else gpus:
                 log.warning("--slots %d: CPU worker slots; this node's GPUs are hidden from its workers", slots)

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from cluster.shared.config import parse_config
-from cluster.shared.modes import NodePlacement, Placement, SuccessRule, UnknownModeError, mwms, planner
+from cluster.shared.modes import (NodePlacement, Placement, PlanError, SuccessRule, UnknownModeError, mwms,
+                                  planner)
 from tfdist.errors import UserError
 
 
@@ -101,9 +102,9 @@ def test_no_batch_variables_without_global_batch_size():
 
 
 def test_inconsistent_placements_are_refused():
-    with pytest.raises(ValueError, match=r"node 0 \(h\) runs 2 processes but got 1 ports"):
+    with pytest.raises(PlanError, match=r"node 0 \(h\) runs 2 processes but got 1 ports"):
         plan([cpu("h", 2, (1,))])
-    with pytest.raises(ValueError, match=r"node 0 \(h\) holds 4 GPU slots but got 2 GPUs"):
+    with pytest.raises(PlanError, match=r"node 0 \(h\) holds 4 GPU slots but got 2 GPUs"):
         plan([gpu("h", 4, 1)], devices=[(0, 1)])
 
 
@@ -137,7 +138,7 @@ def test_single_node_modes_run_one_process_over_the_nodes_slots():
     assert proc.env["TFDIST_DISTRIBUTION"] == "central_storage"
     assert (planner("mirrored"), planner("one_device")) == (single.MIRRORED, single.ONE_DEVICE)
     assert all(planner(m).single_node for m in ("mirrored", "central_storage", "one_device"))
-    with pytest.raises(ValueError, match="mode central_storage runs on one node, got 2"):
+    with pytest.raises(PlanError, match="mode central_storage runs on one node, got 2"):
         single.CENTRAL_STORAGE.plan(Placement("j", (cpu("a", 1, (1,)), cpu("b", 1, (2,)))), cfg, [(), ()])
 
 

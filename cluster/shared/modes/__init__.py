@@ -11,7 +11,8 @@ in PLANNERS (one line); the annotation makes mypy check it against the protocol
 from __future__ import annotations
 
 from cluster.shared.modes import horovod, mwms, ps, single
-from cluster.shared.modes.base import JobPlan, NodePlacement, Placement, Planner, ProcessPlan, SuccessRule
+from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, Planner, ProcessPlan,
+                                       SuccessRule)
 from tfdist.errors import UserError
 
 # `auto` has no plan: it is decided into one of these at submit (cluster/shared/modes/auto.py).
@@ -39,5 +40,5 @@ def planner(mode: str) -> Planner:
                                f"{', '.join(sorted(PLANNERS))}") from None
 
 
-__all__ = ["JobPlan", "NodePlacement", "PLANNERS", "Placement", "Planner", "ProcessPlan", "SuccessRule",
-           "UnknownModeError", "planner"]
+__all__ = ["JobPlan", "NodePlacement", "PLANNERS", "Placement", "PlanError", "Planner", "ProcessPlan",
+           "SuccessRule", "UnknownModeError", "planner"]

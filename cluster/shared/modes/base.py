@@ -10,6 +10,12 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 from cluster.shared.config import ExperimentConfig
 from tfdist import batching, envvars
+from tfdist.errors import TfdistError
+
+
+class PlanError(TfdistError):
+    """A placement a plan cannot run on (too few ports or GPUs on a node, a single-node mode over several
+    nodes): its caller broke the contract, the user did nothing wrong. The message names the node."""
 
 
 class SuccessRule(str, enum.Enum):
@@ -151,15 +157,15 @@ def layout(placement: Placement, devices: Sequence[Sequence[int]],
     a node's GPUs are split evenly over its processes. A node's ports beyond its processes' are
     the job's store's."""
     if len(devices) != len(placement.nodes):
-        raise ValueError(f"{len(devices)} device lists for {len(placement.nodes)} nodes")
+        raise PlanError(f"{len(devices)} device lists for {len(placement.nodes)} nodes")
     result: list[Layout] = []
     for node_rank, (node, gpus) in enumerate(zip(placement.nodes, devices)):
         count = processes_on(node)
         if len(node.ports) < count:
-            raise ValueError(f"node {node_rank} ({node.agent}) runs {count} processes but got "
+            raise PlanError(f"node {node_rank} ({node.agent}) runs {count} processes but got "
                              f"{len(node.ports)} ports")
         if node.gpu_node and len(gpus) != node.slots:
-            raise ValueError(f"node {node_rank} ({node.agent}) holds {node.slots} GPU slots but got "
+            raise PlanError(f"node {node_rank} ({node.agent}) holds {node.slots} GPU slots but got "
                              f"{len(gpus)} GPUs")
         per_process = len(gpus) // count if gpus else 0
         for local_rank in range(count):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from cluster.shared.config import ExperimentConfig
-from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
-                                       job_services, layout, ports_per_process)
+from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, ProcessPlan, SuccessRule,
+                                       common_env, job_services, layout, ports_per_process)
 from tfdist import envvars
 
 
@@ -39,7 +39,7 @@ class HorovodPlanner:
         first = placement.nodes[0]
         services = job_services(placement, processes)
         if services.store is None:
-            raise ValueError(f"horovod needs a port for its rendezvous on node 0 ({first.agent}) beyond its "
+            raise PlanError(f"horovod needs a port for its rendezvous on node 0 ({first.agent}) beyond its "
                              "processes'")
         rendezvous_port = services.store[1]
         gpu_job = any(n.gpu_node for n in placement.nodes)

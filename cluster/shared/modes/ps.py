@@ -24,8 +24,8 @@ import json
 from typing import Sequence
 
 from cluster.shared.config import ExperimentConfig
-from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
-                                       job_services, with_store)
+from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, PlanError, ProcessPlan,
+                                       SuccessRule, common_env, job_services, with_store)
 from tfdist import envvars
 
 
@@ -58,7 +58,7 @@ def _layout(placement: Placement, devices: Sequence[Sequence[int]],
     for rank, (role, index, node_rank, gpus) in enumerate(roles):
         node = nodes[node_rank]
         if used[node_rank] >= len(node.ports):
-            raise ValueError(f"node {node_rank} ({node.agent}) runs {local_size[node_rank]} tasks but got "
+            raise PlanError(f"node {node_rank} ({node.agent}) runs {local_size[node_rank]} tasks but got "
                              f"{len(node.ports)} ports")
         result.append((role, index, Layout(rank=rank, node_rank=node_rank, local_rank=used[node_rank],
                                            local_size=local_size[node_rank], host=node.host,

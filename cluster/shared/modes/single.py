@@ -12,8 +12,8 @@ import dataclasses
 from typing import ClassVar, Sequence
 
 from cluster.shared.config import ExperimentConfig
-from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
-                                       job_services, layout, ports_per_process)
+from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, ProcessPlan, SuccessRule,
+                                       common_env, job_services, layout, ports_per_process)
 
 
 def processes_on(node: NodePlacement) -> int:
@@ -35,7 +35,7 @@ class SingleNodePlanner:
 
     def plan(self, placement: Placement, config: ExperimentConfig, devices: Sequence[Sequence[int]]) -> JobPlan:
         if len(placement.nodes) != 1:
-            raise ValueError(f"mode {self.name} runs on one node, got {len(placement.nodes)}")
+            raise PlanError(f"mode {self.name} runs on one node, got {len(placement.nodes)}")
         processes = layout(placement, devices, processes_on)
         p = processes[0]
         services = job_services(placement, processes)

@@ -11,6 +11,7 @@ import dataclasses
 
 from cluster.shared.model import Allocation, AllocState, check_alloc_transition
 from cluster.coordinator.store import StateStore
+from tfdist.errors import InternalError
 
 
 class AllocationTable:
@@ -62,7 +63,7 @@ class AllocationTable:
         """Changes one allocation (its state through the lifecycle table)."""
         current = self.get(job_id, agent)
         if current is None:
-            raise KeyError(f"job {job_id} holds nothing on {agent}")
+            raise InternalError(f"job {job_id} holds nothing on {agent}: no allocation to update")
         if "state" in changes:
             check_alloc_transition(current.state, changes["state"])
         new = dataclasses.replace(current, **changes)

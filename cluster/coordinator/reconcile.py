@@ -40,7 +40,7 @@ def reconcile(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]],
               exited: Mapping[str, Collection[int]], ranks_on: Mapping[str, Sequence[int]],
               came_back: bool) -> list[AllocDecision]:
     """Decisions for the agent's allocations. `allocations`: job -> all of its allocations, for each
-    job holding the agent. Read by key only, as needed: `attempts` (job -> its current run; missing:
+    job holding the agent. Read with `.get` only, as needed: `attempts` (job -> its current run; missing:
     no such job), `exited` (job -> ranks of the current run that exited), `ranks_on` (job -> the ranks
     planned on this agent). `came_back`: the agent just registered (it restarted or re-attached)."""
     decisions = []

@@ -81,7 +81,7 @@ V = TypeVar("V")
 
 
 class Lookup(Generic[K, V]):
-    """A read-by-key view whose values are computed on first use (from the store, which the pure
+    """A `.get`-only view whose values are computed on first use (from the store, which the pure
     deciders must not see): they ask only for the keys they need, as the code before them did."""
 
     def __init__(self, compute: Callable[[K], V | None]):
@@ -93,12 +93,6 @@ class Lookup(Generic[K, V]):
             self._seen[key] = self._compute(key)
         value = self._seen[key]
         return default if value is None else value
-
-    def __getitem__(self, key: K) -> V:
-        value = self.get(key)
-        if value is None:
-            raise KeyError(key)
-        return value
 
     def __contains__(self, key: K) -> bool:
         return self.get(key) is not None

@@ -21,7 +21,7 @@ _REACHED = (AllocState.REACHABLE, AllocState.STARTED)
 def work_for(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], jobs: Mapping[str, Job],
              plans: Mapping[str, JobPlan], settings: Settings, dump_stacks: Iterable[str] = ()) -> Work:
     """The agent's work. `allocations`: job -> all of its allocations, for each job holding this agent
-    (in the order the agent's allocations are listed). `jobs`, `plans`: by job id, read by key only
+    (in the order the agent's allocations are listed). `jobs`, `plans`: by job id, read with `.get` only
     (a missing job or plan gives no start). `dump_stacks`: jobs whose stacks this agent must dump."""
     work = Work()
     held: dict[str, Allocation] = {}
@@ -32,7 +32,7 @@ def work_for(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], 
         held[job_id] = alloc
         if alloc.state == AllocState.LEASING:
             work.check_ports.append((job_id, alloc.ports))
-            work.attempts[job_id] = jobs[job_id].attempt
+            work.attempts[job_id] = jobs.get(job_id).attempt
         elif alloc.state == AllocState.LEASED and all(a.state in _PORTS_HELD for a in job_allocs):
             targets = tuple((a.agent, a.address, p) for a in job_allocs if a.agent != alloc.agent for p in a.ports)
             work.probes.append(ProbeTask(job_id, targets, settings.probe_timeout))
@@ -42,7 +42,7 @@ def work_for(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], 
             if start:
                 work.start.append(start)
         elif alloc.state == AllocState.STARTED and serves_store(alloc, plans.get(job_id)):
-            job = jobs[job_id]
+            job = jobs.get(job_id)
             if job.preempt_requested and job.state.active:
                 work.preempt.append(job_id)
     work.dump_stacks.extend(dump_stacks)

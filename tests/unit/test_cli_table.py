@@ -1,0 +1,58 @@
+"""The `tfdist` parsers come from one table: every command of it has its sub-parser, shared options are one
+declaration, and defaults that read the environment read it when the parser is built."""
+
+import argparse
+
+import pytest
+
+from cluster.client.cli import build_parser, main
+from cluster.client.commands_table import CLIENT, COMMANDS, COORDINATOR, JOB_ID, OneOf, TOKEN_FILE
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_every_command_of_the_table_and_only_those_has_a_parser():
+    assert list(_subparsers(build_parser())) == [c.name for c in COMMANDS]
+    assert len({c.name for c in COMMANDS}) == len(COMMANDS)
+
+
+def test_the_client_options_are_declared_once_and_reused():
+    askers = [c for c in COMMANDS if c.name not in ("launch", "coordinator")]
+    for command in askers:
+        assert command.args[:2] == CLIENT and command.args[0] is COORDINATOR and command.args[1] is TOKEN_FILE
+    with_id = [c.name for c in COMMANDS if JOB_ID in c.args]
+    assert with_id == ["job", "logs", "cancel", "preempt", "resume", "metrics"]
+
+
+def test_defaults_from_the_environment_are_read_when_the_parser_is_built(monkeypatch):
+    monkeypatch.setenv("TFDIST_COORDINATOR", "head:7470")
+    monkeypatch.setenv("TFDIST_VERBOSITY", "debug")
+    parsers = _subparsers(build_parser())
+    assert parsers["jobs"].parse_args([]).coordinator == "head:7470"
+    assert parsers["agent"].parse_args([]).verbosity == "debug"
+    monkeypatch.delenv("TFDIST_COORDINATOR")
+    assert _subparsers(build_parser())["jobs"].parse_args([]).coordinator is None
+
+
+def test_exclusive_options_stay_exclusive(capsys):
+    metrics = next(c for c in COMMANDS if c.name == "metrics")
+    assert any(isinstance(a, OneOf) for a in metrics.args)
+    assert main(["metrics", "--coordinator", "h:1", "7", "--json", "--csv"]) == 2
+    assert capsys.readouterr().err == ("tfdist metrics: argument --csv: not allowed with argument --json "
+                                       "(see `tfdist metrics --help`)\n")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["resume", "7"], "tfdist resume: --coordinator HOST:PORT is required (or set TFDIST_COORDINATOR)\n"),
+    (["logs", "7", "--rank", "x"], "tfdist logs: argument --rank: expected an integer, got 'x' "
+                                   "(see `tfdist logs --help`)\n"),
+    (["coordinator", "--state-dir", "s", "--port-range", "80-90"],
+     "tfdist coordinator: argument --port-range: must satisfy 1024 <= LOW <= HIGH <= 65535, got 80-90 "
+     "(see `tfdist coordinator --help`)\n"),
+])
+def test_a_user_mistake_is_one_line_and_exit_2(monkeypatch, capsys, argv, message):
+    monkeypatch.delenv("TFDIST_COORDINATOR", raising=False)
+    assert main(argv) == 2
+    assert capsys.readouterr().err == message

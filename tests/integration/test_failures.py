@@ -24,7 +24,7 @@ def test_a_rank_that_never_joins_fails_a_job_of_one_process_nodes(local_cluster)
     for name in ("n1", "n2"):
         cluster.start_agent(name, "--slots", "1")
     cluster.wait_agents("n1", "n2")
-    result = cluster.client.cli("launch", "--slots", "2", "--startup-timeout", "12", "--", HANG, "1")
+    result = cluster.cli("launch", "--slots", "2", "--startup-timeout", "12", "--", HANG, "1")
     assert result.returncode == 1, result.stderr
     assert "failed: rank(s) 1 did not join within the startup timeout of 12s" in result.stderr
     assert "tfdist: last lines of rank 1 (node n2):\n  rank 1 up" in result.stderr
@@ -36,10 +36,10 @@ def test_an_agent_restarted_under_its_name_fails_its_job_at_once_and_kills_lefto
     for name in ("n1", "n2"):
         cluster.start_agent(name, "--slots", "1")
     cluster.wait_agents("n1", "n2")
-    job_id = cluster.client.cli("launch", "--detach", "--slots", "2", "--", STUBBORN).stdout.strip()
-    cluster.wait_for(lambda: "rank 1 child" in cluster.client.cli("logs", job_id).stdout, "rank 1 to start its child")
+    job_id = cluster.cli("launch", "--detach", "--slots", "2", "--", STUBBORN).stdout.strip()
+    cluster.wait_for(lambda: "rank 1 child" in cluster.cli("logs", job_id).stdout, "rank 1 to start its child")
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "RUNNING", "the job to run")
-    child = int(next(l for l in cluster.client.cli("logs", job_id).stdout.splitlines() if "rank 1 child" in l).split()[-1])
+    child = int(next(l for l in cluster.cli("logs", job_id).stdout.splitlines() if "rank 1 child" in l).split()[-1])
     cluster.agents["n2"].kill()  # kill -9: its worker dies with it (PDEATHSIG); the worker's child does not
     cluster.agents["n2"].wait(timeout=30)
     assert os.path.exists(f"/proc/{child}")
@@ -85,7 +85,7 @@ def test_daemons_stop_on_sigterm_while_the_other_side_hangs(local_cluster):
     cluster = local_cluster()
     agent = cluster.start_agent("n1", "--slots", "1")
     cluster.wait_agents("n1")
-    job_id = cluster.client.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
+    job_id = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "RUNNING", "the job to run")
     cluster.coordinator.send_signal(signal.SIGSTOP)  # the coordinator hangs: every call to it blocks
     try:
@@ -120,7 +120,7 @@ def test_bad_output_never_stalls_a_node_and_the_last_rows_arrive(local_cluster, 
         "print('done', flush=True)\n"
         "with open(path, 'a') as f:  # the very last thing it does, without a newline\n"
         "    f.write(json.dumps({'rank': 0, 'step': 2, 'values': {'accuracy': 0.9}, 'time': time.time()}))\n")
-    result = cluster.client.cli("launch", "--slots", "1", "--", str(script), timeout=60)
+    result = cluster.cli("launch", "--slots", "1", "--", str(script), timeout=60)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     long_line = next(l for l in lines if l.startswith("[rank=0] yyy"))

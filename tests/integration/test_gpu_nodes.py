@@ -19,26 +19,26 @@ def test_packed_jobs_get_disjoint_gpus_and_see_only_them(local_cluster):
     cluster = local_cluster()
     cluster.start_agent("g1", env=gpu_env())  # no --slots: slots are the node's GPUs
     cluster.wait_agents("g1")
-    agents = cluster.client.cli("agents").stdout
+    agents = cluster.cli("agents").stdout
     assert "GPU 0-7 (free 0-7)" in agents, agents
-    jobs = [cluster.client.cli("launch", "--detach", "--slots", str(n), "--", SHOW_DEVICES).stdout.strip()
+    jobs = [cluster.cli("launch", "--detach", "--slots", str(n), "--", SHOW_DEVICES).stdout.strip()
             for n in (2, 1, 1)]
     cluster.wait_for(lambda: all(cluster.job(j)["state"] == "RUNNING" for j in jobs), "the three jobs to run")
     held = {j: [int(g) for g in cluster.job(j)["placement"][0]["gpus"]] for j in jobs}
     assert sorted(g for gpus in held.values() for g in gpus) == [0, 1, 2, 3]  # disjoint, lowest first
     assert [len(held[j]) for j in jobs] == [2, 1, 1]
     for j in jobs:
-        cluster.wait_for(lambda: "cuda_visible_devices=" in cluster.client.cli("logs", j).stdout, f"job {j}'s output")
-        out = cluster.client.cli("logs", j).stdout
+        cluster.wait_for(lambda: "cuda_visible_devices=" in cluster.cli("logs", j).stdout, f"job {j}'s output")
+        out = cluster.cli("logs", j).stdout
         expected = ",".join(map(str, held[j]))
         assert f"[rank=0] cuda_visible_devices={expected} tfdist_gpus={expected} order=PCI_BUS_ID" in out
         assert "[rank=1]" not in out  # one process drives the node's GPUs
-        shown = cluster.client.cli("job", j).stdout
+        shown = cluster.cli("job", j).stdout
         assert f"GPUs {expected}, ports" in shown, shown
-    assert "GPU 0-7 (free 4-7)" in cluster.client.cli("agents").stdout
+    assert "GPU 0-7 (free 4-7)" in cluster.cli("agents").stdout
     for j in jobs:
-        assert cluster.client.cli("cancel", j).returncode == 0
-    cluster.wait_for(lambda: "GPU 0-7 (free 0-7)" in cluster.client.cli("agents").stdout, "the GPUs to be free")
+        assert cluster.cli("cancel", j).returncode == 0
+    cluster.wait_for(lambda: "GPU 0-7 (free 0-7)" in cluster.cli("agents").stdout, "the GPUs to be free")
 
 
 def test_an_agent_under_a_restricted_cuda_visible_devices_offers_only_those(local_cluster):
@@ -60,7 +60,7 @@ def test_modes_with_a_process_per_gpu_pin_each_to_its_device(local_cluster, mode
     cluster = local_cluster()
     cluster.start_agent("g1", env={**gpu_env(), "CUDA_VISIBLE_DEVICES": "0,1"})
     cluster.wait_agents("g1")
-    job = cluster.client.cli("launch", "--detach", "--slots", "2", "--distribution", mode, "--", SHOW_DEVICES).stdout.strip()
-    cluster.wait_for(lambda: all(line in cluster.client.cli("logs", job).stdout for line in expected),
+    job = cluster.cli("launch", "--detach", "--slots", "2", "--distribution", mode, "--", SHOW_DEVICES).stdout.strip()
+    cluster.wait_for(lambda: all(line in cluster.cli("logs", job).stdout for line in expected),
                      f"every {mode} process's devices")
-    assert cluster.client.cli("cancel", job).returncode == 0
+    assert cluster.cli("cancel", job).returncode == 0

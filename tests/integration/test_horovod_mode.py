@@ -54,7 +54,7 @@ def test_auto_chooses_horovod_for_its_optimizations_and_says_why(tmp_path, local
     (tmp_path / "c.yaml").write_text(
         "optimizations: {gradient_compression: fp16, auto_tune_tensor_fusion: true}\n"
         f"resources: {{slots_per_trial: 2}}\nenvironment: {{variables: {{HOROVOD_AUTOTUNE_LOG: {tuner_log}}}}}\n")
-    result = cluster.client.cli("launch", "--config", str(tmp_path / "c.yaml"), "--", FIT, timeout=240)
+    result = cluster.cli("launch", "--config", str(tmp_path / "c.yaml"), "--", FIT, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     reason = ("auto: optimizations.gradient_compression=fp16, optimizations.auto_tune_tensor_fusion=true are only "
               "provided by Horovod")
@@ -63,7 +63,7 @@ def test_auto_chooses_horovod_for_its_optimizations_and_says_why(tmp_path, local
     assert len(found) == 2 and len(set(found.values())) == 1  # fp16-compressed gradients, still in step
     assert result.stdout.count("compression=FP16Compressor") == 2
     assert tuner_log.read_text().startswith("hierarchical_allreduce,")  # Horovod's autotuner ran
-    shown = cluster.client.cli("job", "1")
+    shown = cluster.cli("job", "1")
     assert f"mode: horovod ({reason})" in shown.stdout
 
 

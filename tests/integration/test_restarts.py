@@ -111,47 +111,47 @@ def test_preempt_and_sigterm_to_a_worker_pause_every_rank_at_one_step_and_resume
     cluster = local_cluster()
     cluster.start_agent("n1", "--slots", "2")
     cluster.wait_agents("n1")
-    job = cluster.client.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.3}))
+    job = cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.3}))
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip()
     running = lambda: cluster.job(job_id)["state"] in ("QUEUED", "STARTING", "RUNNING")  # noqa: E731
 
     # 1. `tfdist preempt` while it trains.
     wait_for(lambda: trained(tmp_path, 0) >= 4, "the first run's step 4", alive=running)
-    asked = cluster.client.cli("preempt", job_id)
+    asked = cluster.cli("preempt", job_id)
     assert asked.returncode == 0 and asked.stdout.startswith(f"job {job_id}: RUNNING (preemption requested"), \
         asked.stdout + asked.stderr
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "PAUSED", "the job to pause")
-    logs = cluster.client.cli("logs", job_id).stderr
+    logs = cluster.cli("logs", job_id).stderr
     first = stopped_steps(logs)
     assert set(first) == {0, 1} and len(set(first.values())) == 1, logs[-3000:]  # both ranks, one step
     step = first[0]
     assert 4 < step < TOTAL_STEPS and max(steps_by_attempt(tmp_path)[0]) == step
     shown = cluster.job(job_id)
     assert shown["latest_checkpoint"]["step"] == str(step) and shown["message"] == f"paused at step {step}"
-    paused = cluster.client.cli("job", job_id).stdout
+    paused = cluster.cli("job", job_id).stdout
     assert f"checkpoint: step {step} at " in paused
 
     # 2. Resume; then a cluster manager's SIGTERM to one worker preempts the whole job.
-    assert cluster.client.cli("resume", job_id).stdout in (f"job {job_id}: QUEUED\n", f"job {job_id}: STARTING\n")
+    assert cluster.cli("resume", job_id).stdout in (f"job {job_id}: QUEUED\n", f"job {job_id}: STARTING\n")
     wait_for(lambda: trained(tmp_path, 1) >= step + 3, "the second run's progress", alive=running)
     assert min(steps_by_attempt(tmp_path)[1]) == step + 1  # resumed right after the preempted step
     os.kill(int((tmp_path / "pid-rank1").read_text()), signal.SIGTERM)
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "PAUSED", "the job to pause again")
-    logs = cluster.client.cli("logs", job_id).stderr
+    logs = cluster.cli("logs", job_id).stderr
     assert "[rank=1] tfdist: rank 1 got SIGTERM: every rank stops at a common step" in logs
     second = {r: s for r, s in re.findall(r"\[rank=(\d+)\] tfdist: preempted: saved at step (\d+)", logs)
               if int(s) != step}
     assert set(second) == {"0", "1"} and len(set(second.values())) == 1, logs[-3000:]
 
     # 3. Resume to the end: the same weights as the run that was never interrupted.
-    cluster.client.cli("resume", job_id)
+    cluster.cli("resume", job_id)
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=180)
     runs = steps_by_attempt(tmp_path)
     assert sorted(s for attempt in runs for s in runs[attempt]) == list(range(1, TOTAL_STEPS + 1))  # exactly once
     for mine, theirs in zip(weights(tmp_path), reference):
         np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-5)
-    refused = cluster.client.cli("preempt", job_id)
+    refused = cluster.cli("preempt", job_id)
     assert refused.returncode != 0 and "already ended (SUCCEEDED); nothing to preempt" in refused.stderr
 
 

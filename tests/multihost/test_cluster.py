@@ -27,7 +27,7 @@ def test_two_node_mwms_training_has_identical_weights(make_cluster, tmp_path):
     cluster = make_cluster(slots_per_agent=1)
     out = tmp_path / "out"
     out.mkdir()
-    result = cluster.client.cli("launch", "--slots", "2", "--", WORKER, "--mode", "fit", "--out", str(out), timeout=240)
+    result = cluster.cli("launch", "--slots", "2", "--", WORKER, "--mode", "fit", "--out", str(out), timeout=240)
     assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
     weights = [list(np.load(out / f"rank{r}.npz").values()) for r in range(2)]
     for a, b in zip(*weights):
@@ -42,26 +42,26 @@ def test_two_node_mwms_training_has_identical_weights(make_cluster, tmp_path):
 
 def test_small_jobs_pack_and_a_job_waits_for_capacity(make_cluster):
     cluster = make_cluster(slots_per_agent=2)
-    first = cluster.client.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
-    second = cluster.client.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
+    first = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
+    second = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "600").stdout.strip()
     cluster.wait_for(lambda: {_job(cluster, j)["state"] for j in (first, second)} == {"RUNNING"}, "both running")
     nodes = {_job(cluster, j)["placement"][0]["agent"] for j in (first, second)}
     assert len(nodes) == 1  # best fit: both on one node
 
-    big = cluster.client.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "1").stdout.strip()
+    big = cluster.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "1").stdout.strip()
     job = _job(cluster, big)
     assert job["state"] == "QUEUED"
     assert job["waiting_reason"].startswith("waiting for whole idle nodes totalling 4 slots; idle now: a")
-    shown = cluster.client.cli("job", big)
+    shown = cluster.cli("job", big)
     assert "waiting:   waiting for whole idle nodes totalling 4 slots" in shown.stdout
     for small in (first, second):  # capacity frees up: the queued job starts on its own
-        assert cluster.client.cli("cancel", small).returncode == 0
+        assert cluster.cli("cancel", small).returncode == 0
     cluster.wait_for(lambda: _job(cluster, big)["state"] == "SUCCEEDED", "the queued job to run", timeout=90)
 
 
 def test_infeasible_job_is_refused_at_submit(make_cluster):
     cluster = make_cluster(slots_per_agent=2)
-    result = cluster.client.cli("launch", "--slots", "3", "--", SLEEPER, "1")
+    result = cluster.cli("launch", "--slots", "3", "--", SLEEPER, "1")
     assert result.returncode == 2
     assert result.stderr == (
         "tfdist: error: slots_per_trial=3 can never be scheduled on this cluster (2 nodes of 2 slots): a job larger "
@@ -72,7 +72,7 @@ def test_infeasible_job_is_refused_at_submit(make_cluster):
 
 def test_agent_killed_mid_job_fails_the_job_and_stops_the_other_node(make_cluster):
     cluster = make_cluster(slots_per_agent=2)
-    job_id = cluster.client.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "120").stdout.strip()
+    job_id = cluster.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "120").stdout.strip()
     cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "RUNNING", "the job to run")
     cluster.kill("a2")
     cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "FAILED", "the job to fail", timeout=30)
@@ -82,7 +82,7 @@ def test_agent_killed_mid_job_fails_the_job_and_stops_the_other_node(make_cluste
     agents = {a["name"]: a for a in cluster.json("agents")}
     assert agents["a2"]["state"] == "LOST"
     cluster.wait_for(lambda: agents_free(cluster, "a1"), "a1's workers to be stopped")
-    logs = cluster.client.cli("logs", job_id)
+    logs = cluster.cli("logs", job_id)
     assert "[rank=0] rank 0 tick 0" in logs.stdout
 
 
@@ -93,7 +93,7 @@ def agents_free(cluster, name):
 
 def test_coordinator_kill9_and_restart_mid_job(make_cluster, hosts, marker):
     cluster = make_cluster(slots_per_agent=2)
-    job_id = cluster.client.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "16").stdout.strip()
+    job_id = cluster.cli("launch", "--detach", "--slots", "4", "--", SLEEPER, "16").stdout.strip()
     cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "RUNNING", "the job to run")
     # A user following the job from another host must ride out the restart.
     follower = subprocess.Popen(hosts["a1"].command(["logs", job_id, "-f", "--coordinator", cluster.address,
@@ -110,7 +110,7 @@ def test_coordinator_kill9_and_restart_mid_job(make_cluster, hosts, marker):
     assert follower.returncode == 0, err
     assert "lost the coordinator" in err and "reconnected to the coordinator" in err
     assert "[rank=3] rank 3 tick 15" in out
-    logs = cluster.client.cli("logs", job_id).stdout
+    logs = cluster.cli("logs", job_id).stdout
     for rank in range(4):
         assert f"[rank={rank}] rank {rank} tick 15" in logs  # nothing lost across the restart
     assert cluster.json("agents")[0]["state"] == "ALIVE"
@@ -132,7 +132,7 @@ def test_token_is_required_beyond_loopback(make_cluster, hosts, marker, tmp_path
 
 def test_a_dying_worker_stops_its_gang_on_every_node(make_cluster):
     cluster = make_cluster(slots_per_agent=2)
-    result = cluster.client.cli("launch", "--slots", "4", "--", CRASHER, "3", timeout=120)
+    result = cluster.cli("launch", "--slots", "4", "--", CRASHER, "3", timeout=120)
     assert result.returncode == 5
     assert "failed: rank 3 on node" in result.stderr and "exited with code 5; the other workers were stopped" \
         in result.stderr
@@ -145,7 +145,7 @@ def test_a_blocked_link_fails_the_job_before_tensorflow_starts(make_cluster, hos
     # a1's packets to a2 now go to a MAC address nobody has: silently dropped, like a firewall's DROP.
     subprocess.run(["ip", "-n", hosts["a1"].ns, "neigh", "replace", hosts["a2"].ip, "lladdr", "02:00:00:00:00:99",
                     "dev", "eth0", "nud", "permanent"], check=True, timeout=30)
-    result = cluster.client.cli("launch", "--slots", "4", "--", SLEEPER, "600", timeout=120)
+    result = cluster.cli("launch", "--slots", "4", "--", SLEEPER, "600", timeout=120)
     assert result.returncode == 1, result.stderr
     assert re.search(r"failed: node (a1 cannot reach node a2 at 198\.18\.0\.3|a2 cannot reach node a1 at "
                      r"198\.18\.0\.2):2950\d: no answer within 3s \(packets dropped: a firewall\?\) \(and 1 more\)\. "
@@ -160,7 +160,7 @@ PS_FIT = os.path.join(os.path.dirname(HERE), "integration", "workers", "ps_fit.p
 
 def test_horovod_across_two_hosts_with_the_rendezvous_served_by_tfdist(make_cluster):
     cluster = make_cluster(slots_per_agent=1)
-    result = cluster.client.cli("launch", "--slots", "2", "--distribution", "horovod", "--", HOROVOD_FIT, timeout=240)
+    result = cluster.cli("launch", "--slots", "2", "--distribution", "horovod", "--", HOROVOD_FIT, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
     digests = set(re.findall(r"\[rank=\d\] rank=\d size=2 per_worker=12 .* weights=(\w+)", result.stdout))
     assert len(digests) == 1, result.stdout
@@ -170,7 +170,7 @@ def test_horovod_across_two_hosts_with_the_rendezvous_served_by_tfdist(make_clus
 
 def test_parameter_servers_across_two_hosts(make_cluster):
     cluster = make_cluster(slots_per_agent=1)
-    result = cluster.client.cli("launch", "--slots", "2", "--distribution", "ps", "--", PS_FIT, timeout=240)
+    result = cluster.cli("launch", "--slots", "2", "--distribution", "ps", "--", PS_FIT, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
     assert ("[rank=0] keras=tf_keras strategy=ParameterServerStrategyV2 iterations=40 expected=40 loss_fell=True"
             in result.stdout)
@@ -181,7 +181,7 @@ COLLECTIVES = os.path.join(os.path.dirname(HERE), "integration", "workers", "col
 
 def test_collectives_and_cluster_info_across_two_hosts(make_cluster):
     cluster = make_cluster(slots_per_agent=2)
-    result = cluster.client.cli("launch", "--slots", "4", "--", COLLECTIVES, timeout=240)
+    result = cluster.cli("launch", "--slots", "4", "--", COLLECTIVES, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:] + str(cluster.logs())
     got = {r["rank"]: r for r in (json.loads(m) for m in re.findall(r"RESULT (\{.*\})", result.stdout))}
     assert sorted(got) == [0, 1, 2, 3]

@@ -27,11 +27,11 @@ from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.metrics_tail import MetricsTail
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
-from cluster.agent.ports import PortLease, lease_exact, probe
+from cluster.agent.ports import PortLease, Prober, lease_exact
 from cluster.agent.start_plan import node_facts, plan_start
 from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
 from cluster.shared.rpc import Client, ClientError
-from cluster.shared.work import AgentReport, ProbeFailure, ProbeTask, RunningJob, StartTask, Work
+from cluster.shared.work import AgentReport, ProbeTask, RunningJob, StartTask, Work
 from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.agent")
@@ -74,10 +74,9 @@ class Agent:
         self._attempts: dict[str, int] = {}  # job id -> the run of it whose ports or workers this agent holds
         self._port_results: dict[str, tuple[int, ...]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
-        self._probing: set[str] = set()
-        self._probe_results: dict[str, tuple[ProbeFailure, ...]] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()  # heartbeat now
+        self._prober = Prober(on_done=self._wake.set)  # its results go with the next heartbeat
         self._registered = False
         self.registered = threading.Event()  # set once the first registration succeeded
         self._groups = GroupsFile(name)
@@ -173,7 +172,7 @@ class Agent:
         """One heartbeat; True when there is follow-up to send at once (port checks to answer)."""
         with self._lock:
             ports, self._port_results = self._port_results, {}
-            probes, self._probe_results = self._probe_results, {}
+        probes = self._prober.take()
         work, interval = self.link.heartbeat(AgentReport(self.name, self._running(), self._leased(), ports, probes))
         if work is None:
             self._registered = False
@@ -240,22 +239,11 @@ class Agent:
             self._port_results[job_id] = tuple(busy)
 
     def _start_probe(self, task: ProbeTask) -> None:
+        """Connects to every peer's leased ports of a job whose ports this node holds."""
         with self._lock:
-            if task.job_id in self._probing or task.job_id not in self._port_leases:
+            if task.job_id not in self._port_leases:
                 return
-            self._probing.add(task.job_id)
-        threading.Thread(target=self._probe, args=(task,), daemon=True).start()
-
-    def _probe(self, task: ProbeTask) -> None:
-        """Connects to every peer's leased ports; the failures go back with the next heartbeat."""
-        failures = probe(task)
-        if failures:
-            log.warning("job %s: cannot reach %s", task.job_id,
-                        ", ".join(f"{f.peer} at {f.address}:{f.port} ({f.error})" for f in failures))
-        with self._lock:
-            self._probing.discard(task.job_id)
-            self._probe_results[task.job_id] = failures
-        self._wake.set()
+        self._prober.start(task)
 
     # ---------------------------------------------------------------- job runs
     def _start(self, task: StartTask) -> None:

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import socket
 import tempfile
+import threading
+from typing import Callable
 
 from cluster.shared.work import PROBE_TIMEOUT, ProbeFailure, ProbeTask
 from tfdist.errors import UserError
 
+log = logging.getLogger("tfdist.agent")
 PORT_RANGE_ENV = "TFDIST_PORT_RANGE"  # "LOW-HIGH", inclusive
 
 
@@ -152,3 +156,36 @@ def probe(task: ProbeTask) -> tuple[ProbeFailure, ...]:
         if error:
             failures.append(ProbeFailure(peer, address, port, error))
     return tuple(failures)
+
+
+class Prober:
+    """Probes a job's peers in the background, one probe per job at a time; the results wait for the
+    next heartbeat (`take`), and `on_done` is called as each probe ends (heartbeat now)."""
+
+    def __init__(self, on_done: Callable[[], None]):
+        self.on_done = on_done
+        self._lock = threading.Lock()
+        self._probing: set[str] = set()
+        self._results: dict[str, tuple[ProbeFailure, ...]] = {}
+
+    def start(self, task: ProbeTask) -> None:
+        with self._lock:
+            if task.job_id in self._probing:
+                return
+            self._probing.add(task.job_id)
+        threading.Thread(target=self._probe, args=(task,), daemon=True).start()
+
+    def take(self) -> dict[str, tuple[ProbeFailure, ...]]:
+        with self._lock:
+            results, self._results = self._results, {}
+        return results
+
+    def _probe(self, task: ProbeTask) -> None:
+        failures = probe(task)
+        if failures:
+            log.warning("job %s: cannot reach %s", task.job_id,
+                        ", ".join(f"{f.peer} at {f.address}:{f.port} ({f.error})" for f in failures))
+        with self._lock:
+            self._probing.discard(task.job_id)
+            self._results[task.job_id] = failures
+        self.on_done()

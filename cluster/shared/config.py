@@ -14,13 +14,14 @@ from typing import Any, Mapping
 
 import yaml
 
+from cluster.shared.modes import PLANNERS
 from tfdist.errors import UserError
 
 # Distribution modes (each has a launch plan in cluster/shared/modes/; `auto` is decided into one of them by
 # cluster/shared/modes/auto.py). mwms: MultiWorkerMirroredStrategy across nodes; ps: parameter servers (chief,
 # workers, ps, evaluator); horovod: one process per slot with Horovod over Gloo. Single-node, one process
 # driving every slot: mirrored (MirroredStrategy), central_storage (CentralStorageStrategy), one_device.
-DISTRIBUTION_MODES = ("auto", "mwms", "ps", "horovod", "mirrored", "central_storage", "one_device")
+DISTRIBUTION_MODES = ("auto", *PLANNERS)  # a mode is registered in one place: cluster/shared/modes
 GRADIENT_COMPRESSIONS = ("none", "fp16")  # Horovod's compressors
 
 RESERVED_ENV_PREFIXES = ("TFDIST_",)

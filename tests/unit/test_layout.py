@@ -60,7 +60,12 @@ def _imports(module: str, path: pathlib.Path) -> set[str]:
     is_package = path.name == "__init__.py"
     package = module if is_package else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
+                   for stmt in block.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue  # `if TYPE_CHECKING:` imports are for annotations; nothing runs them
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -77,6 +82,14 @@ def _imports(module: str, path: pathlib.Path) -> set[str]:
             if target is not None and target != module:
                 found.add(target)
     return found
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}

@@ -44,7 +44,7 @@ def run(cluster, tmp: str, mode: str, k: int, steps: int) -> float:
         f.write(f"optimizations: {{aggregation_frequency: {k}}}\nresources: {{slots_per_trial: 2}}\n"
                 f"distribution: {{mode: {mode}}}\nhyperparameters: {{global_batch_size: 64}}\n"
                 "environment: {variables: {TF_CPP_MIN_LOG_LEVEL: 3}}\n")
-    result = cluster.client.cli("launch", "--config", config, "--", WORKLOAD, str(steps), timeout=900)
+    result = cluster.cli("launch", "--config", config, "--", WORKLOAD, str(steps), timeout=900)
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-3000:])
     return json.loads(re.search(r"BENCH (\{.*\})", result.stdout).group(1))["examples_per_s"]

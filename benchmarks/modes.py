@@ -102,8 +102,8 @@ def bench_two_hosts(runs: int, steps: int, batch: int, rate: str) -> list[dict]:
             for mode in MODES:
                 samples = []
                 for _ in range(runs):
-                    result = cluster.client.cli("launch", "--slots", "2", "--distribution", mode, "--", WORKLOAD, mode,
-                                         str(steps), str(batch), timeout=600)
+                    result = cluster.cli("launch", "--slots", "2", "--distribution", mode, "--", WORKLOAD, mode,
+                                 str(steps), str(batch), timeout=600)
                     if result.returncode != 0:
                         raise RuntimeError(f"{mode} on two hosts failed:\n{result.stderr[-3000:]}")
                     samples.append(examples_per_second(result.stdout + result.stderr))

@@ -81,9 +81,9 @@ class Outbox:
             line = pb.LogLine(rank=rank, stream=stream, text=cut_line(text), time=time.time())
             self._queue(self._logs, "logs", job_id).add(line)
 
-    def metric(self, job_id: str, row: MetricRow | pb.Metric) -> None:
+    def metric(self, job_id: str, row: MetricRow) -> None:
         """Queues a row (kept as its wire message: batches are bounded by its size)."""
-        item = metric_to_pb(row) if isinstance(row, MetricRow) else row
+        item = metric_to_pb(row)
         with self._lock:
             self._queue(self._metrics, "metrics", job_id).add(item)
 

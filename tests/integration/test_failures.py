@@ -140,8 +140,7 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
     from cluster.coordinator.server import CoordinatorServer
     from cluster.shared import jobspec
     from cluster.shared.config import ExperimentConfig
-    from cluster.shared.model import Address, AgentRecord
-    from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+    from cluster.shared.model import Address, AgentRecord, MetricRow
 
     server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
     try:
@@ -151,7 +150,7 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
         outbox = Outbox(client, "n1", "n1/test")
         for step in range(40):
             name = "z" * 300 if step == 17 else "loss"  # bypasses the agent's own check
-            outbox.metric(job_id, pb.Metric(rank=0, step=step, name=name, value=step, time=1.0))
+            outbox.metric(job_id, MetricRow(rank=0, step=step, name=name, value=step, time=1.0))
         outbox.ship_once()
         rows = server.store.metrics(job_id)
         assert [r.step for r in rows] == [s for s in range(40) if s != 17] and outbox.dropped == 1

@@ -13,7 +13,6 @@ nothing (tests/unit/test_error_hierarchy.py checks that every error of
     UserError                  2   INVALID_ARGUMENT     a bad flag, config value or request; nothing started
     NotFoundError              1   NOT_FOUND            a job (or another named thing) does not exist
     UnavailableError           1   UNAVAILABLE          a coordinator, agent or peer did not answer in time
-    ConflictError              1   FAILED_PRECONDITION  valid, but not in the current state (resume a running job)
     InternalError              1   INTERNAL             an invariant of tfdist broke: a bug to report
     LaunchEnvironmentError     1   INTERNAL             the launcher's environment is missing or inconsistent
     DownloadError              1   INTERNAL             a rank- or node-scoped download failed
@@ -44,13 +43,6 @@ class UnavailableError(TfdistError):
     """Another process (coordinator, agent, peer node) did not answer in time; the message names it."""
 
     grpc_code = "UNAVAILABLE"
-
-
-class ConflictError(TfdistError):
-    """A well-formed request the current state refuses (preempt a finished job, resume a running one);
-    the message says which state it needs."""
-
-    grpc_code = "FAILED_PRECONDITION"
 
 
 class InternalError(TfdistError):

@@ -94,7 +94,7 @@ def run_agent(args) -> int:
         args.name, args.slots, token = slurm.agent_identity(os.environ, args.name, args.slots, token)
     try:
         agent = Agent(args.coordinator, name=args.name, slots=args.slots, token=token)
-    except (UserError, ValueError) as e:  # no GPUs and no --slots (a ValueError until agent.py raises a UserError)
+    except UserError as e:  # no GPUs and no --slots (NoSlotsError)
         raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging(args.verbosity)
     if args.slurm:

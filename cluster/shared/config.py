@@ -164,15 +164,14 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
         checkpoint_storage=_parse_checkpoint_storage(root.get("checkpoint_storage")),
         slots_given="slots_per_trial" in resources,
     )
-    if "num_ps" in distribution or "evaluator" in distribution:
-        _check_mode_options(config, "distribution.mode", ps_options_given=True)
-    return check_config(config)
+    return check_config(config, ps_options_given="num_ps" in distribution or "evaluator" in distribution)
 
 
-def check_config(config: ExperimentConfig) -> ExperimentConfig:
+def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> ExperimentConfig:
     """Every rule a config obeys, on the typed value: what `config_from_dict` builds from a file and what the
-    coordinator decodes from the wire get the same checks and messages. Returns it normalised (seconds as
-    float, plain dict and tuple copies)."""
+    coordinator decodes from the wire get the same checks and messages, each value's own before the rules
+    between values. Returns it normalised (seconds as float, plain dict and tuple copies).
+    `ps_options_given`: the file named a parameter-server option (even at its default value)."""
     hparams = config.hyperparameters
     if not isinstance(hparams, Mapping):
         raise ConfigError(f"hyperparameters: expected a mapping, got {_describe(hparams)}")
@@ -207,7 +206,7 @@ def check_config(config: ExperimentConfig) -> ExperimentConfig:
         max_restarts=_check_int(config.max_restarts, "max_restarts", minimum=0),
     )
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
-    _check_mode_options(checked, "distribution.mode")
+    _check_mode_options(checked, "distribution.mode", ps_options_given=ps_options_given)
     return checked
 
 

@@ -91,11 +91,16 @@ def job_spec(config: ExperimentConfig, *, priority: int = 0, working_dir: str = 
                    decision.reason, priority, working_dir, startup_timeout, submission_id)
 
 
+# `tfdist job --json` showed these two under the names the spec used before the codec; scripts read them.
+PLAIN_NAMES = {"slots_per_trial": "slots", "environment_variables": "environment"}
+
+
 def to_plain(spec: JobSpec) -> dict[str, Any]:
-    """For people and `--json`: the config's fields by their names, then how the job was submitted."""
-    plain = {f.name: getattr(spec.config, f.name) for f in wire_fields()}
+    """For people and `--json`: the config's fields (hyperparameters as an object), then how the job was
+    submitted."""
+    plain = {PLAIN_NAMES.get(f.name, f.name): getattr(spec.config, f.name) for f in wire_fields()}
     plain.update(entrypoint=list(spec.entrypoint), hyperparameters=dict(spec.config.hyperparameters),
-                 environment_variables=dict(spec.config.environment_variables), mode_reason=spec.mode_reason,
+                 environment=dict(spec.config.environment_variables), mode_reason=spec.mode_reason,
                  priority=spec.priority, working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
                  submission_id=spec.submission_id)
     return plain
@@ -130,8 +135,8 @@ def from_pb(message: pb.JobSpec, validate: bool = True) -> JobSpec:
     """The spec as a coordinator receives it: checked by the config's own rules when `validate` (its edge),
     taken as it is when read back from its own state."""
     if not message.HasField("config"):
-        raise SpecError("the job spec carries no config: the client is older than this coordinator; "
-                        "upgrade tfdist where `tfdist launch` runs")
+        raise SpecError("the job spec carries no config: the client and the coordinator run different tfdist "
+                        "versions (the config moved into JobSpec.config); run the same version on both")
     values = {}
     for field in wire_fields():
         value = getattr(message.config, field.name)
@@ -170,7 +175,8 @@ def _value_to_pb(value: Any) -> pb.Value:
         return pb.Value(map_value=_map_to_pb(value))
     if isinstance(value, (list, tuple)):
         return pb.Value(list_value=pb.ValueList(items=[_value_to_pb(v) for v in value]))
-    return pb.Value(string_value=str(value))  # YAML dates, huge ints: as the workers saw them before (str)
+    return pb.Value(string_value=str(value))  # YAML dates (json.dumps(default=str) made them strings too); ints
+    # beyond 64 bits also arrive as strings
 
 
 def _map_to_pb(mapping: Mapping[str, Any]) -> pb.ValueMap:

@@ -7,7 +7,6 @@ import dataclasses
 import enum
 import signal
 
-
 from cluster.shared.jobspec import JobSpec  # noqa: F401 (re-exported: the job's value)
 from tfdist.errors import TfdistError
 

@@ -154,3 +154,18 @@ def test_overrides_are_validated_like_the_file():
         cfg.with_overrides(slots=0)
     with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of auto, mwms, ps, horovod, mirrored, central_storage, one_device$"):
         cfg.with_overrides(distribution="ring")
+
+
+@pytest.mark.parametrize("text, message", [
+    # each value's own check comes before the rules between values (a wrong type never reaches a comparison)
+    ("distribution: {mode: ps, num_ps: 2}\noptimizations: {aggregation_frequency: '2'}\n",
+     "optimizations.aggregation_frequency: expected an integer, got '2' (str)"),
+    ("distribution: {mode: ps, num_ps: 2}\noptimizations: {aggregation_frequency: null}\n",
+     "optimizations.aggregation_frequency: expected an integer, got null"),
+    ("distribution: {mode: foo, num_ps: 2}\n", "distribution.mode: unknown value 'foo'"),
+    ("distribution: {mode: mwms, num_ps: 1}\n", "distribution.num_ps and distribution.evaluator apply to parameter-server"),
+])
+def test_values_are_checked_before_the_rules_between_them(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config("entrypoint: python t.py\n" + text)
+    assert message in str(err.value)

@@ -131,7 +131,7 @@ def test_auto_is_decided_once_by_the_client_and_travels():
 
 
 def test_a_spec_without_config_is_an_older_client():
-    with pytest.raises(UserError, match="the client is older than this coordinator"):
+    with pytest.raises(UserError, match="the client and the coordinator run different tfdist versions"):
         jobspec.from_pb(pb.JobSpec(priority=1))
 
 
@@ -159,3 +159,12 @@ def test_jobs_stored_before_the_codec_are_read():
     assert spec.config.hyperparameters == {"global_batch_size": 8}
     assert (spec.config.gradient_compression, spec.config.aggregation_frequency) == ("fp16", 2)
     assert (spec.config.environment_variables, spec.step_timeout, spec.checkpoint_storage) == ({"A": "1"}, 30.0, "/ck")
+
+
+def test_the_json_people_read_keeps_its_names():
+    spec = jobspec.job_spec(parse_config("entrypoint: python t.py\nresources: {slots_per_trial: 3}\n"
+                                         "environment: {variables: {A: '1'}}\nhyperparameters: {lr: 0.5}\n"))
+    plain = jobspec.to_plain(spec)
+    assert (plain["slots"], plain["environment"], plain["hyperparameters"]) == (3, {"A": "1"}, {"lr": 0.5})
+    assert "slots_per_trial" not in plain and "environment_variables" not in plain
+    json.dumps(plain)  # it is what --json prints

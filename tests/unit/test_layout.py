@@ -27,6 +27,7 @@ ALLOWED = {
     "agent": {"agent", "shared", "tfdist"},
     "slurm": {"slurm", "shared", "tfdist", *ENTRY_POINTS},
     "client": {"client", "shared", "tfdist", "slurm", *ENTRY_POINTS},
+    "cli": {"client"},  # cluster/cli.py: the old `python -m cluster.cli` path of batch scripts already queued
 }
 
 

@@ -15,8 +15,9 @@ from cluster.shared.auth import TokenInterceptor, check_listen_policy
 from cluster.coordinator import views
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
-from cluster.shared.work import agent_from_pb, work_to_pb
-from cluster.shared.model import Allocation, LogLine, MetricRow, WorkerExit
+from cluster.shared.work import (RunningJob, agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
+                                 running_from_pb, work_to_pb)
+from cluster.shared.model import Allocation, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import Store
@@ -132,6 +133,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             for a in views.agents_view(self.core)])
 
 
+def _joined(running: tuple[RunningJob, ...]) -> dict[str, list[int]]:
+    """Job -> the ranks that joined, as the core takes what an agent says it runs."""
+    return {j.job_id: list(j.joined_ranks) for j in running}
+
+
+def _attempts(running: tuple[RunningJob, ...]) -> dict[str, int]:
+    return {j.job_id: j.attempt for j in running}
+
+
 class AgentServicer(pb_grpc.AgentServiceServicer):
     def __init__(self, core: CoordinatorCore, clock=time.time):
         self.core, self.clock = core, clock
@@ -152,28 +162,27 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     @_guard
     def Register(self, request, context):
-        self.core.register(agent_from_pb(request.agent), {t.job_id: list(t.joined_ranks) for t in request.running},
-                           list(request.leased_jobs), self.clock(),
-                           attempts={t.job_id: t.attempt for t in request.running})
+        running = tuple(running_from_pb(t) for t in request.running)
+        self.core.register(agent_from_pb(request.agent), _joined(running), list(request.leased_jobs), self.clock(),
+                           attempts=_attempts(running))
         return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval())
 
     @_guard
     def Heartbeat(self, request, context):
+        report = report_from_pb(request)
         work = self.core.heartbeat(
-            request.agent, {t.job_id: list(t.joined_ranks) for t in request.running}, list(request.leased_jobs),
-            {r.job_id: list(r.busy_ports) for r in request.port_results},
-            {r.job_id: [(f.target.peer, f.target.address, f.target.port, f.error) for f in r.failures]
-             for r in request.probe_results}, self.clock(),
-            progress={t.job_id: {p.rank: (p.step, p.age) for p in t.progress} for t in request.running if t.progress},
-            attempts={t.job_id: t.attempt for t in request.running})
+            report.agent, _joined(report.running), list(report.leased_jobs),
+            {job_id: list(busy) for job_id, busy in report.port_results.items()},
+            {job_id: [(f.peer, f.address, f.port, f.error) for f in failures]
+             for job_id, failures in report.probe_results.items()}, self.clock(),
+            progress={j.job_id: {p.rank: (p.step, p.age) for p in j.progress} for j in report.running if j.progress},
+            attempts=_attempts(report.running))
         return work_to_pb(work, self.core.heartbeat_interval())
 
     @_guard
     def ReportExit(self, request, context):
-        e = request.exit
-        self.core.report_exit(request.agent, request.job_id,
-                              WorkerExit(e.rank, request.agent, e.exit_code, tuple(e.last_lines), reason=e.reason,
-                                         attempt=e.attempt),
+        """The core stamps the exit with the reporting agent and the time, and decides `tolerated` itself."""
+        self.core.report_exit(request.agent, request.job_id, exit_from_pb(request.exit, agent=request.agent),
                               self.clock())
         return pb.ReportExitResponse()
 
@@ -187,7 +196,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     @_guard
     def ReportMetrics(self, request, context):
         self.core.push_metrics(request.agent, request.job_id,
-                               [MetricRow(m.rank, m.step, m.name, m.value, m.time, m.note) for m in request.metrics], request.source,
+                               [metric_from_pb(m) for m in request.metrics], request.source,
                                request.first_seq)
         return pb.ReportMetricsResponse()
 

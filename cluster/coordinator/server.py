@@ -38,6 +38,8 @@ def _guard(fn):
         try:
             return fn(self, request, context)
         except TfdistError as e:
+            if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack
+                log.exception("%s failed", fn.__name__)
             context.abort(grpc.StatusCode[e.grpc_code], str(e))
         except Exception as e:
             log.exception("%s failed", fn.__name__)

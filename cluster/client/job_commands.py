@@ -12,7 +12,7 @@ from typing import Callable
 
 from cluster.client.usage import COORDINATOR_ENV, UsageError
 from cluster.shared.auth import read_token
-from cluster.shared.config import ExperimentConfig, load_config
+from cluster.shared.config import ExperimentConfig, load_config, with_overrides
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -28,7 +28,7 @@ def launch_job(args) -> int:
         check_options(args.sbatch_options)
     config = load_config(args.config) if args.config else ExperimentConfig()
     entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
-    config = config.with_overrides(slots=args.slots, distribution=args.distribution, entrypoint=entry)
+    config = with_overrides(config, slots=args.slots, distribution=args.distribution, entrypoint=entry)
     if not config.entrypoint:
         raise UsageError("tfdist launch: no command to run; give one after `--` "
                          "(tfdist launch --slots 2 -- python train.py) or set `entrypoint` in --config")

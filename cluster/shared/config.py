@@ -1,4 +1,5 @@
-"""The experiment config: YAML in, one validated dataclass out.
+"""The experiment config's rules: YAML in, one validated `ExperimentConfig` out (the value itself lives in
+cluster/shared/experiment.py, which the mode planners read without these rules).
 
 Close to Determined's experiment config. A key tfdist does not implement is
 refused (with a "did you mean"), never silently ignored.
@@ -14,6 +15,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
 from cluster.shared.modes import PLANNERS
 from tfdist.errors import UserError
 
@@ -29,76 +31,29 @@ RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-LOCAL_ONLY = "local_only"  # field metadata: a fact of the submitting terminal, not carried with the job
-
-
 class ConfigError(UserError, ValueError):
     """A config value is wrong; the message names the value and the fix."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ExperimentConfig:
-    name: str = "tfdist-job"
-    entrypoint: tuple[str, ...] = ()
-    slots_per_trial: int = 1
-    distribution_mode: str = "auto"  # as configured; cluster/shared/modes/auto.py decides `auto`
-    num_ps: int = 1  # ps mode: parameter-server tasks
-    evaluator: bool = False  # ps mode: a side-car evaluator task
-    gradient_compression: str = "none"  # optimizations.gradient_compression (Horovod)
-    auto_tune_tensor_fusion: bool = False  # optimizations.auto_tune_tensor_fusion (Horovod's autotuner)
-    average_training_metrics: bool = False  # optimizations.average_training_metrics (tfdist's metrics callback)
-    aggregation_frequency: int = 1  # optimizations.aggregation_frequency: all-reduce every k steps
-    step_timeout: float = 600.0  # watchdog.step_timeout: seconds a rank may make no progress (0: off)
-    hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    environment_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # Restarts after a failure (the whole gang, from the latest checkpoint). 0 by default, unlike
-    # Determined's 5: a script with a bug would otherwise run six times before the user hears of it.
-    max_restarts: int = 0
-    checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): a directory every node shares
-    # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
-    # an unset one takes the allocation's tasks, a given one must agree with them.
-    slots_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})
-
-    @property
-    def global_batch_size(self) -> int | None:
-        return self.hyperparameters.get("global_batch_size")
-
-    def with_overrides(self, *, slots: int | None = None, distribution: str | None = None,
-                       entrypoint: tuple[str, ...] | list[str] | None = None) -> "ExperimentConfig":
-        """Applies command-line flags on top of the file, validated like the file."""
-        changes: dict[str, Any] = {}
-        if slots is not None:
-            changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1)
-            changes["slots_given"] = True
-        if distribution is not None:
-            changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
-        if entrypoint:
-            changes["entrypoint"] = tuple(entrypoint)
-        new = dataclasses.replace(self, **changes)
-        _check_mode_slots(new.distribution_mode, new.slots_per_trial, "--slots/--distribution")
-        _check_mode_options(new, "--distribution")
-        return new
-
-    @property
-    def optimizations(self) -> dict[str, Any]:
-        """The `optimizations` section as configured (what a JobSpec carries)."""
-        return {"gradient_compression": self.gradient_compression,
-                "auto_tune_tensor_fusion": self.auto_tune_tensor_fusion,
-                "average_training_metrics": self.average_training_metrics,
-                "aggregation_frequency": self.aggregation_frequency}
-
-    @property
-    def horovod_only_options(self) -> list[str]:
-        """Options set that only Horovod provides (they make `auto` choose Horovod)."""
-        chosen = []
-        if self.gradient_compression != "none":
-            chosen.append(f"optimizations.gradient_compression={self.gradient_compression}")
-        if self.auto_tune_tensor_fusion:
-            chosen.append("optimizations.auto_tune_tensor_fusion=true")
-        return chosen
-
-
 # ---------------------------------------------------------------- parsing
+
+def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distribution: str | None = None,
+                   entrypoint: tuple[str, ...] | list[str] | None = None) -> ExperimentConfig:
+    """Applies command-line flags on top of the file, validated like the file."""
+    changes: dict[str, Any] = {}
+    if slots is not None:
+        changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1)
+        changes["slots_given"] = True
+    if distribution is not None:
+        changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
+    if entrypoint:
+        changes["entrypoint"] = tuple(entrypoint)
+    new = dataclasses.replace(config, **changes)
+    _check_mode_slots(new.distribution_mode, new.slots_per_trial, "--slots/--distribution")
+    _check_mode_options(new, "--distribution")
+    return new
+
+
 
 def load_config(path: str) -> ExperimentConfig:
     """Reads and validates a YAML config file. Raises ConfigError."""

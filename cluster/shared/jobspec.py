@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from google.protobuf import json_format
 
-from cluster.shared.config import LOCAL_ONLY, ConfigError, ExperimentConfig, check_config
+from cluster.shared.config import ConfigError, check_config
+from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig
 from cluster.shared.modes import auto
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import UserError

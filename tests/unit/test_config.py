@@ -2,7 +2,7 @@
 
 import pytest
 
-from cluster.shared.config import ConfigError, ExperimentConfig, load_config, parse_config
+from cluster.shared.config import ConfigError, ExperimentConfig, load_config, parse_config, with_overrides
 
 GOOD = """
 name: digits
@@ -148,12 +148,12 @@ def test_unreadable_file(tmp_path):
 
 def test_overrides_are_validated_like_the_file():
     cfg = parse_config(GOOD)
-    assert cfg.with_overrides(slots=2).slots_per_trial == 2
-    assert cfg.with_overrides(entrypoint=["python", "x.py"]).entrypoint == ("python", "x.py")
+    assert with_overrides(cfg, slots=2).slots_per_trial == 2
+    assert with_overrides(cfg, entrypoint=["python", "x.py"]).entrypoint == ("python", "x.py")
     with pytest.raises(ConfigError, match=r"^--slots: must be at least 1, got 0$"):
-        cfg.with_overrides(slots=0)
+        with_overrides(cfg, slots=0)
     with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of auto, mwms, ps, horovod, mirrored, central_storage, one_device$"):
-        cfg.with_overrides(distribution="ring")
+        with_overrides(cfg, distribution="ring")
 
 
 @pytest.mark.parametrize("text, message", [

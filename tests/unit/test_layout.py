@@ -57,16 +57,12 @@ def _resolve(name: str) -> str | None:
 
 
 def _imports(module: str, path: pathlib.Path) -> set[str]:
-    """Every module of ours that `module` imports, anywhere in its body."""
+    """Every module of ours that `module` imports, anywhere in its body (under `if TYPE_CHECKING:` too:
+    a loop of annotations is a loop a reader follows)."""
     is_package = path.name == "__init__.py"
     package = module if is_package else module.rpartition(".")[0]
     found = set()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    typing_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block)
-                   for stmt in block.body for n in ast.walk(stmt)}
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue  # `if TYPE_CHECKING:` imports are for annotations; nothing runs them
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -83,14 +79,6 @@ def _imports(module: str, path: pathlib.Path) -> set[str]:
             if target is not None and target != module:
                 found.add(target)
     return found
-
-
-def _is_type_checking_block(node: ast.AST) -> bool:
-    if not isinstance(node, ast.If):
-        return False
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 GRAPH = {m: _imports(m, p) for m, p in MODULES.items()}

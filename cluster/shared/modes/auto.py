@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from cluster.shared.config import ExperimentConfig
+from cluster.shared.experiment import ExperimentConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,13 +6,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Callable, Mapping, Protocol, Sequence, TYPE_CHECKING
+from typing import Callable, Mapping, Protocol, Sequence
 
+from cluster.shared.experiment import ExperimentConfig
 from tfdist import batching, envvars
 from tfdist.errors import TfdistError
-
-if TYPE_CHECKING:  # annotations only: config.py reads the registry of modes from here
-    from cluster.shared.config import ExperimentConfig
 
 
 class PlanError(TfdistError):

@@ -11,14 +11,12 @@ rank: a global batch splits over every process. The job succeeds when every rank
 
 from __future__ import annotations
 
-from typing import Sequence, TYPE_CHECKING
+from typing import Sequence
 
+from cluster.shared.experiment import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, ProcessPlan, SuccessRule,
                                        common_env, job_services, layout, ports_per_process)
 from tfdist import envvars
-
-if TYPE_CHECKING:  # annotations only: config.py reads the registry of modes from here
-    from cluster.shared.config import ExperimentConfig
 
 
 def processes_on(node: NodePlacement) -> int:

@@ -8,14 +8,12 @@ The job succeeds when every rank exits 0.
 from __future__ import annotations
 
 import json
-from typing import Sequence, TYPE_CHECKING
+from typing import Sequence
 
+from cluster.shared.experiment import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
                                        job_services, layout, ports_per_process)
 from tfdist import envvars
-
-if TYPE_CHECKING:  # annotations only: config.py reads the registry of modes from here
-    from cluster.shared.config import ExperimentConfig
 
 
 def processes_on(node: NodePlacement) -> int:

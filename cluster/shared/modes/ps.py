@@ -21,14 +21,12 @@ worker library, see tfdist/compat/keras_ps.py).
 from __future__ import annotations
 
 import json
-from typing import Sequence, TYPE_CHECKING
+from typing import Sequence
 
+from cluster.shared.experiment import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, PlanError, ProcessPlan,
                                        SuccessRule, common_env, job_services, with_store)
 from tfdist import envvars
-
-if TYPE_CHECKING:  # annotations only: config.py reads the registry of modes from here
-    from cluster.shared.config import ExperimentConfig
 
 
 def _workers_on(node: NodePlacement) -> int:

@@ -9,13 +9,11 @@ TF_CONFIG: there is no cluster to join. The job succeeds when its process exits 
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Sequence, TYPE_CHECKING
+from typing import ClassVar, Sequence
 
+from cluster.shared.experiment import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, ProcessPlan, SuccessRule,
                                        common_env, job_services, layout, ports_per_process)
-
-if TYPE_CHECKING:  # annotations only: config.py reads the registry of modes from here
-    from cluster.shared.config import ExperimentConfig
 
 
 def processes_on(node: NodePlacement) -> int:

@@ -29,7 +29,8 @@ from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle, with_live
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
-                                        ProbeTask, RunCache, Settings, StartTask, Work)
+                                        RunCache, Settings)
+from cluster.shared.work import AgentReport, RunningJob, Work
 from cluster.shared.model import AgentRecord, Allocation, AllocState, JobSpec, JobState, LogLine, MetricRow, WorkerExit
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 from tfdist.metrics import RECORD_PREFIX
@@ -94,8 +95,8 @@ class CoordinatorCore:
         wanted = max(self.settings.heartbeat_interval, alive / self.settings.max_heartbeats_per_s)
         self._heartbeat_interval = min(wanted, max(self.settings.heartbeat_interval, self.settings.lost_after / 3))
 
-    def register(self, record: AgentRecord, running: Mapping[str, Iterable[int]], leased: Iterable[str],
-                 now: float, attempts: Mapping[str, int] | None = None) -> None:
+    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float) -> None:
+        """An agent (re)joins, saying what it runs and which jobs' ports it holds."""
         if not record.name or record.slots < 1:
             raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
         if record.gpus and len(record.gpus) != record.slots:
@@ -103,8 +104,8 @@ class CoordinatorCore:
         with self._event():
             self.store.upsert_agent(record, now)
             previous = self.agents.get(record.name)
-            agent = AgentLive(record, now, running={j: set(r) for j, r in running.items()}, leased=set(leased),
-                              attempts=dict(attempts or {}))
+            agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
+                              leased=set(leased), attempts={j.job_id: j.attempt for j in running})
             self.agents[record.name] = agent
             self._update_heartbeat_interval()
             log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
@@ -112,16 +113,12 @@ class CoordinatorCore:
             self._reconcile(agent, now, came_back=True)
             self.lifecycle.schedule(now)
 
-    def heartbeat(self, name: str, running: Mapping[str, Iterable[int]], leased: Iterable[str],
-                  port_results: Mapping[str, Sequence[int]], probe_results: Mapping[str, Sequence[tuple]],
-                  now: float, progress: Mapping[str, Mapping[int, tuple[int, float]]] | None = None,
-                  attempts: Mapping[str, int] | None = None) -> Work | None:
-        """Returns the agent's work, or None if it must register again. `progress`: job -> rank ->
-        (step, seconds since the rank last reported), for the step watchdog."""
-        leased = set(leased)
+    def heartbeat(self, report: AgentReport, now: float) -> Work | None:
+        """Returns the agent's work, or None if it must register again."""
+        name, leased = report.agent, set(report.leased_jobs)
         agent = self.agents.get(name)
-        if agent is not None and not agent.lost and not running and not leased and not port_results \
-                and not probe_results and not agent.busy and not self.allocs.on_agent(name):
+        if agent is not None and not agent.lost and not report.running and not leased and not report.port_results \
+                and not report.probe_results and not agent.busy and not self.allocs.on_agent(name):
             # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
             agent.last_heartbeat = now
             return Work()
@@ -130,17 +127,17 @@ class CoordinatorCore:
             if agent is None or agent.lost:
                 return None
             agent.last_heartbeat = now
-            agent.running = {j: set(r) for j, r in running.items()}
-            agent.attempts = dict(attempts or {})
+            agent.running = {j.job_id: set(j.joined_ranks) for j in report.running}
+            agent.attempts = {j.job_id: j.attempt for j in report.running}
             agent.leased = leased
-            for job_id, ranks in (progress or {}).items():
-                if job_id in agent.running and reconcile.runs_current(agent, job_id, self._attempt(job_id)):
-                    seen = self.run.progress.setdefault(job_id, {})
-                    seen.update({rank: (step, now - age) for rank, (step, age) in ranks.items()})
-            for job_id, busy in port_results.items():
+            for job in report.running:  # the step watchdog: when each rank last moved, on our clock
+                if job.progress and reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
+                    seen = self.run.progress.setdefault(job.job_id, {})
+                    seen.update({p.rank: (p.step, now - p.age) for p in job.progress})
+            for job_id, busy in report.port_results.items():
                 self._port_result(job_id, name, list(busy), now)
-            for job_id, failures in probe_results.items():
-                self._probe_result(job_id, name, list(failures), now)
+            for job_id, failures in report.probe_results.items():
+                self._probe_result(job_id, name, [(f.peer, f.address, f.port, f.error) for f in failures], now)
             self._reconcile(agent, now, came_back=False)
             return self._work_for(agent)
 

@@ -15,7 +15,7 @@ from cluster.shared.auth import TokenInterceptor, check_listen_policy
 from cluster.coordinator import views
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
-from cluster.shared.work import (RunningJob, agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
+from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
                                  running_from_pb, work_to_pb)
 from cluster.shared.model import Allocation, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -135,15 +135,6 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             for a in views.agents_view(self.core)])
 
 
-def _joined(running: tuple[RunningJob, ...]) -> dict[str, list[int]]:
-    """Job -> the ranks that joined, as the core takes what an agent says it runs."""
-    return {j.job_id: list(j.joined_ranks) for j in running}
-
-
-def _attempts(running: tuple[RunningJob, ...]) -> dict[str, int]:
-    return {j.job_id: j.attempt for j in running}
-
-
 class AgentServicer(pb_grpc.AgentServiceServicer):
     def __init__(self, core: CoordinatorCore, clock=time.time):
         self.core, self.clock = core, clock
@@ -164,21 +155,13 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     @_guard
     def Register(self, request, context):
-        running = tuple(running_from_pb(t) for t in request.running)
-        self.core.register(agent_from_pb(request.agent), _joined(running), list(request.leased_jobs), self.clock(),
-                           attempts=_attempts(running))
+        self.core.register(agent_from_pb(request.agent), tuple(running_from_pb(t) for t in request.running),
+                           tuple(request.leased_jobs), self.clock())
         return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval())
 
     @_guard
     def Heartbeat(self, request, context):
-        report = report_from_pb(request)
-        work = self.core.heartbeat(
-            report.agent, _joined(report.running), list(report.leased_jobs),
-            {job_id: list(busy) for job_id, busy in report.port_results.items()},
-            {job_id: [(f.peer, f.address, f.port, f.error) for f in failures]
-             for job_id, failures in report.probe_results.items()}, self.clock(),
-            progress={j.job_id: {p.rank: (p.step, p.age) for p in j.progress} for j in report.running if j.progress},
-            attempts=_attempts(report.running))
+        work = self.core.heartbeat(report_from_pb(request), self.clock())
         return work_to_pb(work, self.core.heartbeat_interval())
 
     @_guard

@@ -9,7 +9,7 @@ from typing import Callable, Generic, Iterable, TypeVar
 
 from cluster.shared.model import AgentRecord
 from cluster.shared.modes import JobPlan
-from cluster.shared.work import PROBE_TIMEOUT, ProbeTask, StartTask, Work  # noqa: F401 (re-exported)
+from cluster.shared.work import PROBE_TIMEOUT
 from tfdist.errors import NotFoundError, UserError
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from cluster.coordinator.values import AgentLive, ProbeTask, Settings, StartTask, Work
+from cluster.coordinator.values import AgentLive, Settings
+from cluster.shared.work import ProbeTask, StartTask, Work
 from cluster.shared.model import Allocation, AllocState, Job, JobState
 from cluster.shared.modes import JobPlan
 

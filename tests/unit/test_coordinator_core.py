@@ -9,6 +9,7 @@ from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Sett
 from cluster.coordinator.views import agents_view, job_view, jobs_view
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
+from cluster.shared.work import AgentReport, ProbeFailure, RunningJob
 from cluster.shared.model import Address, AgentRecord, AllocState, Gpu, JobSpec, JobState, WorkerExit
 from tfdist.errors import UserError
 from cluster.coordinator.store import Store
@@ -39,15 +40,20 @@ class Node:
         self.port_answers, self.probe_answers = {}, {}
         self.busy_ports, self.unreachable, self.join = set(), [], True
 
+    def _running(self):
+        return tuple(RunningJob(j, tuple(r), tuple(r), attempt=self.started[j].attempt if j in self.started else 0)
+                     for j, r in self.running.items())
+
     def register(self, now=0):
-        self.core.register(self.record, self.running, self.leased, now)
+        self.core.register(self.record, self._running(), self.leased, now)
 
     def beat(self, now):
         ports, self.port_answers = self.port_answers, {}
         probes, self.probe_answers = self.probe_answers, {}
-        attempts = {j: self.started[j].attempt for j in self.running if j in self.started}
-        work = self.core.heartbeat(self.name, self.running, self.leased - set(self.running), ports, probes, now,
-                                   attempts=attempts)
+        report = AgentReport(self.name, self._running(), tuple(self.leased - set(self.running)),
+                             {j: tuple(busy) for j, busy in ports.items()},
+                             {j: tuple(ProbeFailure(*f) for f in failures) for j, failures in probes.items()})
+        work = self.core.heartbeat(report, now)
         if work is None:
             return None
         for job_id, leased_ports in work.check_ports:
@@ -330,8 +336,8 @@ def test_a_node_that_never_starts_fails_the_job(core, nodes):
     nodes[0].beat(1)  # told to lease; it never answers, and a2 never hears of the job
     core.check_agents(now=5)
     nodes[1].beat(5)
-    core.heartbeat("a1", {}, [], {}, {}, now=17)
-    core.heartbeat("a2", {}, [], {}, {}, now=17)
+    core.heartbeat(AgentReport("a1"), now=17)
+    core.heartbeat(AgentReport("a2"), now=17)
     core.check_agents(now=17)
     assert job_view(core, job_id).job.message == (
         "node(s) a1, a2 did not start their workers within the startup timeout of 15s; the other workers were "

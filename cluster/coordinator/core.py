@@ -30,7 +30,7 @@ from cluster.coordinator.lifecycle import JobLifecycle, with_live
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
-from cluster.shared.work import AgentReport, RunningJob, Work
+from cluster.shared.work import AgentReport, ProbeFailure, RunningJob, Work
 from cluster.shared.model import AgentRecord, Allocation, AllocState, JobSpec, JobState, LogLine, MetricRow, WorkerExit
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 from tfdist.metrics import RECORD_PREFIX
@@ -137,7 +137,7 @@ class CoordinatorCore:
             for job_id, busy in report.port_results.items():
                 self._port_result(job_id, name, list(busy), now)
             for job_id, failures in report.probe_results.items():
-                self._probe_result(job_id, name, [(f.peer, f.address, f.port, f.error) for f in failures], now)
+                self._probe_result(job_id, name, failures, now)
             self._reconcile(agent, now, came_back=False)
             return self._work_for(agent)
 
@@ -201,7 +201,7 @@ class CoordinatorCore:
             self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {list(decision.ports)} instead",
                                   placement=with_live(job.placement, self.allocs.of_job(job_id)))
 
-    def _probe_result(self, job_id: str, agent: str, failures: list[tuple], now: float) -> None:
+    def _probe_result(self, job_id: str, agent: str, failures: Sequence[ProbeFailure], now: float) -> None:
         answer = leases.probe_answer(self.allocs.get(job_id, agent), self.allocs.of_job(job_id), failures)
         if isinstance(answer, policy.Outcome):
             self.lifecycle.fail(job_id, now, answer)

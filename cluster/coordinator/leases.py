@@ -12,6 +12,7 @@ from typing import Collection, Iterable, Sequence
 
 from cluster.coordinator import placement as placement_lib, policy
 from cluster.shared.model import Allocation, AllocState, JobState
+from cluster.shared.work import ProbeFailure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,13 +42,13 @@ def lease(count: int, port_range: tuple[int, int], in_use: Iterable[int], exclud
 
 
 def probe_answer(mine: Allocation | None, job_allocs: Sequence[Allocation],
-                 failures: Sequence[tuple]) -> policy.Outcome | AllocState | None:
+                 failures: Sequence[ProbeFailure]) -> policy.Outcome | AllocState | None:
     """REACHABLE when every peer answered; the job's failure when one did not (about ports still
     leased: an answer about ports leased again since is stale); None: a repeated or late answer."""
     if mine is None or mine.state != AllocState.LEASED:
         return None
     current = {(a.agent, a.address, p) for a in job_allocs for p in a.ports}
-    failures = [f for f in failures if tuple(f[:3]) in current]
+    failures = [f for f in failures if (f.peer, f.address, f.port) in current]
     if failures:
         return policy.unreachable(mine.agent, failures)
     return AllocState.REACHABLE

@@ -9,6 +9,7 @@ from typing import Collection, Iterable, Mapping, Sequence
 
 from cluster.shared.model import Allocation, AllocState, JobState, WorkerExit, describe_exit
 from cluster.shared.modes.base import SuccessRule
+from cluster.shared.work import ProbeFailure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,9 +124,10 @@ def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now
                                     "logs; the other workers were stopped", 1, rank)
 
 
-def unreachable(agent: str, failures: Sequence[tuple[str, str, int, str]]) -> Outcome:
+def unreachable(agent: str, failures: Sequence[ProbeFailure]) -> Outcome:
     """A node could not connect to a peer's leased ports before start: fail fast, naming both ends."""
-    peer, address, port, error = failures[0]
+    first = failures[0]
+    peer, address, port, error = first.peer, first.address, first.port, first.error
     more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
     return Outcome(JobState.FAILED, f"node {agent} cannot reach node {peer} at {address}:{port}: {error}{more}. "
                                     "Nothing was started. Check firewalls between the nodes, or start the "

@@ -9,6 +9,7 @@ from cluster.shared.config import ExperimentConfig
 from cluster.shared.model import (Address, AgentRecord, Allocation, AllocState, Job, JobSpec, JobState,
                                   WorkerExit)
 from cluster.shared.modes import JobPlan, ProcessPlan, SuccessRule
+from cluster.shared.work import ProbeFailure
 
 S = AllocState
 SETTINGS = Settings()
@@ -150,8 +151,8 @@ def test_port_answers():
 def test_probe_answers():
     two = allocs(S.LEASED, S.LEASED)
     assert leases.probe_answer(two[0], two, []) == S.REACHABLE
-    assert leases.probe_answer(two[0], two, [("a2", "10.0.0.2", 29999, "refused")]) == S.REACHABLE  # stale
-    failed = leases.probe_answer(two[0], two, [("a2", "10.0.0.2", 29500, "refused")])
+    assert leases.probe_answer(two[0], two, [ProbeFailure("a2", "10.0.0.2", 29999, "refused")]) == S.REACHABLE  # stale
+    failed = leases.probe_answer(two[0], two, [ProbeFailure("a2", "10.0.0.2", 29500, "refused")])
     assert failed.message.startswith("node a1 cannot reach node a2 at 10.0.0.2:29500: refused.")
     assert leases.probe_answer(allocs(S.REACHABLE)[0], two, []) is None
 

@@ -14,7 +14,6 @@ from typing import Mapping
 from cluster.shared.model import Address, AgentRecord, Gpu, MetricRow, WorkerExit
 from cluster.shared.modes.base import ProcessPlan
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
-from tfdist import envvars
 
 PROBE_TIMEOUT = 3.0  # seconds a node waits for each peer's port to accept a connection
 
@@ -104,7 +103,8 @@ def work_to_pb(work: Work | None, interval: float) -> pb.HeartbeatResponse:
         start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace,
                             store_port=s.store_port, attempt=s.attempt, workers=[
             pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
-                             expendable=p.expendable)
+                             expendable=p.expendable, node_rank=p.node_rank, local_rank=p.local_rank,
+                             local_size=p.local_size, replicas=p.replicas, role=p.role)
             for p in s.processes]) for s in work.start],
         stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval,
         dump_stacks=work.dump_stacks, preempt=work.preempt)
@@ -133,20 +133,10 @@ def _start_from_pb(task: pb.StartTask) -> StartTask:
 
 
 def _process_from_pb(w: pb.WorkerProcess) -> ProcessPlan:
-    """The wire carries a process's rank, port, GPUs, env and expendability; where it stands in the job
-    is read back from the variables every mode sets in that env (defaults where one is missing)."""
-    env = dict(w.env)
-
-    def number(name: str, default: int) -> int:
-        try:
-            return int(env.get(name, default))
-        except ValueError:
-            return default
-
-    return ProcessPlan(rank=w.rank, node_rank=number(envvars.NODE_RANK, 0),
-                       local_rank=number(envvars.LOCAL_RANK, 0), local_size=number(envvars.LOCAL_SIZE, 1),
-                       port=w.port, gpus=tuple(w.gpus), replicas=number(envvars.LOCAL_SLOTS, 1), env=env,
-                       role=env.get(envvars.ROLE, "worker"), expendable=w.expendable)
+    """A coordinator older than the layout fields sends none: a one-slot worker alone on its node."""
+    return ProcessPlan(rank=w.rank, node_rank=w.node_rank, local_rank=w.local_rank, local_size=w.local_size or 1,
+                       port=w.port, gpus=tuple(w.gpus), replicas=w.replicas or 1, env=dict(w.env),
+                       role=w.role or "worker", expendable=w.expendable)
 
 
 # ---------------------------------------------------------------- agent report <-> wire

@@ -423,7 +423,7 @@ class PortCheck(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class WorkerProcess(_message.Message):
-    __slots__ = ("rank", "command", "env", "port", "gpus", "expendable")
+    __slots__ = ("rank", "command", "env", "port", "gpus", "expendable", "node_rank", "local_rank", "local_size", "replicas", "role")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -437,13 +437,23 @@ class WorkerProcess(_message.Message):
     PORT_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     EXPENDABLE_FIELD_NUMBER: _ClassVar[int]
+    NODE_RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     rank: int
     command: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
     port: int
     gpus: _containers.RepeatedScalarFieldContainer[int]
     expendable: bool
-    def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., expendable: _Optional[bool] = ...) -> None: ...
+    node_rank: int
+    local_rank: int
+    local_size: int
+    replicas: int
+    role: str
+    def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., expendable: _Optional[bool] = ..., node_rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_size: _Optional[int] = ..., replicas: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
 
 class StartTask(_message.Message):
     __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "store_port", "attempt")

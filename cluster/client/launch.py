@@ -19,7 +19,6 @@ from cluster.shared.commands import resolve_command
 from cluster.shared.config import ExperimentConfig
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
 from cluster.shared import jobspec, modes
-from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
 from tfdist.errors import UnavailableError, UserError
@@ -109,17 +108,13 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
         if slurm.in_allocation(os.environ):  # an sbatch script or salloc shell: the allocation's nodes
             allocation = slurm.allocation_from_env(os.environ)
             slots = slurm.check_slots(config.slots_per_trial if config.slots_given else None, allocation)
-            if slots:
-                config = dataclasses.replace(config, slots_per_trial=slots)
             embedded = slurm.SlurmCluster(allocation, state_dir=state_dir or slurm.state_dir(config, allocation))
             token = embedded.token
             paused = embedded.paused_job()
-            if not slots:  # GPU allocation: the GPUs the agents found
-                config = dataclasses.replace(config, slots_per_trial=embedded.slots())
-            spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config,
-                                                                        slots_per_trial=config.slots_per_trial))
+            slots = slots or embedded.slots()  # a GPU allocation: the GPUs the agents found
+            spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, slots_per_trial=slots))
             sys.stderr.write(f"tfdist: Slurm allocation {allocation.job_id}: {len(allocation.nodes)} node(s) "
-                             f"({', '.join(allocation.nodes)}), {config.slots_per_trial} slot(s)\n")
+                             f"({', '.join(allocation.nodes)}), {slots} slot(s)\n")
         else:
             embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
         coordinator = embedded.address

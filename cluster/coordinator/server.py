@@ -20,7 +20,7 @@ from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, re
 from cluster.shared.model import Allocation, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
-from cluster.coordinator.store import Store
+from cluster.coordinator.store import SqliteStore
 from tfdist.errors import TfdistError
 
 log = logging.getLogger("tfdist.coordinator")
@@ -195,7 +195,7 @@ class CoordinatorServer:
         # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
         # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
         sys.setswitchinterval(0.0005)
-        self.store = Store(f"{state_dir}/coordinator.sqlite" if state_dir != ":memory:" else ":memory:")
+        self.store = SqliteStore(f"{state_dir}/coordinator.sqlite" if state_dir != ":memory:" else ":memory:")
         self.core = CoordinatorCore(self.store, settings, now=time.time())
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

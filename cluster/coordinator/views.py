@@ -12,7 +12,6 @@ import time
 
 from cluster.coordinator.core import CoordinatorCore
 from cluster.shared.model import AgentRecord, Allocation, Checkpoint, Job, LogLine, MetricRow, WorkerExit
-from cluster.coordinator.store import Reader
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +75,7 @@ class LogFollower:
 
     def __init__(self, core: CoordinatorCore):
         self.core = core
-        self.reader = Reader(core.store)
+        self.reader = core.store.reader()
 
     def logs(self, job_ref: str, after_seq: int, rank: int, limit: int, wait: float = 0.0,
              clock=time.monotonic) -> tuple[list[LogLine], bool]:

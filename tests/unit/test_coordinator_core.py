@@ -12,7 +12,7 @@ from cluster.shared.config import ExperimentConfig
 from cluster.shared.work import AgentReport, ProbeFailure, RunningJob
 from cluster.shared.model import Address, AgentRecord, AllocState, Gpu, JobSpec, JobState, WorkerExit
 from tfdist.errors import UserError
-from cluster.coordinator.store import Store
+from cluster.coordinator.store import SqliteStore
 
 ADDR = {"a1": (Address("198.18.0.2", 24, "eth0"),),
         "a2": (Address("198.18.0.3", 24, "eth0"), Address("10.9.0.3", 16, "eth1"))}
@@ -88,7 +88,7 @@ def drive(nodes, now, rounds=8):
 
 @pytest.fixture
 def core(tmp_path):
-    return CoordinatorCore(Store(str(tmp_path / "c.sqlite")), Settings(lost_after=10, port_range=(30000, 30009),
+    return CoordinatorCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(lost_after=10, port_range=(30000, 30009),
                                                                       startup_timeout=60))
 
 
@@ -292,7 +292,7 @@ def test_an_agent_that_comes_back_without_its_workers_fails_their_job_at_once(co
 
 def test_a_coordinator_restart_keeps_what_agents_hold(tmp_path):
     path = str(tmp_path / "c.sqlite")
-    core = CoordinatorCore(Store(path), Settings(port_range=(30000, 30009)))
+    core = CoordinatorCore(SqliteStore(path), Settings(port_range=(30000, 30009)))
     nodes = [Node(core, "a1"), Node(core, "a2")]
     for n in nodes:
         n.register()
@@ -300,7 +300,7 @@ def test_a_coordinator_restart_keeps_what_agents_hold(tmp_path):
     drive(nodes, 1)
     leased = core.submit(spec(4), now=1)[0]  # waits: the cluster is full
     core.store.close()
-    core = CoordinatorCore(Store(path), Settings(port_range=(30000, 30009)), now=100)  # kill -9: the file survives
+    core = CoordinatorCore(SqliteStore(path), Settings(port_range=(30000, 30009)), now=100)  # kill -9: the file survives
     for n in nodes:
         n.core = core
         n.register(now=100)  # the agents re-attach with what they run

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cluster.coordinator.store import MemoryStore, Reader, SqliteStore
+from cluster.coordinator.store import MemoryStore, SqliteStore
 from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, JobSpec, JobState,
                                   LogLine, MetricRow, WorkerExit)
 
@@ -279,7 +279,7 @@ def test_threads_append_concurrently_and_every_line_gets_its_own_number(store):
 
 
 def test_the_reader_sees_commits(store):
-    reader = Reader(store)
+    reader = store.reader()
     store.insert_job("1-ab", 1, spec(), 0.0, "submitted")
     store.append_logs("1-ab", [out("x"), out("y", rank=1)])
     assert reader.job("1-ab").id == "1-ab" and reader.job_by_seq(1).id == "1-ab" and reader.job("2-cd") is None

@@ -8,17 +8,13 @@ import subprocess
 import sys
 import textwrap
 
-from cluster.coordinator.store import Reader, SqliteStore, Store
+from cluster.coordinator.store import SqliteStore
 from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, LogLine,
                                   WorkerExit)
 
 
 def spec(**fields):
     return JobSpec.from_dict({"entrypoint": ["x"], "slots": 2, **fields})
-
-
-def test_store_is_the_sqlite_store():
-    assert Store is SqliteStore
 
 
 def test_survives_reopen(tmp_path):
@@ -33,7 +29,7 @@ def test_survives_reopen(tmp_path):
     assert s.job("j").spec == spec() and s.agents() == [record]
     s.append_logs("j", [LogLine(0, "stdout", "y", 0.0)])
     assert [l.seq for l in s.logs("j")] == [1, 2]
-    reader = Reader(s)
+    reader = s.reader()
     assert reader.job("j").id == "j" and [l.text for l in reader.logs("j", 0, -1, 10)] == ["x", "y"]
     assert not reader.ended("j")
     s.close()

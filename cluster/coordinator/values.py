@@ -51,6 +51,9 @@ class Settings:
     startup_timeout: float = 300.0  # for jobs that do not set their own
     stack_dump_grace: float = 3.0  # step watchdog: from asking for stacks to failing the job
     probe_timeout: float = PROBE_TIMEOUT
+    # Each job run's key-value store secret is HMAC(store_key, "job_id/attempt"): the same after a
+    # coordinator restart (the daemon derives it from its credentials' secret), unknown to anyone else.
+    store_key: bytes = b""
 
 
 @dataclasses.dataclass

@@ -137,7 +137,7 @@ class WorkerExit(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., tolerated: _Optional[bool] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank", "attempt", "restarts", "latest_checkpoint")
+    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank", "attempt", "restarts", "latest_checkpoint", "owner")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,7 @@ class Job(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: str
@@ -170,7 +171,8 @@ class Job(_message.Message):
     attempt: int
     restarts: int
     latest_checkpoint: Checkpoint
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., failed_rank: _Optional[int] = ..., attempt: _Optional[int] = ..., restarts: _Optional[int] = ..., latest_checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ...) -> None: ...
+    owner: str
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., failed_rank: _Optional[int] = ..., attempt: _Optional[int] = ..., restarts: _Optional[int] = ..., latest_checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
     __slots__ = ("step", "path", "attempt", "time")
@@ -237,14 +239,26 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_size", "page_token", "states", "summary")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    states: _containers.RepeatedScalarFieldContainer[str]
+    summary: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[str]] = ..., summary: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "next_page_token", "total")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -456,7 +470,7 @@ class WorkerProcess(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., port: _Optional[int] = ..., gpus: _Optional[_Iterable[int]] = ..., expendable: _Optional[bool] = ..., node_rank: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_size: _Optional[int] = ..., replicas: _Optional[int] = ..., role: _Optional[str] = ...) -> None: ...
 
 class StartTask(_message.Message):
-    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "store_port", "attempt")
+    __slots__ = ("job_id", "working_dir", "workers", "startup_timeout", "failure_grace", "store_port", "attempt", "store_secret")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
@@ -464,6 +478,7 @@ class StartTask(_message.Message):
     FAILURE_GRACE_FIELD_NUMBER: _ClassVar[int]
     STORE_PORT_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STORE_SECRET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     working_dir: str
     workers: _containers.RepeatedCompositeFieldContainer[WorkerProcess]
@@ -471,7 +486,8 @@ class StartTask(_message.Message):
     failure_grace: float
     store_port: int
     attempt: int
-    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., store_port: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    store_secret: str
+    def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., store_port: _Optional[int] = ..., attempt: _Optional[int] = ..., store_secret: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results")

@@ -16,6 +16,11 @@ nothing (tests/unit/test_error_hierarchy.py checks that every error of
     InternalError              1   INTERNAL             an invariant of tfdist broke: a bug to report
     LaunchEnvironmentError     1   INTERNAL             the launcher's environment is missing or inconsistent
     DownloadError              1   INTERNAL             a rank- or node-scoped download failed
+    UnauthenticatedError       1   UNAUTHENTICATED      no credential, a wrong one, or a server that failed verification
+    PermissionDeniedError      1   PERMISSION_DENIED    a valid credential asking for what its role may not do
+    ResourceExhaustedError     1   RESOURCE_EXHAUSTED   a limit was reached (disk full, a size or count cap)
+    UnsafePathError            1   FAILED_PRECONDITION  a directory or file tfdist would use is not the user's own
+                                                        (owner, mode, symlink): the message names it and its owner
 """
 
 
@@ -57,3 +62,28 @@ class LaunchEnvironmentError(TfdistError):
 
 class DownloadError(TfdistError):
     """A rank- or node-scoped download failed."""
+
+
+class UnauthenticatedError(TfdistError):
+    """No credential, a wrong one, or a server whose certificate did not verify."""
+
+    grpc_code = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(TfdistError):
+    """A valid credential asked for something its role may not do (another user's job, a node's RPC)."""
+
+    grpc_code = "PERMISSION_DENIED"
+
+
+class ResourceExhaustedError(TfdistError):
+    """A limit was reached: the disk is full, or a size or count cap; the message names which."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
+class UnsafePathError(TfdistError):
+    """A directory or file tfdist would use is not private to the user (someone else's, group/world
+    accessible, or a symlink): using it would let another user read or redirect tfdist's files."""
+
+    grpc_code = "FAILED_PRECONDITION"

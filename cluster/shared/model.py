@@ -141,6 +141,7 @@ class Job:
     preempt_requested: bool = False  # `tfdist preempt` (or SIGTERM to `tfdist launch`) asked this run to stop
     preempted_step: int | None = None  # the step this run's workers stopped and saved at
     preemptible: bool = False  # this run's chief checks for preemption (it reached its first step boundary)
+    owner: str = ""  # who submitted it: the user credential's name ("" for jobs stored before owners)
 
     @property
     def terminal(self) -> bool:

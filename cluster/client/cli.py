@@ -16,7 +16,7 @@ import sys
 from typing import Sequence
 
 from cluster.client.commands_table import COMMANDS, Arg, OneOf
-from cluster.client.usage import COORDINATOR_ENV, TOKEN_FILE_ENV, UsageError  # noqa: F401 (the CLI's names)
+from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV, UsageError  # noqa: F401 (the CLI's names)
 from tfdist.errors import TfdistError
 
 USAGE_ERROR = UsageError.exit_code

@@ -7,12 +7,11 @@ import argparse
 import dataclasses
 import functools
 import os
-import socket
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from cluster.client import daemon_commands, job_commands
-from cluster.client.usage import COORDINATOR_ENV, TOKEN_FILE_ENV
+from cluster.client import credentials_commands, daemon_commands, job_commands
+from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV
 from cluster.shared.config import DISTRIBUTION_MODES
 
 
@@ -87,9 +86,10 @@ def _env(name: str, fallback: str | None = None) -> Callable[[], str | None]:
 
 COORDINATOR = arg("--coordinator", metavar="HOST:PORT", default_from=_env(COORDINATOR_ENV),
                   help=f"the coordinator (default ${COORDINATOR_ENV})")
-TOKEN_FILE = arg("--token-file", metavar="FILE", default_from=_env(TOKEN_FILE_ENV),
-                 help=f"file holding the coordinator's token (default ${TOKEN_FILE_ENV})")
-CLIENT = (COORDINATOR, TOKEN_FILE)
+CREDENTIALS = arg("--credentials", metavar="FILE", default_from=_env(CREDENTIALS_ENV),
+                  help=f"your credential file from `tfdist credentials` (default ${CREDENTIALS_ENV}; coordinators "
+                       "you run on this machine need none)")
+CLIENT = (COORDINATOR, CREDENTIALS)
 JOB_ID = arg("job_id", metavar="ID")
 JSON = arg("--json", action="store_true")
 SLOTS = arg("--slots", type=integer, metavar="N")
@@ -122,16 +122,19 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
         "exits with its code")),
     COORDINATOR.but(help=f"the coordinator (default ${COORDINATOR_ENV}); without it, an embedded coordinator runs "
                          "the job on this machine"),
-    TOKEN_FILE,
+    CREDENTIALS,
     arg("entry", nargs=argparse.REMAINDER, metavar="-- COMMAND",
         help="the command each worker runs; default: the config's entrypoint"),
 ))
 
 COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon_commands.run_coordinator, args=(
     arg("--listen", default="127.0.0.1:7470", metavar="HOST:PORT",
-        help="address to serve on (default 127.0.0.1:7470; beyond loopback needs --token-file)"),
+        help="address to serve on (default 127.0.0.1:7470); TLS, and every call needs a credential"),
     arg("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives"),
-    TOKEN_FILE.but(help=None),
+    arg("--credentials-dir", metavar="DIR", help="the cluster's CA, certificate and secret from `tfdist credentials` "
+                                                 "(default: STATE_DIR/credentials, made on first start)"),
+    arg("--insecure-plaintext", action="store_true",
+        help="serve without TLS (credentials still required): only on a network you trust completely"),
     _seconds("--lost-after", 6.0, "declare an agent lost after this long without a heartbeat (default 6)"),
     _seconds("--stop-grace", 5.0, "a canceled job's workers get SIGTERM, then SIGKILL this much later (default 5)"),
     _seconds("--failure-grace", 1.0, "the same for a failed job's surviving workers (default 1)"),
@@ -145,16 +148,41 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon
 AGENT = Command("agent", "run a node agent", daemon_commands.run_agent, args=(
     *CLIENT,
     SLOTS.but(help="CPU worker slots (default: the node's GPU count)"),
-    arg("--name", default_from=socket.gethostname, help="node name (default: the host name)"),
+    arg("--name", help="node name (default: the name in its node credential, else the host name)"),
     arg("--slurm", action="store_true", help="started by `tfdist launch` inside a Slurm allocation: name, slots and "
-                                             "token from the step's environment"),
+                                             "credential from the step's environment"),
     VERBOSITY,
 ))
+
+CREDENTIALS_COMMAND = Command(
+    "credentials", "make a cluster's CA and certificate, and credentials for nodes and users",
+    credentials_commands.make_credentials, description=(
+        "Makes DIR the cluster's credentials directory if it is not one yet (a CA, the coordinator's TLS "
+        "certificate, a secret; or your site's certificates with --site-cert/--site-key/--site-ca), then writes "
+        "one credential file per --node/--user/--admin/--monitor into DIR/issued (or -o FILE for one). Give "
+        "each node its file (`tfdist agent --credentials FILE`) and each user theirs (`--credentials FILE`)."),
+    args=(
+        arg("dir", metavar="DIR", help="the credentials directory (`tfdist coordinator --credentials-dir DIR`)"),
+        arg("--node", action="append", default=[], metavar="NAME", help="a node credential for NAME (repeatable)"),
+        arg("--user", action="append", default=[], metavar="NAME", help="a user credential (repeatable)"),
+        arg("--admin", action="append", default=[], metavar="NAME", help="an admin credential: acts on every job"),
+        arg("--monitor", action="append", default=[], metavar="NAME", help="a read-only credential for monitoring"),
+        arg("--host", action="append", default=[], metavar="NAME_OR_IP",
+            help="a name or address the coordinator is reached at (into a new certificate; repeatable)"),
+        arg("--coordinator", metavar="HOST:PORT", help="written into the files, so their holders need no --coordinator"),
+        arg("-o", "--output", metavar="FILE", help="the file for the one credential asked for"),
+        arg("--site-cert", metavar="PEM", help="your site's certificate for the coordinator (with --site-key, --site-ca)"),
+        arg("--site-key", metavar="PEM"),
+        arg("--site-ca", metavar="PEM", help="the CA clients verify --site-cert with"),
+        arg("--insecure-plaintext", action="store_true", help="credentials for a coordinator run with "
+                                                               "--insecure-plaintext"),
+    ))
 
 COMMANDS: tuple[Command, ...] = (
     LAUNCH,
     COORDINATOR_DAEMON,
     AGENT,
+    CREDENTIALS_COMMAND,
     Command("jobs", "list jobs", job_commands.list_jobs, (*CLIENT, JSON, SLURM_JOBS)),
     Command("job", "show one job: state, placement, why it waits, how it ended", job_commands.show_job,
             (*CLIENT, JOB_ID, JSON)),

@@ -1,12 +1,12 @@
 """What every `tfdist` command shares below the command table: the error for a wrong command line and the
-environment variables that stand in for --coordinator and --token-file."""
+environment variables that stand in for --coordinator and --credentials."""
 
 from __future__ import annotations
 
 from tfdist.errors import UserError
 
 COORDINATOR_ENV = "TFDIST_COORDINATOR"
-TOKEN_FILE_ENV = "TFDIST_TOKEN_FILE"
+CREDENTIALS_ENV = "TFDIST_CREDENTIALS"  # cluster/shared/auth.py reads it too
 
 
 class UsageError(UserError):

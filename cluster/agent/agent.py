@@ -21,6 +21,8 @@ import tempfile
 import threading
 import time
 
+import grpc
+
 from cluster.agent.edge import CoordinatorLink
 from cluster.agent.job_run import JobRun
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
@@ -29,6 +31,7 @@ from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
 from cluster.agent.ports import PortLease, Prober, lease_exact
 from cluster.agent.start_plan import node_facts, plan_start
+from cluster.shared.credentials import Credential
 from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.work import AgentReport, ProbeTask, RunningJob, StartTask, Work
@@ -37,6 +40,7 @@ from tfdist.errors import UserError
 log = logging.getLogger("tfdist.agent")
 WATCH_WAIT = 10.0  # seconds one WaitForWork long poll may be held by the coordinator
 WATCH_BACKOFF = 30.0  # seconds of heartbeats alone when the coordinator had no waiting slot
+REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable coordinator
 FINISHED_KEPT = 10_000  # runs remembered as finished (a repeated start of one is ignored)
 
@@ -45,8 +49,12 @@ class NoSlotsError(UserError, ValueError):
     """The node has nothing to run workers on: no GPUs found and no CPU slots given."""
 
 
+class NodeCredentialError(UserError):
+    """The agent's credential is not a node credential for its own name."""
+
+
 class Agent:
-    def __init__(self, coordinator: str, *, name: str, slots: int | None = None, token: str | None = None,
+    def __init__(self, coordinator: str, *, name: str, credential: Credential, slots: int | None = None,
                  addresses: list[Address] | None = None, gpus: list[Gpu] | None = None):
         if slots is None:
             gpus = discover_gpus() if gpus is None else gpus
@@ -61,7 +69,10 @@ class Agent:
         self.slots = len(self.gpus) if self.gpus else slots
         self.addresses = addresses or [Address(a["ip"], a["prefix_len"], a.get("interface", ""))
                                        for a in discover_addresses(coordinator)]
-        self.client = Client(coordinator, token)
+        if credential.kind != "node" or credential.name != name:
+            raise NodeCredentialError(f"agent {name!r} needs a node credential issued for {name!r}; this one is for "
+                                      f"{credential.kind} {credential.name!r} (`tfdist credentials issue --node {name}`)")
+        self.client = Client(coordinator, credential)
         self.link = CoordinatorLink(self.client, name)
         self.heartbeat_interval = 1.0
         self.source = f"{name}/{secrets.token_hex(4)}"  # this agent process, for the coordinator's dedup
@@ -79,6 +90,7 @@ class Agent:
         self._prober = Prober(on_done=self._wake.set)  # its results go with the next heartbeat
         self._registered = False
         self.registered = threading.Event()  # set once the first registration succeeded
+        self.refused = ""  # why the coordinator refused this node's credential (run() then returns)
         self._groups = GroupsFile(name)
 
     # ---------------------------------------------------------------- main loop
@@ -92,6 +104,11 @@ class Agent:
                     self._register()
                 urgent = self._heartbeat()
             except ClientError as e:
+                if e.code in REFUSED and not self._registered:  # a credential problem: retrying will not help
+                    self.refused = f"the coordinator refused this node's credential: {e}"
+                    log.error("%s", self.refused)
+                    self._stop.set()
+                    return
                 log.warning("coordinator unreachable (%s); workers keep running, retrying", e)
                 urgent = False
             if not urgent:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 
-from cluster.client.usage import COORDINATOR_ENV, UsageError
-from cluster.shared.auth import read_token
+from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV, UsageError
+from cluster.shared.auth import publish_local, unpublish_local, user_name
+from cluster.shared.credentials import Authority, Credential
 from tfdist.errors import UserError
+from tfdist.private_files import private_dir
 
 STOP_DEADLINE = 10.0  # seconds a daemon may take to stop after SIGTERM, whatever the other side does
 
@@ -42,7 +45,7 @@ def _stop_on_signal() -> threading.Event:
     return stop
 
 
-def _serve(stop: threading.Event, shutdown, what: str) -> int:
+def _serve(stop: threading.Event, shutdown, what: str, failure=lambda: "") -> int:
     """Waits for the stop signal, then runs `shutdown` under a deadline: a daemon stops within
     STOP_DEADLINE seconds even if a peer hangs, a call blocks or a thread does not end."""
     while not stop.wait(1.0):
@@ -60,47 +63,77 @@ def _serve(stop: threading.Event, shutdown, what: str) -> int:
     watchdog.start()
     shutdown()
     log.info("stopped")
+    why = failure()
+    if why:
+        sys.stderr.write(f"tfdist {what}: error: {why}\n")
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # nothing left worth waiting for: no interpreter teardown behind gRPC's threads
+    os._exit(1 if why else 0)  # nothing left worth waiting for: no interpreter teardown behind gRPC's threads
 
 
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings
 
     stop = _stop_on_signal()
-    token = read_token(args.token_file)
     _setup_daemon_logging(args.verbosity)
+    private_dir(args.state_dir)
+    credentials_dir = args.credentials_dir or os.path.join(args.state_dir, "credentials")
+    host = args.listen.rsplit(":", 1)[0].strip("[]")
+    authority, made = Authority.load_or_create(credentials_dir, hosts=[host, socket.gethostname(), socket.getfqdn()])
+    if args.insecure_plaintext:
+        sys.stderr.write("tfdist: warning: --insecure-plaintext: no TLS. Credentials and job data cross the network "
+                         "in the clear, and clients cannot tell this coordinator from an impostor\n")
     settings = Settings(lost_after=args.lost_after, heartbeat_interval=args.heartbeat_interval,
                         stop_grace=args.stop_grace, failure_grace=args.failure_grace,
                         port_range=args.port_range, subnet=args.subnet)
-    server = CoordinatorServer(args.state_dir, args.listen, token, settings).start()
-    print(f"tfdist coordinator listening on {server.address} (state in {args.state_dir})", flush=True)
-    return _serve(stop, lambda: server.stop(grace=1.0), "coordinator")
+    server = CoordinatorServer(args.state_dir, args.listen, authority, settings,
+                               plaintext=args.insecure_plaintext).start()
+    published = publish_local(server.issue("admin", user_name()), server.port)
+    transport = "plaintext" if args.insecure_plaintext else "TLS"
+    print(f"tfdist coordinator listening on {server.address} ({transport}; state in {args.state_dir})", flush=True)
+    print(f"tfdist: credentials in {credentials_dir}{' (made now)' if made else ''}; yours is {published} (tfdist "
+          f"commands on this machine find it); for a node: tfdist credentials {credentials_dir} --node NAME", flush=True)
+
+    def shutdown():
+        unpublish_local(published)
+        server.stop(grace=1.0)
+
+    return _serve(stop, shutdown, "coordinator")
 
 
 def run_agent(args) -> int:
     from cluster.agent.daemon import Agent
 
     stop = _stop_on_signal()
-    if not args.coordinator:
-        raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"tfdist agent: --slots must be at least 1, got {args.slots}")
-    token = read_token(args.token_file)
+    credential = Credential.load(args.credentials) if args.credentials else None
+    name = args.name or (credential.name if credential else socket.gethostname())
     if args.slurm:
         from cluster.slurm import allocation as slurm
 
-        args.name, args.slots, token = slurm.agent_identity(os.environ, args.name, args.slots, token)
+        name, args.slots, credential = slurm.agent_identity(os.environ, name, args.slots, credential)
+    if credential is None:
+        raise UsageError(f"tfdist agent: --credentials FILE is required: this node's credential, made on the "
+                         f"coordinator's host with `tfdist credentials DIR --node {name}` (or set {CREDENTIALS_ENV})")
+    coordinator = args.coordinator or credential.coordinator
+    if not coordinator:
+        raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
     try:
-        agent = Agent(args.coordinator, name=args.name, slots=args.slots, token=token)
-    except UserError as e:  # no GPUs and no --slots (NoSlotsError)
+        agent = Agent(coordinator, name=name, slots=args.slots, credential=credential)
+    except UserError as e:  # no GPUs and no --slots (NoSlotsError), a credential for another node
         raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging(args.verbosity)
     if args.slurm:
         _slurm_sigterm(stop, agent)
-    threading.Thread(target=agent.run, daemon=True).start()
-    return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent")
+
+    def run():
+        agent.run()
+        if agent.refused:
+            stop.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent", lambda: agent.refused)
 
 
 def _slurm_sigterm(stop: threading.Event, agent) -> None:

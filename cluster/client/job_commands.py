@@ -10,8 +10,8 @@ import shutil
 import sys
 from typing import Callable
 
-from cluster.client.usage import COORDINATOR_ENV, UsageError
-from cluster.shared.auth import read_token
+from cluster.client.usage import UsageError
+from cluster.shared.auth import find_credential
 from cluster.shared.config import ExperimentConfig, load_config, with_overrides
 
 Handler = Callable[[argparse.Namespace], int]
@@ -37,7 +37,10 @@ def launch_job(args) -> int:
     if args.detach and not args.coordinator:
         raise UsageError("tfdist launch: --detach needs --coordinator or --slurm (an embedded coordinator ends "
                          "with launch)")
-    return launch(config, coordinator=args.coordinator, token=read_token(args.token_file), detach=args.detach,
+    coordinator, credential = args.coordinator, None
+    if coordinator or args.credentials:
+        coordinator, credential = find_credential(coordinator, args.credentials)
+    return launch(config, coordinator=coordinator, credential=credential, detach=args.detach,
                   startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority)
 
 
@@ -71,9 +74,8 @@ def on_slurm(args) -> bool:
 def _client(args):
     from cluster.shared.rpc import Client
 
-    if not args.coordinator:
-        raise UsageError(f"tfdist {args.command}: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
-    return Client(args.coordinator, read_token(args.token_file))
+    address, credential = find_credential(args.coordinator, args.credentials)
+    return Client(address, credential)
 
 
 def asks_coordinator(ask: Callable, slurm: Handler | None = None) -> Handler:

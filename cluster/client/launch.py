@@ -14,6 +14,8 @@ import time
 import uuid
 
 from cluster.slurm import allocation as slurm
+from cluster.shared.auth import publish_local, unpublish_local, user_name
+from cluster.shared.credentials import Credential
 from cluster.shared.rpc import Client
 from cluster.shared.commands import resolve_command
 from cluster.shared.config import ExperimentConfig
@@ -21,7 +23,7 @@ from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, 
 from cluster.shared import jobspec, modes
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
-from tfdist.errors import UnavailableError, UserError
+from tfdist.errors import UnavailableError, UnsafePathError, UserError
 
 
 def preflight(config: ExperimentConfig) -> None:
@@ -67,14 +69,22 @@ class EmbeddedCluster:
         from cluster.coordinator.daemon import CoordinatorServer, Settings
         from cluster.shared.model import Address
 
-        self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")
+        self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")  # fresh, 0700
         # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart. The
         # coordinator wakes its agent when a job is placed (WaitForWork), so a slow heartbeat costs no
         # start-up time and leaves the CPU to the workers.
         settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
+        # TLS on loopback too, with a fresh authority in memory: another user of this machine can reach the
+        # port but holds no credential. This user's other terminals find theirs in the runtime dir.
         self.server = CoordinatorServer(state_dir or self._tmp, "127.0.0.1:0", settings=settings).start()
-        self.agent = Agent(self.server.address, name="local", slots=slots, addresses=[Address("127.0.0.1", 8, "lo")],
-                           gpus=[])
+        self.credential = self.server.issue("admin", user_name())
+        self._published = None
+        try:
+            self._published = publish_local(self.credential, self.server.port)
+        except (OSError, UnsafePathError) as e:  # a convenience for other terminals, not needed to run
+            sys.stderr.write(f"tfdist: warning: other terminals will not find this launch's coordinator ({e})\n")
+        self.agent = Agent(self.server.address, name="local", credential=self.server.issue("node", "local"),
+                           slots=slots, addresses=[Address("127.0.0.1", 8, "lo")], gpus=[])
         self._thread = threading.Thread(target=self.agent.run, daemon=True)
         self._thread.start()
         if not self.agent.registered.wait(timeout=30):
@@ -86,6 +96,7 @@ class EmbeddedCluster:
         return self.server.address
 
     def close(self) -> None:
+        unpublish_local(self._published)
         self.agent.stop()
         self._thread.join(timeout=10)
         self.server.stop()
@@ -93,7 +104,7 @@ class EmbeddedCluster:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | None, detach: bool,
+def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Credential | None, detach: bool,
            startup_timeout: float, state_dir: str | None = None, priority: int = 0) -> int:
     preflight(config)
     spec = jobspec.job_spec(config, startup_timeout=startup_timeout, priority=priority, working_dir=os.getcwd(),
@@ -109,7 +120,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
             allocation = slurm.allocation_from_env(os.environ)
             slots = slurm.check_slots(config.slots_per_trial if config.slots_given else None, allocation)
             embedded = slurm.SlurmCluster(allocation, state_dir=state_dir or slurm.state_dir(config, allocation))
-            token = embedded.token
+            credential = embedded.credential
             paused = embedded.paused_job()
             slots = slots or embedded.slots()  # a GPU allocation: the GPUs the agents found
             spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, slots_per_trial=slots))
@@ -117,8 +128,11 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, token: str | No
                              f"({', '.join(allocation.nodes)}), {slots} slot(s)\n")
         else:
             embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
+            credential = embedded.credential
         coordinator = embedded.address
-    client = Client(coordinator, token)
+    elif credential is None:
+        raise UserError(f"no credential for the coordinator at {coordinator}: pass --credentials FILE")
+    client = Client(coordinator, credential)
     code = None
     try:
         if paused:  # this batch script ran before and its job was preempted: Slurm requeued it

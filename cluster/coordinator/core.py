@@ -31,9 +31,11 @@ from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
 from cluster.shared.work import AgentReport, ProbeFailure, RunningJob, Work
-from cluster.shared.model import AgentRecord, Allocation, AllocState, JobSpec, JobState, LogLine, MetricRow, WorkerExit
+from cluster.shared.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
+                                  WorkerExit)
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 from tfdist.metrics import RECORD_PREFIX
+from tfdist.errors import PermissionDeniedError
 
 log = logging.getLogger("tfdist.coordinator")
 
@@ -210,9 +212,7 @@ class CoordinatorCore:
 
     def report_exit(self, agent: str, job_id: str, exit_: WorkerExit, now: float) -> None:
         with self._event():
-            job = self.store.job(job_id)
-            if job is None:
-                raise NotFound(f"job {job_id} not found")
+            job = self._job_on(agent, job_id)
             report = exits_lib.read_exit(agent, exit_, job, self.lifecycle.plan(job_id), now)
             if not self.store.record_exit(job_id, report.recorded):
                 return  # a retried report: applied once
@@ -232,8 +232,7 @@ class CoordinatorCore:
         if not lines:
             return
         with self._event():
-            if self.store.job(job_id) is None:
-                raise NotFound(f"job {job_id} not found")
+            self._job_on(agent, job_id)
             self.store.append_logs(job_id, [dataclasses.replace(l, text=l.text[:MAX_LOG_LINE]) for l in lines], source,
                                    first_seq)
             self.run.touched.add(job_id)
@@ -246,16 +245,24 @@ class CoordinatorCore:
             if not row.name or len(row.name) > MAX_METRIC_NAME:
                 raise BadRequest(f"metric name {row.name[:40]!r}... must have 1-{MAX_METRIC_NAME} characters")
         with self._event():
-            job = self.store.job(job_id)
-            if job is None:
-                raise NotFound(f"job {job_id} not found")
+            job = self._job_on(agent, job_id)
             self.store.append_metrics(job_id, [r for r in rows if not r.name.startswith(RECORD_PREFIX)], source,
                                       first_seq)
             for row in rows:
                 self.lifecycle.record(job, row, now=row.time)
 
+    def _job_on(self, agent: str, job_id: str) -> Job:
+        """The job a node reports about, if the job was placed on that node: a node cannot end, log into
+        or report metrics for another node's job."""
+        job = self.store.job(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if self.allocs.get(job_id, agent) is None and all(a.agent != agent for a in job.placement):
+            raise PermissionDeniedError(f"job {job_id} does not run on node {agent}")
+        return job
+
     # ---------------------------------------------------------------- jobs
-    def submit(self, spec: JobSpec, now: float) -> tuple[str, str]:
+    def submit(self, spec: JobSpec, now: float, owner: str = "") -> tuple[str, str]:
         """Stores the job durably and schedules at once; returns (job id, state after scheduling).
         A spec whose submission id is already known returns that job: a retried submit is one job."""
         with self._event(durable=True):
@@ -267,7 +274,7 @@ class CoordinatorCore:
                 raise BadRequest(decision.refusal)
             seq = self.store.next_job_seq()
             job_id = f"{seq}-{secrets.token_hex(2)}"
-            self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots")
+            self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
             self.lifecycle.schedule(now)
             return job_id, self.store.job(job_id).state.value
 

@@ -3,6 +3,7 @@ Domain errors map to status codes here and only here."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import threading
@@ -11,8 +12,7 @@ from concurrent import futures
 
 import grpc
 
-from cluster.shared.auth import TokenInterceptor, check_listen_policy
-from cluster.coordinator import views
+from cluster.coordinator import access, views
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
 from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
@@ -21,7 +21,9 @@ from cluster.shared.model import Allocation, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import SqliteStore
-from tfdist.errors import TfdistError
+from cluster.shared.auth import bearer_token, is_loopback_listen
+from cluster.shared.credentials import Authority, Credential, Principal
+from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
 
 log = logging.getLogger("tfdist.coordinator")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
@@ -32,11 +34,13 @@ WATCH_WAIT_MAX = 30.0  # seconds one WaitForWork call may be held
 
 
 def _guard(fn):
-    """Domain errors become their status code (each error carries its own); anything else is a bug:
-    logged whole, answered with one line."""
+    """Every RPC passes here: the caller's credential is verified and its role checked (access.RULES) before
+    the handler runs, with the principal handed to it. Domain errors become their status code (each error
+    carries its own); anything else is a bug: logged whole, answered with one line."""
     def wrapper(self, request, context):
         try:
-            return fn(self, request, context)
+            principal = self.gate.check(fn.__name__, request, context.invocation_metadata())
+            return fn(self, request, context, principal)
         except TfdistError as e:
             if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack
                 log.exception("%s failed", fn.__name__)
@@ -71,39 +75,74 @@ def job_to_pb(view: views.JobView) -> pb.Job:
         if view.latest_checkpoint else pb.Checkpoint(step=-1))
 
 
+class Gate:
+    """Authenticates a call's token against the authority, then applies access.decide."""
+
+    def __init__(self, authority: Authority, core: CoordinatorCore):
+        self.authority, self.core = authority, core
+
+    def check(self, method: str, request, metadata) -> Principal:
+        token = bearer_token(metadata)
+        principal = self.authority.verify(token) if token and len(token) <= 1024 else None
+        if principal is None:
+            raise UnauthenticatedError("missing or wrong credential: pass --credentials FILE (or set "
+                                       "TFDIST_CREDENTIALS) with a credential this coordinator issued")
+        access.decide(method, principal, request, self._owner_of)
+        return principal
+
+    def _owner_of(self, job_ref: str) -> str | None:
+        try:
+            with self.core.lock:
+                job = self.core.store.job(self.core.resolve_job_id(job_ref))
+        except (NotFoundError, UserError, ValueError, OverflowError):
+            return None
+        return job.owner if job else None
+
+
+def redact(job: pb.Job) -> pb.Job:
+    """Environment values never leave the coordinator toward users: names stay, values read "(hidden)"."""
+    env = job.spec.config.environment
+    for key in list(env):
+        env[key] = HIDDEN
+    return job
+
+
+HIDDEN = "(hidden)"
+
+
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
-    def __init__(self, core: CoordinatorCore, clock=time.time):
-        self.core, self.clock = core, clock
+    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time):
+        self.core, self.gate, self.clock = core, gate, clock
         self.follower = views.LogFollower(core)
         self.follow_slots = threading.BoundedSemaphore(FOLLOWER_THREADS)
 
     @_guard
-    def SubmitJob(self, request, context):
-        job_id, state = self.core.submit(jobspec.from_pb(request.spec), self.clock())
+    def SubmitJob(self, request, context, principal):
+        job_id, state = self.core.submit(jobspec.from_pb(request.spec), self.clock(), owner=principal.name)
         return pb.SubmitJobResponse(job_id=job_id, state=state)
 
     @_guard
-    def GetJob(self, request, context):
-        return job_to_pb(views.job_view(self.core, request.job_id))
+    def GetJob(self, request, context, principal):
+        return redact(job_to_pb(views.job_view(self.core, request.job_id)))
 
     @_guard
-    def ListJobs(self, request, context):
-        return pb.ListJobsResponse(jobs=[job_to_pb(v) for v in views.jobs_view(self.core)])
+    def ListJobs(self, request, context, principal):
+        return pb.ListJobsResponse(jobs=[redact(job_to_pb(v)) for v in views.jobs_view(self.core)])
 
     @_guard
-    def CancelJob(self, request, context):
+    def CancelJob(self, request, context, principal):
         return pb.CancelJobResponse(state=self.core.cancel(request.job_id, self.clock()))
 
     @_guard
-    def PreemptJob(self, request, context):
+    def PreemptJob(self, request, context, principal):
         return pb.PreemptJobResponse(state=self.core.preempt(request.job_id, self.clock()))
 
     @_guard
-    def ResumeJob(self, request, context):
+    def ResumeJob(self, request, context, principal):
         return pb.ResumeJobResponse(state=self.core.resume(request.job_id, self.clock()))
 
     @_guard
-    def GetLogs(self, request, context):
+    def GetLogs(self, request, context, principal):
         limit = min(request.limit or 1000, 5000)
         wait = min(max(request.wait_ms, 0), 10_000) / 1000.0
         # Waiting followers may use FOLLOWER_THREADS threads at most; the rest answer at once.
@@ -118,13 +157,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             pb.LogLine(seq=l.seq, rank=l.rank, stream=l.stream, text=l.text, time=l.time) for l in lines])
 
     @_guard
-    def GetMetrics(self, request, context):
+    def GetMetrics(self, request, context, principal):
         job_id, rows = views.metrics_view(self.core, request.job_id, request.name or None)
         return pb.GetMetricsResponse(job_id=job_id, metrics=[
             pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time) for m in rows])
 
     @_guard
-    def ListAgents(self, request, context):
+    def ListAgents(self, request, context, principal):
         return pb.ListAgentsResponse(agents=[
             pb.AgentInfo(name=a.record.name, slots=a.record.slots, gpu=a.record.gpu, state=a.state,
                          last_heartbeat=a.last_heartbeat,
@@ -136,12 +175,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, core: CoordinatorCore, clock=time.time):
-        self.core, self.clock = core, clock
+    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time):
+        self.core, self.gate, self.clock = core, gate, clock
         self.watch_slots = threading.BoundedSemaphore(WATCH_THREADS)
 
     @_guard
-    def WaitForWork(self, request, context):
+    def WaitForWork(self, request, context, principal):
         """Held until the agent has new work or `wait_ms` passed. With every waiting slot taken it
         answers at once with held=false, and the agent keeps to its heartbeats for a while."""
         if not self.watch_slots.acquire(blocking=False):
@@ -154,32 +193,32 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             self.watch_slots.release()
 
     @_guard
-    def Register(self, request, context):
+    def Register(self, request, context, principal):
         self.core.register(agent_from_pb(request.agent), tuple(running_from_pb(t) for t in request.running),
                            tuple(request.leased_jobs), self.clock())
         return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval())
 
     @_guard
-    def Heartbeat(self, request, context):
+    def Heartbeat(self, request, context, principal):
         work = self.core.heartbeat(report_from_pb(request), self.clock())
         return work_to_pb(work, self.core.heartbeat_interval())
 
     @_guard
-    def ReportExit(self, request, context):
+    def ReportExit(self, request, context, principal):
         """The core stamps the exit with the reporting agent and the time, and decides `tolerated` itself."""
         self.core.report_exit(request.agent, request.job_id, exit_from_pb(request.exit, agent=request.agent),
                               self.clock())
         return pb.ReportExitResponse()
 
     @_guard
-    def PushLogs(self, request, context):
+    def PushLogs(self, request, context, principal):
         self.core.push_logs(request.agent, request.job_id,
                             [LogLine(l.rank, l.stream, l.text, l.time) for l in request.lines], request.source,
                             request.first_seq)
         return pb.PushLogsResponse()
 
     @_guard
-    def ReportMetrics(self, request, context):
+    def ReportMetrics(self, request, context, principal):
         self.core.push_metrics(request.agent, request.job_id,
                                [metric_from_pb(m) for m in request.metrics], request.source,
                                request.first_seq)
@@ -187,11 +226,19 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
 
 class CoordinatorServer:
-    """The daemon: gRPC server + a thread that declares silent agents lost."""
+    """The daemon: gRPC server + a thread that declares silent agents lost.
 
-    def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", token: str | None = None,
-                 settings: Settings = Settings(), max_workers: int = RPC_THREADS):
-        check_listen_policy(listen, token)
+    It serves TLS with `authority`'s certificate (a fresh authority, kept in memory, when none is given:
+    a local launch's embedded coordinator) and accepts only credentials that authority issued. Plaintext
+    only with `plaintext=True` (--insecure-plaintext): the caller warns.
+    """
+
+    def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", authority: Authority | None = None,
+                 settings: Settings = Settings(), max_workers: int = RPC_THREADS, plaintext: bool = False):
+        self.authority = authority or Authority.create(hosts=[listen.rsplit(":", 1)[0].strip("[]")])
+        self.plaintext = plaintext
+        if not settings.store_key:  # the job stores' secrets: stable for as long as the authority is
+            settings = dataclasses.replace(settings, store_key=self.authority.derived_key("job store"))
         # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
         # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
         sys.setswitchinterval(0.0005)
@@ -200,18 +247,43 @@ class CoordinatorServer:
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0)]
-        interceptors = [TokenInterceptor(token)] if token else []
         threads = max_workers + FOLLOWER_THREADS + WATCH_THREADS
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options,
-                                  interceptors=interceptors)
-        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core), self.server)
-        pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.core), self.server)
-        self.port = self.server.add_insecure_port(listen)
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options)
+        gate = Gate(self.authority, self.core)
+        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate), self.server)
+        pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.core, gate), self.server)
+        try:
+            if plaintext:
+                self.port = self.server.add_insecure_port(listen)
+            else:
+                tls = grpc.ssl_server_credentials([(self.authority.key_pem, self.authority.cert_pem)])
+                self.port = self.server.add_secure_port(listen, tls)
+        except RuntimeError:  # grpc raises "Failed to bind to address ..."
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {listen}: the address is in use or not on this machine")
-        self.address = f"{listen.rsplit(':', 1)[0]}:{self.port}"
+            self.store.close()
+            raise UserError(f"cannot listen on {listen}: the address is in use (another coordinator?) or not on this "
+                            "machine; choose another --listen HOST:PORT")
+        host = listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
         self._stop = threading.Event()
         self._checker = threading.Thread(target=self._check_loop, daemon=True)
+
+    @property
+    def local_address(self) -> str:
+        """Where a client on this machine reaches it (a wildcard listen is reached on loopback)."""
+        host = self.address.rsplit(":", 1)[0].strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            return f"127.0.0.1:{self.port}"
+        return self.address
+
+    def issue(self, kind: str, name: str) -> Credential:
+        """A credential of this coordinator's authority, naming where it listens."""
+        return self.authority.issue(kind, name, self.local_address, self.plaintext)
+
+    @property
+    def loopback_only(self) -> bool:
+        return is_loopback_listen(self.address)
 
     def start(self) -> "CoordinatorServer":
         self.server.start()

@@ -1,78 +1,174 @@
-"""Shared-token authentication for every RPC, and the loopback-only default.
+"""How a client reaches a coordinator safely, and how it finds its own local coordinators.
 
-The token travels in the `authorization` metadata (`Bearer <token>`), is
-read from a file (never argv, never logged) and compared in constant time.
+Every channel is TLS, verified against the CA in the caller's credential, and the token rides as gRPC
+call credentials, which gRPC sends over a secure channel only: a token never reaches a server that
+failed verification. Plaintext exists only as the explicit, warned `--insecure-plaintext`.
+
+A coordinator its user starts on this machine (`tfdist coordinator`, `tfdist launch`'s embedded one)
+publishes an admin credential for that user in the user's runtime directory (0700, checked): `tfdist
+jobs` and friends find it there by themselves, and nobody else can read it.
 """
 
 from __future__ import annotations
 
-import hmac
+import getpass
 import ipaddress
 import os
-import stat
+import re
+import socket
 
 import grpc
 
-from tfdist.errors import UserError
+from cluster.shared.credentials import Credential, CredentialError
+from tfdist.errors import UnauthenticatedError
+from tfdist.private_files import private_dir, read_private
 
 METADATA_KEY = "authorization"
+RUNTIME_ENV = "TFDIST_RUNTIME_DIR"
+CREDENTIALS_ENV = "TFDIST_CREDENTIALS"
+PUBLISHED = re.compile(r"^coordinator-(\d+)-(\d+)\.json$")  # coordinator-PORT-PID.json
 
 
-class AuthError(UserError, ValueError):
-    pass
-
-
-def read_token(path: str | None) -> str | None:
-    if not path:
-        return None
+def user_name() -> str:
+    """This process's user, as a credential name."""
     try:
-        with open(path, encoding="utf-8") as f:
-            token = f.read().strip()
-    except OSError as e:
-        raise AuthError(f"cannot read token file {path}: {e.strerror}") from None
-    if len(token) < 16:
-        raise AuthError(f"token file {path} holds fewer than 16 characters; write a long random token, e.g. "
-                        "`python -c 'import secrets; print(secrets.token_hex(32))' > FILE`")
-    mode = os.stat(path).st_mode
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        os.chmod(path, mode & ~(stat.S_IRWXG | stat.S_IRWXO))  # nobody else should read it
-    return token
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = f"uid{os.geteuid()}"
+    return re.sub(r"[^A-Za-z0-9._@+-]", "_", name)[:128] or f"uid{os.geteuid()}"
 
 
 def is_loopback_listen(address: str) -> bool:
     host = address.rsplit(":", 1)[0].strip("[]")
-    if host in ("localhost",):
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
-        return False  # a name or "0.0.0.0"-like wildcard: treat as reachable from outside
+        return False  # a name or a wildcard: reachable from outside
 
 
-def check_listen_policy(address: str, token: str | None) -> None:
-    if not is_loopback_listen(address) and token is None:
-        raise AuthError(f"--listen {address} is reachable beyond this machine: anyone who can reach it could "
-                        "start processes on your nodes. Give --token-file FILE (agents and clients use the same "
-                        "file), or listen on 127.0.0.1")
+# ---------------------------------------------------------------- channels
+
+def channel(address: str, credential: Credential, options: list) -> grpc.Channel:
+    """A channel to `address` that sends `credential`'s token only to a server its CA vouches for."""
+    if credential.plaintext:
+        return grpc.insecure_channel(address, options=options)
+    if not credential.ca_pem:
+        raise CredentialError(f"the credential for {credential} has no CA certificate to verify the coordinator "
+                              "with; make it again with `tfdist credentials issue`")
+    tls = grpc.ssl_channel_credentials(root_certificates=credential.ca_pem.encode())
+    if credential.server_name:
+        options = [*options, ("grpc.ssl_target_name_override", credential.server_name)]
+    return grpc.secure_channel(address, grpc.composite_channel_credentials(
+        tls, grpc.access_token_call_credentials(credential.token)), options=options)
 
 
-class TokenInterceptor(grpc.ServerInterceptor):
-    def __init__(self, token: str):
-        self._expected = f"Bearer {token}".encode()
-
-        def deny(request, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "missing or wrong token: pass --token-file (or set TFDIST_TOKEN_FILE) with the "
-                          "coordinator's token")
-
-        self._deny = grpc.unary_unary_rpc_method_handler(deny)
-
-    def intercept_service(self, continuation, handler_call_details):
-        presented = dict(handler_call_details.invocation_metadata or ()).get(METADATA_KEY, "")
-        if hmac.compare_digest(presented.encode(), self._expected):
-            return continuation(handler_call_details)
-        return self._deny
+def call_metadata(credential: Credential) -> tuple:
+    """Metadata the caller adds itself: only for plaintext (TLS channels carry the token as call credentials)."""
+    return ((METADATA_KEY, f"Bearer {credential.token}"),) if credential.plaintext else ()
 
 
-def call_credentials_metadata(token: str | None) -> tuple:
-    return ((METADATA_KEY, f"Bearer {token}"),) if token else ()
+def bearer_token(metadata) -> str:
+    """The token in an incoming call's metadata ("" if none)."""
+    for key, value in metadata or ():
+        if key == METADATA_KEY and isinstance(value, str) and value.startswith("Bearer "):
+            return value[len("Bearer "):]
+    return ""
+
+
+# ---------------------------------------------------------------- local coordinators
+
+def runtime_dir() -> str:
+    """This user's private directory for what local coordinators publish: $TFDIST_RUNTIME_DIR,
+    else $XDG_RUNTIME_DIR/tfdist, else ~/.tfdist/runtime."""
+    if os.environ.get(RUNTIME_ENV):
+        return os.environ[RUNTIME_ENV]
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return os.path.join(xdg, "tfdist")
+    return os.path.join(os.path.expanduser("~"), ".tfdist", "runtime")
+
+
+def publish_local(credential: Credential, port: int) -> str:
+    """Writes `credential` where this user's `tfdist` commands look; returns the path (remove it on stop)."""
+    directory = private_dir(runtime_dir())
+    return credential.save(os.path.join(directory, f"coordinator-{port}-{os.getpid()}.json"))
+
+
+def unpublish_local(path: str | None) -> None:
+    if path:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _this_host(host: str) -> bool:
+    if is_loopback_listen(f"{host}:0") or host in (socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        return host in {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return False
+
+
+def local_credentials() -> list[Credential]:
+    """The credentials of this user's coordinators running on this machine (stale files are removed)."""
+    directory = runtime_dir()
+    if not os.path.isdir(directory):
+        return []
+    private_dir(directory)  # a runtime dir someone else made is refused, never read
+    found = []
+    for entry in sorted(os.listdir(directory)):
+        match = PUBLISHED.match(entry)
+        if not match:
+            continue
+        path = os.path.join(directory, entry)
+        if not _alive(int(match.group(2))):
+            unpublish_local(path)
+            continue
+        try:
+            found.append(Credential.from_json(read_private(path, 1 << 16).decode("utf-8", "replace"), path))
+        except (OSError, CredentialError):
+            continue
+    return found
+
+
+def find_credential(address: str | None, path: str | None) -> tuple[str, Credential]:
+    """(address, credential) for a client: the file given (--credentials / $TFDIST_CREDENTIALS), else one
+    of this user's local coordinators (the one at `address`, or the only one running)."""
+    if path:
+        credential = Credential.load(path)
+        target = address or credential.coordinator
+        if not target:
+            raise CredentialError(f"{path} names no coordinator; pass --coordinator HOST:PORT")
+        return target, credential
+    local = local_credentials()
+    if address:
+        host, _, port = address.rpartition(":")
+        matches = [c for c in local if c.coordinator.rpartition(":")[2] == port
+                   and (c.coordinator == address or _this_host(host.strip("[]")))]
+        if matches:
+            return address, matches[-1]
+        raise UnauthenticatedError(
+            f"no credential for the coordinator at {address}: pass --credentials FILE (or set {CREDENTIALS_ENV}); "
+            f"`tfdist credentials issue` on the coordinator's host makes one. (Coordinators you run on this machine "
+            f"are found by themselves in {runtime_dir()}.)")
+    if len(local) == 1:
+        return local[0].coordinator, local[0]
+    if local:
+        raise UnauthenticatedError("several of your coordinators run on this machine ("
+                                   f"{', '.join(c.coordinator for c in local)}); choose one with --coordinator")
+    raise UnauthenticatedError(f"no coordinator given and none of yours runs on this machine: pass --coordinator "
+                               f"HOST:PORT and --credentials FILE (or set TFDIST_COORDINATOR and {CREDENTIALS_ENV})")

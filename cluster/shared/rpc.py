@@ -7,7 +7,8 @@ import time
 
 import grpc
 
-from cluster.shared.auth import call_credentials_metadata
+from cluster.shared.auth import call_metadata, channel
+from cluster.shared.credentials import Credential
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from tfdist.errors import TfdistError
@@ -27,6 +28,12 @@ class ClientError(TfdistError):
 
 def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
     code = e.code()
+    details = (e.details() or "").lower()
+    if code == grpc.StatusCode.UNAVAILABLE and ("ssl" in details or "handshake" in details or "tls" in details):
+        return ClientError(f"the server at {address} did not prove it is the coordinator your credential trusts "
+                           "(TLS verification failed); nothing was sent. Check --coordinator and --credentials "
+                           "(a coordinator started with --insecure-plaintext needs a plaintext credential)",
+                           grpc.StatusCode.UNAUTHENTICATED)  # not retried: the same server would fail again
     if code == grpc.StatusCode.UNAVAILABLE:
         return ClientError(f"cannot reach the coordinator at {address}: is `tfdist coordinator` running there? "
                            "(set --coordinator or TFDIST_COORDINATOR)", code)
@@ -36,13 +43,13 @@ def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
 
 
 class Client:
-    def __init__(self, address: str, token: str | None = None, timeout: float = 10.0):
+    def __init__(self, address: str, credential: Credential, timeout: float = 10.0):
         self.address = address
         self.timeout = timeout
-        self._metadata = call_credentials_metadata(token)
-        self.channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+        self.credential = credential
+        self._metadata = call_metadata(credential)
+        self.channel = channel(address, credential, [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
         self.coordinator = pb_grpc.CoordinatorStub(self.channel)
         self.agents = pb_grpc.AgentServiceStub(self.channel)
 

@@ -1,12 +1,12 @@
 """`tfdist launch` inside a Slurm allocation (an sbatch script or an salloc shell).
 
 Mechanics (docs/slurm.md says why): the launcher runs an embedded coordinator where it runs (the batch
-host, or the login node of an salloc shell), on the address the nodes route to, with a fresh random
-token, and starts one `tfdist agent --slurm` per node of the allocation as ONE `srun` step (`--whole`:
+host, or the login node of an salloc shell), on the address the nodes route to, serving TLS under a fresh
+authority, and starts one `tfdist agent --slurm` per node of the allocation as ONE `srun` step (`--whole`:
 the step holds each node's CPUs and GPUs, so the workers the agent starts may use them). The agents
 register, and from there it is the same path as everywhere else: placement, per-node environment and
-TF_CONFIG, `[rank=N]` logs, the exit summary, sibling teardown, startup timeout. The token travels in
-the step's environment, never on a command line. Slots come from the allocation: its tasks per node
+TF_CONFIG, `[rank=N]` logs, the exit summary, sibling teardown, startup timeout. Each node's credential
+travels in the step's environment (readable by this user only), never on a command line. Slots come from the allocation: its tasks per node
 (`SLURM_TASKS_PER_NODE`), or the GPUs Slurm gave each node (the agent finds them through
 CUDA_VISIBLE_DEVICES in its step).
 """
@@ -14,9 +14,9 @@ CUDA_VISIBLE_DEVICES in its step).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -26,9 +26,11 @@ import tempfile
 import time
 from typing import Mapping
 
+from cluster.shared.auth import user_name
+from cluster.shared.credentials import Credential
 from tfdist.errors import UnavailableError, UserError
 
-TOKEN_ENV = "TFDIST_TOKEN"  # the embedded coordinator's token, for the agents of the step
+CREDENTIALS_ENV = "TFDIST_NODE_CREDENTIALS"  # node -> its credential (JSON), for the agents of the step
 AGENTS_STEP = "tfdist-agents"  # the name of the srun step that runs one agent per node
 SLOTS_ENV = "TFDIST_SLURM_SLOTS"  # "node1=2,node2=2": each agent's CPU slots
 _TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
@@ -103,16 +105,29 @@ def check_slots(requested: int | None, allocation: Allocation) -> int:
 
 
 def agent_identity(env: Mapping[str, str], name: str, slots: int | None,
-                   token: str | None) -> tuple[str, int | None, str | None]:
+                   credential: Credential | None) -> tuple[str, int | None, Credential]:
     """An agent of the launcher's srun step: its node name, CPU slots (None on GPU nodes: the GPUs Slurm
-    gave the step are its slots) and the embedded coordinator's token."""
+    gave the step are its slots) and its node credential from the embedded coordinator."""
     name = env.get("SLURMD_NODENAME") or name
     if slots is None and not env.get("CUDA_VISIBLE_DEVICES"):
         table = dict(part.split("=", 1) for part in env.get(SLOTS_ENV, "").split(",") if "=" in part)
         if name not in table:
             raise SlurmError(f"tfdist agent --slurm: node {name} is not in {SLOTS_ENV}={env.get(SLOTS_ENV, '')!r}")
         slots = int(table[name])
-    return name, slots, token or env.get(TOKEN_ENV)
+    if credential is None:
+        credential = _node_credential(env, name)
+    return name, slots, credential
+
+
+def _node_credential(env: Mapping[str, str], name: str) -> Credential:
+    """This node's credential out of the step's environment: the launcher issued one per node of the
+    allocation (the environment of a user's processes is readable by that user only)."""
+    try:
+        issued = json.loads(env.get(CREDENTIALS_ENV, ""))
+        return Credential.from_json(json.dumps(issued[name]), CREDENTIALS_ENV)
+    except (ValueError, KeyError, TypeError):
+        raise SlurmError(f"tfdist agent --slurm: no node credential for {name} in ${CREDENTIALS_ENV}; the agents of "
+                         "an allocation are started by `tfdist launch` inside it") from None
 
 
 def state_dir(config, allocation: Allocation) -> str | None:
@@ -171,11 +186,12 @@ class SlurmCluster:
 
         self.allocation = allocation
         self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-slurm-")
-        self.token = token = secrets.token_hex(32)
         settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
         listen = f"{launcher_address(allocation.nodes)}:0"
-        self.server = CoordinatorServer(state_dir or self._tmp, listen, token, settings=settings).start()
-        env = {**os.environ, TOKEN_ENV: token,
+        self.server = CoordinatorServer(state_dir or self._tmp, listen, settings=settings).start()
+        self.credential = self.server.issue("admin", user_name())
+        nodes = {n: json.loads(self.server.issue("node", n).to_json()) for n in allocation.nodes}
+        env = {**os.environ, CREDENTIALS_ENV: json.dumps(nodes),
                SLOTS_ENV: ",".join(f"{n}={t}" for n, t in allocation.slots.items())}
         n = len(allocation.nodes)
         command = ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", "--whole", "--kill-on-bad-exit=1",

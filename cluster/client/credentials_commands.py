@@ -1,0 +1,66 @@
+"""`tfdist credentials DIR ...`: what a small cluster needs, in one command.
+
+DIR becomes the cluster's credentials directory the first time (a CA, the coordinator's certificate, the
+secret credentials are signed with; or a site's own certificates), and every --node/--user/--admin/--monitor
+asked for is written as one 0600 credential file. Running it again on the same DIR issues more
+credentials under the same authority.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cluster.client.usage import UsageError
+from cluster.shared.credentials import Authority, CredentialError, check_name
+from tfdist.private_files import private_dir
+
+
+def _read_pem(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 16)
+    except OSError as e:
+        raise UsageError(f"tfdist credentials: cannot read {what} {path}: {e.strerror}") from None
+    if b"-----BEGIN" not in data:
+        raise UsageError(f"tfdist credentials: {what} {path} is not a PEM file")
+    return data
+
+
+def _authority(args) -> tuple[Authority, bool]:
+    site = (args.site_cert, args.site_key, args.site_ca)
+    if any(site) and not all(site):
+        raise UsageError("tfdist credentials: --site-cert, --site-key and --site-ca go together")
+    authority, made = Authority.load_or_create(args.dir, hosts=args.host)
+    if all(site):
+        authority = authority.with_site_tls(_read_pem(args.site_cert, "--site-cert"),
+                                            _read_pem(args.site_key, "--site-key"), _read_pem(args.site_ca, "--site-ca"))
+        authority.save(args.dir)
+    elif args.host and not made:
+        raise UsageError(f"tfdist credentials: {args.dir} already holds a certificate; --host only applies to a new "
+                         "directory (start a new one to change the coordinator's names)")
+    return authority, made
+
+
+def make_credentials(args) -> int:
+    wanted = [(kind, name) for kind in ("node", "user", "admin", "monitor") for name in getattr(args, kind)]
+    try:
+        for kind, name in wanted:
+            check_name(kind, name)
+        if args.output and len(wanted) != 1:
+            raise UsageError(f"tfdist credentials: -o FILE takes exactly one --node/--user/--admin/--monitor, got "
+                             f"{len(wanted)}")
+        authority, made = _authority(args)
+    except CredentialError as e:
+        raise UsageError(f"tfdist credentials: {e}") from None
+    if made:
+        print(f"made the cluster's CA, the coordinator's certificate and secret in {args.dir}: "
+              f"tfdist coordinator --credentials-dir {args.dir}")
+    issued = os.path.join(args.dir, "issued")
+    for kind, name in wanted:
+        credential = authority.issue(kind, name, args.coordinator or "", args.insecure_plaintext)
+        path = args.output or os.path.join(private_dir(issued), f"{kind}-{name}.json")
+        credential.save(path)
+        print(f"{kind} {name}: {path}")
+    if not wanted and not made:
+        print(f"{args.dir} is already a credentials directory; name --node/--user/--admin/--monitor to issue")
+    return 0

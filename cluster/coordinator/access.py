@@ -1,0 +1,87 @@
+"""Who may call which RPC, on what: the coordinator's access rules as data and one pure decision.
+
+Every RPC of the service descriptors must have a rule here (an RPC without one is refused, and
+tests/unit/test_access_matrix.py fails on it), so a new RPC cannot slip past authentication.
+
+- Agent RPCs accept only a node credential, and only for the node its token names: the request's
+  agent name must be the credential's. (That the job of a report runs on that node is the core's
+  check: it needs the job's placement.)
+- User RPCs accept user and admin credentials; a user acts on (cancels, preempts, resumes, reads the
+  logs and metrics of) only their own jobs, an admin on every job. Job lists and job details are open to
+  every user, with environment values never shown back (server.redact).
+- A monitor credential reads: job lists and details, agents, metrics. It changes nothing and reads no logs
+  (logs may hold anything a script prints).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from cluster.shared.credentials import Principal
+from tfdist.errors import PermissionDeniedError
+
+NODE, USER, ADMIN, MONITOR = "node", "user", "admin", "monitor"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    kinds: frozenset[str]  # credential kinds that may call it
+    owned: bool = False  # a user credential only on the user's own jobs (request.job_id)
+    agent_field: Callable[[object], str] | None = None  # node RPCs: the agent name the request claims
+
+
+def _rule(*kinds: str, owned: bool = False, agent_field=None) -> Rule:
+    return Rule(frozenset(kinds), owned, agent_field)
+
+
+READ = (USER, ADMIN, MONITOR)
+ACT = (USER, ADMIN)
+
+RULES: dict[str, Rule] = {
+    # service Coordinator: users
+    "SubmitJob": _rule(*ACT),
+    "GetJob": _rule(*READ),
+    "ListJobs": _rule(*READ),
+    "ListAgents": _rule(*READ),
+    "CancelJob": _rule(*ACT, owned=True),
+    "PreemptJob": _rule(*ACT, owned=True),
+    "ResumeJob": _rule(*ACT, owned=True),
+    "GetLogs": _rule(*ACT, owned=True),
+    "GetMetrics": _rule(*READ, owned=True),
+    # service AgentService: nodes, each only as itself
+    "Register": _rule(NODE, agent_field=lambda r: r.agent.name),
+    "Heartbeat": _rule(NODE, agent_field=lambda r: r.agent),
+    "WaitForWork": _rule(NODE, agent_field=lambda r: r.agent),
+    "ReportExit": _rule(NODE, agent_field=lambda r: r.agent),
+    "PushLogs": _rule(NODE, agent_field=lambda r: r.agent),
+    "ReportMetrics": _rule(NODE, agent_field=lambda r: r.agent),
+}
+
+
+def decide(method: str, principal: Principal, request, owner_of: Callable[[str], str | None]) -> None:
+    """Raises PermissionDeniedError unless `principal` may make this call. `owner_of(job_ref)` is the
+    owner of the job a request names (None: no such job, left to the handler's NOT_FOUND)."""
+    rule = RULES.get(method)
+    if rule is None:
+        raise PermissionDeniedError(f"{method} has no access rule; refused")
+    if principal.kind not in rule.kinds:
+        allowed = [k for k in (USER, ADMIN, MONITOR, NODE) if k in rule.kinds]
+        kinds = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
+        raise PermissionDeniedError(f"{method} needs {'an' if kinds[0] in 'aeiou' else 'a'} {kinds} credential; "
+                                    f"yours is a {principal.kind} credential ({principal.name})")
+    if rule.agent_field is not None:
+        claimed = rule.agent_field(request)
+        if claimed != principal.name:
+            raise PermissionDeniedError(f"node credential {principal.name!r} cannot speak for node {claimed!r}")
+    if rule.owned and principal.kind == USER:
+        owner = owner_of(request.job_id)
+        if owner is not None and owner != principal.name:
+            whose = f"user {owner}" if owner else "no recorded owner (submitted before owners were kept)"
+            raise PermissionDeniedError(f"job {request.job_id} belongs to {whose}: only its owner or an admin may "
+                                        f"{_verb(method)} it")
+
+
+def _verb(method: str) -> str:
+    return {"CancelJob": "cancel", "PreemptJob": "preempt", "ResumeJob": "resume", "GetLogs": "read the logs of",
+            "GetMetrics": "read the metrics of"}.get(method, method)

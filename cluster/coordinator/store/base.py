@@ -86,7 +86,7 @@ class StateStore(abc.ABC):
         """One more than the highest job number stored (1 for none)."""
 
     @abc.abstractmethod
-    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str) -> None:
+    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str, owner: str = "") -> None:
         """A new QUEUED job with its first event, made durable. An id, or a non-empty submission id,
         that is already stored raises and stores nothing."""
 

@@ -101,14 +101,15 @@ class MemoryStore(StateStore):
         with self._lock:
             return max((j.seq for j in self._jobs.values()), default=0) + 1
 
-    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str) -> None:
+    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str, owner: str = "") -> None:
         with self.transaction(durable=True):
             if job_id in self._jobs:
                 raise InternalError(f"job {job_id} is already stored; a new job needs a new id")
             if spec.submission_id and spec.submission_id in self._submissions:
                 raise InternalError(f"submission {spec.submission_id} already made job "
                                     f"{self._submissions[spec.submission_id]}; look it up with job_by_submission")
-            self._put(self._jobs, job_id, Job(id=job_id, seq=seq, spec=spec, state=JobState.QUEUED, submitted_at=now))
+            self._put(self._jobs, job_id, Job(id=job_id, seq=seq, spec=spec, state=JobState.QUEUED, submitted_at=now,
+                                                    owner=owner))
             if spec.submission_id:
                 self._put(self._submissions, spec.submission_id, job_id)
             self._append(self._events, job_id, (now, event))

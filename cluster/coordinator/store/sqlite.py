@@ -140,7 +140,7 @@ class SqliteStore(StateStore):
         rows = self._all("SELECT COALESCE(MAX(seq), 0) AS m FROM jobs")
         return rows[0]["m"] + 1
 
-    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str) -> None:
+    def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str, owner: str = "") -> None:
         self._write([
             ("INSERT INTO jobs(id, seq, spec, state, priority, slots, submitted_at, submission_id) "
              "VALUES (?,?,?,?,?,?,?,?)",

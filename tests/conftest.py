@@ -12,6 +12,13 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER_VAR = "TFDIST_TEST_MARKER"
 
+# The credentials the coordinators of this test run publish for their user go to a private runtime dir of
+# the run (what a user's ~/.tfdist/runtime is), not to the real one of whoever runs the tests.
+if "TFDIST_RUNTIME_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["TFDIST_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tfdist-test-runtime-")
+
 
 def processes_with_marker(marker: str) -> list[int]:
     """PIDs whose environment carries `marker`: everything a test started, however deep."""
@@ -111,10 +118,19 @@ class LocalCluster:
         assert " listening on " in banner, (self.tmp / "coordinator.log").read_text()
         self.address = banner.split(" listening on ")[1].split()[0]
 
+    def node_credential(self, name) -> str:
+        """A node credential for `name`, as `tfdist credentials STATE/credentials --node NAME` makes it."""
+        from cluster.shared.credentials import Authority
+
+        path = str(self.tmp / f"node-{name}.json")
+        Authority.load(os.path.join(self.state_dir, "credentials")).issue("node", name).save(path)
+        return path
+
     def start_agent(self, name, *args, env=None):
         self.agent_args[name] = (args, env)
         self.agents[name] = subprocess.Popen(
-            [sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", self.address, "--name", name, *args],
+            [sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", self.address, "--name", name,
+             "--credentials", self.node_credential(name), *args],
             env=cli_env(self.marker, **(env or {})), stdout=subprocess.DEVNULL,
             stderr=open(self.tmp / f"agent-{name}.log", "a"))
         return self.agents[name]

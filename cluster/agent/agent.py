@@ -71,7 +71,7 @@ class Agent:
                                        for a in discover_addresses(coordinator)]
         if credential.kind != "node" or credential.name != name:
             raise NodeCredentialError(f"agent {name!r} needs a node credential issued for {name!r}; this one is for "
-                                      f"{credential.kind} {credential.name!r} (`tfdist credentials issue --node {name}`)")
+                                      f"{credential.kind} {credential.name!r} (`tfdist credentials DIR --node {name}`)")
         self.client = Client(coordinator, credential)
         self.link = CoordinatorLink(self.client, name)
         self.heartbeat_interval = 1.0

@@ -69,7 +69,7 @@ def job_to_pb(view: views.JobView) -> pb.Job:
                              reason=e.reason, tolerated=e.tolerated, attempt=e.attempt) for e in view.exits],
         latest_metrics=[pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time)
                         for m in view.latest_metrics],
-        attempt=job.attempt, restarts=job.restarts,
+        attempt=job.attempt, restarts=job.restarts, owner=job.owner,
         latest_checkpoint=pb.Checkpoint(step=view.latest_checkpoint.step, path=view.latest_checkpoint.path,
                                         attempt=view.latest_checkpoint.attempt, time=view.latest_checkpoint.time)
         if view.latest_checkpoint else pb.Checkpoint(step=-1))
@@ -80,6 +80,7 @@ class Gate:
 
     def __init__(self, authority: Authority, core: CoordinatorCore):
         self.authority, self.core = authority, core
+        self.reader = core.store.reader()  # owners are read without the coordinator's lock (log followers)
 
     def check(self, method: str, request, metadata) -> Principal:
         token = bearer_token(metadata)
@@ -92,8 +93,7 @@ class Gate:
 
     def _owner_of(self, job_ref: str) -> str | None:
         try:
-            with self.core.lock:
-                job = self.core.store.job(self.core.resolve_job_id(job_ref))
+            job = self.reader.job(self.core.resolve_job_id(job_ref, self.reader))
         except (NotFoundError, UserError, ValueError, OverflowError):
             return None
         return job.owner if job else None
@@ -101,7 +101,7 @@ class Gate:
 
 def redact(job: pb.Job) -> pb.Job:
     """Environment values never leave the coordinator toward users: names stay, values read "(hidden)"."""
-    env = job.spec.config.environment
+    env = job.spec.config.environment_variables
     for key in list(env):
         env[key] = HIDDEN
     return job

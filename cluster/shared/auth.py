@@ -56,7 +56,7 @@ def channel(address: str, credential: Credential, options: list) -> grpc.Channel
         return grpc.insecure_channel(address, options=options)
     if not credential.ca_pem:
         raise CredentialError(f"the credential for {credential} has no CA certificate to verify the coordinator "
-                              "with; make it again with `tfdist credentials issue`")
+                              "with; make it again with `tfdist credentials DIR --user NAME`")
     tls = grpc.ssl_channel_credentials(root_certificates=credential.ca_pem.encode())
     if credential.server_name:
         options = [*options, ("grpc.ssl_target_name_override", credential.server_name)]
@@ -163,7 +163,7 @@ def find_credential(address: str | None, path: str | None) -> tuple[str, Credent
             return address, matches[-1]
         raise UnauthenticatedError(
             f"no credential for the coordinator at {address}: pass --credentials FILE (or set {CREDENTIALS_ENV}); "
-            f"`tfdist credentials issue` on the coordinator's host makes one. (Coordinators you run on this machine "
+            f"`tfdist credentials DIR --user NAME` on the coordinator's host makes one. (Coordinators you run on this machine "
             f"are found by themselves in {runtime_dir()}.)")
     if len(local) == 1:
         return local[0].coordinator, local[0]

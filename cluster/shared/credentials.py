@@ -112,7 +112,7 @@ class Credential:
             check_name(cred.kind, cred.name)
         except (ValueError, TypeError, CredentialError) as e:
             raise CredentialError(f"{where} is not a tfdist credential file ({e}); make one with "
-                                  "`tfdist credentials issue`") from None
+                                  "`tfdist credentials DIR --user NAME`") from None
         return cred
 
     def save(self, path: str) -> str:
@@ -124,8 +124,8 @@ class Credential:
         try:
             data = read_private(path, MAX_FILE)
         except FileNotFoundError:
-            raise CredentialError(f"credential file {path} does not exist; make one with `tfdist credentials "
-                                  "issue`, or pass --credentials FILE") from None
+            raise CredentialError(f"credential file {path} does not exist; make one on the coordinator's host with "
+                                  "`tfdist credentials DIR --user NAME` (or --node NAME)") from None
         except OSError as e:
             raise CredentialError(f"cannot read credential file {path}: {e.strerror}") from None
         st = os.stat(path)

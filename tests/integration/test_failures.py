@@ -146,7 +146,7 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
     try:
         server.core.register(AgentRecord("n1", 1, (Address("127.0.0.1", 8),)), (), (), time.time())
         job_id, _ = server.core.submit(jobspec.job_spec(ExperimentConfig(entrypoint=("x",))), time.time())
-        client = Client(server.address)
+        client = Client(server.address, server.issue("node", "n1"))
         outbox = Outbox(client, "n1", "n1/test")
         for step in range(40):
             name = "z" * 300 if step == 17 else "loss"  # bypasses the agent's own check

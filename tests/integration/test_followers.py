@@ -22,9 +22,11 @@ def server(tmp_path):
     s.stop(grace=0)
 
 
-def register(client, name):
-    client.call(client.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(
+def register(server, name):
+    node = Client(server.address, server.issue("node", name))
+    node.call(node.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(
         name=name, slots=4, addresses=[pb.Address(ip="127.0.0.1", prefix_len=8)])))
+    return node
 
 
 def submit(client, slots=1):
@@ -34,14 +36,14 @@ def submit(client, slots=1):
 
 def test_64_followers_leave_heartbeats_and_submissions_alone(server):
     assert FOLLOWER_THREADS >= 64 > RPC_THREADS  # without a budget of their own, 64 followers take every thread
-    setup = Client(server.address)
-    register(setup, "n1")
+    setup = Client(server.address, server.issue("admin", "test"))
+    register(server, "n1").close()
     job_id = submit(setup)  # placed; the scripted agent below never starts it, so followers wait
     stop = threading.Event()
     polls, errors = [], []
 
     def follow():
-        client = Client(server.address, timeout=15)
+        client = Client(server.address, server.issue("admin", "test"), timeout=15)
         while not stop.is_set():
             try:
                 polls.append(len(client.logs(job_id, wait=10).lines))
@@ -55,14 +57,14 @@ def test_64_followers_leave_heartbeats_and_submissions_alone(server):
         t.start()
     time.sleep(1.0)  # every follower is now inside a long poll
     # A heartbeat queued behind followers would wait for a 10 s long poll to end: 5 s tells them apart.
-    agent = Client(server.address, timeout=5.0)
+    agent = Client(server.address, server.issue("node", "n1"), timeout=5.0)
     latencies = []
     for i in range(40):
         t0 = time.monotonic()
         response = agent.call(agent.agents.Heartbeat, pb.HeartbeatRequest(agent="n1"))
         latencies.append(time.monotonic() - t0)
         assert not response.reregister
-    submitted = [submit(agent) for _ in range(3)]
+    submitted = [submit(setup) for _ in range(3)]
     stop.set()
     for t in followers:
         t.join(timeout=30)
@@ -75,8 +77,8 @@ def test_64_followers_leave_heartbeats_and_submissions_alone(server):
 
 
 def test_a_follower_is_answered_while_the_coordinator_lock_is_held(server):
-    client = Client(server.address, timeout=5.0)
-    register(client, "n1")
+    client = Client(server.address, server.issue("admin", "test"), timeout=5.0)
+    register(server, "n1").close()
     job_id = submit(client)
     held, release = threading.Event(), threading.Event()
 

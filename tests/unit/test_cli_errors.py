@@ -31,16 +31,16 @@ from tests.conftest import run_cli
      "least one sample. Use a global_batch_size of at least 4, or fewer slots."),
     (["launch", "--startup-timeout", "-1", "--", "python", "-c", "pass"], None,
      "tfdist launch: argument --startup-timeout: must be positive, got -1 (see `tfdist launch --help`)"),
-    (["agent", "--coordinator", "127.0.0.1:1"], None,
-     "tfdist agent: this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots"),
+    (["agent", "--coordinator", "127.0.0.1:1", "--name", "n1"], None,
+     "tfdist agent: --credentials FILE is required: this node's credential, made on the coordinator's host with "
+     "`tfdist credentials DIR --node n1` (or set TFDIST_CREDENTIALS)"),
+    (["agent", "--coordinator", "127.0.0.1:1", "--credentials", "missing.json"], None,
+     "tfdist: error: credential file missing.json does not exist; make one on the coordinator's host with "
+     "`tfdist credentials DIR --user NAME` (or --node NAME)"),
     (["agent", "--coordinator", "127.0.0.1:1", "--slots", "0"], None,
      "tfdist agent: --slots must be at least 1, got 0"),
-    (["coordinator", "--state-dir", "s", "--listen", "0.0.0.0:7470"], None,
-     "tfdist: error: --listen 0.0.0.0:7470 is reachable beyond this machine: anyone who can reach it could start "
-     "processes on your nodes. Give --token-file FILE (agents and clients use the same file), or listen on "
-     "127.0.0.1"),
     (["lunch"], None,
-     "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'jobs', "
+     "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'jobs', "
      "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'agents') (see `tfdist --help`)"),
 ])
 def test_one_clear_line_and_exit_2(tmp_path, marker, args, config, expected):

@@ -104,19 +104,25 @@ def test_every_field_survives_a_real_coordinator(tmp_path):
     server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
     try:
         server.core.register(AgentRecord("n1", 8, (Address("127.0.0.1", 8),)), (), (), 0.0)  # room for the jobs
-        client = Client(server.address)
+        client = Client(server.address, server.issue("user", "alice"))
         job_ids = [client.submit(jobspec.to_pb(spec), retry_for=0) for spec in specs]
         client.close()
     finally:
         server.stop()
     server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()  # read back from the state file
     try:
-        client = Client(server.address)
+        client = Client(server.address, server.issue("user", "alice"))
         jobs = [client.job(job_id) for job_id in job_ids]
         client.close()
+        stored = [server.store.job(job_id).spec for job_id in job_ids]
     finally:
         server.stop()
-    assert [jobspec.from_pb(job.spec, validate=False) for job in jobs] == specs
+    assert stored == specs
+    # Users read everything back except environment values, which never leave the coordinator.
+    hidden = [dataclasses.replace(s, config=dataclasses.replace(
+        s.config, environment_variables={k: "(hidden)" for k in s.config.environment_variables})) for s in specs]
+    assert [jobspec.from_pb(job.spec, validate=False) for job in jobs] == hidden
+    assert {job.owner for job in jobs} == {"alice"}
 
 
 def test_auto_is_decided_once_by_the_client_and_travels():

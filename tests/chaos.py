@@ -49,6 +49,14 @@ class ChaosRun:
         self.submitted: list[Submitted] = []
         self.kill_times: list[float] = []
         self.restart_seconds: list[float] = []
+        # The cluster's credentials, made before the first start (the coordinator loads them at each restart).
+        from cluster.shared.credentials import Authority
+        from tfdist.private_files import private_dir
+
+        private_dir(self.state_dir)
+        authority, _ = Authority.load_or_create(os.path.join(self.state_dir, "credentials"))
+        self.credentials = {name: authority.issue(kind, name, self.address).save(os.path.join(tmp, f"{name}.json"))
+                            for kind, name in (("node", "n1"), ("node", "n2"), ("admin", "chaos"))}
 
     # ---------------------------------------------------------------- processes
     def _popen(self, name, args):
@@ -63,7 +71,8 @@ class ChaosRun:
 
     def client(self):
         from cluster.shared.rpc import Client
-        return Client(self.address, timeout=5)
+        from cluster.shared.credentials import Credential
+        return Client(self.address, Credential.load(self.credentials["chaos"]), timeout=5)
 
     def call(self, fn, *args, patience=120.0, **kwargs):
         """Retries while the coordinator is down (it is being killed on purpose)."""
@@ -91,8 +100,8 @@ class ChaosRun:
         started = time.monotonic()
         self.start_coordinator()
         for name in ("n1", "n2"):
-            self.procs[name] = self._popen(f"agent-{name}", ["agent", "--coordinator", self.address, "--name", name,
-                                                             "--slots", "2"])
+            self.procs[name] = self._popen(f"agent-{name}", ["agent", "--coordinator", self.address, "--credentials",
+                                                             self.credentials[name], "--slots", "2"])
         client = self.client()
         self.call(lambda: self._wait(lambda: len(client.list_agents()) == 2, "agents"))
         done = threading.Event()

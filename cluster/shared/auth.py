@@ -20,7 +20,6 @@ import socket
 import grpc
 
 from cluster.shared.credentials import Credential, CredentialError
-from tfdist.errors import UnauthenticatedError
 from tfdist.private_files import private_dir, read_private
 
 METADATA_KEY = "authorization"
@@ -161,14 +160,14 @@ def find_credential(address: str | None, path: str | None) -> tuple[str, Credent
                    and (c.coordinator == address or _this_host(host.strip("[]")))]
         if matches:
             return address, matches[-1]
-        raise UnauthenticatedError(
+        raise CredentialError(
             f"no credential for the coordinator at {address}: pass --credentials FILE (or set {CREDENTIALS_ENV}); "
             f"`tfdist credentials DIR --user NAME` on the coordinator's host makes one. (Coordinators you run on this machine "
             f"are found by themselves in {runtime_dir()}.)")
     if len(local) == 1:
         return local[0].coordinator, local[0]
     if local:
-        raise UnauthenticatedError("several of your coordinators run on this machine ("
+        raise CredentialError("several of your coordinators run on this machine ("
                                    f"{', '.join(c.coordinator for c in local)}); choose one with --coordinator")
-    raise UnauthenticatedError(f"no coordinator given and none of yours runs on this machine: pass --coordinator "
+    raise CredentialError(f"no coordinator given and none of yours runs on this machine: pass --coordinator "
                                f"HOST:PORT and --credentials FILE (or set TFDIST_COORDINATOR and {CREDENTIALS_ENV})")

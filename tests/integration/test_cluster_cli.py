@@ -23,8 +23,11 @@ def daemons(tmp_path, marker):
                               stderr=open(tmp_path / "c.log", "w"))]
     banner = procs[0].stdout.readline()  # "tfdist coordinator listening on 127.0.0.1:PORT (...)"
     address = banner.split(" listening on ")[1].split()[0]
+    made = run_cli(["credentials", str(tmp_path / "state" / "credentials"), "--node", "n1", "-o",
+                    str(tmp_path / "n1.json")], marker, timeout=60)
+    assert made.returncode == 0, made.stderr
     procs.append(subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", address,
-                                   "--slots", "2", "--name", "n1"], env=cli_env(marker), stdout=subprocess.DEVNULL,
+                                   "--slots", "2", "--credentials", str(tmp_path / "n1.json")], env=cli_env(marker), stdout=subprocess.DEVNULL,
                                   stderr=open(tmp_path / "a.log", "w")))
     env = {"TFDIST_COORDINATOR": address}
     deadline = time.monotonic() + 30
@@ -74,24 +77,31 @@ def test_launch_follows_and_ctrl_c_cancels(daemons, marker):
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["jobs", "--coordinator", "127.0.0.1:1"],
+    (["jobs", "--coordinator", "127.0.0.1:1", "--credentials", "n1.json"],
      "tfdist: error: cannot reach the coordinator at 127.0.0.1:1: is `tfdist coordinator` running there? "
      "(set --coordinator or TFDIST_COORDINATOR)\n"),
+    (["jobs", "--coordinator", "127.0.0.1:1"],
+     "tfdist: error: no credential for the coordinator at 127.0.0.1:1: pass --credentials FILE (or set "
+     "TFDIST_CREDENTIALS); `tfdist credentials DIR --user NAME` on the coordinator's host makes one. (Coordinators "
+     "you run on this machine are found by themselves in {runtime}.)\n"),
     (["job", "999"], "tfdist: error: job 999 not found; `tfdist jobs` lists the jobs\n"),
     (["cancel", "nope"], "tfdist: error: job nope not found; `tfdist jobs` lists the jobs\n"),
-    (["jobs", "--token-file", "/nonexistent/token"],
-     "tfdist: error: cannot read token file /nonexistent/token: No such file or directory\n"),
+    (["jobs", "--credentials", "/nonexistent/cred.json"],
+     "tfdist: error: credential file /nonexistent/cred.json does not exist; make one on the coordinator's host with "
+     "`tfdist credentials DIR --user NAME` (or --node NAME)\n"),
 ])
-def test_client_errors_are_one_line(daemons, marker, args, expected):
-    result = run_cli(args, marker, timeout=60, **daemons)
+def test_client_errors_are_one_line(daemons, marker, args, expected, tmp_path):
+    result = run_cli(args, marker, timeout=60, cwd=str(tmp_path), **daemons)
     assert result.returncode != 0
-    assert result.stderr == expected
+    assert result.stderr == expected.format(runtime=os.environ["TFDIST_RUNTIME_DIR"])
 
 
-def test_client_needs_a_coordinator(marker):
-    result = run_cli(["jobs"], marker, timeout=30, TFDIST_COORDINATOR="")
+def test_client_needs_a_coordinator(marker, tmp_path):
+    result = run_cli(["jobs"], marker, timeout=30, TFDIST_COORDINATOR="", TFDIST_RUNTIME_DIR=str(tmp_path / "rt"))
     assert result.returncode == 2
-    assert result.stderr == "tfdist jobs: --coordinator HOST:PORT is required (or set TFDIST_COORDINATOR)\n"
+    assert result.stderr == ("tfdist: error: no coordinator given and none of yours runs on this machine: pass "
+                             "--coordinator HOST:PORT and --credentials FILE (or set TFDIST_COORDINATOR and "
+                             "TFDIST_CREDENTIALS)\n")
 
 
 def test_metrics_reach_the_coordinator(daemons, marker, tmp_path):

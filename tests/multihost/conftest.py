@@ -34,9 +34,9 @@ class Host:
         return subprocess.Popen(self.command(args), env=cli_env(marker), cwd=REPO, stdout=log, stderr=log,
                                 stdin=subprocess.DEVNULL)
 
-    def run(self, args, marker, timeout=120):
-        return subprocess.run(self.command(args), env=cli_env(marker), cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout)
+    def run(self, args, marker, timeout=120, **env):
+        return subprocess.run(self.command(args), env=cli_env(marker, **env), cwd=REPO, capture_output=True,
+                              text=True, timeout=timeout)
 
 
 @contextlib.contextmanager
@@ -80,30 +80,36 @@ def hosts():
 class Cluster:
     def __init__(self, hosts, tmp_path, marker, slots_per_agent):
         self.hosts, self.tmp, self.marker = hosts, tmp_path, marker
-        self.token_file = str(tmp_path / "token")
-        with open(self.token_file, "w") as f:
-            f.write("t" * 8 + os.urandom(16).hex())
-        os.chmod(self.token_file, 0o600)
         self.address = f"{hosts['c'].ip}:7470"
+        # What an admin does once: the cluster's CA and certificate, one credential per node and user.
+        self.credentials_dir = str(tmp_path / "credentials")
+        made = hosts["c"].run(["credentials", self.credentials_dir, "--node", "a1", "--node", "a2", "--user", "tester",
+                               "--coordinator", self.address], marker)
+        assert made.returncode == 0, made.stderr
+        self.user_credential = self.credential("user", "tester")
         self.state_dir = str(tmp_path / "state")
         self.procs: dict[str, subprocess.Popen] = {}
         self.start_coordinator()
         for name in ("a1", "a2"):
             self.procs[name] = hosts[name].popen(
-                ["agent", "--coordinator", self.address, "--token-file", self.token_file, "--name", name,
-                 "--slots", str(slots_per_agent)], marker, tmp_path / f"{name}.log")
+                ["agent", "--credentials", self.credential("node", name), "--slots", str(slots_per_agent)], marker,
+                tmp_path / f"{name}.log")
         self.wait_for(lambda: [a["state"] for a in self.json("agents")] == ["ALIVE", "ALIVE"], "agents to register")
 
     def start_coordinator(self):
         self.procs["c"] = self.hosts["c"].popen(
-            ["coordinator", "--listen", self.address, "--state-dir", self.state_dir, "--token-file", self.token_file,
-             "--lost-after", "4", "--heartbeat-interval", "0.5"], self.marker, self.tmp / "coordinator.log")
+            ["coordinator", "--listen", self.address, "--state-dir", self.state_dir, "--credentials-dir",
+             self.credentials_dir, "--lost-after", "4", "--heartbeat-interval", "0.5"], self.marker,
+            self.tmp / "coordinator.log")
+
+    def credential(self, kind, name) -> str:
+        return os.path.join(self.credentials_dir, "issued", f"{kind}-{name}.json")
 
     def cli(self, *args, timeout=180):
         """Runs a client command on the coordinator's host."""
         command, *rest = args  # flags go before any `--`
-        return self.hosts["c"].run([command, "--coordinator", self.address, "--token-file", self.token_file, *rest],
-                                   self.marker, timeout)
+        return self.hosts["c"].run([command, "--coordinator", self.address, "--credentials", self.user_credential,
+                                    *rest], self.marker, timeout)
 
     def json(self, *args):
         result = self.cli(args[0], "--json", *args[1:])

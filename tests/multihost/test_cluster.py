@@ -97,7 +97,7 @@ def test_coordinator_kill9_and_restart_mid_job(make_cluster, hosts, marker):
     cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "RUNNING", "the job to run")
     # A user following the job from another host must ride out the restart.
     follower = subprocess.Popen(hosts["a1"].command(["logs", job_id, "-f", "--coordinator", cluster.address,
-                                                     "--token-file", cluster.token_file]),
+                                                     "--credentials", cluster.user_credential]),
                                 env=cli_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1)
     cluster.kill("c", signal.SIGKILL)
@@ -116,18 +116,30 @@ def test_coordinator_kill9_and_restart_mid_job(make_cluster, hosts, marker):
     assert cluster.json("agents")[0]["state"] == "ALIVE"
 
 
-def test_token_is_required_beyond_loopback(make_cluster, hosts, marker, tmp_path):
+def test_credentials_are_required_and_checked_across_hosts(make_cluster, hosts, marker, tmp_path):
+    """From another host: no credential, a forged one, another cluster's, and a node's credential used as
+    a user's are all refused with one line; nothing is logged with a token in it."""
     cluster = make_cluster(slots_per_agent=1)
-    result = hosts["c"].run(["jobs", "--coordinator", cluster.address], marker, timeout=60)
-    assert result.returncode == 1
-    assert result.stderr == ("tfdist: error: missing or wrong token: pass --token-file (or set TFDIST_TOKEN_FILE) "
-                             "with the coordinator's token\n")
-    refused = hosts["a1"].run(["coordinator", "--listen", f"{hosts['a1'].ip}:7471", "--state-dir",
-                               str(tmp_path / "s2")], marker, timeout=60)
-    assert refused.returncode == 2
-    assert "is reachable beyond this machine" in refused.stderr and "--token-file" in refused.stderr
-    token = open(cluster.token_file).read().strip()
-    assert all(token not in p.read_text() for p in tmp_path.glob("*.log"))  # never logged
+    empty_runtime = str(tmp_path / "empty-runtime")  # another host: this user's local coordinators are not there
+    bare = hosts["a1"].run(["jobs", "--coordinator", cluster.address], marker, 60, TFDIST_RUNTIME_DIR=empty_runtime)
+    assert bare.returncode == 1 and bare.stderr.count("\n") == 1
+    assert bare.stderr.startswith(f"tfdist: error: no credential for the coordinator at {cluster.address}: pass "
+                                  "--credentials FILE")
+    forged = json.loads(open(cluster.user_credential).read())
+    forged["token"] = forged["token"][:-4] + ("AAAA" if not forged["token"].endswith("AAAA") else "BBBB")
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    other = hosts["a1"].run(["credentials", str(tmp_path / "other-cluster"), "--user", "tester", "-o",
+                             str(tmp_path / "other.json")], marker, 60)
+    assert other.returncode == 0, other.stderr
+    for credential, expected in ((tmp_path / "forged.json", "missing or wrong credential"),
+                                 (tmp_path / "other.json", "did not prove it is the coordinator your credential trusts"),
+                                 (cluster.credential("node", "a1"), "ListJobs needs a user, admin or monitor credential")):
+        result = hosts["a1"].run(["jobs", "--coordinator", cluster.address, "--credentials", str(credential)], marker,
+                                 60, TFDIST_RUNTIME_DIR=empty_runtime)
+        assert result.returncode == 1 and result.stderr.count("\n") == 1 and expected in result.stderr, result.stderr
+    tokens = [json.loads(open(cluster.credential(k, n)).read())["token"] for k, n in
+              (("node", "a1"), ("node", "a2"), ("user", "tester"))]
+    assert all(t.split(":")[-1] not in p.read_text() for p in tmp_path.glob("*.log") for t in tokens)  # never logged
 
 
 def test_a_dying_worker_stops_its_gang_on_every_node(make_cluster):

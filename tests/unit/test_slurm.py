@@ -39,10 +39,21 @@ def test_slots_come_from_the_allocation_and_must_agree_with_a_given_count():
                             "allocation's")
 
 
-def test_an_agent_of_the_step_takes_its_name_slots_and_token_from_the_environment():
-    step = {"SLURMD_NODENAME": "node2", "TFDIST_SLURM_SLOTS": "node1=2,node2=3", "TFDIST_TOKEN": "t" * 32}
-    assert slurm.agent_identity(step, "host", None, None) == ("node2", 3, "t" * 32)
+def test_an_agent_of_the_step_takes_its_name_slots_and_credential_from_the_environment():
+    import json
+
+    from cluster.shared.credentials import Authority
+
+    authority = Authority.create()
+    issued = {n: json.loads(authority.issue("node", n, "10.0.0.1:1").to_json()) for n in ("node1", "node2")}
+    step = {"SLURMD_NODENAME": "node2", "TFDIST_SLURM_SLOTS": "node1=2,node2=3",
+            "TFDIST_NODE_CREDENTIALS": json.dumps(issued)}
+    name, slots, credential = slurm.agent_identity(step, "host", None, None)
+    assert (name, slots, credential.principal.name, credential.kind) == ("node2", 3, "node2", "node")
+    assert authority.verify(credential.token).name == "node2"  # its own, not node1's
     gpu_step = {**step, "CUDA_VISIBLE_DEVICES": "0,1"}
-    assert slurm.agent_identity(gpu_step, "host", None, None) == ("node2", None, "t" * 32)  # its GPUs are its slots
+    assert slurm.agent_identity(gpu_step, "host", None, None)[:2] == ("node2", None)  # its GPUs are its slots
     with pytest.raises(SlurmError, match="node node9 is not in TFDIST_SLURM_SLOTS"):
         slurm.agent_identity({**step, "SLURMD_NODENAME": "node9"}, "host", None, None)
+    with pytest.raises(SlurmError, match="no node credential for node2 in .TFDIST_NODE_CREDENTIALS"):
+        slurm.agent_identity({**step, "TFDIST_NODE_CREDENTIALS": "{}"}, "host", None, None)

@@ -10,6 +10,9 @@ import os
 # Workers are started with fork+exec while gRPC threads run; gRPC's fork handlers are not
 # needed for that and log a line per fork. Must be set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# gRPC's C core logs each failed TLS handshake (a client that does not trust us, a port scan) at INFO on
+# stderr; tfdist reports what matters in its own one line.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import argparse
 import sys

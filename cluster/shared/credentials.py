@@ -103,15 +103,18 @@ class Credential:
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "Credential":
+        fields = {f.name for f in dataclasses.fields(cls)}
         try:
             raw = json.loads(text)
-            fields = {f.name for f in dataclasses.fields(cls)}
-            if not isinstance(raw, dict) or not {"kind", "name", "token"} <= raw.keys() or not raw.keys() <= fields:
-                raise ValueError("not a tfdist credential")
-            cred = cls(**raw)
-            check_name(cred.kind, cred.name)
+            problem = "" if isinstance(raw, dict) and {"kind", "name", "token"} <= raw.keys() <= fields else \
+                "not a credential's fields"
+            cred = None if problem else cls(**raw)
+            if cred is not None:
+                check_name(cred.kind, cred.name)
         except (ValueError, TypeError, CredentialError) as e:
-            raise CredentialError(f"{where} is not a tfdist credential file ({e}); make one with "
+            problem = str(e)
+        if problem or cred is None:
+            raise CredentialError(f"{where} is not a tfdist credential file ({problem}); make one with "
                                   "`tfdist credentials DIR --user NAME`") from None
         return cred
 

@@ -6,7 +6,7 @@ import argparse
 import pytest
 
 from cluster.client.cli import build_parser, main
-from cluster.client.commands_table import CLIENT, COMMANDS, COORDINATOR, JOB_ID, OneOf, TOKEN_FILE
+from cluster.client.commands_table import CLIENT, COMMANDS, COORDINATOR, CREDENTIALS, JOB_ID, OneOf
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -19,9 +19,9 @@ def test_every_command_of_the_table_and_only_those_has_a_parser():
 
 
 def test_the_client_options_are_declared_once_and_reused():
-    askers = [c for c in COMMANDS if c.name not in ("launch", "coordinator")]
+    askers = [c for c in COMMANDS if c.name not in ("launch", "coordinator", "credentials")]
     for command in askers:
-        assert command.args[:2] == CLIENT and command.args[0] is COORDINATOR and command.args[1] is TOKEN_FILE
+        assert command.args[:2] == CLIENT and command.args[0] is COORDINATOR and command.args[1] is CREDENTIALS
     with_id = [c.name for c in COMMANDS if JOB_ID in c.args]
     assert with_id == ["job", "logs", "cancel", "preempt", "resume", "metrics"]
 
@@ -45,15 +45,17 @@ def test_exclusive_options_stay_exclusive(capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["resume", "7"], "tfdist resume: --coordinator HOST:PORT is required (or set TFDIST_COORDINATOR)\n"),
+    (["resume", "7"], "tfdist: error: no coordinator given and none of yours runs on this machine: pass --coordinator "
+                      "HOST:PORT and --credentials FILE (or set TFDIST_COORDINATOR and TFDIST_CREDENTIALS)\n"),
     (["logs", "7", "--rank", "x"], "tfdist logs: argument --rank: expected an integer, got 'x' "
                                    "(see `tfdist logs --help`)\n"),
     (["coordinator", "--state-dir", "s", "--port-range", "80-90"],
      "tfdist coordinator: argument --port-range: must satisfy 1024 <= LOW <= HIGH <= 65535, got 80-90 "
      "(see `tfdist coordinator --help`)\n"),
 ])
-def test_a_user_mistake_is_one_line_and_exit_2(monkeypatch, capsys, argv, message):
+def test_a_user_mistake_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, argv, message):
     monkeypatch.delenv("TFDIST_COORDINATOR", raising=False)
+    monkeypatch.setenv("TFDIST_RUNTIME_DIR", str(tmp_path / "runtime"))  # no coordinator of yours runs
     assert main(argv) == 2
     assert capsys.readouterr().err == message
 

@@ -6,7 +6,7 @@ import sys
 
 import grpc
 
-from cluster.shared.auth import AuthError
+from cluster.shared.credentials import CredentialError
 from cluster.shared.rpc import ClientError
 from cluster.shared.commands import CommandError
 from cluster.shared.config import ConfigError
@@ -19,7 +19,7 @@ from tfdist.errors import LaunchEnvironmentError, TfdistError, UnavailableError,
 
 
 def test_user_mistakes_exit_2_and_are_invalid_arguments():
-    for error in (ConfigError, BatchSizeError, CommandError, AuthError, PortError, BadRequest):
+    for error in (ConfigError, BatchSizeError, CommandError, CredentialError, PortError, BadRequest):
         assert issubclass(error, UserError) and error.exit_code == 2 and error.grpc_code == "INVALID_ARGUMENT"
 
 

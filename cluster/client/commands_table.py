@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import ipaddress
 import os
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from cluster.client import credentials_commands, daemon_commands, job_commands
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV
+from cluster.shared import limits
 from cluster.shared.config import DISTRIBUTION_MODES
 
 
@@ -51,13 +53,21 @@ class Command:
 
 # ---------------------------------------------------------------- argument types (argparse wants ArgumentTypeError)
 
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
 def positive_float(text: str) -> float:
+    """Seconds: finite, positive, at most limits.MAX_SECONDS (`nan` and `inf` are floats, not durations)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {_shown(text)}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    problem = limits.seconds_problem(value, zero=False)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -65,7 +75,27 @@ def integer(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)}") from None
+
+
+def bounded(low: int, high: int) -> Callable[[str], int]:
+    """An integer type within [low, high]."""
+    def parse(text: str) -> int:
+        value = integer(text)
+        problem = limits.int_problem(value, low, high)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+    return parse
+
+
+def cidr(text: str) -> str:
+    """A network such as 10.0.0.0/24 (checked when the coordinator starts, not at every placement)."""
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a network such as 10.0.0.0/24, got {_shown(text)}") from None
+    return text
 
 
 def port_range(text: str) -> tuple[int, int]:
@@ -113,7 +143,8 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
     arg("--distribution", metavar="MODE",
         help=f"distribution mode ({', '.join(DISTRIBUTION_MODES)}); overrides distribution.mode"),
     _seconds("--startup-timeout", 300.0, "stop the job if a worker has not joined by then (default 300)"),
-    arg("--priority", type=integer, default=0, help="higher runs first (default 0)"),
+    arg("--priority", type=bounded(limits.MIN_PRIORITY, limits.MAX_PRIORITY), default=0,
+        help=f"higher runs first (default 0; {limits.MIN_PRIORITY:,} to {limits.MAX_PRIORITY:,})"),
     arg("--detach", action="store_true", help="print the job id and return (needs --coordinator or --slurm)"),
     arg("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a temporary dir)"),
     arg("--slurm", metavar="SBATCH_OPTIONS", nargs="?", help=(
@@ -141,7 +172,7 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon
     _seconds("--heartbeat-interval", 1.0),
     arg("--port-range", type=port_range, default=(29500, 29999), metavar="LOW-HIGH",
         help="ports leased to workers on every node (default 29500-29999)"),
-    arg("--subnet", metavar="CIDR", help="network the nodes of a job talk over (default: detected)"),
+    arg("--subnet", type=cidr, metavar="CIDR", help="network the nodes of a job talk over (default: detected)"),
     VERBOSITY,
 ))
 
@@ -188,7 +219,7 @@ COMMANDS: tuple[Command, ...] = (
             (*CLIENT, JOB_ID, JSON)),
     Command("logs", "print a job's output", job_commands.print_logs, (
         *CLIENT, JOB_ID, arg("-f", "--follow", action="store_true", help="keep printing until the job ends"),
-        arg("--rank", type=integer, default=-1, help="only this rank"), SLURM_JOBS)),
+        arg("--rank", type=bounded(-1, limits.MAX_RANK), default=-1, help="only this rank"), SLURM_JOBS)),
     Command("cancel", "cancel a job", job_commands.cancel_job, (*CLIENT, JOB_ID, SLURM_JOBS)),
     Command("preempt", "stop a job's workers at a common step, save, and pause the job", job_commands.preempt_job,
             (*CLIENT, JOB_ID)),

@@ -13,6 +13,7 @@ import threading
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV, UsageError
 from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Authority, Credential
+from cluster.shared.limits import MAX_SLOTS
 from tfdist.errors import UserError
 from tfdist.private_files import private_dir
 
@@ -107,6 +108,11 @@ def run_agent(args) -> int:
     stop = _stop_on_signal()
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"tfdist agent: --slots must be at least 1, got {args.slots}")
+    if args.slots is not None and args.slots > MAX_SLOTS:
+        raise UsageError(f"tfdist agent: --slots must be at most {MAX_SLOTS:,}, got {args.slots}")
+    if args.name is not None and not args.name.strip():
+        raise UsageError("tfdist agent: --name is empty; give this node's name, or leave --name out to use the name "
+                         "in its node credential")
     credential = Credential.load(args.credentials) if args.credentials else None
     name = args.name or (credential.name if credential else socket.gethostname())
     if args.slurm:

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import math
 import re
 import shlex
 from typing import Any, Mapping
 
 import yaml
 
+from cluster.shared import limits
+from cluster.shared.config_file import ConfigFileError, load_yaml, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
 from cluster.shared.modes import PLANNERS
 from tfdist.errors import UserError
@@ -42,7 +46,7 @@ def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distri
     """Applies command-line flags on top of the file, validated like the file."""
     changes: dict[str, Any] = {}
     if slots is not None:
-        changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1)
+        changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1, maximum=limits.MAX_SLOTS)
         changes["slots_given"] = True
     if distribution is not None:
         changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
@@ -56,18 +60,20 @@ def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distri
 
 
 def load_config(path: str) -> ExperimentConfig:
-    """Reads and validates a YAML config file. Raises ConfigError."""
+    """Reads and validates a YAML config file (a regular file, within limits.MAX_CONFIG_BYTES, UTF-8).
+    Raises ConfigError."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read config file: {e.strerror}") from None
+        text = read_text(path)
+    except ConfigFileError as e:
+        raise ConfigError(f"{path}: {e}") from None
     return parse_config(text, source=path)
 
 
 def parse_config(text: str, source: str = "<config>") -> ExperimentConfig:
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
+    except ConfigFileError as e:
+        raise ConfigError(f"{source}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -127,26 +133,20 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
     coordinator decodes from the wire get the same checks and messages, each value's own before the rules
     between values. Returns it normalised (seconds as float, plain dict and tuple copies).
     `ps_options_given`: the file named a parameter-server option (even at its default value)."""
-    hparams = config.hyperparameters
-    if not isinstance(hparams, Mapping):
-        raise ConfigError(f"hyperparameters: expected a mapping, got {_describe(hparams)}")
-    for key in hparams:
-        if not isinstance(key, str):
-            raise ConfigError(f"hyperparameters: keys must be strings, got {_describe(key)}")
+    hparams = _check_hyperparameters(config.hyperparameters)
     if "global_batch_size" in hparams:
         _check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1)
     if not isinstance(config.name, str) or not config.name.strip():
         raise ConfigError(f"name: expected a non-empty string, got {_describe(config.name)}")
-    if not isinstance(config.entrypoint, (tuple, list)) or not all(isinstance(p, str) for p in config.entrypoint):
-        raise ConfigError(f"entrypoint: expected a list of strings, got {_describe(config.entrypoint)}")
-    if not isinstance(config.checkpoint_storage, str):
-        raise ConfigError(f"checkpoint_storage: expected a directory, got {_describe(config.checkpoint_storage)}")
+    _check_text(config.name, "name", limits.MAX_NAME_CHARS, printable=True)
+    _check_text(config.checkpoint_storage, "checkpoint_storage", limits.MAX_PATH_CHARS)
     checked = dataclasses.replace(
         config,
-        entrypoint=tuple(config.entrypoint),
-        slots_per_trial=_check_int(config.slots_per_trial, "resources.slots_per_trial", minimum=1),
+        entrypoint=_check_entrypoint(config.entrypoint),
+        slots_per_trial=_check_int(config.slots_per_trial, "resources.slots_per_trial", minimum=1,
+                                   maximum=limits.MAX_SLOTS),
         distribution_mode=_check_choice(config.distribution_mode, "distribution.mode", DISTRIBUTION_MODES),
-        num_ps=_check_int(config.num_ps, "distribution.num_ps", minimum=1),
+        num_ps=_check_int(config.num_ps, "distribution.num_ps", minimum=1, maximum=limits.MAX_NUM_PS),
         evaluator=_check_bool(config.evaluator, "distribution.evaluator"),
         gradient_compression=_check_choice(config.gradient_compression, "optimizations.gradient_compression",
                                            GRADIENT_COMPRESSIONS),
@@ -154,11 +154,11 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
         average_training_metrics=_check_bool(config.average_training_metrics,
                                              "optimizations.average_training_metrics"),
         aggregation_frequency=_check_int(config.aggregation_frequency, "optimizations.aggregation_frequency",
-                                         minimum=1),
+                                         minimum=1, maximum=limits.MAX_AGGREGATION_FREQUENCY),
         step_timeout=_check_seconds(config.step_timeout, "watchdog.step_timeout"),
-        hyperparameters=dict(hparams),
-        environment_variables=_parse_env(dict(config.environment_variables)),
-        max_restarts=_check_int(config.max_restarts, "max_restarts", minimum=0),
+        hyperparameters=hparams,
+        environment_variables=_parse_env(config.environment_variables),
+        max_restarts=_check_int(config.max_restarts, "max_restarts", minimum=0, maximum=limits.MAX_RESTARTS),
     )
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(checked, "distribution.mode", ps_options_given=ps_options_given)
@@ -206,9 +206,56 @@ def _check_mode_options(config: ExperimentConfig, where: str, ps_options_given: 
 
 
 def _check_seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ConfigError(f"{where}: expected a number of seconds >= 0 (0 turns it off), got {_describe(value)}")
+    if value > limits.MAX_SECONDS:
+        raise ConfigError(f"{where}: {limits.seconds_problem(value)}")
     return float(value)
+
+
+def _check_text(value: Any, where: str, max_chars: int, *, empty: bool = True, printable: bool = False) -> str:
+    problem = limits.text_problem(value, max_chars, empty=empty)
+    if not problem and printable and any(ord(c) < 32 or ord(c) == 127 for c in value):
+        problem = "contains a control character (a newline, a tab, an escape...)"
+    if problem:
+        raise ConfigError(f"{where}: {problem}, got {_describe(value)}")
+    return value
+
+
+def _check_entrypoint(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (tuple, list)) or not all(isinstance(p, str) for p in value):
+        raise ConfigError(f"entrypoint: expected a list of strings, got {_describe(value)}")
+    if len(value) > limits.MAX_ARGS:
+        raise ConfigError(f"entrypoint: has {len(value):,} arguments; the limit is {limits.MAX_ARGS:,}")
+    for i, part in enumerate(value):
+        _check_text(part, f"entrypoint[{i}]", limits.MAX_ARG_CHARS)
+    total = sum(len(p) for p in value)
+    if total > limits.MAX_ENTRYPOINT_CHARS:
+        raise ConfigError(f"entrypoint: its arguments hold {total:,} characters; the limit is "
+                          f"{limits.MAX_ENTRYPOINT_CHARS:,} (pass large inputs in a file)")
+    return tuple(value)
+
+
+def _check_hyperparameters(value: Any) -> dict[str, Any]:
+    """A mapping with string keys, within limits.MAX_HPARAM_DEPTH/NODES/CHARS (the walk stops at the first
+    bound passed, so a shared or recursive structure costs no more than the bound)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"hyperparameters: expected a mapping, got {_describe(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise ConfigError(f"hyperparameters: keys must be strings, got {_describe(key)}")
+    problem = limits.tree_problem(value)
+    if not problem:
+        try:
+            text = json.dumps(dict(value), sort_keys=True, default=str)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"hyperparameters: cannot be written as JSON for the workers: {e}") from None
+        if len(text) > limits.MAX_HPARAM_CHARS:
+            problem = f"are {len(text):,} characters as JSON; the limit is {limits.MAX_HPARAM_CHARS:,}"
+    if problem:
+        raise ConfigError(f"hyperparameters: {problem} (they reach every worker as one environment variable; "
+                          "pass large inputs in a file)")
+    return dict(value)
 
 
 def _check_bool(value: Any, where: str) -> bool:
@@ -219,9 +266,15 @@ def _check_bool(value: Any, where: str) -> bool:
 
 # ---------------------------------------------------------------- checks
 
+def _clip(text: str, chars: int = 60) -> str:
+    return text if len(text) <= chars else text[:chars - 3] + "..."
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
+    if isinstance(value, int) and value.bit_length() > 4000:
+        return "a number of more than 1,200 digits (int)"
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
@@ -236,26 +289,35 @@ def _check_mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict:
     prefix = "" if where == "the config" else where + "."
     for key in value:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
+            key = _clip(str(key))
+            close = difflib.get_close_matches(key, allowed, n=1)
             hint = f"; did you mean '{prefix}{close[0]}'?" if close else \
                 f"; tfdist supports: {', '.join(allowed)}"
             raise ConfigError(f"{prefix}{key}: unknown key{hint}")
     return value
 
 
-def _check_int(value: Any, where: str, *, minimum: int) -> int:
+def _check_int(value: Any, where: str, *, minimum: int, maximum: int | None = None) -> int:
     # YAML `true` is a bool, which Python treats as an int: refuse it.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{where}: expected an integer, got {_describe(value)}")
     if value < minimum:
-        raise ConfigError(f"{where}: must be at least {minimum}, got {value}")
+        raise ConfigError(f"{where}: must be at least {minimum}, got {_describe_int(value)}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{where}: must be at most {maximum:,}, got {_describe_int(value)}")
     return value
+
+
+def _describe_int(value: int) -> str:
+    text = str(value) if value.bit_length() < 4000 else "a number of more than 1,200 digits"
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
 
 
 def _check_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected one of {', '.join(choices)}, got {_describe(value)}")
     if value not in choices:
+        value = _clip(value)
         close = difflib.get_close_matches(value, choices, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"{where}: unknown value '{value}'; expected one of {', '.join(choices)}{hint}")
@@ -288,8 +350,10 @@ def _parse_env(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     pairs: list[tuple[str, Any, str]] = []
-    if isinstance(value, dict):
-        pairs = [(str(k), v, f"environment.variables.{k}") for k, v in value.items()]
+    if isinstance(value, (Mapping, list)) and len(value) > limits.MAX_ENV_VARS:
+        raise ConfigError(f"environment.variables: {len(value):,} variables; the limit is {limits.MAX_ENV_VARS:,}")
+    if isinstance(value, Mapping):
+        pairs = [(str(k), v, f"environment.variables.{_clip(str(k))}") for k, v in value.items()]
     elif isinstance(value, list):
         for i, item in enumerate(value):
             where = f"environment.variables[{i}]"
@@ -301,13 +365,23 @@ def _parse_env(value: Any) -> dict[str, str]:
         raise ConfigError(
             f"environment.variables: expected a mapping or a list of 'NAME=VALUE' strings, got {_describe(value)}")
     env: dict[str, str] = {}
+    total = 0
     for key, val, where in pairs:
-        if not _ENV_NAME.match(key):
+        if len(key) > limits.MAX_ENV_NAME_CHARS:
+            raise ConfigError(f"{where}: a name of {len(key):,} characters; the limit is {limits.MAX_ENV_NAME_CHARS}")
+        if not _ENV_NAME.fullmatch(key):
             raise ConfigError(f"{where}: '{key}' is not a valid environment variable name "
                               "(letters, digits and '_', not starting with a digit)")
         if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
             raise ConfigError(f"{where}: {key} is set by tfdist for every worker and cannot be overridden")
         if isinstance(val, (dict, list)) or val is None:
             raise ConfigError(f"{where}: expected a string or number, got {_describe(val)}")
-        env[key] = str(val).lower() if isinstance(val, bool) else str(val)
+        if isinstance(val, int) and not isinstance(val, bool) and val.bit_length() > 4000:
+            raise ConfigError(f"{where}: a number of more than 1,200 digits; write it as a string")
+        text = str(val).lower() if isinstance(val, bool) else str(val)
+        env[key] = _check_text(text, f"{where}", limits.MAX_ENV_VALUE_CHARS)
+        total += len(key) + len(text)
+        if total > limits.MAX_ENV_CHARS:
+            raise ConfigError(f"environment.variables: names and values hold more than {limits.MAX_ENV_CHARS:,} "
+                              "characters; pass large inputs in a file")
     return env

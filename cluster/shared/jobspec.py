@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from google.protobuf import json_format
 
+from cluster.shared import limits
 from cluster.shared.config import ConfigError, check_config
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig
 from cluster.shared.modes import auto
@@ -88,8 +89,25 @@ def job_spec(config: ExperimentConfig, *, priority: int = 0, working_dir: str = 
     from where the client runs (every node must find the same directory)."""
     decision = auto.decide(config)
     storage = os.path.abspath(config.checkpoint_storage) if config.checkpoint_storage else ""
-    return JobSpec(dataclasses.replace(config, distribution_mode=decision.mode, checkpoint_storage=storage),
+    spec = JobSpec(dataclasses.replace(config, distribution_mode=decision.mode, checkpoint_storage=storage),
                    decision.reason, priority, working_dir, startup_timeout, submission_id)
+    problem = submission_problem(spec)
+    if problem:
+        raise SpecError(problem)
+    return spec
+
+
+def submission_problem(spec: JobSpec) -> str:
+    """What is wrong with how a job was submitted (the config has its own `check_config`), or ""; the same
+    limits in the client and at the coordinator's edge."""
+    checks = (
+        ("priority", limits.int_problem(spec.priority, limits.MIN_PRIORITY, limits.MAX_PRIORITY)),
+        ("startup_timeout", limits.seconds_problem(spec.startup_timeout)),
+        ("working_dir", limits.text_problem(spec.working_dir, limits.MAX_PATH_CHARS)),
+        ("submission_id", limits.text_problem(spec.submission_id, limits.MAX_SUBMISSION_ID_CHARS)),
+        ("mode_reason", limits.text_problem(spec.mode_reason, limits.MAX_MODE_REASON_CHARS)),
+    )
+    return next((f"{where}: {problem}" for where, problem in checks if problem), "")
 
 
 # `tfdist job --json` showed these two under the names the spec used before the codec; scripts read them.
@@ -159,8 +177,12 @@ def from_pb(message: pb.JobSpec, validate: bool = True) -> JobSpec:
             config = check_config(config)
         except ConfigError as e:
             raise SpecError(f"job spec: {e}") from None
-    return JobSpec(config, message.mode_reason, message.priority, message.working_dir, message.startup_timeout,
+    spec = JobSpec(config, message.mode_reason, message.priority, message.working_dir, message.startup_timeout,
                    message.submission_id)
+    problem = submission_problem(spec) if validate else ""
+    if problem:
+        raise SpecError(f"job spec: {problem}")
+    return spec
 
 
 def _value_to_pb(value: Any) -> pb.Value:

@@ -51,7 +51,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 # tfdist launch's own options, which sbatch does not have: given after --slurm, they are a misplaced word
 _LAUNCH_ONLY = ("--config", "--slots", "--distribution", "--startup-timeout", "--detach", "--state-dir",
-                "--coordinator", "--token-file")
+                "--coordinator", "--credentials")
 
 
 def check_options(options: Sequence[str]) -> None:

@@ -29,7 +29,8 @@ class ClientError(TfdistError):
 def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
     code = e.code()
     details = (e.details() or "").lower()
-    if code == grpc.StatusCode.UNAVAILABLE and ("ssl" in details or "handshake" in details or "tls" in details):
+    if code == grpc.StatusCode.UNAVAILABLE and any(w in details for w in ("ssl", "handshake", "tls", "verif",
+                                                                          "certificate")):
         return ClientError(f"the server at {address} did not prove it is the coordinator your credential trusts "
                            "(TLS verification failed); nothing was sent. Check --coordinator and --credentials "
                            "(a coordinator started with --insecure-plaintext needs a plaintext credential)",
@@ -40,6 +41,17 @@ def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClientError(f"the coordinator at {address} did not answer in time", code)
     return ClientError(e.details() or str(code), code)
+
+
+JOBS_PAGE = 500  # jobs asked for per ListJobs call (the coordinator caps what it sends)
+
+
+class JobList(list):
+    """Jobs, oldest first, and how many matched the request in all (`total`)."""
+
+    def __init__(self, jobs=(), total: int = 0):
+        super().__init__(jobs)
+        self.total = total
 
 
 class Client:
@@ -78,8 +90,23 @@ class Client:
     def job(self, job_id: str) -> pb.Job:
         return self.call(self.coordinator.GetJob, pb.GetJobRequest(job_id=job_id))
 
-    def jobs(self) -> list[pb.Job]:
-        return list(self.call(self.coordinator.ListJobs, pb.ListJobsRequest()).jobs)
+    def jobs(self, states=(), limit: int = 0, summary: bool = False) -> "JobList":
+        """The jobs (in `states`: names), every one or the newest `limit`, oldest first, walking ListJobs'
+        pages; `.total` says how many matched. `summary`: what a table shows only (no exits, metrics...)."""
+        found: list[pb.Job] = []
+        token, total = "", 0
+        while True:
+            size = min(limit - len(found), JOBS_PAGE) if limit else 0
+            page = self.call(self.coordinator.ListJobs, pb.ListJobsRequest(
+                page_size=size, page_token=token, states=list(states), summary=summary))
+            found.extend(page.jobs)
+            total = page.total
+            if not page.next_page_token or (limit and len(found) >= limit):
+                break
+            if page.next_page_token == token:
+                raise ClientError(f"the coordinator at {self.address} gave the same page twice (page token {token})")
+            token = page.next_page_token
+        return JobList(reversed(found[:limit] if limit else found), total)
 
     def cancel(self, job_id: str) -> str:
         return self.call(self.coordinator.CancelJob, pb.CancelJobRequest(job_id=job_id)).state

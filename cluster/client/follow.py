@@ -60,15 +60,15 @@ class _Reconnecting:
 
 def stream_logs(client: Client, job_id: str, *, follow: bool, rank: int = -1, stdout: TextIO = sys.stdout,
                 stderr: TextIO = sys.stderr, after_seq: int = 0) -> int:
-    """Prints the job's lines; with `follow`, until the job ended (riding out a coordinator restart).
-    Returns the last seq seen."""
+    """Prints the job's lines: without `follow`, every line stored now (page after page); with it, until
+    the job ended (riding out a coordinator restart). Returns the last seq seen."""
     call = _Reconnecting(client, stderr, RECONNECT_FOR if follow else 0.0)
     while True:
         response = _poll(call, client, job_id, after_seq, rank, LONG_POLL if follow else 0.0)
         print_lines(response.lines, stdout, stderr)
         if response.lines:
             after_seq = response.lines[-1].seq
-        if not follow or response.job_ended:
+        if response.job_ended or not (follow or response.lines):
             return after_seq
 
 

@@ -93,10 +93,50 @@ def asks_coordinator(ask: Callable, slurm: Handler | None = None) -> Handler:
     return handler
 
 
+ACTIVE = ("QUEUED", "STARTING", "RUNNING", "PAUSED")
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELED")
+SHOWN_FINISHED = 20  # `tfdist jobs` without a selection: every active job and the newest this many finished
+
+
 def _jobs(client, args) -> int:
+    """Without --all, --state or --limit: every active job and the newest SHOWN_FINISHED finished ones, saying
+    on stderr how many older ones it left out. --state: only those states; --limit N: the newest N (of those)."""
     from cluster.client import tables
 
-    return tables.print_jobs(client.jobs(), args.json)
+    states, limit = _selected_states(getattr(args, "state", None)), getattr(args, "limit", None)
+    summary = not args.json  # a table shows no exits, metrics or placement: the coordinator leaves them out
+    if limit is not None and limit < 1:
+        raise UsageError(f"tfdist jobs: --limit must be at least 1, got {limit}")
+    if getattr(args, "all", False) or states or limit:
+        jobs = client.jobs(states, limit or 0, summary)
+        left_out, what = jobs.total - len(jobs), "older jobs" + (f" in {', '.join(states)}" if states else "")
+    else:
+        finished = client.jobs(FINISHED, SHOWN_FINISHED, summary)
+        jobs = sorted([*client.jobs(ACTIVE, 0, summary), *finished], key=_number)
+        left_out, what = finished.total - len(finished), "older finished jobs"
+    code = tables.print_jobs(jobs, args.json)
+    if left_out > 0:
+        sys.stderr.write(f"tfdist: {left_out} {what} not shown; --all lists every job, --limit N the newest N, "
+                         "--state STATE those in a state\n")
+    return code
+
+
+def _selected_states(given) -> tuple[str, ...]:
+    """--state values (repeated or comma-separated, any case) as state names."""
+    if not given:
+        return ()
+    names = [n.strip().upper() for g in ([given] if isinstance(given, str) else given) for n in g.split(",")]
+    unknown = [n for n in names if n not in ACTIVE + FINISHED]
+    if unknown:
+        raise UsageError(f"tfdist jobs: unknown --state {unknown[0] or repr('')}; expected one of "
+                         f"{', '.join(ACTIVE + FINISHED)}")
+    return tuple(dict.fromkeys(names))
+
+
+def _number(job) -> int:
+    """The job's number: what its id says before the dash."""
+    head = job.id.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def _slurm_jobs(args) -> int:

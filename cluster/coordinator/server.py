@@ -57,8 +57,11 @@ def placement_to_pb(a: Allocation) -> pb.Placement:
                         gpus=list(a.gpus), state=a.state.value)
 
 
-def job_to_pb(view: views.JobView) -> pb.Job:
+def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
+    """A job for the wire; `summary`: without what a table does not show (placement, exits, metrics, checkpoint)."""
     job = view.job
+    if summary:
+        view = views.JobView(job, (), waiting_reason=view.waiting_reason)
     return pb.Job(
         id=job.id, spec=jobspec.to_pb(job.spec), state=job.state.value, submitted_at=job.submitted_at,
         started_at=job.started_at or 0, ended_at=job.ended_at or 0, waiting_reason=view.waiting_reason,
@@ -127,7 +130,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_guard
     def ListJobs(self, request, context, principal):
-        return pb.ListJobsResponse(jobs=[redact(job_to_pb(v)) for v in views.jobs_view(self.core)])
+        """A page of jobs, newest first, at most views.PAGE_JOBS of them and about views.PAGE_BYTES."""
+        page = views.jobs_page(self.core, self.follower.reader, request.states, request.page_token,
+                               request.page_size, request.summary)
+        jobs, size = [], 0
+        for view in page.views:
+            job = redact(job_to_pb(view, request.summary))
+            size += job.ByteSize()
+            if jobs and size > views.PAGE_BYTES:
+                break
+            jobs.append(job)
+        cut = len(jobs) < len(page.views)  # the rest of this page comes with the next
+        return pb.ListJobsResponse(jobs=jobs, total=page.total,
+                                   next_page_token=str(page.views[len(jobs) - 1].job.seq) if cut else page.next_token)
 
     @_guard
     def CancelJob(self, request, context, principal):

@@ -1,17 +1,23 @@
 """What the coordinator shows: jobs, agents and log pages, as typed views for the servicers.
 
-Job and agent views read under the coordinator's lock (they are quick). Log
-following never does: it reads through its own SQLite connection and waits
-on the job's ChangeBoard, so any number of followers cannot hold up heartbeats.
+One job's and the agents' views read under the coordinator's lock (they are quick). Job listings and log
+following never do: they read through their own SQLite connection (a reader), listings a bounded page at
+a time, and followers wait on the job's ChangeBoard, so neither can hold up heartbeats.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Iterable
 
 from cluster.coordinator.core import CoordinatorCore
-from cluster.shared.model import AgentRecord, Allocation, Checkpoint, Job, LogLine, MetricRow, WorkerExit
+from cluster.coordinator.store import StateReader
+from cluster.coordinator.values import BadRequest
+from cluster.shared.model import AgentRecord, Allocation, Checkpoint, Job, JobState, LogLine, MetricRow, WorkerExit
+
+PAGE_JOBS = 500  # jobs in one ListJobs page at most (and by default)
+PAGE_BYTES = 4 * 1024 * 1024  # a page stops growing past this (half of gRPC's message limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +57,54 @@ def metrics_view(core: CoordinatorCore, job_ref: str, name: str | None) -> tuple
 
 
 def jobs_view(core: CoordinatorCore) -> list[JobView]:
+    """Every job, in summary (tests; the servicer pages with `jobs_page`)."""
     with core.lock:
         return [JobView(j, (), waiting_reason=core.waiting.get(j.id, "")) for j in core.store.jobs()]
+
+
+@dataclasses.dataclass(frozen=True)
+class JobsPage:
+    views: tuple[JobView, ...]  # newest first
+    next_token: str  # where the next page starts ("": this is the last)
+    total: int  # jobs matching, over every page
+
+
+def page_states(states: Iterable[str]) -> tuple[JobState, ...] | None:
+    """A request's state names as JobStates (none: every state)."""
+    try:
+        return tuple(JobState(s) for s in states) or None
+    except ValueError:
+        raise BadRequest(f"unknown job state in {list(states)}; expected some of "
+                         f"{', '.join(s.value for s in JobState)}") from None
+
+
+def page_start(token: str) -> int | None:
+    """The job number a page token says to continue below (None: from the newest)."""
+    if not token:
+        return None
+    if not token.isdigit() or len(token) > 18:
+        raise BadRequest(f"page_token {token[:40]!r} is not one this coordinator gave; start again with none")
+    return int(token)
+
+
+def jobs_page(core: CoordinatorCore, reader: StateReader, states: Iterable[str], token: str, page_size: int,
+              summary: bool) -> JobsPage:
+    """One page of jobs, newest first, without the coordinator's lock. A summary leaves out what a table
+    does not show (exits, metrics, checkpoint, placement), and reads nothing beyond the job rows."""
+    wanted = page_states(states)
+    limit = min(page_size, PAGE_JOBS) if page_size > 0 else PAGE_JOBS
+    jobs, next_before = reader.jobs_page(wanted, page_start(token), limit)
+    views = tuple(JobView(j, (), waiting_reason=core.waiting.get(j.id, "")) if summary else _full_view(core, j)
+                  for j in jobs)
+    return JobsPage(views, "" if next_before is None else str(next_before), reader.count_jobs(wanted))
+
+
+def _full_view(core: CoordinatorCore, job: Job) -> JobView:
+    """As `job_view`, from the store's own lock (one short read at a time), not the coordinator's."""
+    live = {a.agent: a for a in core.allocs.of_job(job.id)}
+    return JobView(job, tuple(live.get(a.agent, a) for a in job.placement),
+                   tuple(core.store.exits(job.id, job.attempt)), core.waiting.get(job.id, ""),
+                   tuple(core.store.latest_metrics(job.id)), core.store.latest_checkpoint(job.id))
 
 
 def agents_view(core: CoordinatorCore) -> list[AgentView]:

@@ -14,8 +14,12 @@ The contract every implementation keeps:
 - Order: jobs by seq, agents by name, allocations by (job, node rank), exits by (attempt, time, rank),
   metrics by step then arrival, logs by the seq the store gives them (1, 2, ... per job, in arrival order).
 - Values come back as they were stored (frozen dataclasses; tuples, not lists).
-- `reader()` serves log followers, which never take the coordinator's lock: it sees the last commit,
-  never a transaction in progress.
+- `reader()` serves log followers and job listings, which never take the coordinator's lock: it sees the
+  last commit, never a transaction in progress.
+- Rows that cannot be read (SQLite: bad JSON, a state this release does not know) are skipped by every
+  read, and reported once by job id; a lookup of one answers None.
+- Retention: `prune_finished` removes finished jobs past a rule (retention.py), `purge_output` their
+  output in bounded batches; job numbers are never given again.
 """
 
 from __future__ import annotations
@@ -51,6 +55,15 @@ class StateReader(abc.ABC):
     @abc.abstractmethod
     def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
         """As `StateStore.logs`."""
+
+    @abc.abstractmethod
+    def jobs_page(self, states: Iterable[JobState] | None = None, before_seq: int | None = None,
+                  limit: int = 500) -> tuple[list[Job], int | None]:
+        """As `StateStore.jobs_page`."""
+
+    @abc.abstractmethod
+    def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
+        """As `StateStore.count_jobs`."""
 
 
 class StateStore(abc.ABC):
@@ -112,6 +125,27 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         """Every job, or those in `states`, by seq."""
+
+    @abc.abstractmethod
+    def jobs_page(self, states: Iterable[JobState] | None = None, before_seq: int | None = None,
+                  limit: int = 500) -> tuple[list[Job], int | None]:
+        """Up to `limit` jobs (in `states`, or every one) numbered below `before_seq` (None: from the newest),
+        newest first; and the number to ask below for the next page (None: no older job matches)."""
+
+    @abc.abstractmethod
+    def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
+        """How many jobs are stored (in `states`)."""
+
+    @abc.abstractmethod
+    def prune_finished(self, now: float, keep_jobs: int, keep_seconds: float, max_jobs: int) -> list[str]:
+        """Removes up to `max_jobs` finished jobs (oldest first) that are not among the newest `keep_jobs`
+        finished ones or ended more than `keep_seconds` before `now` (0 turns a limit off), and hold no
+        node, with their events, exits and checkpoints; their logs and metrics go with `purge_output`.
+        Returns their ids."""
+
+    @abc.abstractmethod
+    def purge_output(self, max_rows: int) -> int:
+        """Deletes up to about `max_rows` rows of pruned jobs' logs and metrics; 0 when none are left."""
 
     @abc.abstractmethod
     def events(self, job_id: str) -> list[tuple[float, str]]:

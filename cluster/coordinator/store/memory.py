@@ -45,6 +45,7 @@ class MemoryStore(StateStore):
         self._metrics: dict[str, list[MetricRow]] = {}  # job -> rows in arrival order
         self._logs: dict[str, list[LogLine]] = {}  # job -> lines, seq 1, 2, ...
         self._shipped: dict[tuple[str, str, str], int] = {}  # (job, source, kind) -> last seq stored
+        self._seq_floor = 0  # the highest job number pruned: never given again
 
     def close(self) -> None:
         """Nothing is held open."""
@@ -99,7 +100,7 @@ class MemoryStore(StateStore):
     # ---------------------------------------------------------------- jobs
     def next_job_seq(self) -> int:
         with self._lock:
-            return max((j.seq for j in self._jobs.values()), default=0) + 1
+            return max([self._seq_floor, *(j.seq for j in self._jobs.values())]) + 1
 
     def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str, owner: str = "") -> None:
         with self.transaction(durable=True):
@@ -152,6 +153,46 @@ class MemoryStore(StateStore):
             wanted = None if states is None else {JobState(s) for s in states}
             return sorted((j for j in self._jobs.values() if wanted is None or j.state in wanted),
                           key=lambda j: j.seq)
+
+    def jobs_page(self, states: Iterable[JobState] | None = None, before_seq: int | None = None,
+                  limit: int = 500) -> tuple[list[Job], int | None]:
+        with self._lock:
+            older = [j for j in reversed(self.jobs(states)) if before_seq is None or j.seq < before_seq]
+            return older[:limit], (older[limit - 1].seq if len(older) > limit else None)
+
+    def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
+        return len(self.jobs(states))
+
+    def prune_finished(self, now: float, keep_jobs: int, keep_seconds: float, max_jobs: int) -> list[str]:
+        with self.transaction():
+            finished = [j for j in self.jobs() if j.state.terminal]
+            kept = {j.id for j in finished[-keep_jobs:]} if keep_jobs > 0 else {j.id for j in finished}
+            gone = [j for j in finished if (j.id not in kept or (keep_seconds > 0 and j.ended_at is not None and
+                                                                  j.ended_at < now - keep_seconds))
+                    and not self._allocations.get(j.id)][:max_jobs]
+            for j in gone:
+                self._prune(j)
+            return [j.id for j in gone]
+
+    def _prune(self, job: Job) -> None:
+        """The job and everything of it goes; undoably, like every write."""
+        for table in (self._jobs, self._events, self._allocations, self._exits, self._checkpoints, self._metrics,
+                      self._logs):
+            if job.id in table:
+                old = table.pop(job.id)
+                self._undo.append(lambda t=table, o=old: t.__setitem__(job.id, o))
+        for key in [k for k in self._shipped if k[0] == job.id]:
+            old = self._shipped.pop(key)
+            self._undo.append(lambda k=key, o=old: self._shipped.__setitem__(k, o))
+        if job.spec.submission_id and self._submissions.get(job.spec.submission_id) == job.id:
+            self._undo.append(lambda s=job.spec.submission_id: self._submissions.__setitem__(s, job.id))
+            del self._submissions[job.spec.submission_id]
+        floor = self._seq_floor
+        self._undo.append(lambda: setattr(self, "_seq_floor", floor))
+        self._seq_floor = max(floor, job.seq)
+
+    def purge_output(self, max_rows: int) -> int:
+        return 0  # `prune_finished` took the output with the job
 
     def events(self, job_id: str) -> list[tuple[float, str]]:
         with self._lock:
@@ -268,3 +309,10 @@ class MemoryReader(StateReader):
 
     def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
         return self._store.logs(job_id, after_seq, rank, limit)
+
+    def jobs_page(self, states: Iterable[JobState] | None = None, before_seq: int | None = None,
+                  limit: int = 500) -> tuple[list[Job], int | None]:
+        return self._store.jobs_page(states, before_seq, limit)
+
+    def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
+        return self._store.count_jobs(states)

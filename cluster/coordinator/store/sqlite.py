@@ -9,6 +9,9 @@ power loss too. Readers that must not wait for the writer (log followers)
 use `reader()`, a connection of their own that sees the last commit.
 Liveness (heartbeat times) is kept in memory: it is rebuilt when agents re-attach.
 The contract is `StateStore`'s (base.py); the job spec is kept as `JobSpec.to_json()`.
+The state directory is locked for the store's life and the file is checked before use (state_file.py);
+rows that cannot be read are skipped and reported (sqlite_rows.py); a write the disk has no room for
+raises ResourceExhaustedError and leaves nothing of its transaction.
 """
 
 from __future__ import annotations
@@ -20,39 +23,17 @@ import sqlite3
 import threading
 from typing import Any, Iterable, Iterator
 
+from cluster.coordinator.store import sqlite_rows as rows_lib
 from cluster.coordinator.store.base import StateReader, StateStore, already_shipped
-from cluster.coordinator.store.sqlite_schema import OLD_ALLOC_STATES, create_or_migrate
-from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, Job, JobSpec, JobState,
-                                  LogLine, MetricRow, WorkerExit)
-
-
-def _alloc_to_json(a: Allocation) -> dict:
-    return {"agent": a.agent, "node_rank": a.node_rank, "slots": a.slots, "address": a.address,
-            "ports": list(a.ports), "gpus": list(a.gpus), "state": a.state.value}
-
-
-def _alloc_from(job_id: str, d: Any) -> Allocation:
-    state = OLD_ALLOC_STATES.get(d["state"], d["state"])
-    gpus = d["gpus"] if "gpus" in d.keys() else "[]"
-    return Allocation(job_id=job_id, agent=d["agent"], node_rank=d["node_rank"], slots=d["slots"],
-                      address=d["address"], ports=tuple(d["ports"] if isinstance(d["ports"], list)
-                                                        else json.loads(d["ports"])),
-                      gpus=tuple(gpus if isinstance(gpus, list) else json.loads(gpus)), state=AllocState(state))
-
-
-def _job_from(r: sqlite3.Row) -> Job:
-    return Job(id=r["id"], seq=r["seq"], spec=JobSpec.from_dict(json.loads(r["spec"])), state=JobState(r["state"]),
-               submitted_at=r["submitted_at"], started_at=r["started_at"], ended_at=r["ended_at"],
-               message=r["message"] or "", exit_code=r["exit_code"], failed_rank=r["failed_rank"],
-               placement=tuple(_alloc_from(r["id"], d) for d in json.loads(r["placement"])),
-               attempt=r["attempt"], restarts=r["restarts"], preempt_requested=bool(r["preempt_requested"]),
-               preempted_step=r["preempted_step"], preemptible=bool(r["preemptible"]))
-
-
-def _one_job(query, column: str, value) -> Job | None:
-    rows = query(f"SELECT * FROM jobs WHERE {column}=?", (value,))
-    return _job_from(rows[0]) if rows else None
-
+from cluster.coordinator.store.retention import Pruner, Retention
+from cluster.coordinator.store.sqlite_rows import BadRows, alloc_to_json, one_job, read_logs, readable_jobs
+from cluster.coordinator.store.sqlite_prune import prune_finished, purge_output
+from cluster.coordinator.store.sqlite_schema import create_or_migrate
+from cluster.coordinator.store.state_file import (StateDirLock, check_ours, create_state, describe_open_error,
+                                                  disk_full, existing_state)
+from cluster.shared.model import (AgentRecord, Address, Allocation, Checkpoint, Gpu, Job, JobSpec, JobState, LogLine,
+                                  MetricRow, WorkerExit)
+from tfdist.errors import ResourceExhaustedError
 
 def _connect(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -62,22 +43,63 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 class SqliteStore(StateStore):
-    """One SQLite database. `path=":memory:"` gives the same store without a file (unit tests)."""
+    """One SQLite database. `path=":memory:"` gives the same store without a file (unit tests). With
+    `retention`, a thread prunes finished jobs by its rule (retention.py) until `close()`."""
 
-    def __init__(self, path: str):
-        if path != ":memory:":
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    def __init__(self, path: str, retention: Retention | None = None):
         self.path = path
-        self._db = _connect(path)
+        self.state_dir = os.path.dirname(os.path.abspath(path))
+        self.bad = BadRows(path)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of transaction() in the thread holding _lock
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        create_or_migrate(self._db)
+        self._dir_lock = StateDirLock(self.state_dir) if path != ":memory:" else None
+        try:
+            self._db = self._open()
+        except BaseException:
+            if self._dir_lock:
+                self._dir_lock.release()
+            raise
+        self._pruner = Pruner(self, retention).start() if retention else None
+
+    def _open(self) -> sqlite3.Connection:
+        if self.path == ":memory:":
+            db = _connect(self.path)
+            create_or_migrate(db)
+            return db
+        db = None
+        try:
+            if not existing_state(self.path):
+                create_state(self.path, create_or_migrate)
+            db = _connect(self.path)
+            check_ours(db, self.path)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            create_or_migrate(db)
+            return db
+        except (sqlite3.Error, OSError) as e:
+            if db is not None:
+                db.close()
+            if disk_full(e):
+                raise self._full() from None
+            if isinstance(e, sqlite3.DatabaseError):
+                raise describe_open_error(self.path, e) from None
+            raise
+        except BaseException:
+            if db is not None:
+                db.close()
+            raise
+
+    def _full(self) -> ResourceExhaustedError:
+        return ResourceExhaustedError(f"the coordinator's disk is full (state dir {self.state_dir}): free space; "
+                                      "nothing was changed")
 
     def close(self) -> None:
+        if self._pruner:
+            self._pruner.stop()
         with self._lock:
             self._db.close()
+        if self._dir_lock:
+            self._dir_lock.release()
 
     def reader(self) -> SqliteReader:
         return SqliteReader(self)
@@ -87,7 +109,8 @@ class SqliteStore(StateStore):
     def transaction(self, durable: bool = False) -> Iterator[sqlite3.Connection]:
         """One transaction; nested uses join the outermost, which commits (or rolls back) everything.
         `durable` on the outermost: the commit is synced to disk before returning (the coordinator
-        opens submissions durable; a nested request cannot upgrade a transaction already begun)."""
+        opens submissions durable; a nested request cannot upgrade a transaction already begun).
+        A write the disk has no room for (at any depth, or the commit) raises ResourceExhaustedError."""
         with self._lock:
             outer = self._depth == 0
             if outer:
@@ -97,17 +120,17 @@ class SqliteStore(StateStore):
             self._depth += 1
             try:
                 yield self._db
-            except BaseException:
-                self._depth -= 1
                 if outer:
+                    self._db.execute("COMMIT")
+            except BaseException as e:
+                if outer and self._db.in_transaction:  # SQLite may have rolled back by itself (a full disk)
                     self._db.execute("ROLLBACK")
-                    if durable:
-                        self._db.execute("PRAGMA synchronous=NORMAL")
+                if disk_full(e):
+                    raise self._full() from None
                 raise
-            self._depth -= 1
-            if outer:
-                self._db.execute("COMMIT")
-                if durable:
+            finally:
+                self._depth -= 1
+                if outer and durable:
                     self._db.execute("PRAGMA synchronous=NORMAL")
 
     def _write(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
@@ -130,29 +153,35 @@ class SqliteStore(StateStore):
                        json.dumps([{"index": g.index, "uuid": g.uuid, "name": g.name} for g in agent.gpus])))])
 
     def agents(self) -> list[AgentRecord]:
-        return [AgentRecord(name=r["name"], slots=r["slots"],
-                            addresses=tuple(Address(**a) for a in json.loads(r["addresses"])),
-                            gpus=tuple(Gpu(**g) for g in json.loads(r["gpus"] or "[]")))
-                for r in self._all("SELECT * FROM agents ORDER BY name")]
+        found = []
+        for r in self._all("SELECT * FROM agents ORDER BY name"):
+            try:
+                found.append(AgentRecord(name=r["name"], slots=r["slots"],
+                                         addresses=tuple(Address(**a) for a in json.loads(r["addresses"])),
+                                         gpus=tuple(Gpu(**g) for g in json.loads(r["gpus"] or "[]"))))
+            except rows_lib.ROW_ERRORS as e:  # the agent registers again with what it is
+                self.bad.report("agents", f"agent {r['name']}", e)
+        return found
 
     # ---------------------------------------------------------------- jobs
     def next_job_seq(self) -> int:
-        rows = self._all("SELECT COALESCE(MAX(seq), 0) AS m FROM jobs")
+        rows = self._all("SELECT MAX(COALESCE((SELECT MAX(seq) FROM jobs), 0), "
+                         "COALESCE((SELECT value FROM meta WHERE key='seq_floor'), 0)) AS m")
         return rows[0]["m"] + 1
 
     def insert_job(self, job_id: str, seq: int, spec: JobSpec, now: float, event: str, owner: str = "") -> None:
         self._write([
-            ("INSERT INTO jobs(id, seq, spec, state, priority, slots, submitted_at, submission_id) "
-             "VALUES (?,?,?,?,?,?,?,?)",
+            ("INSERT INTO jobs(id, seq, spec, state, priority, slots, submitted_at, submission_id, owner) "
+             "VALUES (?,?,?,?,?,?,?,?,?)",
              (job_id, seq, spec.to_json(), JobState.QUEUED.value, spec.priority, spec.slots, now,
-              spec.submission_id or None)),
+              spec.submission_id or None, owner)),
             ("INSERT INTO events(job_id, time, message) VALUES (?,?,?)", (job_id, now, event)),
         ], durable=True)
 
     def update_job(self, job_id: str, now: float, event: str | None = None, *,
                    placement: Iterable[Allocation] | None = None, **fields: Any) -> None:
         if placement is not None:
-            fields["placement"] = json.dumps([_alloc_to_json(a) for a in placement])
+            fields["placement"] = json.dumps([alloc_to_json(a) for a in placement])
         if "state" in fields and isinstance(fields["state"], JobState):
             fields["state"] = fields["state"].value
         sets = ", ".join(f"{k}=?" for k in fields)
@@ -162,21 +191,36 @@ class SqliteStore(StateStore):
         self._write(statements)
 
     def job(self, job_id: str) -> Job | None:
-        return _one_job(self._all, "id", job_id)
+        return one_job(self._all, self.bad, "id", job_id)
 
     def job_by_seq(self, seq: int) -> Job | None:
-        return _one_job(self._all, "seq", seq)
+        return one_job(self._all, self.bad, "seq", seq)
 
     def job_by_submission(self, submission_id: str) -> Job | None:
-        return _one_job(self._all, "submission_id", submission_id)
+        return one_job(self._all, self.bad, "submission_id", submission_id)
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         if states is None:
-            return [_job_from(r) for r in self._all("SELECT * FROM jobs ORDER BY seq")]
+            return readable_jobs(self._all("SELECT * FROM jobs ORDER BY seq"), self.bad)
         values = [s.value for s in states]
         marks = ",".join("?" * len(values))
-        return [_job_from(r) for r in self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY seq",
-                                                tuple(values))]
+        return readable_jobs(self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) ORDER BY seq", tuple(values)),
+                             self.bad)
+
+    def jobs_page(self, states: Iterable[JobState] | None = None, before_seq: int | None = None,
+                  limit: int = 500) -> tuple[list[Job], int | None]:
+        return rows_lib.jobs_page(self._all, self.bad, states, before_seq, limit)
+
+    def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
+        return rows_lib.count_jobs(self._all, states)
+
+    def prune_finished(self, now: float, keep_jobs: int, keep_seconds: float, max_jobs: int) -> list[str]:
+        with self.transaction() as db:
+            return prune_finished(db, now, keep_jobs, keep_seconds, max_jobs)
+
+    def purge_output(self, max_rows: int) -> int:
+        with self.transaction() as db:
+            return purge_output(db, max_rows)
 
     def events(self, job_id: str) -> list[tuple[float, str]]:
         return [(r["time"], r["message"])
@@ -196,7 +240,7 @@ class SqliteStore(StateStore):
             rows = self._all("SELECT * FROM allocations ORDER BY job_id, node_rank")
         else:
             rows = self._all("SELECT * FROM allocations WHERE job_id=? ORDER BY node_rank", (job_id,))
-        return [_alloc_from(r["job_id"], r) for r in rows]
+        return rows_lib.readable_allocations(rows, self.bad)
 
     # ---------------------------------------------------------------- exits
     def record_exit(self, job_id: str, e: WorkerExit) -> bool:
@@ -282,16 +326,7 @@ class SqliteStore(StateStore):
             return len(rows)
 
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[LogLine]:
-        return _read_logs(self._all, job_id, after_seq, rank, limit)
-
-
-def _read_logs(query, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
-    if rank >= 0:
-        rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? AND rank=? ORDER BY seq LIMIT ?",
-                     (job_id, after_seq, rank, limit))
-    else:
-        rows = query("SELECT * FROM logs WHERE job_id=? AND seq>? ORDER BY seq LIMIT ?", (job_id, after_seq, limit))
-    return [LogLine(rank=r["rank"], stream=r["stream"], text=r["text"], time=r["time"], seq=r["seq"]) for r in rows]
+        return read_logs(self._all, job_id, after_seq, rank, limit)
 
 
 class SqliteReader(StateReader):
@@ -312,16 +347,21 @@ class SqliteReader(StateReader):
         return db.execute(sql, args).fetchall()
 
     def job(self, job_id: str) -> Job | None:
-        return _one_job(self._query, "id", job_id)
+        return one_job(self._query, self._store.bad, "id", job_id)
 
     def job_by_seq(self, seq: int) -> Job | None:
-        return _one_job(self._query, "seq", seq)
+        return one_job(self._query, self._store.bad, "seq", seq)
 
     def ended(self, job_id: str) -> bool:
         """Ended or paused, and no node holds the job any more: its agents shipped every line first."""
-        rows = self._query("SELECT state, (SELECT COUNT(*) FROM allocations WHERE job_id=?) AS held FROM jobs "
-                           "WHERE id=?", (job_id, job_id))
-        return bool(rows) and JobState(rows[0]["state"]).stopped and rows[0]["held"] == 0
+        return rows_lib.ended(self._query, job_id)
+
+    def jobs_page(self, states: Iterable[JobState] | None = None, before_seq: int | None = None,
+                  limit: int = 500) -> tuple[list[Job], int | None]:
+        return rows_lib.jobs_page(self._query, self._store.bad, states, before_seq, limit)
+
+    def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
+        return rows_lib.count_jobs(self._query, states)
 
     def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
-        return _read_logs(self._query, job_id, after_seq, rank, limit)
+        return read_logs(self._query, job_id, after_seq, rank, limit)

@@ -1,8 +1,15 @@
-"""The SQLite store's tables, and the migrations that bring state files of older releases up to them."""
+"""The SQLite store's tables, and the migrations that bring state files of older releases up to them.
+
+A state file tfdist made carries APPLICATION_ID in its header (`PRAGMA application_id`): what tells it from
+another program's SQLite database. Files of releases before the mark have id 0 and only tables of TABLES:
+they are migrated and marked."""
 
 from __future__ import annotations
 
 import sqlite3
+
+APPLICATION_ID = 0x74664453  # "tfDS": a tfdist coordinator's state
+SCHEMA_VERSION = 2  # PRAGMA user_version: 2 adds the owner, the retention tables and the seq indexes
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -12,7 +19,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
   priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL,
   started_at REAL, ended_at REAL, message TEXT NOT NULL DEFAULT '', exit_code INTEGER,
-  placement TEXT NOT NULL DEFAULT '[]', submission_id TEXT, failed_rank INTEGER);
+  placement TEXT NOT NULL DEFAULT '[]', submission_id TEXT, failed_rank INTEGER, owner TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS allocations (
   job_id TEXT NOT NULL, agent TEXT NOT NULL, node_rank INTEGER NOT NULL, slots INTEGER NOT NULL,
@@ -37,7 +44,19 @@ CREATE TABLE IF NOT EXISTS logs (
 CREATE TABLE IF NOT EXISTS shipped (
   job_id TEXT NOT NULL, source TEXT NOT NULL, kind TEXT NOT NULL, last_seq INTEGER NOT NULL,
   PRIMARY KEY (job_id, source, kind));
+CREATE TABLE IF NOT EXISTS pruned (job_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+# After the columns are migrated (an older file lacks `owner` until then).
+INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_seq ON jobs(seq);
+CREATE INDEX IF NOT EXISTS jobs_state_seq ON jobs(state, seq);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
+"""
+# Every table a tfdist state file may hold (sqlite_sequence: SQLite's own, for AUTOINCREMENT; exits_v1: a
+# migration that was interrupted).
+TABLES = frozenset({"agents", "jobs", "allocations", "exits", "checkpoints", "events", "metrics", "logs", "shipped",
+                    "pruned", "meta", "sqlite_sequence", "exits_v1"})
 
 # Columns added after the first release: (table, column, declaration).
 MIGRATIONS = (
@@ -53,6 +72,7 @@ MIGRATIONS = (
     ("jobs", "preempt_requested", "INTEGER NOT NULL DEFAULT 0"),
     ("jobs", "preempted_step", "INTEGER"),
     ("jobs", "preemptible", "INTEGER NOT NULL DEFAULT 0"),
+    ("jobs", "owner", "TEXT NOT NULL DEFAULT ''"),
 )
 # Allocation states of the first release, by what they meant.
 OLD_ALLOC_STATES = {"PREPARING": "LEASING", "READY": "LEASED"}
@@ -71,6 +91,13 @@ def create_or_migrate(db: sqlite3.Connection) -> None:
         db.execute("UPDATE allocations SET state=? WHERE state=?", (new, old))
     db.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission ON jobs(submission_id) "
                "WHERE submission_id IS NOT NULL AND submission_id != ''")
+    db.executescript(INDEXES)
+    db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def tables(db: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
 def _migrate_exits(db: sqlite3.Connection) -> None:

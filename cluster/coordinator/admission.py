@@ -1,5 +1,7 @@
 """Whether a submitted job is admitted, and if not, what the user is told. Pure: the spec was
-validated at the server's edge; this only asks whether the cluster could ever hold it."""
+validated at the server's edge; this only asks whether the cluster could ever hold it. It runs under the
+coordinator's lock, so its work is bounded by the cluster (scheduler.check_feasible), never by a number in
+the request."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Sequence
 
 from cluster.coordinator import scheduler
 from cluster.shared import modes
+from cluster.shared.limits import MAX_SLOTS
 from cluster.shared.model import Job, JobSpec
 
 
@@ -26,6 +29,8 @@ def admit(spec: JobSpec, nodes: Sequence[scheduler.Node], known_submission: Job 
     stored under the spec's submission id, if any."""
     if known_submission is not None:
         return Admission(known=known_submission)
+    if not 1 <= spec.slots <= MAX_SLOTS:  # the edge checked it (check_config); a spec made in-process too
+        return Admission(refusal=f"slots_per_trial={spec.slots}: must be between 1 and {MAX_SLOTS:,}")
     try:
         scheduler.check_feasible(spec.slots, nodes)
     except scheduler.InfeasibleJob as e:

@@ -98,7 +98,8 @@ def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterab
     missing = sorted(set(range(size)) - set(joined))
     if not missing:
         return None
-    return Outcome(JobState.FAILED, f"rank(s) {', '.join(map(str, missing))} did not join within the startup timeout "
+    shown = ", ".join(map(str, missing[:20])) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+    return Outcome(JobState.FAILED, f"rank(s) {shown} did not join within the startup timeout "
                                     f"of {timeout:g}s (never called tfdist.init() nor listened on their port); the "
                                     "other workers were stopped. Raise --startup-timeout if start-up is just slow", 1,
                    missing[0])

@@ -64,17 +64,28 @@ class InfeasibleJob(UserError):
 def achievable_sizes(node_sizes: Iterable[int], limit: int = 4096) -> tuple[int, set[int]]:
     """(largest single node, sums of whole nodes larger than it, up to `limit`).
 
-    A bitset subset-sum: bit k of `reach` is set when some set of nodes sums to k.
+    A bitset subset-sum: bit k of `reach` is set when some set of nodes sums to k. Its work depends on the
+    cluster alone, never on `limit` (a request's slots): no set of nodes sums beyond all of them, and nodes of
+    one size are added in doubling groups (a uniform cluster of n nodes costs log n shifts).
     """
-    sizes = list(node_sizes)
-    if not sizes:
+    counts: dict[int, int] = defaultdict(int)
+    for size in node_sizes:
+        counts[size] += 1
+    if not counts:
         return 0, set()
-    largest = max(sizes)
+    largest = max(counts)
+    limit = min(limit, sum(size * count for size, count in counts.items()))
     mask = (1 << (limit + 1)) - 1
     reach = 1
-    for size in sizes:
-        reach = (reach | (reach << size)) & mask
-    return largest, {k for k in range(largest + 1, limit + 1) if reach >> k & 1}
+    for size, count in counts.items():
+        group = 1
+        while count > 0:  # groups of 1, 2, 4... nodes, then the rest: every count 0..n stays reachable
+            take = min(group, count)
+            reach = (reach | (reach << (size * take))) & mask
+            count -= take
+            group *= 2
+    bits = bin(reach)[:1:-1]  # bits[k] == "1": some set of nodes sums to k
+    return largest, {k for k in range(largest + 1, len(bits)) if bits[k] == "1"}
 
 
 def describe_sizes(largest: int, multi: set[int], show: int = 8) -> str:
@@ -85,7 +96,8 @@ def describe_sizes(largest: int, multi: set[int], show: int = 8) -> str:
 
 
 def check_feasible(slots: int, nodes: Sequence[Node]) -> None:
-    """Raises InfeasibleJob, naming the sizes that would fit, if no placement could ever exist."""
+    """Raises InfeasibleJob, naming the sizes that would fit, if no placement could ever exist. Its work is
+    bounded by the cluster (the sum of the nodes' slots), whatever `slots` is."""
     if not nodes:
         raise InfeasibleJob("no agents are registered: start `tfdist agent` on the nodes first")
     largest = max(n.slots for n in nodes)
@@ -95,9 +107,8 @@ def check_feasible(slots: int, nodes: Sequence[Node]) -> None:
     largest, multi = achievable_sizes((n.slots for n in nodes), limit=slots + largest)
     if slots in multi:
         return
-    fits = sorted({*range(1, largest + 1), *multi})
-    below = max((s for s in fits if s < slots), default=None)
-    above = min((s for s in fits if s > slots), default=None)
+    below = max((s for s in multi if s < slots), default=largest)
+    above = min((s for s in multi if s > slots), default=None)
     nearest = " or ".join(str(s) for s in (below, above) if s is not None)
     shape = _cluster_shape(nodes)
     raise InfeasibleJob(
@@ -153,10 +164,10 @@ class _Capacity:
             self.reserved_for[name] = job_id
 
     def best_fit(self, slots: int) -> str | None:
-        for free in range(slots, self.largest + 1):
-            if self.by_free.get(free):
-                return self.by_free[free][0]
-        return None
+        """The node with the fewest free slots that still holds `slots` (by name among equals): a walk over
+        the distinct free counts (at most one per node), not over every number up to the largest node."""
+        free = min((f for f, names in self.by_free.items() if f >= slots and names), default=None)
+        return None if free is None else self.by_free[free][0]
 
     def whole_nodes(self, slots: int, idle_by_size: dict[int, list[str]] | None = None) -> list[str] | None:
         """Idle nodes whose sizes sum to exactly `slots`: a bounded knapsack over the distinct sizes."""

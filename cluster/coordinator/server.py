@@ -12,7 +12,7 @@ from concurrent import futures
 
 import grpc
 
-from cluster.coordinator import access, views
+from cluster.coordinator import access, request_checks, views
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
 from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
@@ -40,6 +40,7 @@ def _guard(fn):
     def wrapper(self, request, context):
         try:
             principal = self.gate.check(fn.__name__, request, context.invocation_metadata())
+            request_checks.check(fn.__name__, request)  # every field in bounds, or INVALID_ARGUMENT naming it
             return fn(self, request, context, principal)
         except TfdistError as e:
             if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack

@@ -1,5 +1,8 @@
 """Coordinator scale: the pure scheduler's placements/s, and a real coordinator process with
 1,000 simulated agents heartbeating over gRPC: submit-to-placed latency, coordinator CPU and memory.
+The coordinator serves TLS and checks a credential on every call, as deployed: the benchmark makes a
+cluster authority in a temporary directory, issues one node credential per simulated agent and a user
+credential for the submissions, and starts the coordinator with --credentials-dir on it.
 
     .venv/bin/python benchmarks/coordinator_scale.py [--agents 1000] [--jobs 300] [--runs 5]
 
@@ -62,20 +65,44 @@ def bench_scheduler(nodes_count, jobs_count, seed):
 
 # ---------------------------------------------------------------- simulated agents
 
-def agent_process(address, first, count, stop_at, ready, fixed_interval):
+def agent_channel(address, credential):
+    """One long-lived channel per simulated-agent process, as each real agent keeps one: TLS verified against
+    the cluster's CA unless the credential is a plaintext one."""
     import grpc
 
+    if credential.plaintext:
+        return grpc.insecure_channel(address)
+    options = [("grpc.ssl_target_name_override", credential.server_name)] if credential.server_name else []
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(credential.ca_pem.encode()), options=options)
+
+
+def as_agent(credential, token_as_metadata=False):
+    """Keyword arguments for one call as `credential`'s node: the token rides as call credentials over TLS
+    (what `cluster.shared.auth.channel` does for a real agent), as metadata over plaintext, or, with
+    `token_as_metadata`, as metadata over the same verified TLS channel (a proposed change: see tls_cost.py)."""
+    import grpc
+
+    from cluster.shared import auth
+
+    if credential.plaintext or token_as_metadata:
+        return {"metadata": ((auth.METADATA_KEY, f"Bearer {credential.token}"),)}
+    return {"credentials": grpc.access_token_call_credentials(credential.token)}
+
+
+def agent_process(address, credentials, stop_at, ready, fixed_interval, sent_total=None, token_as_metadata=False):
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
     from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 
-    channel = grpc.insecure_channel(address)
+    channel = agent_channel(address, credentials[0])
     stub = pb_grpc.AgentServiceStub(channel)
-    names = [f"sim{i:04d}" for i in range(first, first + count)]
+    names = [c.name for c in credentials]
+    auths = [as_agent(c, token_as_metadata) for c in credentials]
+    count = len(names)
     interval = 1.0
-    for name in names:
+    for name, auth in zip(names, auths):
         interval = stub.Register(pb.RegisterRequest(agent=pb.AgentInfo(
             name=name, slots=SLOTS_PER_NODE, addresses=[pb.Address(ip="127.0.0.1", prefix_len=8)])),
-            timeout=30).heartbeat_interval
+            timeout=30, **auth).heartbeat_interval
     interval = fixed_interval or interval  # fixed: ignore what the coordinator asks for
     ready.release()
     # Each agent heartbeats once per interval at its own phase, as independent agents do (a
@@ -88,10 +115,14 @@ def agent_process(address, first, count, stop_at, ready, fixed_interval):
         delay = due - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        pending.append(stub.Heartbeat.future(pb.HeartbeatRequest(agent=names[sent % count]), timeout=30))
+        pending.append(stub.Heartbeat.future(pb.HeartbeatRequest(agent=names[sent % count]), timeout=30,
+                                             **auths[sent % count]))
         if not fixed_interval and sent % count == 0 and pending:
             interval = pending[0].result().heartbeat_interval or interval  # it adapts to the cluster size
         sent += 1
+        if sent_total is not None:  # heartbeats sent, all processes together: a rate over a window
+            with sent_total.get_lock():
+                sent_total.value += 1
         if len(pending) >= 64:
             for f in pending:
                 f.result()
@@ -111,67 +142,121 @@ def rss_mib(pid):
     return kib / 1024
 
 
-def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interval=0.0):
-    import grpc
+class SimulatedCluster:
+    """A real `tfdist coordinator` process (TLS, or --insecure-plaintext) and `agents` simulated agents in
+    `processes` processes, each agent registering and heartbeating with its own node credential; `client` is
+    a user's `rpc.Client`. Credentials come from one authority made in a temporary directory, which the
+    coordinator loads with --credentials-dir. `token_as_metadata`: over TLS, every call (agents' and the
+    client's) carries its token as plain metadata instead of gRPC call credentials."""
 
+    def __init__(self, agents, plaintext=False, processes=4, fixed_interval=0.0, token_as_metadata=False):
+        from cluster.shared.credentials import Authority
+        from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
+        from cluster.shared.rpc import Client
+
+        self.tmp = tempfile.mkdtemp(prefix="tfdist-bench-")
+        credentials_dir = os.path.join(self.tmp, "credentials")
+        authority, _ = Authority.load_or_create(credentials_dir)
+        env = dict(os.environ, PYTHONPATH=REPO, TFDIST_RUNTIME_DIR=os.path.join(self.tmp, "runtime"))
+        self.coord = subprocess.Popen(
+            [sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+             os.path.join(self.tmp, "state"), "--credentials-dir", credentials_dir, "--lost-after", "60",
+             "--subnet", "127.0.0.0/8", *(["--insecure-plaintext"] if plaintext else [])],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.procs = []
+        try:
+            line = self.coord.stdout.readline()
+            if " listening on " not in line:
+                raise RuntimeError(f"the coordinator did not start (exit {self.coord.poll()}): {line!r}")
+            self.address = line.split(" listening on ")[1].split()[0]
+            self.user = authority.issue("admin", "bench", self.address, plaintext)  # cancels what it submits
+            nodes = [authority.issue("node", f"sim{i:04d}", self.address, plaintext) for i in range(agents)]
+            ctx = multiprocessing.get_context("spawn")
+            ready = ctx.Semaphore(0)
+            self.heartbeats = ctx.Value("q", 0)  # sent so far, all processes together
+            stop_at = time.monotonic() + 900
+            per = agents // processes
+            self.procs = [ctx.Process(target=agent_process, daemon=True,
+                                      args=(self.address, nodes[i * per:(i + 1) * per], stop_at, ready,
+                                            fixed_interval, self.heartbeats, token_as_metadata))
+                          for i in range(processes)]
+            for p in self.procs:
+                p.start()
+            for p in self.procs:
+                if not ready.acquire(timeout=300):
+                    raise RuntimeError(f"simulated agents did not register within 300 s (process {p.pid})")
+            self.client = Client(self.address, self.user, timeout=30)
+            if token_as_metadata and not plaintext:
+                self.client.close()
+                self.client.channel = agent_channel(self.address, self.user)
+                self.client.coordinator = pb_grpc.CoordinatorStub(self.client.channel)
+                self.client._metadata = as_agent(self.user, True)["metadata"]
+        except BaseException:
+            self.close()
+            raise
+
+    def agents_cpu_seconds(self):
+        return sum(cpu_seconds(p.pid) for p in self.procs)
+
+    def close(self):
+        if getattr(self, "client", None) is not None:
+            self.client.close()
+        started = [p for p in self.procs if p.pid is not None]
+        for p in started:
+            p.terminate()
+        for p in started:
+            p.join(timeout=30)
+        self.coord.terminate()
+        self.coord.wait(timeout=30)
+        subprocess.run(["rm", "-rf", self.tmp])
+
+
+def submit_latencies(client, jobs, seed):
+    """`jobs` submissions one after another, each canceled once placed: (sorted latencies in s, how many were
+    placed at once, the last job's id)."""
     from cluster.shared import jobspec
     from cluster.shared.config import ExperimentConfig
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
-    from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 
-    state = tempfile.mkdtemp(prefix="tfdist-bench-")
-    coord = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", "127.0.0.1:0",
-                              "--state-dir", state, "--lost-after", "60", "--subnet", "127.0.0.0/8"],
-                             cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
-    address = coord.stdout.readline().split(" listening on ")[1].split()[0]
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Semaphore(0)
-    stop_at = time.monotonic() + 600
-    per = agents // processes
-    procs = [ctx.Process(target=agent_process, args=(address, i * per, per, stop_at, ready, fixed_interval),
-                         daemon=True)
-             for i in range(processes)]
+    rng = random.Random(seed)
+    latencies, placed = [], 0
+    for slots in job_sizes(rng, jobs):
+        spec = jobspec.to_pb(jobspec.job_spec(ExperimentConfig(name="bench", entrypoint=("true",),
+                                                               slots_per_trial=slots, distribution_mode="mwms")))
+        t = time.perf_counter()
+        response = client.call(client.coordinator.SubmitJob, pb.SubmitJobRequest(spec=spec))  # scheduled on return
+        latencies.append(time.perf_counter() - t)
+        placed += response.state == "STARTING"
+        client.call(client.coordinator.CancelJob, pb.CancelJobRequest(job_id=response.job_id))  # frees its nodes
+    return sorted(latencies), placed, response.job_id
+
+
+def p99(sorted_values):
+    return sorted_values[int(0.99 * (len(sorted_values) - 1))]
+
+
+def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interval=0.0):
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+
+    cluster = SimulatedCluster(agents, processes=processes, fixed_interval=fixed_interval)
     try:
-        for p in procs:
-            p.start()
-        for _ in procs:
-            ready.acquire(timeout=300)
-        channel = grpc.insecure_channel(address)
-        stub = pb_grpc.CoordinatorStub(channel)
-        registered = len(stub.ListAgents(pb.ListAgentsRequest(), timeout=30).agents)
+        client = cluster.client
+        registered = len(client.call(client.coordinator.ListAgents, pb.ListAgentsRequest()).agents)
         time.sleep(5)  # every agent is heartbeating at its interval
-        c0, t0 = cpu_seconds(coord.pid), time.monotonic()
+        c0, t0 = cpu_seconds(cluster.coord.pid), time.monotonic()
         time.sleep(cpu_window)
-        cpu = (cpu_seconds(coord.pid) - c0) / (time.monotonic() - t0)
-        rss_idle = rss_mib(coord.pid)
-
-        rng = random.Random(seed)
-        latencies, placed = [], 0
-        for slots in job_sizes(rng, jobs):
-            spec = jobspec.to_pb(jobspec.job_spec(ExperimentConfig(name="bench", entrypoint=("true",),
-                                                                   slots_per_trial=slots, distribution_mode="mwms")))
-            t = time.perf_counter()
-            response = stub.SubmitJob(pb.SubmitJobRequest(spec=spec), timeout=30)  # scheduled before it returns
-            latencies.append(time.perf_counter() - t)
-            job_id = response.job_id
-            placed += response.state == "STARTING"
-            stub.CancelJob(pb.CancelJobRequest(job_id=job_id), timeout=30)  # frees its nodes for the next
-        rss_after_jobs = rss_mib(coord.pid)
-        channel.close()
-        latencies.sort()
+        cpu = (cpu_seconds(cluster.coord.pid) - c0) / (time.monotonic() - t0)
+        rss_idle = rss_mib(cluster.coord.pid)
+        latencies, placed, _ = submit_latencies(client, jobs, seed)
+        rss_after_jobs = rss_mib(cluster.coord.pid)
         return {"agents_registered": registered, "coordinator_cpu_cores": round(cpu, 3),
                 "coordinator_rss_mib": round(rss_idle, 1), "coordinator_rss_after_jobs_mib": round(rss_after_jobs, 1),
                 "heartbeat_interval_s": fixed_interval or "adaptive",
                 "submit_to_placed_p50_ms": round(1000 * statistics.median(latencies), 2),
-                "submit_to_placed_p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
+                "submit_to_placed_p99_ms": round(1000 * p99(latencies), 2),
                 "jobs": jobs, "placed_at_once": placed}
     finally:
-        for p in procs:
-            p.terminate()
-        coord.terminate()
-        coord.wait(timeout=30)
-        subprocess.run(["rm", "-rf", state])
+        cluster.close()
 
 
 def main():

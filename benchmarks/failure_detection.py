@@ -79,25 +79,30 @@ class TfdistVariant:
     def __init__(self, hosts, marker, tmp, coordinator_args):
         self.hosts, self.marker, self.tmp = hosts, marker, tmp
         self.address = f"{hosts['c'].ip}:7470"
-        self.token = os.path.join(tmp, "token")
-        with open(self.token, "w") as f:
-            f.write(uuid.uuid4().hex * 2)
-        os.chmod(self.token, 0o600)
+        # What an admin does once: the cluster's CA and certificate, one credential per node and one user's.
+        self.credentials = os.path.join(tmp, "credentials")
+        made = hosts["c"].run(["credentials", self.credentials, "--node", "a1", "--node", "a2", "--user", "bench",
+                               "--coordinator", self.address], marker)
+        if made.returncode != 0:
+            raise RuntimeError(f"tfdist credentials failed: {made.stderr.strip()}")
         self.procs = {"c": hosts["c"].popen(["coordinator", "--listen", self.address, "--state-dir",
-                                             os.path.join(tmp, "state"), "--token-file", self.token,
+                                             os.path.join(tmp, "state"), "--credentials-dir", self.credentials,
                                              *coordinator_args], marker, os.path.join(tmp, "c.log"))}
         for name in ("a1", "a2"):
             self.start_agent(name)
 
+    def credential(self, kind, name):
+        return os.path.join(self.credentials, "issued", f"{kind}-{name}.json")
+
     def start_agent(self, name):
-        self.procs[name] = self.hosts[name].popen(["agent", "--coordinator", self.address, "--token-file", self.token,
-                                                   "--name", name, "--slots", "1"], self.marker,
+        self.procs[name] = self.hosts[name].popen(["agent", "--credentials", self.credential("node", name),
+                                                   "--slots", "1"], self.marker,
                                                   os.path.join(self.tmp, f"{name}.log"))
 
     def cli(self, *args, timeout=60):
         command, *rest = args
-        return self.hosts["c"].run([command, "--coordinator", self.address, "--token-file", self.token, *rest],
-                                   self.marker, timeout)
+        return self.hosts["c"].run([command, "--coordinator", self.address, "--credentials",
+                                    self.credential("user", "bench"), *rest], self.marker, timeout)
 
     def agents_alive(self):
         r = self.cli("agents", "--json")

@@ -7,6 +7,11 @@ Horovod, single-node) without TensorFlow or Horovod, and before either is set up
 with MPI: the n-th call of each rank meets the n-th call of the others. Each call waits at most
 `timeout` seconds and then names the ranks that did not arrive. At size 1 they return at once.
 
+Every request carries the job run's store secret (TFDIST_STORE_SECRET, put in the worker's environment by
+the agent that started it) as the first segment of its path. A store that refuses it, or refuses a value
+at one of its limits, is one error naming why (`StoreSecretError`, `StoreLimitError`); a store that does
+not answer, or has no room for another connection, is retried for a bounded time (`STORE_PATIENCE`).
+
 In ps mode only the chief runs the script past `tfdist.init()`, so collectives are refused there.
 """
 
@@ -15,18 +20,32 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
 import time
 from typing import Any
 
-from tfdist.errors import TfdistError, UnavailableError
+from tfdist import envvars
+from tfdist.errors import (InternalError, ResourceExhaustedError, TfdistError, UnauthenticatedError,
+                           UnavailableError)
 
 DEFAULT_TIMEOUT = 300.0
 MAX_BYTES = 1 << 20  # the store's limit per value
 SCOPE = "tfdist"
+STORE_PATIENCE = 20.0  # seconds a request is retried while the store does not answer or has no room
+_RETRIED = (408, 503)  # the store cut a slow request, or closed the connection to make room for others
+_LIMITS = (411, 413, 431, 507)  # the store's limits: the reason phrase names which
 
 
 class CollectiveError(TfdistError):
     """A collective was misused (a value too big, not JSON-serialisable, or called where it cannot work)."""
+
+
+class StoreSecretError(UnauthenticatedError):
+    """The job's store refused this worker's secret (TFDIST_STORE_SECRET missing, or not this run's)."""
+
+
+class StoreLimitError(ResourceExhaustedError):
+    """The job's store refused a request at one of its limits (value size, total size, keys...)."""
 
 
 def encode(value: Any) -> bytes:
@@ -66,9 +85,12 @@ def _unwrap(value: Any) -> Any:
 
 
 class Collectives:
-    def __init__(self, store: str | None, rank: int, size: int, mode: str = "", timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, store: str | None, rank: int, size: int, mode: str = "", timeout: float = DEFAULT_TIMEOUT,
+                 secret: str | None = None):
+        """`secret`: the store's (None: TFDIST_STORE_SECRET of this process's environment)."""
         self.rank, self.size, self.mode, self.timeout = rank, size, mode, timeout
         self._store = store
+        self._secret = secret
         self._calls = 0
         self._posted: list[int] = []  # calls whose key of this rank is still in the store
 
@@ -154,24 +176,51 @@ class Collectives:
             pause = min(pause * 2, 0.1)
 
     def _request(self, method: str, key: str, body: bytes | None = None) -> tuple[int, bytes]:
-        return store_request(self._store, method, f"/{SCOPE}/{key}", body)
+        return store_request(self._store, method, f"/{SCOPE}/{key}", body, secret=self._secret,
+                             patience=min(STORE_PATIENCE, self.timeout))
 
 
-def store_request(store: str, method: str, path: str, body: bytes | None = None,
-                  tries: int = 5) -> tuple[int, bytes]:
-    """One request to the job's store at host:port, retried while it does not answer."""
+def store_request(store: str, method: str, path: str, body: bytes | None = None, secret: str | None = None,
+                  patience: float = STORE_PATIENCE) -> tuple[int, bytes]:
+    """One request to the job's store at host:port (`path`: /scope/key), with the job's secret (None: this
+    process's TFDIST_STORE_SECRET). Answers (200 or 404, the value); retried with backoff for at most
+    `patience` seconds while the store does not answer; a refusal raises one error naming why."""
+    secret = os.environ.get(envvars.STORE_SECRET, "") if secret is None else secret
     host, _, port = store.rpartition(":")
-    for attempt in range(tries):
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    deadline = time.monotonic() + patience
+    pause = 0.05
+    while True:
+        conn = http.client.HTTPConnection(host, int(port), timeout=min(10.0, max(0.5, deadline - time.monotonic())))
         try:
-            conn.request(method, path, body=body)
+            conn.request(method, f"/{secret}{path}", body=body)
             response = conn.getresponse()
-            return response.status, response.read()
-        except OSError as e:
-            if attempt == tries - 1:
-                raise UnavailableError(f"the job's store at {store} (served by the agent of node 0) did "
-                                       f"not answer: {e}") from None
-            time.sleep(0.2 * (attempt + 1))
+            status, reason, data = response.status, response.reason, response.read()
+        except (OSError, http.client.HTTPException) as e:
+            failure = str(e) or type(e).__name__
+        else:
+            if status in (200, 404):
+                return status, data
+            if status not in _RETRIED:
+                raise _refusal(store, method, path, status, reason, data, secret)
+            failure = data.decode(errors="replace")
         finally:
             conn.close()
-    raise AssertionError("unreachable")
+        if time.monotonic() + pause > deadline:
+            raise UnavailableError(f"the job's store at {store} (served by the agent of node 0) did not answer "
+                                   f"{method} {path} within {patience:g}s: {failure}")
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def _refusal(store: str, method: str, path: str, status: int, reason: str, body: bytes,
+             secret: str) -> TfdistError:
+    said = body.decode(errors="replace")
+    if status == 403:
+        why = "this worker has no store secret (TFDIST_STORE_SECRET is not set)" if not secret else \
+            "this worker's store secret (TFDIST_STORE_SECRET) is not this run's"
+        return StoreSecretError(f"the job's store at {store} refused {method} {path}: {why}; only the workers the "
+                                "agent started for this run of the job can reach it")
+    if status in _LIMITS:
+        return StoreLimitError(f"the job's store at {store} refused {method} {path} at its {reason} limit: "
+                               f"{said.removeprefix('tfdist job store: ')}")
+    return InternalError(f"the job's store at {store} answered {method} {path} with {status} {reason}: {said}")

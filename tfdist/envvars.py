@@ -33,6 +33,11 @@ METRICS_FILE = "TFDIST_METRICS_FILE"  # tfdist.report_metrics() appends JSON lin
 GPUS = "TFDIST_GPUS"  # GPU indices this process holds (as CUDA_VISIBLE_DEVICES), empty on CPU slots
 DATA_DIR = "TFDIST_DATA_DIR"  # root of rank/node-scoped downloads
 STORE = "TFDIST_STORE"  # host:port of the job's key-value store (collectives of small values)
+# The job run's store secret: the first segment of every request's path. Put in a worker's environment by
+# the agent that starts it (never in a plan, a command line or a log); a plan marks where it goes inside a
+# value (Horovod's rendezvous address) with this placeholder, which the agent fills in.
+STORE_SECRET = "TFDIST_STORE_SECRET"
+STORE_SECRET_PLACEHOLDER = "@tfdist:store-secret@"
 CLUSTER = "TFDIST_CLUSTER"  # JSON: job id, every node's address, GPUs and ranks (ctx.cluster_info)
 ATTEMPT = "TFDIST_ATTEMPT"  # the job's run: 0 first, +1 per restart (max_restarts) or resume
 CHECKPOINT_DIR = "TFDIST_CHECKPOINT_DIR"  # <checkpoint_storage>/<job id>: where tfdist's checkpoints go

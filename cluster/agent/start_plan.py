@@ -1,5 +1,8 @@
 """How this node starts one run of a job, decided before anything starts: every worker's final command
-and environment, where the job's store is served, or, when it cannot start, the exits to report.
+and environment, where the job's store is served and the secret it requires, or, when it cannot start,
+the exits to report. The store is served where the workers are told to reach it (the host of
+TFDIST_STORE: loopback for a one-node job, the node's address for the job otherwise); the run's secret
+goes into each worker's environment only (TFDIST_STORE_SECRET, and where a plan left its placeholder).
 
 Pure but for the command's resolution (which reads PATH and the working directory: pass `resolve`);
 cluster/agent/job_run.py executes the plan. Every "each rank failed" report is built by
@@ -49,6 +52,7 @@ class StartPlan:
     store: tuple[str, int] | None  # (host, port) to serve the job's key-value store on
     metrics_files: tuple[str, ...]
     exits: tuple[WorkerExit, ...] = ()  # the run cannot start: report these instead
+    store_secret: str = dataclasses.field(default="", repr=False)  # what the store requires ("": none was sent)
 
     @property
     def can_start(self) -> bool:
@@ -79,17 +83,35 @@ def plan_start(task: StartTask, node: NodeFacts, job_dir: str,
     workers, metrics = [], []
     for p in task.processes:
         files = {name: os.path.join(job_dir, f"rank{p.rank}.{name}") for name in ("ready", "metrics", "progress")}
-        env = worker_env({**node.environ, **p.env, envvars.READY_FILE: files["ready"],
-                          envvars.METRICS_FILE: files["metrics"], envvars.PROGRESS_FILE: files["progress"]}, node)
+        env = worker_env(with_store_secret({**node.environ, **p.env, envvars.READY_FILE: files["ready"],
+                                            envvars.METRICS_FILE: files["metrics"],
+                                            envvars.PROGRESS_FILE: files["progress"]}, task.store_secret), node)
         workers.append(WorkerLaunch(rank=p.rank, command=command, env=env, ready_file=files["ready"], port=p.port,
                                     expendable=p.expendable))
         metrics.append(files["metrics"])
-    store = None
-    if task.store_port:
-        host = task.processes[0].env.get(envvars.NODE_ADDRESS, "127.0.0.1") if task.processes else "127.0.0.1"
-        store = (host, task.store_port)
+    store = (store_host(task), task.store_port) if task.store_port else None
     return StartPlan(task.job_id, task.attempt, node.agent, job_dir, tuple(workers), cwd, task.failure_grace or None,
-                     store, tuple(metrics))
+                     store, tuple(metrics), store_secret=task.store_secret)
+
+
+def store_host(task: StartTask) -> str:
+    """Where this node serves the job's store: the host its workers are told (TFDIST_STORE), else the
+    node's address for the job; loopback when neither is known."""
+    env = task.processes[0].env if task.processes else {}
+    planned = env.get(envvars.STORE, "").rpartition(":")[0]
+    return planned or env.get(envvars.NODE_ADDRESS, "") or "127.0.0.1"
+
+
+def with_store_secret(env: dict, secret: str) -> dict:
+    """The run's store secret in TFDIST_STORE_SECRET and wherever the plan left its placeholder; none
+    inherited from the agent's own environment. Without a secret the placeholders stay: the store then
+    refuses the requests, and says why."""
+    env.pop(envvars.STORE_SECRET, None)
+    if not secret:
+        return env
+    env = {key: value.replace(envvars.STORE_SECRET_PLACEHOLDER, secret) for key, value in env.items()}
+    env[envvars.STORE_SECRET] = secret
+    return env
 
 
 def worker_env(env: Mapping[str, str], node: NodeFacts) -> dict[str, str]:

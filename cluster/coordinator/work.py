@@ -8,6 +8,9 @@ allocation is stopped (quickly when the job failed: its collectives are broken a
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from typing import Iterable, Mapping, Sequence
 
 from cluster.coordinator.values import AgentLive, Settings
@@ -15,6 +18,10 @@ from cluster.shared.work import ProbeTask, StartTask, Work
 from cluster.shared.model import Allocation, AllocState, Job, JobState
 from cluster.shared.modes import JobPlan
 
+# Settings.store_key is empty only where no daemon derived one (a core built by hand, e.g. in a test): the
+# store secrets then come from a key made once per coordinator process (a restart changes them, so a run
+# that had started on some nodes and not on others cannot reach its store from the late ones).
+_PROCESS_STORE_KEY = secrets.token_bytes(32)
 _PORTS_HELD = (AllocState.LEASED, AllocState.REACHABLE)
 _REACHED = (AllocState.REACHABLE, AllocState.STARTED)
 
@@ -69,4 +76,12 @@ def start_task(alloc: Allocation, job: Job | None, plan: JobPlan | None, setting
     store = plan.store[1] if serves_store(alloc, plan) else 0
     return StartTask(job_id=job.id, working_dir=job.spec.working_dir, command=job.spec.entrypoint,
                      processes=plan.on_node(alloc.node_rank), failure_grace=settings.failure_grace,
-                     store_port=store, attempt=job.attempt)
+                     store_port=store, attempt=job.attempt, store_secret=store_secret(settings, job.id, job.attempt))
+
+
+def store_secret(settings: Settings, job_id: str, attempt: int) -> str:
+    """The secret of one run's key-value store, the same on every node and after a coordinator restart:
+    HMAC-SHA256(store_key, "job_id/attempt") in hex. Every node gets it (its workers send it), only the
+    node serving the store checks it."""
+    key = settings.store_key or _PROCESS_STORE_KEY
+    return hmac.new(key, f"{job_id}/{attempt}".encode(), hashlib.sha256).hexdigest()

@@ -35,6 +35,7 @@ class StartTask:
     failure_grace: float
     store_port: int = 0  # >0: this node serves the job's key-value store on it
     attempt: int = 0  # which run of the job (an agent starts each run once)
+    store_secret: str = dataclasses.field(default="", repr=False)  # the run's store secret (every node's workers)
 
 
 @dataclasses.dataclass
@@ -101,7 +102,7 @@ def work_to_pb(work: Work | None, interval: float) -> pb.HeartbeatResponse:
                         targets=[pb.ProbeTarget(peer=t[0], address=t[1], port=t[2]) for t in p.targets])
                for p in work.probes],
         start=[pb.StartTask(job_id=s.job_id, working_dir=s.working_dir, failure_grace=s.failure_grace,
-                            store_port=s.store_port, attempt=s.attempt, workers=[
+                            store_port=s.store_port, attempt=s.attempt, store_secret=s.store_secret, workers=[
             pb.WorkerProcess(rank=p.rank, command=list(s.command), env=dict(p.env), port=p.port, gpus=list(p.gpus),
                              expendable=p.expendable, node_rank=p.node_rank, local_rank=p.local_rank,
                              local_size=p.local_size, replicas=p.replicas, role=p.role)
@@ -129,7 +130,8 @@ def _start_from_pb(task: pb.StartTask) -> StartTask:
     command = tuple(task.workers[0].command) if task.workers else ()
     return StartTask(job_id=task.job_id, working_dir=task.working_dir, command=command,
                      processes=tuple(_process_from_pb(w) for w in task.workers),
-                     failure_grace=task.failure_grace, store_port=task.store_port, attempt=task.attempt)
+                     failure_grace=task.failure_grace, store_port=task.store_port, attempt=task.attempt,
+                     store_secret=task.store_secret)
 
 
 def _process_from_pb(w: pb.WorkerProcess) -> ProcessPlan:

@@ -13,6 +13,9 @@ from tfdist import batching, envvars
 from tfdist.errors import TfdistError
 
 
+LOOPBACK = "127.0.0.1"  # where a one-node job's store is served
+
+
 class PlanError(TfdistError):
     """A placement a plan cannot run on (too few ports or GPUs on a node, a single-node mode over several
     nodes): its caller broke the contract, the user did nothing wrong. The message names the node."""
@@ -188,9 +191,13 @@ class JobServices:
 
 
 def job_services(placement: Placement, processes: Sequence[Layout]) -> JobServices:
+    """The store's address is where its agent serves it (cluster/agent/start_plan.py binds the host
+    TFDIST_STORE names): loopback when every process runs on its node, else that node's address for the
+    job (its interface, never every interface)."""
     on_first = sum(1 for p in processes if p.node_rank == 0)
     store = store_of(placement, on_first)
-    address = f"{placement.nodes[0].host}:{store[1]}" if store else None
+    host = LOOPBACK if len(placement.nodes) == 1 else placement.nodes[0].host
+    address = f"{host}:{store[1]}" if store else None
     return JobServices(store, address, cluster_info(placement, processes), placement.attempt,
                        placement.checkpoint_dir)
 

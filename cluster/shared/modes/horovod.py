@@ -4,7 +4,8 @@ device), no ssh, no mpirun, no horovodrun.
 Every process gets the environment `horovodrun` would give it: HOROVOD_RANK/SIZE, LOCAL_RANK/SIZE,
 CROSS_RANK/SIZE (its index among the processes of the same local rank, and their count), the Gloo
 controller and the rendezvous address. The rendezvous is the job's store, served by the agent of the job's
-first node on one extra port leased there (cluster/agent/job_store.py); HOROVOD_GLOO_IFACE, the interface
+first node on one extra port leased there (cluster/agent/job_store.py), its secret in the rendezvous
+address's path; HOROVOD_GLOO_IFACE, the interface
 carrying the job's address, is a placeholder each node's agent fills in (only it knows its names). Batch sizes are per
 rank: a global batch splits over every process. The job succeeds when every rank exits 0.
 """
@@ -48,7 +49,10 @@ class HorovodPlanner:
             same_local_rank = [q for q in processes if q.local_rank == p.local_rank]
             env = common_env(placement.job_id, config, processes, p, gpu_job, self.name, services)
             env.update({
-                "HOROVOD_GLOO_RENDEZVOUS_ADDR": first.host,
+                # Gloo's HTTP store asks http://<ADDR>:<PORT>/<scope>/<key> and cannot add a header: the
+                # store's secret rides in the path (the agent fills the placeholder in; the store accepts
+                # the "<secret>:<port>" segment this makes).
+                "HOROVOD_GLOO_RENDEZVOUS_ADDR": f"{services.store_address}/{envvars.STORE_SECRET_PLACEHOLDER}",
                 "HOROVOD_GLOO_RENDEZVOUS_PORT": str(rendezvous_port),
                 "HOROVOD_CONTROLLER": "gloo",
                 "HOROVOD_CPU_OPERATIONS": "gloo",

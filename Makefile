@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod slurm
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod slurm fuzz
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ integration: $(VENV)/.test
 
 multihost: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/multihost
+
+# The long gRPC fuzz: every RPC, new random messages each run (make test runs 200 fixed ones per RPC).
+fuzz: $(VENV)/.test
+	TFDIST_FUZZ_EXAMPLES=$${TFDIST_FUZZ_EXAMPLES:-5000} $(PY) -m pytest -p no:cacheprovider tests/unit/test_grpc_fuzz.py
 
 # The long crash-safety run: >= 100 coordinator kill -9s (figures in docs/benchmarks.md).
 chaos: $(VENV)/.test

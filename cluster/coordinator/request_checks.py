@@ -205,7 +205,7 @@ def _report_exit(request) -> None:
     agent_name(request.agent)
     job_id(request.job_id)
     exit_ = request.exit
-    rank(exit_.rank, "exit.rank")
+    rank(exit_.rank, "exit.rank", low=-1)
     for i, line in enumerate(items(exit_.last_lines, "exit.last_lines", MAX_LAST_LINES)):
         text(line, f"exit.last_lines[{i}]", limits.MAX_MESSAGE_CHARS)
     text(exit_.reason, "exit.reason", limits.MAX_MESSAGE_CHARS)

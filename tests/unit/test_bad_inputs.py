@@ -118,12 +118,18 @@ def coordinator(tmp_path):
     server.stop(grace=0)
 
 
-def test_slots_2_pow_31_against_a_coordinator_is_one_line_and_it_still_answers(tmp_path, marker, coordinator):
+@pytest.mark.parametrize("args,names", [
+    (["launch", "--detach", "--slots", "2147483647", *RUN], "--slots: must be at most 65,536, got 2147483647"),
+    (["job", "99999999999999999999"], "job_id: job number '99999999999999999999' has more than 18 digits"),
+    (["cancel", "\u00b2"], "job_id: '\u00b2' is not a job id"),
+], ids=["slots-2^31-detach", "job-number-huge", "job-id-superscript"])
+def test_against_a_coordinator_one_line_and_it_still_answers(tmp_path, marker, coordinator, args, names):
     """Measured 5: `--slots 2147483647 --detach` froze the coordinator for minutes (achievable_sizes looped
-    up to the slots under its lock). The client refuses it; tests/unit/test_limits.py sends it over the wire."""
+    up to the slots under its lock); the client refuses it (tests/unit/test_limits.py sends it over the
+    wire). Measured 10: a 20-digit job number reached SQLite (`OverflowError`, INTERNAL); `²` passed
+    isdigit() and failed int()."""
     server, credential = coordinator
-    result = run_cli(["launch", "--coordinator", server.address, "--credentials", credential, "--detach",
-                      "--slots", "2147483647", *RUN], marker, timeout=60, cwd=str(tmp_path))
-    assert "--slots: must be at most 65,536, got 2147483647" in one_line(result)
-    listed = run_cli(["agents", "--coordinator", server.address, "--credentials", credential], marker, timeout=60)
+    client = ["--coordinator", server.address, "--credentials", credential]
+    assert names in one_line(run_cli([args[0], *client, *args[1:]], marker, timeout=60, cwd=str(tmp_path)))
+    listed = run_cli(["agents", *client], marker, timeout=60)
     assert listed.returncode == 0 and "n1" in listed.stdout, listed.stderr

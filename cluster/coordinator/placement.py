@@ -22,10 +22,13 @@ def choose_addresses(node_addresses: Mapping[str, Sequence[Address]], subnet: st
     """
     names = list(node_addresses)
     if subnet:
-        net = ipaddress.ip_network(subnet, strict=False)
+        try:
+            net = ipaddress.ip_network(subnet, strict=False)
+        except ValueError:  # `tfdist coordinator --subnet` checks it at start; a Settings made in-process too
+            raise PlacementError(f"the configured subnet {subnet!r} is not a network such as 10.0.0.0/24") from None
         chosen = {}
         for name in names:
-            ips = [a.ip for a in node_addresses[name] if ipaddress.ip_address(a.ip) in net]
+            ips = [a.ip for a in node_addresses[name] if (ip := _parsed(a.ip)) is not None and ip in net]
             if not ips:
                 raise PlacementError(f"node {name} has no address in the configured subnet {subnet}")
             chosen[name] = ips[0]
@@ -35,8 +38,8 @@ def choose_addresses(node_addresses: Mapping[str, Sequence[Address]], subnet: st
     networks: dict = {}
     for name in names:
         for a in node_addresses[name]:
-            ip = ipaddress.ip_address(a.ip)
-            if ip.version != 4 or ip.is_loopback or ip.is_link_local:
+            ip = _parsed(a.ip)
+            if ip is None or ip.version != 4 or ip.is_loopback or ip.is_link_local or not 0 <= a.prefix_len <= 32:
                 continue
             net = ipaddress.ip_interface(f"{a.ip}/{a.prefix_len}").network
             networks.setdefault(net, {}).setdefault(name, a.ip)
@@ -46,6 +49,15 @@ def choose_addresses(node_addresses: Mapping[str, Sequence[Address]], subnet: st
                              "--subnet CIDR naming the network the nodes should use")
     common.sort(key=lambda item: (item[0].prefixlen, str(item[0])), reverse=True)  # the most specific
     return dict(common[0][1])
+
+
+def _parsed(ip: str):
+    """The address, or None for one that is not (the server's edge refuses those; state from before it may
+    hold one): one node's bad address must not fail every placement."""
+    try:
+        return ipaddress.ip_address(ip)
+    except ValueError:
+        return None
 
 
 def choose_ports(count: int, port_range: tuple[int, int], in_use: Iterable[int], excluded: Iterable[int] = ()) -> list[int]:

@@ -135,7 +135,8 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
     `ps_options_given`: the file named a parameter-server option (even at its default value)."""
     hparams = _check_hyperparameters(config.hyperparameters)
     if "global_batch_size" in hparams:
-        _check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1)
+        _check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1,
+                   maximum=limits.MAX_GLOBAL_BATCH_SIZE)
     if not isinstance(config.name, str) or not config.name.strip():
         raise ConfigError(f"name: expected a non-empty string, got {_describe(config.name)}")
     _check_text(config.name, "name", limits.MAX_NAME_CHARS, printable=True)

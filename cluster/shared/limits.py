@@ -19,6 +19,7 @@ MIN_PRIORITY, MAX_PRIORITY = -1_000_000, 1_000_000
 MAX_RESTARTS = 1_000  # max_restarts
 MAX_NUM_PS = 1_024  # distribution.num_ps
 MAX_AGGREGATION_FREQUENCY = 1_000_000  # optimizations.aggregation_frequency
+MAX_GLOBAL_BATCH_SIZE = 2 ** 31 - 1  # hyperparameters.global_batch_size
 MAX_SECONDS = 7 * 24 * 3600.0  # any timeout (step_timeout, startup_timeout, daemon intervals): finite, <= 7 days
 MAX_NAME_CHARS = 256  # the job's name
 MAX_PATH_CHARS = 4_096  # working_dir, checkpoint_storage (PATH_MAX)

@@ -88,6 +88,7 @@ BASE = ExperimentConfig(entrypoint=("python", "train.py"), distribution_mode="mw
     (dict(environment_variables={"K" * 300: "v"}), "a name of 300 characters; the limit is 256"),
     (dict(hyperparameters={"lr": _nested(40)}),
      "hyperparameters: are nested deeper than 32 levels"),
+    (dict(hyperparameters={"global_batch_size": 2 ** 64}), "hyperparameters.global_batch_size: must be at most"),
     (dict(hyperparameters={"xs": list(range(20_000))}), "hyperparameters: have more than 10,000 keys, values"),
     (dict(hyperparameters={"s": "x" * 70_000}), "hyperparameters: hold more than 65,536 characters"),
     (dict(hyperparameters={"s": ["\x01" * 20_000]}), "hyperparameters: are 120,011 characters as JSON"),
@@ -185,3 +186,15 @@ def test_a_bad_field_answers_invalid_argument_naming_it(coordinator, who, method
 
 def test_every_rpc_of_the_descriptors_has_a_rule():
     assert set(request_checks.RULES) == {m.name for s in pb.DESCRIPTOR.services_by_name.values() for m in s.methods}
+
+
+def test_a_bad_stored_address_or_subnet_fails_one_placement_in_words_not_every_one():
+    from cluster.coordinator.placement import PlacementError, choose_addresses
+    from cluster.shared.model import Address
+
+    nodes = {"a": (Address("bogus", 24, "eth0"), Address("10.0.0.1", 24, "eth0")), "b": (Address("10.0.0.2", 99, ""),
+                                                                                   Address("10.0.0.2", 24, "eth0"))}
+    assert choose_addresses(nodes) == {"a": "10.0.0.1", "b": "10.0.0.2"}
+    assert choose_addresses(nodes, "10.0.0.0/8") == {"a": "10.0.0.1", "b": "10.0.0.2"}
+    with pytest.raises(PlacementError, match="'not-a-cidr' is not a network"):
+        choose_addresses(nodes, "not-a-cidr")

@@ -80,7 +80,7 @@ def items(values: Sequence, where: str, max_items: int = limits.MAX_ITEMS) -> Se
 
 
 def seq(value: int, where: str) -> None:
-    number(value, where, 0, 2 ** 63 - 1)
+    number(value, where, 0, limits.MAX_SEQ)
 
 
 def rank(value: int, where: str, low: int = 0) -> None:

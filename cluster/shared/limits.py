@@ -50,6 +50,7 @@ MAX_MESSAGE_CHARS = 65_536  # an error text an agent reports, one last line of a
 MAX_ITEMS = 10_000  # items of one repeated field (log lines, metrics, running tasks, ranks, ports...)
 MAX_RANK = 2 * MAX_SLOTS + MAX_NUM_PS + 1  # a rank: slots, plus a ps job's servers and evaluator
 MAX_GPUS = 1_024  # GPUs one node reports
+MAX_SEQ = 2 ** 62  # a log or metric sequence number (first_seq + items stays within SQLite's 64-bit INTEGER)
 MAX_WAIT_MS = 600_000  # a long poll's wait_ms (the server holds a call shorter than this anyway)
 MAX_PAGE_TOKEN_CHARS = 256
 

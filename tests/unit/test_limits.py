@@ -170,6 +170,8 @@ def _spec(**config) -> pb.JobSpec:
     ("node", "WaitForWork", pb.WaitForWorkRequest(agent="n1", seen=-1), "seen: must be between 0"),
     ("node", "PushLogs", pb.PushLogsRequest(agent="n1", job_id="1-ab", lines=[pb.LogLine()] * 10_001),
      "lines: 10,001 items; the limit is 10,000"),
+    ("node", "ReportMetrics", pb.ReportMetricsRequest(agent="n1", job_id="1-ab", first_seq=2 ** 63 - 1, metrics=[
+        pb.Metric(name="loss")] * 2), "first_seq: must be between 0 and 4,611,686,018,427,387,904"),
 ])
 def test_a_bad_field_answers_invalid_argument_naming_it(coordinator, who, method, request_, message):
     """Measured 10: numeric ids >= 2^63 reached SQLite (`OverflowError`, answered INTERNAL), a bad address

@@ -54,6 +54,10 @@ class Settings:
     # Each job run's key-value store secret is HMAC(store_key, "job_id/attempt"): the same after a
     # coordinator restart (the daemon derives it from its credentials' secret), unknown to anyone else.
     store_key: bytes = b""
+    # Retention (cluster/coordinator/store/retention.py): a finished job is kept while it is among the newest
+    # `retention_jobs` finished jobs and ended within `retention_days` (0 turns either limit off).
+    retention_jobs: int = 10_000
+    retention_days: float = 30.0
 
 
 @dataclasses.dataclass

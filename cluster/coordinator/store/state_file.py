@@ -56,6 +56,10 @@ class StateDirLock:
             except BlockingIOError:
                 raise StateInUseError(f"state dir {state_dir} is in use by {_holder(fd)}; stop it first "
                                       "(or give this coordinator another --state-dir)") from None
+            except OSError as e:  # ENOLCK, EOPNOTSUPP: a network filesystem without a lock service
+                raise UnreadableStateError(f"cannot lock state dir {state_dir} ({e.strerror}): its filesystem does "
+                                           "not support locks, which keep it to one coordinator (SQLite needs them "
+                                           "too); choose a --state-dir on a local disk") from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode() + b"\n", 0)
         except BaseException:

@@ -16,7 +16,7 @@ import pytest
 
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.store.state_file import LOCK_NAME, StateInUseError, UnreadableStateError
-from cluster.shared.model import JobSpec, JobState
+from cluster.shared.model import JobSpec, JobState, WorkerExit
 from tests.conftest import LocalCluster, run_cli
 from tfdist.errors import UnsafePathError
 
@@ -193,15 +193,18 @@ def test_a_brand_new_state_is_made_whole_and_a_crash_while_making_it_leaves_none
 
 # ---------------------------------------------------------------- rows that cannot be read
 def damage(path):
-    """Three jobs; job 2's spec is not JSON, job 3's state is one no release knows."""
+    """Four jobs; job 2's spec is not JSON, job 3's state is one no release knows, job 1's exit has damaged
+    last lines."""
     s = SqliteStore(path)
     for i in (1, 2, 3, 4):
         s.insert_job(f"{i}-a", i, spec(name=f"job{i}"), float(i), "submitted")
     s.update_job("4-a", 5.0, "done", state=JobState.SUCCEEDED, ended_at=5.0)
+    s.record_exit("1-a", WorkerExit(0, "n1", 1, ("boom",), 2.0))
     s.close()
     db = sqlite3.connect(path)
     db.execute("UPDATE jobs SET spec='{not json' WHERE id='2-a'")
     db.execute("UPDATE jobs SET state='EXPLODED' WHERE id='3-a'")
+    db.execute("UPDATE exits SET last_lines='[\"cut' WHERE job_id='1-a'")
     db.commit()
     db.close()
 
@@ -215,8 +218,11 @@ def test_rows_that_cannot_be_read_are_skipped_and_reported_once(tmp_path, caplog
         assert s.job("2-a") is None and s.job("3-a") is None and s.reader().job("3-a") is None
         assert [j.id for j in s.jobs_page()[0]] == ["4-a", "1-a"] and s.count_jobs() == 4
         assert s.reader().ended("3-a")  # a follower of it stops: nothing of it can run
+        assert [(e.exit_code, e.last_lines) for e in s.exits("1-a")] == [
+            (1, ("(these lines cannot be read from the coordinator's state)",))]  # the exit itself still counts
     reports = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
-    assert len(reports) == 2, reports
+    assert len(reports) == 3, reports
+    assert reports[2].startswith("job 1-a: a row of table exits") and "JSONDecodeError" in reports[2]
     assert reports[0].startswith("job 2-a: a row of table jobs") and "JSONDecodeError" in reports[0]
     assert reports[1].startswith("job 3-a: a row of table jobs") and "'EXPLODED' is not a valid JobState" in reports[1]
     s.close()
@@ -233,6 +239,7 @@ def test_tfdist_jobs_works_over_rows_that_cannot_be_read(tmp_path, marker):
             assert listed.returncode == 0, listed.stderr
             assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["1-a", "4-a"]
             assert [j["id"] for j in cluster.json("jobs")] == ["1-a", "4-a"]
+        assert cluster.cli("job", "1-a").returncode == 0
         shown = cluster.cli("job", "3-a")
         assert shown.returncode == 1 and "job 3-a not found" in one_line(shown)
         log = (tmp_path / "coordinator.log").read_text()

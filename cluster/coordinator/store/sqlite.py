@@ -259,7 +259,7 @@ class SqliteStore(StateStore):
         """The job's exits: of one attempt, or (None) of every attempt."""
         where, args = ("job_id=?", (job_id,)) if attempt is None else ("job_id=? AND attempt=?", (job_id, attempt))
         return [WorkerExit(rank=r["rank"], agent=r["agent"], exit_code=r["exit_code"],
-                           last_lines=tuple(json.loads(r["last_lines"])), time=r["time"], reason=r["reason"] or "",
+                           last_lines=rows_lib.last_lines(r, self.bad), time=r["time"], reason=r["reason"] or "",
                            tolerated=bool(r["tolerated"]), attempt=r["attempt"])
                 for r in self._all(f"SELECT * FROM exits WHERE {where} ORDER BY attempt, time, rank", args)]
 

@@ -63,6 +63,15 @@ def job_from(r: sqlite3.Row) -> Job:
                preempted_step=r["preempted_step"], preemptible=bool(r["preemptible"]), owner=r["owner"] or "")
 
 
+def last_lines(r: sqlite3.Row, bad: BadRows) -> tuple[str, ...]:
+    """An exit's last lines; damaged ones are said to be so (the exit itself still counts)."""
+    try:
+        return tuple(str(line) for line in json.loads(r["last_lines"]))
+    except ROW_ERRORS as e:
+        bad.report("exits", f"job {r['job_id']}", e)
+        return ("(these lines cannot be read from the coordinator's state)",)
+
+
 def readable_jobs(rows: Iterable[sqlite3.Row], bad: BadRows) -> list[Job]:
     jobs = []
     for r in rows:

@@ -40,11 +40,12 @@ MAX_VALUE = 1 << 20  # bytes per value: Gloo puts addresses (tens of bytes); col
 MAX_TOTAL = 64 << 20  # bytes of keys and values a job's store holds at once
 MAX_KEYS = 65536  # keys held at once (Gloo writes a few per rank; collectives delete what was read)
 MAX_HEAD = 16 << 10  # bytes of a request's line and headers
-MAX_CONNECTIONS = 512  # open at once (fewer when the agent may open few files: a quarter of its limit)
+MAX_CONNECTIONS = 2048  # open at once (fewer when the agent may open few files: a quarter of its limit)
 MAX_BODIES = 32  # PUT bodies being read at once (their bytes are held until stored)
 REQUEST_TIMEOUT = 5.0  # seconds a connection has to send its request and take the answer
 LINGER = 1.0  # seconds an error answer waits for the unread rest of a request before closing
 BACKLOG = 4096  # connections the kernel queues before the loop accepts them (capped by somaxconn)
+ACCEPT_BATCH = 16  # connections taken per turn of the loop: what they sent is read before more are taken
 _RANK_KEY = re.compile(r"^(?:rank_)?(\d+)$")
 
 
@@ -111,7 +112,16 @@ class _Values:
 
 
 def _connection_cap() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    """MAX_CONNECTIONS, or a quarter of the files this process may open when that is fewer. The agent
+    first raises its own limit toward the hard one (most hosts' soft 1024 is a default, not a policy)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * MAX_CONNECTIONS
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        except (ValueError, OSError):
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(16, min(MAX_CONNECTIONS, soft // 4))
 
 
@@ -122,13 +132,31 @@ class _Protocol:
         self._credentials = (secret.encode(), f"{secret}:{port}".encode())
         self.port, self.values, self.max_connections, self.timeout = port, values, max_connections, timeout
         self.open: dict[asyncio.StreamWriter, bool] = {}  # oldest first -> answered yet
-        self.refused = 0
+        self.refused = 0  # requests without the secret
+        self.timed_out = 0  # connections cut at the time limit
         self.peak = 0
+        self.closing = False
         self._bodies: asyncio.Semaphore | None = None
+
+    async def accepted(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=conn, limit=MAX_HEAD)
+        except OSError:
+            conn.close()
+            return
+        await self.connection(reader, writer)
+
+    def out_of_files(self, error: OSError) -> None:
+        log.warning("job store on port %d: %s; closing its oldest connection", self.port, error.strerror)
+        if self.open:
+            self._close_oldest()
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._bodies is None:
             self._bodies = asyncio.Semaphore(MAX_BODIES)
+        if self.closing:
+            writer.transport.abort()
+            return
         self.open[writer] = False
         self.peak = max(self.peak, len(self.open))
         while len(self.open) > self.max_connections:
@@ -137,6 +165,7 @@ class _Protocol:
             async with asyncio.timeout(self.timeout):
                 await self._one_request(reader, writer)
         except TimeoutError:
+            self.timed_out += 1
             self._answer(writer, _Refusal(408, "request-time", f"the request and its answer took over "
                                                                f"{self.timeout:g}s"))
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
@@ -293,26 +322,42 @@ class JobStore:
         self._protocol = _Protocol(self.secret, self.port, self._values, max_connections or _connection_cap(),
                                    timeout)
         self._loop = asyncio.new_event_loop()
-        self._server: asyncio.AbstractServer | None = None
         self._thread = threading.Thread(target=self._serve, name=f"job-store-{self.port}", daemon=True)
         self._ready = threading.Event()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(
-            self._protocol.connection, sock=self._sock, limit=MAX_HEAD, backlog=BACKLOG))
+        self._sock.setblocking(False)
+        self._loop.add_reader(self._sock.fileno(), self._accept)
         self._ready.set()
         self._loop.run_forever()
-        self._server.close()
+        self._loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        self._protocol.closing = True  # a connection accepted but not yet served ends at once
         for writer in list(self._protocol.open):
             writer.transport.abort()
         tasks = asyncio.all_tasks(self._loop)
-        for task in tasks:
-            task.cancel()
-        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-        self._loop.run_until_complete(self._server.wait_closed())
+        if tasks:
+            self._loop.run_until_complete(asyncio.wait(tasks, timeout=self._protocol.timeout + 1))
         self._loop.run_until_complete(self._loop.shutdown_asyncgens())
         self._loop.close()
+
+    def _accept(self) -> None:
+        """Takes at most ACCEPT_BATCH waiting connections; the others wait in the backlog. The loop reads
+        what the taken ones sent before it takes more, so a burst of a flood's connections cannot push a
+        rank's out (the oldest go first) before its request is read."""
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as e:  # out of file descriptors: make room, and look again shortly
+                self._protocol.out_of_files(e)
+                self._loop.remove_reader(self._sock.fileno())
+                self._loop.call_later(0.05, self._loop.add_reader, self._sock.fileno(), self._accept)
+                return
+            conn.setblocking(False)
+            self._loop.create_task(self._protocol.accepted(conn))
 
     def start(self) -> "JobStore":
         self._thread.start()
@@ -333,6 +378,11 @@ class JobStore:
     def refused(self) -> int:
         """Requests refused for a missing or wrong secret."""
         return self._protocol.refused
+
+    @property
+    def timed_out(self) -> int:
+        """Connections cut at the time limit (a slow or stalled client)."""
+        return self._protocol.timed_out
 
     @property
     def peak_connections(self) -> int:

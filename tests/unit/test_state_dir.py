@@ -265,3 +265,17 @@ INSERT INTO jobs VALUES ('1-aa', 1, '{"slots": 1, "entrypoint": ["x"]}', 'QUEUED
     s = SqliteStore(path)
     assert [(j.id, j.owner) for j in s.jobs()] == [("1-aa", ""), ("2-bb", "bob")]
     s.close()
+
+
+def test_a_state_file_another_program_holds_locked_is_one_line_naming_that(tmp_path):
+    path = str(tmp_path / "c.sqlite")
+    SqliteStore(path).close()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # e.g. someone's `sqlite3` shell in the middle of an edit
+    try:
+        with pytest.raises(UnreadableStateError, match=f"state file {path} is locked by another program .*; stop it"):
+            SqliteStore(path)  # after SQLite's busy timeout
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    SqliteStore(path).close()

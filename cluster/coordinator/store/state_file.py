@@ -31,6 +31,7 @@ LOCK_NAME = "coordinator.lock"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SIDE_FILES = ("-wal", "-shm")
 SQLITE_FULL = 13  # "database or disk is full" (the primary code; extended codes add high bits)
+SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 _FIX = "restore it from a backup, or move it away to start with no jobs (the jobs it held are then gone)"
 
 
@@ -173,7 +174,11 @@ def create_state(path: str, make: Callable[[sqlite3.Connection], None]) -> None:
 
 
 def describe_open_error(path: str, e: sqlite3.DatabaseError) -> UnreadableStateError:
-    """SQLite's own refusal of a file that passed the header checks (corrupt pages, a WAL that does not fit)."""
+    """SQLite's own refusal of a file that passed the header checks (corrupt pages, a WAL that does not fit;
+    or another program holding it locked)."""
+    if (getattr(e, "sqlite_errorcode", 0) or 0) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED):
+        return UnreadableStateError(f"state file {path} is locked by another program ({e}); stop it, then start "
+                                    "the coordinator again")
     return UnreadableStateError(f"state file {path} cannot be read ({e}); {_FIX}")
 
 

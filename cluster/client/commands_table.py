@@ -71,6 +71,23 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_integer(text: str) -> int:
+    value = integer(text)
+    if not 0 <= value <= 10**9:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1000000000, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 36500:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be between 0 and 36500, got {text}")
+    return value
+
+
 def integer(text: str) -> int:
     try:
         return int(text)
@@ -173,6 +190,10 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon
     arg("--port-range", type=port_range, default=(29500, 29999), metavar="LOW-HIGH",
         help="ports leased to workers on every node (default 29500-29999)"),
     arg("--subnet", type=cidr, metavar="CIDR", help="network the nodes of a job talk over (default: detected)"),
+    arg("--keep-finished-jobs", type=non_negative_integer, default=10_000, metavar="N",
+        help="retention: keep the newest N finished jobs with their logs and metrics (default 10000; 0: no limit)"),
+    arg("--keep-days", type=non_negative_float, default=30.0, metavar="DAYS",
+        help="retention: and only those that ended within DAYS (default 30; 0: no limit)"),
     VERBOSITY,
 ))
 
@@ -214,7 +235,13 @@ COMMANDS: tuple[Command, ...] = (
     COORDINATOR_DAEMON,
     AGENT,
     CREDENTIALS_COMMAND,
-    Command("jobs", "list jobs", job_commands.list_jobs, (*CLIENT, JSON, SLURM_JOBS)),
+    Command("jobs", "list jobs (without a selection: every active job and the newest 20 finished)",
+            job_commands.list_jobs, (
+                *CLIENT, JSON, SLURM_JOBS,
+                arg("--all", action="store_true", help="every job the coordinator keeps"),
+                arg("--state", action="append", metavar="STATE",
+                    help="only jobs in STATE (repeatable, or comma-separated: --state running,queued)"),
+                arg("--limit", type=integer, metavar="N", help="the newest N jobs (of the selection)"))),
     Command("job", "show one job: state, placement, why it waits, how it ended", job_commands.show_job,
             (*CLIENT, JOB_ID, JSON)),
     Command("logs", "print a job's output", job_commands.print_logs, (

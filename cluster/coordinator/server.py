@@ -21,6 +21,7 @@ from cluster.shared.model import Allocation, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import SqliteStore
+from cluster.coordinator.store.retention import Retention
 from cluster.shared.auth import bearer_token, is_loopback_listen
 from cluster.shared.credentials import Authority, Credential, Principal
 from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
@@ -258,7 +259,8 @@ class CoordinatorServer:
         # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
         # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
         sys.setswitchinterval(0.0005)
-        self.store = SqliteStore(f"{state_dir}/coordinator.sqlite" if state_dir != ":memory:" else ":memory:")
+        self.store = SqliteStore(f"{state_dir}/coordinator.sqlite" if state_dir != ":memory:" else ":memory:",
+                                 retention=Retention(settings.retention_jobs, settings.retention_days))
         self.core = CoordinatorCore(self.store, settings, now=time.time())
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -312,6 +314,8 @@ class CoordinatorServer:
         while not self._stop.wait(interval):
             try:
                 self.core.check_agents(time.time())
+            except TfdistError as e:  # e.g. the disk is full: one line, the next round retries
+                log.error("agent check failed: %s", e)
             except Exception:  # keep the daemon alive; the next round retries
                 log.exception("agent check failed")
 

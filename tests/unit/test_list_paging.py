@@ -5,6 +5,7 @@ the store API in a real SQLite file."""
 
 import argparse
 import json
+import time
 
 import grpc
 import pytest
@@ -25,11 +26,13 @@ def spec(**fields):
 
 
 def fill(store, n, state=JobState.SUCCEEDED, first=1, **fields):
+    """Jobs that ended a day ago, one second apart (within the default retention of 30 days)."""
+    base = time.time() - 86400
     with store.transaction():
         for seq in range(first, first + n):
-            store.insert_job(f"{seq}-a", seq, spec(name=f"job{seq}", **fields), float(seq), "submitted")
+            store.insert_job(f"{seq}-a", seq, spec(name=f"job{seq}", **fields), base + seq, "submitted")
             if state != JobState.QUEUED:
-                store.update_job(f"{seq}-a", float(seq), "ended", state=state, ended_at=float(seq))
+                store.update_job(f"{seq}-a", base + seq, "ended", state=state, ended_at=base + seq)
 
 
 @pytest.fixture
@@ -175,3 +178,17 @@ def test_a_job_listing_never_waits_for_the_coordinators_lock(server, client):
     fill(server.store, 10)
     with server.core.lock:
         assert numbers(client.jobs(summary=True)) == list(range(1, 11))
+
+
+def test_the_coordinators_retention_flags_prune_old_finished_jobs(tmp_path, marker):
+    """--keep-finished-jobs N: the coordinator keeps the newest N finished jobs (and every active one)."""
+    def make(store):
+        fill(store, 30)
+        fill(store, 2, state=JobState.QUEUED, first=31)
+
+    cluster = LocalCluster(tmp_path, marker, ["--keep-finished-jobs", "5"], state_dir=populated(tmp_path, make))
+    try:
+        cluster.wait_for(lambda: [j["id"] for j in cluster.json("jobs", "--all")] ==
+                         [f"{i}-a" for i in range(26, 33)], "the coordinator to prune to the newest 5 finished jobs")
+    finally:
+        cluster.close()

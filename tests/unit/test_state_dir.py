@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import time
 import stat
 import subprocess
 import tempfile
@@ -196,10 +197,11 @@ def damage(path):
     """Four jobs; job 2's spec is not JSON, job 3's state is one no release knows, job 1's exit has damaged
     last lines."""
     s = SqliteStore(path)
+    now = time.time()  # job 4 ended just now: within the default retention
     for i in (1, 2, 3, 4):
-        s.insert_job(f"{i}-a", i, spec(name=f"job{i}"), float(i), "submitted")
-    s.update_job("4-a", 5.0, "done", state=JobState.SUCCEEDED, ended_at=5.0)
-    s.record_exit("1-a", WorkerExit(0, "n1", 1, ("boom",), 2.0))
+        s.insert_job(f"{i}-a", i, spec(name=f"job{i}"), now + i, "submitted")
+    s.update_job("4-a", now + 5, "done", state=JobState.SUCCEEDED, ended_at=now + 5)
+    s.record_exit("1-a", WorkerExit(0, "n1", 1, ("boom",), now + 2))
     s.close()
     db = sqlite3.connect(path)
     db.execute("UPDATE jobs SET spec='{not json' WHERE id='2-a'")

@@ -23,6 +23,7 @@ from typing import Callable, Union
 
 from tfdist import envvars
 from tfdist.errors import DownloadError
+from tfdist.private_files import open_private, read_private, write_private
 from tfdist.runtime import current_or_env
 
 Source = Union[str, Callable[[str], None]]
@@ -113,7 +114,7 @@ class _locked:
 
     def __enter__(self):
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = open_private(self.path, os.O_RDWR | os.O_CREAT)  # 0600, never through a symlink
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
@@ -132,8 +133,7 @@ def _failure_path(target: str) -> str:
 
 def _read_failure(target: str, job_id: str) -> str | None:
     try:
-        with open(_failure_path(target)) as f:
-            failed_job, _, message = f.read().partition("\n")
+        failed_job, _, message = read_private(_failure_path(target), 1 << 16).decode("utf-8", "replace").partition("\n")
     except FileNotFoundError:
         return None
     return message if failed_job == job_id else None  # a failure of an older job is not ours
@@ -155,8 +155,7 @@ def _fetch_into(target: str, fetcher: Callable[[str], None], job_id: str) -> Non
         os.rename(staging, target)
     except BaseException as e:
         shutil.rmtree(staging, ignore_errors=True)
-        with open(_failure_path(target), "w") as f:
-            f.write(f"{job_id}\n{type(e).__name__}: {e}")
+        write_private(_failure_path(target), f"{job_id}\n{type(e).__name__}: {e}"[:1 << 16].encode())
         if isinstance(e, DownloadError) or not isinstance(e, Exception):
             raise
         raise DownloadError(f"fetching into {target} failed: {type(e).__name__}: {e}") from e

@@ -2,21 +2,33 @@
 
 Every directory tfdist creates (temp, runtime, state, leases) goes through `private_dir`: created
 fresh with mode 0700, or, when it already exists, checked to be a real directory (not a symlink),
-owned by this user and closed to group and others. Files are opened with O_NOFOLLOW and created 0600,
-so a symlink another user planted cannot redirect a write. A path that fails a check is one line
-naming it and its owner (UnsafePathError), never repaired silently: someone else made it.
+owned by this user and closed to group and others. An existing directory is never repaired (not even
+our own 0755 one): what others could see or change in it cannot be undone by a chmod. Its parent must
+be one no other user can rename entries in (owned by this user or root, and sticky if everyone may
+write to it, as /tmp is), so the checked directory stays the one used. Files are opened with O_NOFOLLOW
+and created 0600, so a symlink another user planted cannot redirect a read or a write; a file tfdist
+writes must be its user's own. A path that fails a check is one line naming it and its owner
+(UnsafePathError).
+
+Daemons run with umask 077 (`daemon_umask`); the workers they start get the user's own umask back
+(`original_umask`), so files a training script writes are as the user expects.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import pwd
+import secrets
 import stat
 
 from tfdist.errors import UnsafePathError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+DAEMON_UMASK = 0o077
+USER_UMASK_ENV = "TFDIST_USER_UMASK"  # the user's umask, for a daemon's children that are daemons too
 
 
 def _owner_name(uid: int) -> str:
@@ -26,13 +38,7 @@ def _owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_private_dir(path: str) -> None:
-    """Raises UnsafePathError unless `path` is a directory (not a symlink) owned by this user with no
-    group or other permissions."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise UnsafePathError(f"{path} does not exist") from None
+def _check_dir_stat(path: str, st: os.stat_result) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePathError(f"{path} is a symlink (made by {_owner_name(st.st_uid)}); tfdist uses only a real "
                               "directory of its own there: remove it, or point TMPDIR elsewhere")
@@ -44,44 +50,108 @@ def check_private_dir(path: str) -> None:
                               "another user made it first; tfdist will not use it. Remove it (as its owner or "
                               "root), or point TMPDIR elsewhere")
     if st.st_mode & 0o077:
-        raise UnsafePathError(f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); "
-                              f"`chmod 700 {path}` or remove it")
+        raise UnsafePathError(f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}, owner "
+                              f"{_owner_name(st.st_uid)}); `chmod 700 {path}` or remove it")
+
+
+def _check_parent(path: str) -> None:
+    """The directory holding `path` must not let another user replace `path` after it was checked."""
+    parent = os.path.dirname(os.path.abspath(path))
+    st = os.stat(parent)  # a symlinked /tmp is fine: what counts is the directory it leads to
+    if st.st_uid not in (0, os.geteuid()):
+        raise UnsafePathError(f"{parent} (where tfdist keeps {os.path.basename(path)}) belongs to "
+                              f"{_owner_name(st.st_uid)}, who could replace what tfdist keeps there: point TMPDIR "
+                              "(or the directory option) at a directory of your own")
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise UnsafePathError(f"{parent} (where tfdist keeps {os.path.basename(path)}) is writable by every user "
+                              f"without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): anyone could replace "
+                              f"what tfdist keeps there; `chmod +t {parent}`, or use a directory of your own")
+
+
+def check_private_dir(path: str) -> None:
+    """Raises UnsafePathError unless `path` is a directory (not a symlink) owned by this user with no
+    group or other permissions, in a parent no other user can rename it in."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise UnsafePathError(f"{path} does not exist") from None
+    _check_dir_stat(path, st)
+    _check_parent(path)
 
 
 def private_dir(path: str) -> str:
-    """`path` as a private directory: created 0700 (parents as needed, with the default mode) or, when
-    it exists, checked (check_private_dir). Returns the path."""
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    try:
-        os.mkdir(path, DIR_MODE)
-    except FileExistsError:
-        pass
-    else:
-        os.chmod(path, DIR_MODE)  # mkdir's mode is masked by the umask; this is exact
+    """`path` as a private directory: created 0700 (missing parents too) or, when it exists, checked
+    (check_private_dir); never loosened or repaired. Returns the path."""
+    missing, parent = [], os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    for directory in reversed(missing):
+        _mkdir_0700(directory)
+    _check_parent(path)  # before creating anything in it
+    _mkdir_0700(path)
     check_private_dir(path)
     return path
 
 
-def open_private(path: str, flags: int = os.O_RDONLY) -> int:
-    """os.open without following a symlink at `path`; a created file is 0600. Returns the descriptor."""
+def _mkdir_0700(path: str) -> None:
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fchmod(fd, DIR_MODE)  # mkdir's mode is masked by the umask; this is exact
+    finally:
+        os.close(fd)
+
+
+def open_private(path: str, flags: int = os.O_RDONLY) -> int:
+    """os.open without following a symlink at `path`, of a regular file only; a created file is 0600,
+    and a file opened for writing must be this user's own with no other name (hard link). O_TRUNC is
+    applied after the checks. Returns the descriptor."""
+    try:
+        fd = os.open(path, flags & ~os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, FILE_MODE)
     except OSError as e:
-        if e.errno == 40:  # ELOOP: `path` is a symlink
-            raise UnsafePathError(f"{path} is a symlink; tfdist does not follow symlinks it did not make: "
+        if e.errno == errno.ELOOP:
+            raise UnsafePathError(f"{path} is a symlink{_made_by(path)}; tfdist does not follow symlinks: "
                                   "remove it") from None
+        if e.errno == errno.ENXIO:  # a FIFO or socket with no reader
+            raise UnsafePathError(f"{path} is not a regular file{_made_by(path)}: remove it") from None
         raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{path} is not a regular file (made by {_owner_name(st.st_uid)}): remove it")
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            if st.st_uid != os.geteuid():
+                raise UnsafePathError(f"{path} belongs to {_owner_name(st.st_uid)}, not to you: tfdist writes only "
+                                      "files of its own; remove it")
+            if st.st_nlink > 1:
+                raise UnsafePathError(f"{path} has {st.st_nlink} names (hard links); tfdist writes only files of its "
+                                      "own: remove it")
+            if flags & os.O_TRUNC:
+                os.ftruncate(fd, 0)
+        if not flags & os.O_NONBLOCK:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _made_by(path: str) -> str:
+    try:
+        return f" (made by {_owner_name(os.lstat(path).st_uid)})"
+    except OSError:
+        return ""
 
 
 def write_private(path: str, data: bytes) -> None:
-    """Replaces `path` with `data` atomically (a fresh 0600 temp file beside it, then rename): a
-    reader sees the old or the new content, and a planted symlink is replaced, never written through."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
+    """Replaces `path` with `data` atomically (a fresh 0600 file of an unguessable name beside it, then
+    rename): a reader sees the old or the new content, and a planted symlink is replaced, never
+    written through."""
+    tmp = f"{path}.{secrets.token_hex(8)}.tmp"
     fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -98,10 +168,53 @@ def write_private(path: str, data: bytes) -> None:
 
 
 def read_private(path: str, limit: int = 1 << 20) -> bytes:
-    """Reads a file tfdist wrote itself: not through a symlink, at most `limit` bytes."""
+    """Reads a file tfdist wrote itself: not through a symlink, a regular file, at most `limit` bytes."""
     fd = open_private(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise UnsafePathError(f"{path} is larger than {limit} bytes; it is not a file tfdist wrote")
     return data
+
+
+# ---------------------------------------------------------------- umask
+
+def _current_umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(DAEMON_UMASK)  # no /proc: read it by setting it (at import, before threads start)
+    os.umask(mask)
+    return mask
+
+
+def _inherited_umask() -> int | None:
+    raw = os.environ.get(USER_UMASK_ENV, "")
+    try:
+        mask = int(raw, 8)
+    except ValueError:
+        return None
+    return mask if 0 <= mask <= 0o777 else None
+
+
+_ORIGINAL_UMASK = _inherited_umask()
+if _ORIGINAL_UMASK is None:
+    _ORIGINAL_UMASK = _current_umask()
+
+
+def original_umask() -> int:
+    """The user's umask: this process's at start, or what a parent daemon recorded in TFDIST_USER_UMASK.
+    Workers are started with it (gang.py), not with a daemon's 077."""
+    return _ORIGINAL_UMASK
+
+
+def daemon_umask() -> int:
+    """Sets this daemon process's umask to 077 (whatever it creates is its user's alone) and records the
+    user's umask for the daemons it starts (TFDIST_USER_UMASK); returns the user's umask."""
+    os.environ.setdefault(USER_UMASK_ENV, f"{_ORIGINAL_UMASK:04o}")
+    os.umask(DAEMON_UMASK)
+    return _ORIGINAL_UMASK

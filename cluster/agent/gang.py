@@ -3,7 +3,8 @@
 Used by `tfdist launch` locally (and by the agent on every node). Each
 worker runs in its own process group so a stop reaches its children too.
 Output lines are handed to a sink tagged with the rank; the last lines of
-each rank are kept for the failure summary.
+each rank are kept for the failure summary. Workers get the user's umask
+(tfdist.private_files.original_umask), not a daemon's 077.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable, Mapping, Sequence
 
 from cluster.shared.model import describe_exit
 from tfdist.errors import TfdistError
+from tfdist.private_files import original_umask
 
 OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
 # (rank, exit code, last lines), as each worker exits.
@@ -118,7 +120,7 @@ class Gang:
                 proc = subprocess.Popen(
                     list(w.command), env=dict(w.env), cwd=self.cwd, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    preexec_fn=_die_with_parent)
+                    preexec_fn=_die_with_parent, umask=original_umask())  # the user's, not a daemon's 077
             except OSError as e:
                 self.stop()
                 raise LaunchError(f"cannot start rank {w.rank}: {w.command[0]}: {e.strerror}") from None

@@ -18,7 +18,9 @@ from cluster.agent.start_plan import COMMAND_NOT_RUN, StartPlan, every_rank_fail
 from cluster.shared.model import WorkerExit
 from cluster.shared.work import RankProgress, RunningJob
 from tfdist import envvars
+from tfdist.errors import UnsafePathError
 from tfdist.preemption import SCOPE as PREEMPT_SCOPE
+from tfdist.private_files import open_private
 
 log = logging.getLogger("tfdist.agent")
 STORE_PATIENCE = 3.0  # seconds a store's port may still be in use (the lease's test socket just closed)
@@ -108,10 +110,11 @@ class JobRun:
         for w in self.plan.workers:
             path = w.env.get(envvars.PROGRESS_FILE)
             try:
-                with open(path) as f:
-                    step = int(f.read().split()[0])
-                found.append(RankProgress(w.rank, step, max(0.0, now - os.stat(path).st_mtime)))
-            except (OSError, ValueError, IndexError, TypeError):
+                with os.fdopen(open_private(path), "rb") as f:  # a symlink there is not followed
+                    step = int(f.read(64).split()[0])
+                    age = max(0.0, now - os.fstat(f.fileno()).st_mtime)
+                found.append(RankProgress(w.rank, step, age))
+            except (OSError, UnsafePathError, ValueError, IndexError, TypeError):
                 continue  # not reporting (yet), or caught mid-write: the next heartbeat reads it
         return tuple(found)
 

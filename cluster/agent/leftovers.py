@@ -3,7 +3,11 @@
 Workers die with their agent (PR_SET_PDEATHSIG), but what they started may not. Each agent process
 records its workers' process groups in a file of its own (several agents of one name can run on a
 machine at once: every `tfdist launch` embeds one called "local"); an agent starting kills the groups
-that dead agents' files name, and only processes that still carry that job's id."""
+that dead agents' files name, and only processes that still carry that job's id.
+
+The files live in `$TMPDIR/tfdist-agent-UID`, a private directory (tfdist/private_files.py): one another
+user made first is refused in one line naming it and its owner when the agent starts (GroupsFile), and
+never read: its files name processes to kill."""
 
 from __future__ import annotations
 
@@ -15,13 +19,15 @@ import tempfile
 from typing import Mapping, Sequence
 
 from tfdist import envvars
+from tfdist.errors import UnsafePathError
+from tfdist.private_files import check_private_dir, private_dir, read_private, write_private
 
 log = logging.getLogger("tfdist.agent")
 SUFFIX = ".groups.json"
 
 
 def groups_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"tfdist-agent-{os.getuid()}")
+    return os.path.join(tempfile.gettempdir(), f"tfdist-agent-{os.geteuid()}")
 
 
 def file_prefix(agent: str) -> str:
@@ -29,10 +35,11 @@ def file_prefix(agent: str) -> str:
 
 
 class GroupsFile:
-    """This agent process's record of its workers' process groups: job id -> group ids."""
+    """This agent process's record of its workers' process groups: job id -> group ids. Its directory is
+    made private (or refused: UnsafePathError) as it is created, so an agent refuses to start there."""
 
     def __init__(self, agent: str, directory: str | None = None, pid: int | None = None):
-        self.directory = directory or groups_dir()
+        self.directory = private_dir(directory or groups_dir())
         self.path = os.path.join(self.directory, f"{file_prefix(agent)}.{pid or os.getpid()}{SUFFIX}")
 
     def save(self, groups: Mapping[str, Sequence[int]]) -> None:
@@ -41,12 +48,9 @@ class GroupsFile:
             _unlink(self.path)
             return
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump({job: list(pgids) for job, pgids in groups.items()}, f)
-            os.replace(tmp, self.path)
-        except OSError as e:
+            private_dir(self.directory)  # again: a temp cleaner may have removed it since
+            write_private(self.path, json.dumps({job: list(pgids) for job, pgids in groups.items()}).encode())
+        except (OSError, UnsafePathError) as e:  # the workers run on; only a successor's cleanup is lost
             log.warning("cannot record worker process groups in %s: %s", self.path, e)
 
 
@@ -60,8 +64,15 @@ def process_alive(pid: int) -> bool:
 
 def dead_agents_groups(directory: str, agent: str) -> dict[int, str]:
     """Process group -> job id, from the files of dead runs of an agent of this name (each file read is
-    removed). Files of agents still running are left alone."""
+    removed). Files of agents still running are left alone. A directory that is not private is not
+    read (UnsafePathError): another user could have written what it names."""
     prefix = file_prefix(agent)
+    try:
+        check_private_dir(directory)
+    except UnsafePathError:
+        if os.path.lexists(directory):
+            raise
+        return {}  # nothing recorded yet
     try:
         files = [f for f in os.listdir(directory) if f.startswith(f"{prefix}.") and f.endswith(SUFFIX)]
     except OSError:
@@ -73,9 +84,9 @@ def dead_agents_groups(directory: str, agent: str) -> dict[int, str]:
             continue
         path = os.path.join(directory, filename)
         try:
-            with open(path) as f:
-                wanted.update({int(pgid): job for job, pgids in json.load(f).items() for pgid in pgids})
-        except (OSError, ValueError, AttributeError, TypeError):
+            recorded = json.loads(read_private(path, 1 << 20))
+            wanted.update({int(pgid): job for job, pgids in recorded.items() for pgid in pgids})
+        except (OSError, UnsafePathError, ValueError, AttributeError, TypeError):
             pass
         _unlink(path)
     return wanted

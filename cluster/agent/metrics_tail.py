@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import threading
 from typing import Callable
 
 from cluster.shared.model import MetricRow
+from tfdist.errors import UnsafePathError
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME
+from tfdist.private_files import open_private
 
 log = logging.getLogger("tfdist.agent")
 MAX_NOTE = 4096
@@ -83,10 +86,15 @@ class MetricsTail:
 
     def _read_file(self, job_id: str, path: str, offset: int, final: bool) -> None:
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_private(path), "rb") as f:  # a symlink there is not followed
                 f.seek(offset)
                 data = f.read()
         except FileNotFoundError:
+            return
+        except UnsafePathError as e:
+            log.warning("job %s: not reading its metrics file: %s", job_id, e)
+            with self._lock:
+                self._offsets.get(job_id, {}).pop(path, None)
             return
         complete = data if final else data[:data.rfind(b"\n") + 1]
         for raw in complete.splitlines():

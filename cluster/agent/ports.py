@@ -4,7 +4,7 @@ TensorFlow's gRPC server cannot share a port, so a port cannot be held
 open for it. Instead: ports are taken from a range below the kernel's
 ephemeral range (so other programs' `bind(0)` and outgoing connections do
 not land on them), each leased port is held with an flock in a per-user
-directory for as long as the job runs (so other tfdist launches skip it),
+directory (private: `lease_dir`) for as long as the job runs (so other tfdist launches skip it),
 and each is checked free with a test bind. Before a job starts, its nodes
 probe each other's leased ports (`probe`).
 """
@@ -22,6 +22,7 @@ from typing import Callable
 
 from cluster.shared.work import PROBE_TIMEOUT, ProbeFailure, ProbeTask
 from tfdist.errors import UserError
+from tfdist.private_files import open_private, private_dir
 
 log = logging.getLogger("tfdist.agent")
 PORT_RANGE_ENV = "TFDIST_PORT_RANGE"  # "LOW-HIGH", inclusive
@@ -57,10 +58,11 @@ def lease_range(env: dict | None = None) -> tuple[int, int]:
     return eph_high + 1, 65535
 
 
-def _lock_dir() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"tfdist-ports-{os.getuid()}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
+def lease_dir() -> str:
+    """The per-user directory of lock files, `$TMPDIR/tfdist-ports-UID`: created 0700, or checked to be
+    this user's own and private (a directory another user made first is refused in one line naming it
+    and its owner: UnsafePathError). Re-created if a temp cleaner removed it."""
+    return private_dir(os.path.join(tempfile.gettempdir(), f"tfdist-ports-{os.geteuid()}"))
 
 
 def _listen(port: int) -> socket.socket | None:
@@ -87,7 +89,7 @@ class PortLease:
         self._sockets: list[socket.socket] = []
 
     def _try_add(self, port: int, lock_dir: str) -> bool:
-        fd = os.open(os.path.join(lock_dir, f"{port}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private(os.path.join(lock_dir, f"{port}.lock"), os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -131,9 +133,13 @@ class PortLease:
 def lease_exact(ports: list[int]) -> tuple[PortLease, list[int]]:
     """Leases exactly these ports where possible; returns the lease and the ports that were busy
     (held by another tfdist job on this machine, or bound by anything)."""
+    lock_dir = lease_dir()  # refused before any lock is tried: never "busy" for a directory that is not ours
     lease = PortLease()
-    lock_dir = _lock_dir()
-    busy = [p for p in ports if not lease._try_add(p, lock_dir)]
+    try:
+        busy = [p for p in ports if not lease._try_add(p, lock_dir)]
+    except BaseException:
+        lease.release()
+        raise
     return lease, busy
 
 

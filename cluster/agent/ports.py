@@ -21,7 +21,7 @@ import threading
 from typing import Callable
 
 from cluster.shared.work import PROBE_TIMEOUT, ProbeFailure, ProbeTask
-from tfdist.errors import UserError
+from tfdist.errors import UnsafePathError, UserError
 from tfdist.private_files import open_private, private_dir
 
 log = logging.getLogger("tfdist.agent")
@@ -141,6 +141,17 @@ def lease_exact(ports: list[int]) -> tuple[PortLease, list[int]]:
         lease.release()
         raise
     return lease, busy
+
+
+def lease_for_job(job_id: str, ports: list[int]) -> tuple[PortLease, list[int]]:
+    """lease_exact for the agent's loop, which checked `lease_dir()` when it started: a lease directory
+    made unsafe since (a temp cleaner removed it, another user made it again) is one error line in the
+    agent's log and every port reported busy, never an exception that would end the loop."""
+    try:
+        return lease_exact(ports)
+    except UnsafePathError as e:
+        log.error("job %s: cannot lease ports: %s", job_id, e)
+        return PortLease(), list(ports)
 
 
 def connect_error(address: str, port: int, timeout: float) -> str:

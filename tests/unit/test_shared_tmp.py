@@ -19,7 +19,7 @@ import pytest
 
 from cluster.agent.gang import Gang, WorkerLaunch
 from cluster.agent.leftovers import GroupsFile, dead_agents_groups
-from cluster.agent.ports import lease_dir, lease_exact, lease_range
+from cluster.agent.ports import lease_dir, lease_exact, lease_for_job, lease_range
 from tests.conftest import cli_env, run_cli
 from tfdist.errors import UnsafePathError
 
@@ -98,6 +98,17 @@ def test_a_lease_dir_nobody_made_first_is_refused_not_busy(shared, marker):
         assert sorted(os.listdir(ports_dir)) == ["22000.lock", "22001.lock"]  # nothing of ours added
     finally:
         holder.close()
+
+
+def test_the_agents_loop_logs_a_lease_dir_made_unsafe_while_it_ran_and_goes_on(shared, caplog):
+    """After the agent's start-up check (a temp cleaner removed the directory, nobody made it again): one
+    error line naming it and nobody, every port reported busy, no exception to end the agent's loop."""
+    ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
+    lease, busy = lease_for_job("1-a", [22000, 22001])
+    assert busy == [22000, 22001] and lease.ports == []
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage().startswith(f"job 1-a: cannot lease ports: {ports_dir} belongs to nobody (uid 65534)")
+    assert os.listdir(ports_dir) == []
 
 
 def test_a_symlinked_lock_file_creates_nothing_where_nobody_chose(shared, secret):

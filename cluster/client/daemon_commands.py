@@ -134,13 +134,20 @@ def run_agent(args) -> int:
     if args.slurm:
         _slurm_sigterm(stop, agent)
 
+    died: list[str] = []
+
     def run():
-        agent.run()
-        if agent.refused:
+        try:
+            agent.run()
+        except BaseException as e:  # logged by the thread's hook; the process must not stay up doing nothing
+            died.append(f"the agent's loop died: {type(e).__name__}: {e}")
+            raise
+        finally:  # refused, died, or stopped
             stop.set()
 
     threading.Thread(target=run, daemon=True).start()
-    return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent", lambda: agent.refused)
+    return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent",
+                  lambda: agent.refused or (died[0] if died else ""))
 
 
 def _slurm_sigterm(stop: threading.Event, agent) -> None:

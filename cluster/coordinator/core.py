@@ -265,6 +265,7 @@ class CoordinatorCore:
     def submit(self, spec: JobSpec, now: float, owner: str = "") -> tuple[str, str]:
         """Stores the job durably and schedules at once; returns (job id, state after scheduling).
         A spec whose submission id is already known returns that job: a retried submit is one job."""
+        spec.to_json()  # the stored form, made outside the lock (its cost grows with the spec, up to the limits)
         with self._event(durable=True):
             known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
             decision = admission.admit(spec, self.lifecycle.nodes(include_busy=True), known)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import socket
 import sys
 import threading
 import time
@@ -242,6 +243,18 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return pb.ReportMetricsResponse()
 
 
+def _check_port_free(listen: str) -> None:
+    """Raises OSError if something already listens on `listen` (port 0: any free one, nothing to check)."""
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return
+    for family, kind, proto, _, address in socket.getaddrinfo(host.strip("[]") or None, int(port),
+                                                             type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC's own: TIME_WAIT is no conflict
+            probe.bind(address)
+
+
 class CoordinatorServer:
     """The daemon: gRPC server + a thread that declares silent agents lost.
 
@@ -271,12 +284,13 @@ class CoordinatorServer:
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate), self.server)
         pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.core, gate), self.server)
         try:
+            _check_port_free(listen)  # before gRPC, whose C core would print a line of its own
             if plaintext:
                 self.port = self.server.add_insecure_port(listen)
             else:
                 tls = grpc.ssl_server_credentials([(self.authority.key_pem, self.authority.cert_pem)])
                 self.port = self.server.add_secure_port(listen, tls)
-        except RuntimeError:  # grpc raises "Failed to bind to address ..."
+        except (RuntimeError, OSError):  # grpc raises "Failed to bind to address ..."
             self.port = 0
         if self.port == 0:
             self.store.close()

@@ -72,8 +72,13 @@ class JobSpec:
         return self.config.checkpoint_storage
 
     def to_json(self) -> str:
-        """The stored form (the coordinator's state): the wire message as JSON."""
-        return json_format.MessageToJson(to_pb(self), indent=None, sort_keys=True, preserving_proto_field_name=True)
+        """The stored form (the coordinator's state): the wire message as JSON. Made once per value (the
+        value is frozen), so the coordinator can make it before it takes its lock."""
+        made = self.__dict__.get("_json")
+        if made is None:
+            made = json_format.MessageToJson(to_pb(self), indent=None, sort_keys=True, preserving_proto_field_name=True)
+            object.__setattr__(self, "_json", made)
+        return made
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":

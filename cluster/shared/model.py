@@ -36,7 +36,8 @@ class JobState(str, enum.Enum):
 
 
 JOB_TRANSITIONS = {
-    JobState.QUEUED: {JobState.STARTING, JobState.CANCELED, JobState.FAILED},
+    # -> PAUSED: `tfdist preempt` of a job not placed yet (it waits for `tfdist resume`).
+    JobState.QUEUED: {JobState.STARTING, JobState.CANCELED, JobState.FAILED, JobState.PAUSED},
     # -> QUEUED: a restart after a failure (max_restarts); -> PAUSED: a synchronized preemption.
     JobState.STARTING: {JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELED, JobState.QUEUED,
                         JobState.PAUSED},

@@ -133,3 +133,13 @@ def test_against_a_coordinator_one_line_and_it_still_answers(tmp_path, marker, c
     assert names in one_line(run_cli([args[0], *client, *args[1:]], marker, timeout=60, cwd=str(tmp_path)))
     listed = run_cli(["agents", *client], marker, timeout=60)
     assert listed.returncode == 0 and "n1" in listed.stdout, listed.stderr
+
+
+def test_a_port_in_use_is_one_line(tmp_path, marker, coordinator):
+    """Measured 6: a port in use was a traceback (`RuntimeError: Failed to bind to address ...`), with
+    gRPC's own line beside it."""
+    server, _ = coordinator
+    line = one_line(run_cli(["coordinator", "--listen", server.address, "--state-dir", str(tmp_path / "other")],
+                            marker, timeout=60, cwd=str(tmp_path)))
+    assert line == (f"tfdist: error: cannot listen on {server.address}: the address is in use (another "
+                    "coordinator?) or not on this machine; choose another --listen HOST:PORT")

@@ -467,6 +467,18 @@ def test_preemption_pauses_at_the_workers_step_and_resume_runs_again(core, nodes
     assert state(core, job_id) == JobState.SUCCEEDED
 
 
+def test_a_queued_job_preempted_pauses_at_once_and_resumes_later(core, nodes):
+    """Found by the gRPC fuzz: preempting a QUEUED job answered INTERNAL (QUEUED -> PAUSED was missing)."""
+    running, _ = core.submit(spec(4), now=1)  # takes both nodes
+    waiting, state_now = core.submit(spec(2), now=2)
+    assert state_now == "QUEUED"
+    assert core.preempt(waiting, now=3) == "PAUSED"
+    core.cancel(running, now=4)
+    drive(nodes, 5)
+    assert state(core, waiting) == JobState.PAUSED  # a paused job is not placed when nodes free up
+    assert core.resume(waiting, now=6) in ("QUEUED", "STARTING")
+
+
 def test_a_lost_node_restarts_the_job_on_the_nodes_left(core):
     a1, a2, a3 = Node(core, "a1"), Node(core, "a2"), Node(core, "a3")
     for n in (a1, a2, a3):

@@ -67,7 +67,7 @@ def main() -> None:
         start = time.monotonic()
         codes = [request(port, "PUT", f"{prefix}/tfdist/v{i}", megabyte) for i in range(200)]
         took = time.monotonic() - start
-        print(f"200 PUTs of 1 MiB with the secret in {took:.2f}s: {summary(codes)}; "
+        print(f"200 PUTs of 1 MiB{' with the secret' if secret else ''} in {took:.2f}s: {summary(codes)}; "
               f"memory {idle['rss_mib']} -> {status(server.pid)['rss_mib']} MiB")
         codes = [request(port, "PUT", f"/tfdist/w{i}", megabyte) for i in range(200)]
         print(f"200 PUTs of 1 MiB without the secret: {summary(codes)}; memory {status(server.pid)['rss_mib']} MiB")

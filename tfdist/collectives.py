@@ -21,6 +21,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -34,6 +35,7 @@ SCOPE = "tfdist"
 STORE_PATIENCE = 20.0  # seconds a request is retried while the store does not answer or has no room
 _RETRIED = (408, 503)  # the store cut a slow request, or closed the connection to make room for others
 _LIMITS = (411, 413, 431, 507)  # the store's limits: the reason phrase names which
+_SECRET_CHARS = re.compile(r"[A-Za-z0-9_-]*")
 
 
 class CollectiveError(TfdistError):
@@ -186,6 +188,9 @@ def store_request(store: str, method: str, path: str, body: bytes | None = None,
     process's TFDIST_STORE_SECRET). Answers (200 or 404, the value); retried with backoff for at most
     `patience` seconds while the store does not answer; a refusal raises one error naming why."""
     secret = os.environ.get(envvars.STORE_SECRET, "") if secret is None else secret
+    if not _SECRET_CHARS.fullmatch(secret):  # never echoed: http.client would quote it in its error
+        raise StoreSecretError(f"TFDIST_STORE_SECRET is not a store secret ({len(secret)} characters, not all "
+                               "letters, digits, '-' or '_'); it is set by the agent that starts each worker")
     host, _, port = store.rpartition(":")
     deadline = time.monotonic() + patience
     pause = 0.05

@@ -74,7 +74,10 @@ def test_a_worker_without_the_secret_gets_one_error_naming_it(store):
                                                r"\(TFDIST_STORE_SECRET is not set\)"):
         Collectives(f"127.0.0.1:{store.port}", 0, 2, "mwms", secret="").allgather(1)
     with pytest.raises(StoreSecretError, match=r"store secret \(TFDIST_STORE_SECRET\) is not this run's"):
-        store_request(f"127.0.0.1:{store.port}", "GET", "/tfdist/1-0", secret="an-old-run's")
+        store_request(f"127.0.0.1:{store.port}", "GET", "/tfdist/1-0", secret="an-old-run")
+    with pytest.raises(StoreSecretError, match=r"^TFDIST_STORE_SECRET is not a store secret \(9 characters") as e:
+        store_request(f"127.0.0.1:{store.port}", "GET", "/tfdist/1-0", secret="bad\r\nline")
+    assert "bad" not in str(e.value)
     assert store.key_count() == 0
 
 

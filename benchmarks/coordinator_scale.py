@@ -89,10 +89,13 @@ def as_agent(credential, token_as_metadata=False):
     return {"credentials": grpc.access_token_call_credentials(credential.token)}
 
 
-def agent_process(address, credentials, stop_at, ready, fixed_interval, sent_total=None, token_as_metadata=False):
+def agent_process(address, credentials, stop_at, ready, fixed_interval, sent_total=None, token_as_metadata=False,
+                  nice=0):
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
     from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 
+    if nice:  # below the coordinator: on a real cluster the agents run on other machines
+        os.nice(nice)
     channel = agent_channel(address, credentials[0])
     stub = pb_grpc.AgentServiceStub(channel)
     names = [c.name for c in credentials]
@@ -147,9 +150,11 @@ class SimulatedCluster:
     `processes` processes, each agent registering and heartbeating with its own node credential; `client` is
     a user's `rpc.Client`. Credentials come from one authority made in a temporary directory, which the
     coordinator loads with --credentials-dir. `token_as_metadata`: over TLS, every call (agents' and the
-    client's) carries its token as plain metadata instead of gRPC call credentials."""
+    client's) carries its token as plain metadata instead of gRPC call credentials. `agents_nice`: the agents'
+    processes run at this nice value (the coordinator and the client at 0)."""
 
-    def __init__(self, agents, plaintext=False, processes=4, fixed_interval=0.0, token_as_metadata=False):
+    def __init__(self, agents, plaintext=False, processes=4, fixed_interval=0.0, token_as_metadata=False,
+                 agents_nice=0):
         from cluster.shared.credentials import Authority
         from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
         from cluster.shared.rpc import Client
@@ -178,7 +183,7 @@ class SimulatedCluster:
             per = agents // processes
             self.procs = [ctx.Process(target=agent_process, daemon=True,
                                       args=(self.address, nodes[i * per:(i + 1) * per], stop_at, ready,
-                                            fixed_interval, self.heartbeats, token_as_metadata))
+                                            fixed_interval, self.heartbeats, token_as_metadata, agents_nice))
                           for i in range(processes)]
             for p in self.procs:
                 p.start()

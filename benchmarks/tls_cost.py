@@ -10,12 +10,13 @@ only the transport differs. Per mode it measures:
   - submit latency: `--jobs` SubmitJob round trips through `cluster.shared.rpc.Client` (p50, p99);
   - the one-off cost of a fresh channel: the first call on a new channel (TCP, HTTP/2 and, with TLS, the
     handshake) against the second call on it.
-It also times one token check (the HMAC every call pays in both modes) in-process. With --proposed, a
+It also times one credential check (token, HMAC, access rule: what every call pays in both modes). With --proposed, a
 third mode runs the same TLS with every token sent as plain metadata over the verified channel instead
 of as gRPC call credentials (which run a Python plugin in a new thread for every call; see
 tls_breakdown.py): the change proposed for cluster/shared/auth.py, measured before it is made.
 
     .venv/bin/python benchmarks/tls_cost.py [--agents 1000] [--rounds 3] [--jobs 200] [--window 10] [--proposed]
+                                            [--agents-nice 19]
 
 Prints a table (medians over rounds, ratio TLS / plaintext) and writes benchmarks/results/tls_cost.json
 with every run and the load average before and after each.
@@ -75,7 +76,8 @@ def fresh_channel_calls(cluster, job_id, samples):
 def one_run(mode, args, seed):
     load_before = os.getloadavg()
     cluster = SimulatedCluster(args.agents, plaintext=mode == "plaintext", processes=args.processes,
-                               fixed_interval=args.heartbeat_interval, token_as_metadata=mode == PROPOSED)
+                               fixed_interval=args.heartbeat_interval, token_as_metadata=mode == PROPOSED,
+                               agents_nice=args.agents_nice)
     try:
         time.sleep(args.settle)  # a measurement warm-up: every agent reaches its steady heartbeat rate
         c0, a0, h0, t0 = (cpu_seconds(cluster.coord.pid), cluster.agents_cpu_seconds(), cluster.heartbeats.value,
@@ -99,13 +101,23 @@ def one_run(mode, args, seed):
 
 
 def token_check_us():
-    """One credential check as the coordinator's Gate does it (HMAC-SHA256 and a constant-time compare)."""
+    """What every call pays in both modes before its handler runs, as the coordinator's Gate does it for a
+    heartbeat: the bearer token read from the metadata, its HMAC-SHA256 checked (constant-time compare),
+    the access rule applied."""
+    from cluster.coordinator import access
+    from cluster.shared import auth
     from cluster.shared.credentials import Authority
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
     authority = Authority.create()
-    token = authority.issue("node", "sim0000").token
+    credential = authority.issue("node", "sim0000", plaintext=True)
+    metadata = (("user-agent", "grpc-python"), *auth.call_metadata(credential))
+    request = pb.HeartbeatRequest(agent="sim0000")
+
+    def check():
+        access.decide("Heartbeat", authority.verify(auth.bearer_token(metadata)), request, lambda job: None)
     n = 20000
-    return 1e6 * min(timeit.repeat(lambda: authority.verify(token), number=n, repeat=5)) / n
+    return 1e6 * min(timeit.repeat(check, number=n, repeat=5)) / n
 
 
 KEYS = (("coordinator_cpu_cores", "coordinator CPU while heartbeating (cores)", "{:.3f}"),
@@ -138,6 +150,9 @@ def main():
     parser.add_argument("--handshakes", type=int, default=20, help="fresh channels timed per run")
     parser.add_argument("--heartbeat-interval", type=float, default=0.0,
                         help="force every agent to this interval (default: what the coordinator asks for)")
+    parser.add_argument("--agents-nice", type=int, default=0, metavar="N",
+                        help="run the simulated agents at nice N, below the coordinator (on a real cluster they run "
+                             "on other machines; here they share its cores)")
     parser.add_argument("--proposed", action="store_true",
                         help=f"also run `{PROPOSED}`: TLS with every token sent as plain metadata (agents' and the "
                              "client's), the change proposed for cluster/shared/auth.py")
@@ -163,7 +178,7 @@ def main():
     result = {"benchmark": "tls_cost", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
               "source": source_commit(), "agents": args.agents, "processes": args.processes, "rounds": args.rounds,
               "jobs_per_run": args.jobs, "cpu_window_s": args.window,
-              "heartbeat_interval_s": args.heartbeat_interval or "adaptive",
+              "heartbeat_interval_s": args.heartbeat_interval or "adaptive", "agents_nice": args.agents_nice,
               "token_check_us": round(token_check_us(), 2), "medians": medians, "ratio_tls_to_plaintext": ratios,
               **({f"ratio_{PROPOSED}_to_plaintext": proposed} if proposed else {}),
               "runs": runs}
@@ -178,7 +193,7 @@ def main():
               f"{ratios.get(key, float('nan')):>6.2f} |" + extra)
     if proposed:
         print(f"TLS+md: {PROPOSED} (the proposed change); its ratio is to plaintext")
-    print(f"one token check (HMAC-SHA256, both modes): {result['token_check_us']} us")
+    print(f"one credential check (token, HMAC-SHA256, access rule; both modes): {result['token_check_us']} us")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

@@ -29,7 +29,7 @@ from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.metrics_tail import MetricsTail
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
-from cluster.agent.ports import PortLease, Prober, lease_exact
+from cluster.agent.ports import PortLease, Prober, lease_dir, lease_for_job
 from cluster.agent.start_plan import node_facts, plan_start
 from cluster.shared.credentials import Credential
 from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
@@ -91,7 +91,8 @@ class Agent:
         self._registered = False
         self.registered = threading.Event()  # set once the first registration succeeded
         self.refused = ""  # why the coordinator refused this node's credential (run() then returns)
-        self._groups = GroupsFile(name)
+        self._groups = GroupsFile(name)  # its directory and the lease directory: refused now if not ours
+        lease_dir()
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> None:
@@ -248,7 +249,7 @@ class Agent:
             old = self._port_leases.pop(job_id, None)
             if old:
                 old.release()
-            lease, busy = lease_exact(ports)
+            lease, busy = lease_for_job(job_id, ports)
             if busy:
                 lease.release()
             else:

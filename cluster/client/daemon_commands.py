@@ -15,7 +15,7 @@ from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Authority, Credential
 from cluster.shared.limits import MAX_SLOTS
 from tfdist.errors import UserError
-from tfdist.private_files import private_dir
+from tfdist.private_files import daemon_umask, private_dir
 
 STOP_DEADLINE = 10.0  # seconds a daemon may take to stop after SIGTERM, whatever the other side does
 
@@ -75,6 +75,7 @@ def _serve(stop: threading.Event, shutdown, what: str, failure=lambda: "") -> in
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings
 
+    daemon_umask()  # what it creates is the user's alone; workers get the user's umask back (gang.py)
     stop = _stop_on_signal()
     _setup_daemon_logging(args.verbosity)
     private_dir(args.state_dir)
@@ -106,6 +107,7 @@ def run_coordinator(args) -> int:
 def run_agent(args) -> int:
     from cluster.agent.daemon import Agent
 
+    daemon_umask()  # what it creates is the user's alone; workers get the user's umask back (gang.py)
     stop = _stop_on_signal()
     if args.slots is not None and args.slots < 1:
         raise UsageError(f"tfdist agent: --slots must be at least 1, got {args.slots}")

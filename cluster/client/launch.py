@@ -83,8 +83,15 @@ class EmbeddedCluster:
             self._published = publish_local(self.credential, self.server.port)
         except (OSError, UnsafePathError) as e:  # a convenience for other terminals, not needed to run
             sys.stderr.write(f"tfdist: warning: other terminals will not find this launch's coordinator ({e})\n")
-        self.agent = Agent(self.server.address, name="local", credential=self.server.issue("node", "local"),
-                           slots=slots, addresses=[Address("127.0.0.1", 8, "lo")], gpus=[])
+        try:
+            self.agent = Agent(self.server.address, name="local", credential=self.server.issue("node", "local"),
+                               slots=slots, addresses=[Address("127.0.0.1", 8, "lo")], gpus=[])
+        except BaseException:  # e.g. its temp directories are another user's (UnsafePathError): leave nothing
+            unpublish_local(self._published)
+            self.server.stop()
+            if self._tmp:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
         self._thread = threading.Thread(target=self.agent.run, daemon=True)
         self._thread.start()
         if not self.agent.registered.wait(timeout=30):

@@ -20,7 +20,7 @@ import pytest
 from cluster.agent.gang import Gang, WorkerLaunch
 from cluster.agent.leftovers import GroupsFile, dead_agents_groups
 from cluster.agent.ports import lease_dir, lease_exact, lease_for_job, lease_range
-from tests.conftest import cli_env, run_cli
+from tests.conftest import LocalCluster, cli_env, run_cli
 from tfdist.errors import UnsafePathError
 
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
@@ -232,3 +232,42 @@ def test_a_gang_started_in_process_passes_the_original_umask(marker):
     finally:
         os.umask(old)
     assert lines == [oct(original_umask())] and original_umask() != 0o077
+
+
+
+
+def test_launch_refuses_a_lease_dir_nobody_made_first_in_one_line(shared, marker):  # noqa: F811
+    """Only the lease directory is nobody's, its locks held: the launch names it, and leaves nothing behind."""
+    ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
+    holder = LockHolder(ports_dir, list(range(22000, 22010)), marker)
+    try:
+        result = run_cli(["launch", "--slots", "2", "--", "python", "-c", "pass"], marker, timeout=120,
+                         TMPDIR=shared, TFDIST_PORT_RANGE="22000-22009")
+    finally:
+        holder.close()
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tfdist: error: {ports_dir} belongs to nobody (uid 65534)"), lines
+    assert sorted(os.listdir(shared)) == [f"tfdist-agent-{UID}", f"tfdist-ports-{UID}"]  # no tfdist-local-* left
+
+
+def umask_of(pid) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
+
+
+def test_daemons_run_with_umask_077_and_their_workers_with_the_users(tmp_path, marker):
+    old = os.umask(0o022)
+    try:
+        cluster = LocalCluster(tmp_path, marker)
+        try:
+            agent = cluster.start_agent("n1", "--slots", "1")
+            cluster.wait_agents("n1")
+            assert umask_of(cluster.coordinator.pid) == 0o077 and umask_of(agent.pid) == 0o077
+            result = cluster.cli("launch", "--slots", "1", "--", "python", "-c", "import os; print(oct(os.umask(0)))")
+            assert result.returncode == 0, result.stderr
+            assert "0o22" in result.stdout, result.stdout
+        finally:
+            cluster.close()
+    finally:
+        os.umask(old)

@@ -95,7 +95,9 @@ def test_poisoning_a_ranks_keys_without_the_secret_does_not_change_what_the_job_
 
 
 def _flood(marker, store, count, mode, hold=60):
-    flood = subprocess.Popen([*NOBODY, sys.executable, FLOOD, str(store.port), str(count), mode, str(hold)],
+    with open(FLOOD) as f:  # its source, not its path: another user may not read this checkout
+        source = f.read()
+    flood = subprocess.Popen([*NOBODY, sys.executable, "-c", source, str(store.port), str(count), mode, str(hold)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env={"PATH": "/usr/bin:/bin", MARKER_VAR: marker})
     opened = flood.stdout.readline().split()  # the flood prints once its connections are open (<= 5 s)

@@ -1,8 +1,11 @@
 """How a client reaches a coordinator safely, and how it finds its own local coordinators.
 
-Every channel is TLS, verified against the CA in the caller's credential, and the token rides as gRPC
-call credentials, which gRPC sends over a secure channel only: a token never reaches a server that
-failed verification. Plaintext exists only as the explicit, warned `--insecure-plaintext`.
+Every channel is TLS, verified against the CA in the caller's credential, and the token rides in each
+call's metadata. gRPC sends no call before the handshake has verified the server, and a TLS credential
+never gets anything but a TLS channel, so a token never reaches a server that failed verification
+(tests/unit/test_access_matrix.py). Not gRPC's call-credentials plugin: it starts a thread per call, most
+of what TLS cost (benchmarks/tls_breakdown.py). Plaintext exists only as the explicit, warned
+`--insecure-plaintext`.
 
 A coordinator its user starts on this machine (`tfdist coordinator`, `tfdist launch`'s embedded one)
 publishes an admin credential for that user in the user's runtime directory (0700, checked): `tfdist
@@ -50,7 +53,8 @@ def is_loopback_listen(address: str) -> bool:
 # ---------------------------------------------------------------- channels
 
 def channel(address: str, credential: Credential, options: list) -> grpc.Channel:
-    """A channel to `address` that sends `credential`'s token only to a server its CA vouches for."""
+    """A channel to `address`: TLS trusting only `credential`'s CA (plaintext only for a plaintext credential).
+    Calls on it carry call_metadata(credential)."""
     if credential.plaintext:
         return grpc.insecure_channel(address, options=options)
     if not credential.ca_pem:
@@ -59,13 +63,12 @@ def channel(address: str, credential: Credential, options: list) -> grpc.Channel
     tls = grpc.ssl_channel_credentials(root_certificates=credential.ca_pem.encode())
     if credential.server_name:
         options = [*options, ("grpc.ssl_target_name_override", credential.server_name)]
-    return grpc.secure_channel(address, grpc.composite_channel_credentials(
-        tls, grpc.access_token_call_credentials(credential.token)), options=options)
+    return grpc.secure_channel(address, tls, options=options)
 
 
 def call_metadata(credential: Credential) -> tuple:
-    """Metadata the caller adds itself: only for plaintext (TLS channels carry the token as call credentials)."""
-    return ((METADATA_KEY, f"Bearer {credential.token}"),) if credential.plaintext else ()
+    """The metadata every call on `channel(address, credential)` carries: the token."""
+    return ((METADATA_KEY, f"Bearer {credential.token}"),)
 
 
 def bearer_token(metadata) -> str:

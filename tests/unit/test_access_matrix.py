@@ -15,6 +15,7 @@ import pytest
 from cluster.coordinator.server import CoordinatorServer
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
+from cluster.shared.auth import call_metadata
 from cluster.shared.credentials import Authority
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client, ClientError
@@ -89,16 +90,17 @@ def request_for(method: str, job_id: str, spec):
 
 
 def answer(server, credential, service: str, method: str, request) -> grpc.StatusCode:
+    metadata = ()
     if credential is None:  # no credential at all: a bare TLS channel that trusts the server, no token
         ca = server.authority.ca_pem
         channel = grpc.secure_channel(server.address, grpc.ssl_channel_credentials(ca),
                                       options=[("grpc.ssl_target_name_override", server.authority.server_name)])
     else:
-        channel = Client(server.address, credential).channel
+        channel, metadata = Client(server.address, credential).channel, call_metadata(credential)
     call = channel.unary_unary(f"/tfdist.v1.{service}/{method}", request_serializer=type(request).SerializeToString,
                                response_deserializer=lambda b: b)
     try:
-        call(request, timeout=10)
+        call(request, timeout=10, metadata=metadata)
         return grpc.StatusCode.OK
     except grpc.RpcError as e:
         return e.code()

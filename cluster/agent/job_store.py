@@ -78,8 +78,8 @@ class JobStore:
         self._sock = _listen(host, port)
         self._address: tuple[str, int] = self._sock.getsockname()[:2]
         self._values = StoreValues(max_total, max_keys)
-        self._protocol = StoreProtocol(self.secret, self.port, self._values, max_connections or _connection_cap(),
-                                   timeout)
+        self._protocol = StoreProtocol(self.secret, self.port, self._values,
+                                       max_connections or _connection_cap(), timeout)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name=f"job-store-{self.port}", daemon=True)
         self._ready = threading.Event()
@@ -96,8 +96,8 @@ class JobStore:
         for writer in list(self._protocol.open):
             writer.transport.abort()
         tasks = asyncio.all_tasks(self._loop)
-        if tasks:
-            self._loop.run_until_complete(asyncio.wait(tasks, timeout=self._protocol.timeout + 1))
+        if tasks:  # their connections are gone: each ends at its next read or write
+            self._loop.run_until_complete(asyncio.wait(tasks, timeout=2))
         self._loop.run_until_complete(self._loop.shutdown_asyncgens())
         self._loop.close()
 
@@ -171,8 +171,10 @@ class JobStore:
         return self._values.count()[1]
 
     def stop(self) -> None:
+        """Closes the port and every connection; its keys are gone with it."""
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-        else:
+            self._thread.join(timeout=10)
+        elif self._thread.ident is None:  # never started
             self._sock.close()
+            self._loop.close()

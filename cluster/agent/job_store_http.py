@@ -109,7 +109,9 @@ class StoreProtocol:
         await self.connection(reader, writer)
 
     def out_of_files(self, error: OSError) -> None:
-        log.warning("job store on port %d: %s; closing its oldest connection", self.port, error.strerror)
+        """The agent may open no more files: the oldest connection goes (said once per store)."""
+        if not self.evicted:
+            log.warning("job store on port %d: %s; closing its oldest connections", self.port, error.strerror)
         if self.open:
             self._close_oldest()
 

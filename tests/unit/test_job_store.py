@@ -2,12 +2,16 @@
 sockets: the secret on every request, its limits, and the errors a worker gets at each."""
 
 import http.client
+import resource
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
 from cluster.agent.job_store import MAX_VALUE, JobStore
+from tests.conftest import REPO
 from tfdist.collectives import Collectives, StoreLimitError, StoreSecretError, store_request
 
 SECRET = "s3cret-of-this-run"
@@ -167,3 +171,19 @@ def test_stop_closes_the_port_and_what_was_open(store):
     hanging.close()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", store.port), timeout=5).close()
+
+
+HARD = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+RAISED = 8192 if HARD == resource.RLIM_INFINITY else min(8192, HARD)
+
+
+@pytest.mark.parametrize("soft, hard, cap, raised", [(256, 256, 64, 256), (256, HARD, min(2048, RAISED // 4), RAISED)])
+def test_the_connection_cap_follows_the_files_the_agent_may_open(soft, hard, cap, raised):
+    """A quarter of the open-file limit, which the agent first raises toward the hard one (a soft 1024 is
+    a default, not a policy); at most MAX_CONNECTIONS."""
+    code = ("import resource, sys\n"
+            f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))\n"
+            "from cluster.agent.job_store import _connection_cap\n"
+            "print(_connection_cap(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.stdout.split() == [str(cap), str(raised)], done.stderr

@@ -23,10 +23,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
 
-def once(variant: str, steps: int, tmp: str, store: str) -> float:
+def once(variant: str, steps: int, tmp: str, store: str, secret: str) -> float:
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3",
                TFDIST_METRICS_FILE=os.path.join(tmp, "metrics"), TFDIST_PROGRESS_FILE=os.path.join(tmp, "progress"),
-               TFDIST_CHECKPOINT_DIR=os.path.join(tmp, "ckpt", variant), TFDIST_STORE=store)
+               TFDIST_CHECKPOINT_DIR=os.path.join(tmp, "ckpt", variant), TFDIST_STORE=store,
+               TFDIST_STORE_SECRET=secret)
     out = subprocess.run([sys.executable, os.path.join(HERE, "callbacks_worker.py"), variant, str(steps)], env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
     return json.loads(re.search(r"BENCH (\{.*\})", out).group(1))["seconds_per_step"]
@@ -47,8 +48,8 @@ def main() -> int:
             address = f"127.0.0.1:{store.port}"
             for _ in range(args.runs):
                 for variant in samples:
-                    samples[variant].append(once(variant, args.steps, tmp, address))
-            direct = [once("direct", args.steps, tmp, address) for _ in range(args.runs)]
+                    samples[variant].append(once(variant, args.steps, tmp, address, store.secret))
+            direct = [once("direct", args.steps, tmp, address, store.secret) for _ in range(args.runs)]
     finally:
         store.stop()
     medians = {k: statistics.median(v) for k, v in samples.items()}

@@ -23,7 +23,7 @@ import threading
 import time
 
 from tfdist import envvars
-from tfdist.collectives import store_request
+from tfdist.collectives import StoreLimitError, StoreSecretError, store_request
 from tfdist.errors import UnavailableError
 from tfdist.metrics import PREEMPTED_RECORD, PREEMPTIBLE_RECORD, report_record
 
@@ -131,6 +131,9 @@ class Preemption:
                     if value is not None:
                         self.stop_at = int(value)
                         self._put(f"ack-{self.rank}", b"1")
+            except (StoreSecretError, StoreLimitError) as e:  # will not change: say so once, stop looking
+                log.warning("preemption: rank %d cannot watch the job's store: %s", self.rank, e)
+                return
             except (UnavailableError, ValueError) as e:
                 log.debug("preemption poller: %s", e)
             if self.stop_at is not None and (self.rank == 0 or told or not self._signalled):

@@ -71,7 +71,7 @@ class JobRun:
             return ()
         host, port = self.plan.store
         try:
-            self.store = _serve_store(host, port, self.store_patience)
+            self.store = _serve_store(host, port, self.plan.store_secret, self.store_patience)
         except OSError as e:
             log.warning("job %s: cannot serve its store on %s:%d: %s", self.job_id, host, port, e)
             return every_rank_failed(self.plan.ranks, self.plan.agent, self.plan.attempt,
@@ -131,13 +131,14 @@ class JobRun:
                                 attempt=self.plan.attempt))
 
 
-def _serve_store(host: str, port: int, patience: float) -> JobStore:
-    """The job's store on its leased port. The lease's own test socket was closed just before; a bind
+def _serve_store(host: str, port: int, secret: str, patience: float) -> JobStore:
+    """The job's store on its leased port, requiring the run's secret ("": none was sent, so no worker
+    can reach it and each is told why). The lease's own test socket was closed just before; a bind
     that still finds the port in use is retried briefly before the job is failed."""
     deadline = time.monotonic() + patience
     while True:
         try:
-            return JobStore(host, port).start()
+            return JobStore(host, port, secret or None).start()
         except OSError:
             if time.monotonic() > deadline:
                 raise

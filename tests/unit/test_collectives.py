@@ -10,8 +10,9 @@ from tfdist.errors import UnavailableError
 
 
 @pytest.fixture
-def store():
+def store(monkeypatch):
     server = JobStore("127.0.0.1", 0).start()
+    monkeypatch.setenv("TFDIST_STORE_SECRET", server.secret)  # as the agent gives it to each worker
     yield server
     server.stop()
 

@@ -202,7 +202,9 @@ def test_horovod_plan_sets_every_rank_like_horovodrun_with_the_job_store_as_rend
         ("0", "4", "0", "2", "0", "2", "10.0.0.1"), ("1", "4", "1", "2", "0", "2", "10.0.0.1"),
         ("2", "4", "0", "2", "1", "2", "10.0.0.2"), ("3", "4", "1", "2", "1", "2", "10.0.0.2")]
     env = p.processes[3].env
-    assert (env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) == ("10.0.0.1", "9")
+    # Gloo's URL is http://<ADDR>:<PORT>/<scope>/<key>: the store's secret (filled in by the agent) rides in its path
+    assert (env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], env["HOROVOD_GLOO_RENDEZVOUS_PORT"]) == (
+        "10.0.0.1:9/@tfdist:store-secret@", "9")
     assert (env["HOROVOD_CONTROLLER"], env["HOROVOD_CPU_OPERATIONS"]) == ("gloo", "gloo")
     assert env["HOROVOD_GLOO_IFACE"] == "@tfdist:node-interface@" and env["TFDIST_NODE_ADDRESS"] == "10.0.0.2"
     assert env["TFDIST_GRADIENT_COMPRESSION"] == "fp16" and env["HOROVOD_AUTOTUNE"] == "1"

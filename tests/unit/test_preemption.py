@@ -14,8 +14,9 @@ from tfdist.preemption import SCOPE, Preemption
 
 
 @pytest.fixture
-def store():
+def store(monkeypatch):
     server = JobStore("127.0.0.1", 0).start()
+    monkeypatch.setenv("TFDIST_STORE_SECRET", server.secret)  # as the agent gives it to each worker
     yield server
     server.stop()
 

@@ -45,7 +45,8 @@ def _die_with_parent() -> None:
 class WorkerLaunch:
     rank: int
     command: Sequence[str]
-    env: Mapping[str, str]  # the complete environment of the process
+    # the complete environment of the process: secrets included, so never in a repr (a log line, a traceback)
+    env: Mapping[str, str] = dataclasses.field(repr=False)
     ready_file: str | None = None  # created by tfdist.init() once the worker joined
     port: int | None = None  # its TF server port: listening also counts as joined
     expendable: bool = False  # its failure does not stop the others (a parameter-server worker)

@@ -68,7 +68,7 @@ def decide(method: str, principal: Principal, request, owner_of: Callable[[str],
     if principal.kind not in rule.kinds:
         allowed = [k for k in (USER, ADMIN, MONITOR, NODE) if k in rule.kinds]
         kinds = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
-        raise PermissionDeniedError(f"{method} needs {'an' if kinds[0] in 'aeiou' else 'a'} {kinds} credential; "
+        raise PermissionDeniedError(f"{method} needs {'an' if kinds.startswith('admin') else 'a'} {kinds} credential; "
                                     f"yours is a {principal.kind} credential ({principal.name})")
     if rule.agent_field is not None:
         claimed = rule.agent_field(request)

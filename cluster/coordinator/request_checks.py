@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 from cluster.coordinator.values import BadRequest
 from cluster.shared import limits
 from cluster.shared.model import JobState
+from tfdist.metrics import MAX_NAME as METRIC_NAME_CHARS
 
 JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*", re.ASCII)  # "<seq>-<hex>", or the number alone
 AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]*", re.ASCII)  # a node credential's name
@@ -136,7 +137,7 @@ def _lines(lines, where: str) -> None:
 def _metrics(metrics, where: str) -> None:
     for i, metric in enumerate(items(metrics, where)):
         rank(metric.rank, f"{where}[{i}].rank", low=-1)
-        text(metric.name, f"{where}[{i}].name")
+        text(metric.name, f"{where}[{i}].name", METRIC_NAME_CHARS)  # the writer's own limit (tfdist.metrics)
         text(metric.note, f"{where}[{i}].note", 4_096)
         finite(metric.time, f"{where}[{i}].time")
 

@@ -122,7 +122,7 @@ def test_credentials_are_required_and_checked_across_hosts(make_cluster, hosts, 
     cluster = make_cluster(slots_per_agent=1)
     empty_runtime = str(tmp_path / "empty-runtime")  # another host: this user's local coordinators are not there
     bare = hosts["a1"].run(["jobs", "--coordinator", cluster.address], marker, 60, TFDIST_RUNTIME_DIR=empty_runtime)
-    assert bare.returncode == 1 and bare.stderr.count("\n") == 1
+    assert bare.returncode == 2 and bare.stderr.count("\n") == 1  # a missing flag: the user's to give
     assert bare.stderr.startswith(f"tfdist: error: no credential for the coordinator at {cluster.address}: pass "
                                   "--credentials FILE")
     forged = json.loads(open(cluster.user_credential).read())

@@ -3,10 +3,10 @@ how the token travels.
 
 Variants (each against its own `tfdist coordinator`, TLS or --insecure-plaintext):
   plaintext, token as metadata          what `--insecure-plaintext` does
-  TLS, token as call credentials        what `cluster.shared.auth.channel` does today: a Python metadata
+  TLS, token as call credentials        what `cluster.shared.auth.channel` did before: a Python metadata
                                         plugin (`grpc.access_token_call_credentials`) that gRPC runs
                                         for every call
-  TLS, token as metadata                the same verified TLS channel, the token added to each call's
+  TLS, token as metadata                what it does now: the same verified TLS channel, the token in each call's
                                         metadata by the caller (as the plaintext path does)
 For each: latency per call (median, p99), the client's CPU per call, the coordinator's CPU per call, and
 how many Python threads the client started per call. Rounds alternate the order; medians.
@@ -70,8 +70,10 @@ def stub_and_kwargs(variant, coordinator):
 
     node = coordinator.node
     if variant == VARIANTS[1]:
-        channel = auth.channel(coordinator.address, node, [])  # composite: TLS + access-token call credentials
-        kwargs = {}
+        tls = grpc.composite_channel_credentials(grpc.ssl_channel_credentials(node.ca_pem.encode()),
+                                                 grpc.access_token_call_credentials(node.token))
+        channel = grpc.secure_channel(coordinator.address, tls, [("grpc.ssl_target_name_override", node.server_name)])
+        kwargs = {}  # the token rides as call credentials (tfdist's way before the metadata change)
     elif variant == VARIANTS[2]:
         tls = grpc.ssl_channel_credentials(node.ca_pem.encode())
         channel = grpc.secure_channel(coordinator.address, tls, [("grpc.ssl_target_name_override", node.server_name)])

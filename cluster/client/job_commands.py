@@ -13,6 +13,7 @@ from typing import Callable
 from cluster.client.usage import UsageError
 from cluster.shared.auth import find_credential
 from cluster.shared.config import ExperimentConfig, load_config, with_overrides
+from cluster.shared.model import JobState
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -93,8 +94,8 @@ def asks_coordinator(ask: Callable, slurm: Handler | None = None) -> Handler:
     return handler
 
 
-ACTIVE = ("QUEUED", "STARTING", "RUNNING", "PAUSED")
-FINISHED = ("SUCCEEDED", "FAILED", "CANCELED")
+ACTIVE = tuple(s.value for s in JobState if not s.terminal)  # QUEUED, STARTING, RUNNING, PAUSED
+FINISHED = tuple(s.value for s in JobState if s.terminal)
 SHOWN_FINISHED = 20  # `tfdist jobs` without a selection: every active job and the newest this many finished
 
 

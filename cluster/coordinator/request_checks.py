@@ -213,20 +213,22 @@ def _report_exit(request) -> None:
     number(exit_.attempt, "exit.attempt", 0, 2 ** 31 - 1)
 
 
-def _push_logs(request) -> None:
+def _shipped(request) -> None:
+    """What PushLogs and ReportMetrics share: who sends, for which job, from which source and sequence."""
     agent_name(request.agent)
     job_id(request.job_id)
-    _lines(request.lines, "lines")
     text(request.source, "source")
     seq(request.first_seq, "first_seq")
+
+
+def _push_logs(request) -> None:
+    _shipped(request)
+    _lines(request.lines, "lines")
 
 
 def _report_metrics(request) -> None:
-    agent_name(request.agent)
-    job_id(request.job_id)
+    _shipped(request)
     _metrics(request.metrics, "metrics")
-    text(request.source, "source")
-    seq(request.first_seq, "first_seq")
 
 
 RULES: dict[str, Callable[[Any], None]] = {

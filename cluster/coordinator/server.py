@@ -23,7 +23,7 @@ from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.store.retention import Retention
-from cluster.shared.auth import bearer_token, is_loopback_listen
+from cluster.shared.auth import bearer_token
 from cluster.shared.credentials import Authority, Credential, Principal
 from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
 
@@ -105,15 +105,15 @@ class Gate:
         return job.owner if job else None
 
 
+HIDDEN = "(hidden)"
+
+
 def redact(job: pb.Job) -> pb.Job:
     """Environment values never leave the coordinator toward users: names stay, values read "(hidden)"."""
     env = job.spec.config.environment_variables
     for key in list(env):
         env[key] = HIDDEN
     return job
-
-
-HIDDEN = "(hidden)"
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -312,10 +312,6 @@ class CoordinatorServer:
     def issue(self, kind: str, name: str) -> Credential:
         """A credential of this coordinator's authority, naming where it listens."""
         return self.authority.issue(kind, name, self.local_address, self.plaintext)
-
-    @property
-    def loopback_only(self) -> bool:
-        return is_loopback_listen(self.address)
 
     def start(self) -> "CoordinatorServer":
         self.server.start()

@@ -270,8 +270,6 @@ class Authority:
         """The authority in `directory`, made and saved there first if it has none. (authority, made)."""
         if os.path.lexists(os.path.join(directory, SECRET)):
             return cls.load(directory), False
-        return cls.create(hosts).save_to(directory), True
-
-    def save_to(self, directory: str) -> "Authority":
-        self.save(directory)
-        return self
+        made = cls.create(hosts)
+        made.save(directory)
+        return made, True

@@ -58,7 +58,6 @@ class Client:
     def __init__(self, address: str, credential: Credential, timeout: float = 10.0):
         self.address = address
         self.timeout = timeout
-        self.credential = credential
         self._metadata = call_metadata(credential)
         self.channel = channel(address, credential, [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])

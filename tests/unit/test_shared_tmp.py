@@ -183,6 +183,14 @@ def test_launch_refuses_temp_dirs_nobody_made_first_in_one_line(shared, marker):
     the lock files of the whole lease range. On main: `no 2 free ports left ...; widen --port-range`."""
     ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
     agent_dir = nobody_made(shared, f"tfdist-agent-{UID}")
+    line = launch_while_nobody_holds_the_locks(shared, ports_dir, marker)
+    assert line.startswith(f"tfdist: error: {agent_dir} belongs to nobody (uid 65534), not to you"), line
+    assert "free ports" not in line and os.listdir(agent_dir) == []
+
+
+def launch_while_nobody_holds_the_locks(shared, ports_dir, marker) -> str:
+    """A real `tfdist launch` with TMPDIR=shared while nobody holds every lock file of the lease range in
+    `ports_dir`: it must fail with exit 1 and one line, no traceback; returns that line."""
     holder = LockHolder(ports_dir, list(range(22000, 22010)), marker)
     try:
         result = run_cli(["launch", "--slots", "2", "--", "python", "-c", "pass"], marker, timeout=120,
@@ -192,8 +200,7 @@ def test_launch_refuses_temp_dirs_nobody_made_first_in_one_line(shared, marker):
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith(f"tfdist: error: {agent_dir} belongs to nobody (uid 65534), not to you"), lines
-    assert "free ports" not in result.stderr and os.listdir(agent_dir) == []
+    return lines[0]
 
 
 # ---------------------------------------------------------------- workers' umask
@@ -235,19 +242,11 @@ def test_a_gang_started_in_process_passes_the_original_umask(marker):
 
 
 
-
-def test_launch_refuses_a_lease_dir_nobody_made_first_in_one_line(shared, marker):  # noqa: F811
+def test_launch_refuses_a_lease_dir_nobody_made_first_in_one_line(shared, marker):
     """Only the lease directory is nobody's, its locks held: the launch names it, and leaves nothing behind."""
     ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
-    holder = LockHolder(ports_dir, list(range(22000, 22010)), marker)
-    try:
-        result = run_cli(["launch", "--slots", "2", "--", "python", "-c", "pass"], marker, timeout=120,
-                         TMPDIR=shared, TFDIST_PORT_RANGE="22000-22009")
-    finally:
-        holder.close()
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"tfdist: error: {ports_dir} belongs to nobody (uid 65534)"), lines
+    line = launch_while_nobody_holds_the_locks(shared, ports_dir, marker)
+    assert line.startswith(f"tfdist: error: {ports_dir} belongs to nobody (uid 65534)"), line
     assert sorted(os.listdir(shared)) == [f"tfdist-agent-{UID}", f"tfdist-ports-{UID}"]  # no tfdist-local-* left
 
 

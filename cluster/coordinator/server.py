@@ -61,11 +61,12 @@ def placement_to_pb(a: Allocation) -> pb.Placement:
 
 
 def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
-    """A job for the wire; `summary`: without what a table does not show (placement, exits, metrics, checkpoint)."""
+    """A job for the wire, its environment values hidden (redact); `summary`: without what a table does not
+    show (placement, exits, metrics, checkpoint)."""
     job = view.job
     if summary:
         view = views.JobView(job, (), waiting_reason=view.waiting_reason)
-    return pb.Job(
+    return redact(pb.Job(
         id=job.id, spec=jobspec.to_pb(job.spec), state=job.state.value, submitted_at=job.submitted_at,
         started_at=job.started_at or 0, ended_at=job.ended_at or 0, waiting_reason=view.waiting_reason,
         message=job.message, exit_code=job.exit_code if job.exit_code is not None else -1,
@@ -78,7 +79,7 @@ def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
         attempt=job.attempt, restarts=job.restarts, owner=job.owner,
         latest_checkpoint=pb.Checkpoint(step=view.latest_checkpoint.step, path=view.latest_checkpoint.path,
                                         attempt=view.latest_checkpoint.attempt, time=view.latest_checkpoint.time)
-        if view.latest_checkpoint else pb.Checkpoint(step=-1))
+        if view.latest_checkpoint else pb.Checkpoint(step=-1)))
 
 
 class Gate:
@@ -129,7 +130,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_guard
     def GetJob(self, request, context, principal):
-        return redact(job_to_pb(views.job_view(self.core, request.job_id)))
+        return job_to_pb(views.job_view(self.core, request.job_id))
 
     @_guard
     def ListJobs(self, request, context, principal):
@@ -138,7 +139,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                                request.page_size, request.summary)
         jobs, size = [], 0
         for view in page.views:
-            job = redact(job_to_pb(view, request.summary))
+            job = job_to_pb(view, request.summary)
             size += job.ByteSize()
             if jobs and size > views.PAGE_BYTES:
                 break

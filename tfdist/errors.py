@@ -21,6 +21,8 @@ nothing (tests/unit/test_error_hierarchy.py checks that every error of
     ResourceExhaustedError     1   RESOURCE_EXHAUSTED   a limit was reached (disk full, a size or count cap)
     UnsafePathError            1   FAILED_PRECONDITION  a directory or file tfdist would use is not the user's own
                                                         (owner, mode, symlink): the message names it and its owner
+    CommandNotFoundError     127   INVALID_ARGUMENT     the command a job runs does not exist (a script, a program)
+    CommandNotExecutableError 126  INVALID_ARGUMENT     the command exists but cannot be executed (permissions)
 """
 
 
@@ -87,3 +89,15 @@ class UnsafePathError(TfdistError):
     accessible, or a symlink): using it would let another user read or redirect tfdist's files."""
 
     grpc_code = "FAILED_PRECONDITION"
+
+
+class CommandNotFoundError(UserError):
+    """The command a job's workers run does not exist: 127, as a shell says, before or after submitting."""
+
+    exit_code = 127
+
+
+class CommandNotExecutableError(UserError):
+    """The command exists but cannot be executed: 126, as a shell says."""
+
+    exit_code = 126

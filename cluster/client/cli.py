@@ -1,7 +1,9 @@
 """The `tfdist` command line. It maps argv onto validated values and hands over to the command's handler
 (the commands are a table: cluster/client/commands_table.py). Errors end here, in `main`, in one place:
-a TfdistError (or an OSError: a file or socket) prints one line on stderr and exits with its `exit_code`
-(2: the user's mistake, nothing started), never a traceback."""
+a TfdistError (or an OSError: a file or socket) prints one line on stderr and exits with its code, never
+a traceback: its own `exit_code` (2: the user's mistake, nothing started), or for a command that follows
+a job docker-style codes (cluster/client/exit_codes.py: 125 tfdist's own failure). A reader of the output
+that goes away ends it quietly (cluster/client/pipes.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from cluster.client import exit_codes, pipes
 from cluster.client.commands_table import COMMANDS, Arg, OneOf
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV, UsageError  # noqa: F401 (the CLI's names)
 from tfdist.errors import TfdistError
@@ -40,6 +43,7 @@ def _add(parser, argument: Arg) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """One sub-parser per command of the table, its arguments added in the table's order."""
     parser = _Parser(prog="tfdist", description="Distributed TensorFlow/Keras training.")
+    parser.add_argument("--version", action="store_true", help="print tfdist's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:
         command_parser = sub.add_parser(command.name, help=command.help, description=command.description)
@@ -53,35 +57,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _report(error: BaseException) -> int:
-    """The one line an error ends the command with; the exit code it carries (OSError: 1)."""
+def _report(error: BaseException, follows_job: bool) -> int:
+    """The one line an error ends the command with, and its exit code."""
     message = str(error)
     sys.stderr.write(f"{message}\n" if message.startswith("tfdist") else f"tfdist: error: {message}\n")
-    return getattr(error, "exit_code", 1)
+    return exit_codes.of_error(error, follows_job)
+
+
+def version() -> str:
+    """The installed distribution's version (package metadata)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tfdist")
+    except metadata.PackageNotFoundError:
+        return "(unknown: not installed; pip install the checkout or a wheel)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pipes.keep_going(False)
+    args, code = argparse.Namespace(follows_job=argv[:1] == ["launch"]), None
     try:
-        argv = list(sys.argv[1:] if argv is None else argv)
+        parser = build_parser()
         sbatch_options = None
         if argv[:1] == ["launch"]:  # `--slurm OPTIONS`: sbatch's options, up to `--`
             from cluster.client.slurm_submit import split_argv
 
             argv, sbatch_options = split_argv(argv)
-        args = parser.parse_args(argv)
-        if args.command == "launch":
-            args.sbatch_options = sbatch_options
+        args = parser.parse_args(argv, namespace=args)
+        if args.version:
+            print(f"tfdist {version()}")
+            return 0
         if args.command is None:
             parser.print_help()
             return USAGE_ERROR
+        if args.command == "launch":
+            args.sbatch_options = sbatch_options
+            exit_codes.follows_job(args)
         handler = next(c.handler for c in COMMANDS if c.name == args.command)
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe is found here, not by Python's flush at exit
+        return code
+    except BrokenPipeError:  # the reader went away (`| head`): as if it had read everything
+        pipes.discard(sys.stdout)
+        return code if code is not None else exit_codes.TFDIST_FAILED if args.follows_job else 0
+    except KeyboardInterrupt:  # Ctrl-C outside a job's following (which cancels the job itself)
+        sys.stderr.write("tfdist: interrupted\n")
+        return exit_codes.CANCELED
     except (TfdistError, OSError) as e:  # each error carries its exit code; OSError: a file or socket
-        return _report(e)
+        return _report(e, args.follows_job)
 
 
 def entry_point() -> None:
+    pipes.install()  # before any command's module is imported (they may bind sys.stdout at import)
     sys.exit(main())
 
 

@@ -9,6 +9,7 @@ from typing import TextIO
 
 import grpc
 
+from cluster.client import exit_codes
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.model import describe_exit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -108,17 +109,13 @@ def root_cause_exit(job: pb.Job) -> pb.WorkerExit | None:
     return failed[0] if failed else None
 
 
-PAUSED_EXIT = 75  # EX_TEMPFAIL: nothing failed and nothing finished; `tfdist resume ID` continues
+PAUSED_EXIT = exit_codes.PAUSED  # nothing failed and nothing finished; `tfdist resume ID` continues
 
 
 def exit_code(job: pb.Job) -> int:
-    if job.state == "SUCCEEDED":
-        return 0
-    if job.state == "CANCELED":
-        return 130
-    if job.state == "PAUSED":
-        return PAUSED_EXIT
-    return job.exit_code if 0 < job.exit_code < 256 else 1
+    """What the follower of an ended (or paused) job exits with (cluster/client/exit_codes.py)."""
+    code = exit_codes.of_job(job.state, job.exit_code)
+    return exit_codes.FAILED if code is None else code
 
 
 def last_seq(client: Client, job_id: str) -> int:

@@ -1,13 +1,11 @@
-"""Readable tables (default) and JSON (--json) for the client commands."""
+"""Readable tables (default) and JSON (--json: cluster/client/json_output.py, docs/json.md) for the client
+commands."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import json
 
-from google.protobuf import json_format
-
+from cluster.client import exit_codes, json_output
 from cluster.client.follow import TERMINAL, root_cause_exit
 from cluster.shared import jobspec
 
@@ -35,20 +33,11 @@ def _ids(ids) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
 
 
-def _dump(message) -> str:
-    return json.dumps(_job_dict(message), indent=2)
-
-
-def _job_dict(job) -> dict:
-    """A job as JSON: the spec as its config's fields (not the wire's encoding of them)."""
-    data = json_format.MessageToDict(job, preserving_proto_field_name=True)
-    data["spec"] = jobspec.to_plain(jobspec.from_pb(job.spec, validate=False))
-    return data
-
-
-def print_jobs(jobs, as_json: bool) -> int:
+def print_jobs(jobs, as_json: bool, left_out: int = 0) -> int:
+    """`left_out`: how many jobs of the selection are not listed (said in --json; the caller says it on
+    stderr for the table)."""
     if as_json:
-        print(json.dumps([_job_dict(j) for j in jobs], indent=2))
+        print(json_output.dumps(json_output.jobs(jobs, left_out)))
         return 0
     rows = [[j.id, j.spec.config.name, j.state, str(j.spec.config.slots_per_trial), _when(j.submitted_at),
              j.waiting_reason if j.state == "QUEUED" else j.message] for j in jobs]
@@ -58,7 +47,7 @@ def print_jobs(jobs, as_json: bool) -> int:
 
 def print_job(job, as_json: bool) -> int:
     if as_json:
-        print(_dump(job))
+        print(json_output.dumps(json_output.job(job)))
         return 0
     spec = jobspec.from_pb(job.spec, validate=False)
     print(f"job {job.id} ({spec.name}): {job.state}")
@@ -82,7 +71,8 @@ def print_job(job, as_json: bool) -> int:
         shown = ", ".join(f"{m.name}={m.value:.6g} (step {m.step}, rank {m.rank})" for m in job.latest_metrics)
         print(f"  metrics:   {shown}")
     if job.message:
-        print(f"  outcome:   {job.message}" + (f" (exit code {job.exit_code})" if job.exit_code >= 0 else ""))
+        code = exit_codes.of_job(job.state, job.exit_code)  # what `tfdist launch` exits with for it
+        print(f"  outcome:   {job.message}" + (f" (exit code {code})" if code is not None else ""))
     first = root_cause_exit(job)
     if first is not None and first.last_lines:
         print(f"  last lines of rank {first.rank}:")
@@ -93,7 +83,7 @@ def print_job(job, as_json: bool) -> int:
 
 def print_agents(agents, as_json: bool) -> int:
     if as_json:
-        print(json.dumps([json_format.MessageToDict(a, preserving_proto_field_name=True) for a in agents], indent=2))
+        print(json_output.dumps(json_output.agents(agents)))
         return 0
     rows = [[a.name, a.state, str(a.slots), str(a.free_slots),
              f"GPU {_ids([g.index for g in a.gpus])} (free {_ids(a.free_gpus) or '-'})" if a.gpu else "CPU",
@@ -106,7 +96,7 @@ def print_agents(agents, as_json: bool) -> int:
 def print_slurm_jobs(jobs, as_json: bool) -> int:
     """The Slurm jobs `tfdist launch --slurm` submitted (cluster/client/slurm_submit.py)."""
     if as_json:
-        print(json.dumps([dataclasses.asdict(j) for j in jobs], indent=2))
+        print(json_output.dumps(json_output.slurm_jobs(jobs)))
         return 0
     rows = [[f"{j.id}", j.name, j.state, j.nodes, j.output,
              j.describe() if j.state == "PENDING" else f"ExitCode={j.exit_code}" if j.ended else ""] for j in jobs]

@@ -33,7 +33,7 @@ def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit],
         if e.exit_code != 0 and e.rank not in expendable:
             what = e.reason or describe_exit(e.exit_code)
             return Outcome(JobState.FAILED, f"rank {e.rank} on node {e.agent} {what}; the other workers were stopped",
-                           e.exit_code if 0 < e.exit_code < 256 else 1, e.rank)
+                           worker_code(e.exit_code), e.rank)
     if rule is SuccessRule.CHIEF and any(e.rank == 0 for e in ordered):
         return Outcome(JobState.SUCCEEDED, "the chief (rank 0) exited with code 0", 0)
     failed = sorted({e.rank for e in ordered if e.exit_code != 0 and e.rank in expendable})
@@ -44,6 +44,12 @@ def job_outcome(rule: SuccessRule, size: int, exits: Sequence[WorkerExit],
     if rule is SuccessRule.ALL_RANKS and len({e.rank for e in ordered}) >= size:
         return Outcome(JobState.SUCCEEDED, "every worker exited with code 0", 0)
     return None
+
+
+def worker_code(code: int) -> int:
+    """A failed job's exit code from its root-cause worker's: its own (1-255), 128+N if signal N killed it (as a
+    shell says; `tfdist launch` exits with it, docs/launch.md)."""
+    return 128 - code if -128 < code < 0 else code if 0 < code < 256 else 1
 
 
 COMMAND_NOT_FOUND = 127  # the agent's exit code for an entrypoint it cannot run (the shell's convention)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Mapping
 
@@ -115,19 +116,41 @@ def submission_problem(spec: JobSpec) -> str:
     return next((f"{where}: {problem}" for where, problem in checks if problem), "")
 
 
-# `tfdist job --json` showed these two under the names the spec used before the codec; scripts read them.
-PLAIN_NAMES = {"slots_per_trial": "slots", "environment_variables": "environment"}
+# The config's fields `tfdist job --json` shows under their own keys (docs/json.md); every other one goes
+# into its `config` object by its field name, so a new config field appears there by itself.
+PLAIN_OWN_KEYS = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "hyperparameters",
+                  "environment_variables")
 
 
 def to_plain(spec: JobSpec) -> dict[str, Any]:
-    """For people and `--json`: the config's fields (hyperparameters as an object), then how the job was
-    submitted."""
-    plain = {PLAIN_NAMES.get(f.name, f.name): getattr(spec.config, f.name) for f in wire_fields()}
-    plain.update(entrypoint=list(spec.entrypoint), hyperparameters=dict(spec.config.hyperparameters),
-                 environment=dict(spec.config.environment_variables), mode_reason=spec.mode_reason,
-                 priority=spec.priority, working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
-                 submission_id=spec.submission_id)
-    return plain
+    """The spec's part of `tfdist job --json` (docs/json.md): JSON types only (numbers as numbers, the
+    hyperparameters as an object), the environment's names only (its values never leave the coordinator),
+    the rest of the config under `config`, then how the job was submitted."""
+    config = spec.config
+    return {
+        "name": config.name,
+        "command": list(config.entrypoint),
+        "slots": config.slots_per_trial,
+        "priority": spec.priority,
+        "distribution": {"mode": config.distribution_mode, "reason": spec.mode_reason},
+        "hyperparameters": _plain(config.hyperparameters),
+        "environment": sorted(config.environment_variables),
+        "config": {f.name: _plain(getattr(config, f.name)) for f in wire_fields() if f.name not in PLAIN_OWN_KEYS},
+        "working_dir": spec.working_dir,
+        "startup_timeout": spec.startup_timeout or None,  # None: the coordinator's default
+        "submission_id": spec.submission_id,
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON has it: tuples as lists, mappings as objects, NaN and infinities (not JSON) as None."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def wire_fields() -> list[dataclasses.Field]:

@@ -53,11 +53,12 @@ def job(message: pb.Job) -> dict[str, Any]:
         "outcome": message.message or None,
         "exit_code": exit_codes.of_job(message.state, message.exit_code),
         "failed_rank": message.failed_rank if message.failed_rank >= 0 else None,
+        **{key: plain.pop(key) for key in ("priority", "slots", "command", "distribution")},
         "submitted_at": when(message.submitted_at),
         "started_at": when(message.started_at),
         "ended_at": when(message.ended_at),
         "waiting_reason": (message.waiting_reason or None) if message.state == "QUEUED" else None,
-        "placement": [_node(p, ranks.get(p.node_rank, [])) for p in message.placement],
+        "placement": [_node(p, ranks.get(p.node_rank, []), message.state in HOLDING) for p in message.placement],
         "attempt": message.attempt,
         "restarts": message.restarts,
         "latest_checkpoint": {
@@ -78,9 +79,13 @@ def jobs(listed: Iterable[pb.Job], left_out: int = 0) -> dict[str, Any]:
     return {"jobs": shown, "total": len(shown) + left_out, "left_out": left_out}
 
 
-def _node(p: pb.Placement, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+HOLDING = ("STARTING", "RUNNING")  # a job in another state holds no node: its placement is where it ran
+
+
+def _node(p: pb.Placement, ranks: list[dict[str, Any]], holding: bool) -> dict[str, Any]:
     return {"node_rank": p.node_rank, "node": p.agent, "address": p.address, "slots": p.slots,
-            "gpus": list(p.gpus), "ports": list(p.ports), "state": p.state or None, "ranks": ranks}
+            "gpus": list(p.gpus), "ports": list(p.ports), "state": (p.state or None) if holding else None,
+            "ranks": ranks}
 
 
 def _ranks(spec: jobspec.JobSpec, placement: Iterable[pb.Placement]) -> dict[int, list[dict[str, Any]]]:

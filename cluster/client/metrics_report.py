@@ -7,7 +7,6 @@ metric against the step in its own panel (matplotlib, an optional extra: `pip in
 from __future__ import annotations
 
 import csv
-import json
 import os
 import sys
 from typing import TextIO
@@ -28,11 +27,13 @@ def rows(history: pb.GetMetricsResponse) -> tuple[list[str], list[tuple[int, int
 
 
 def print_history(history: pb.GetMetricsResponse, shape: str, out: TextIO = sys.stdout) -> None:
-    names, table = rows(history)
-    if shape == "json":
-        for step, rank, values in table:
-            out.write(json.dumps({"step": step, "rank": rank, **values}) + "\n")
+    if shape == "json":  # its shape is docs/json.md's (cluster/client/json_output.py)
+        from cluster.client import json_output
+
+        for row in json_output.metric_rows(history):
+            out.write(json_output.line(row) + "\n")
         return
+    names, table = rows(history)
     if shape == "csv":
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(["step", "rank", *names])

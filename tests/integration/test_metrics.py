@@ -36,20 +36,20 @@ def test_metrics_from_every_mode_survive_a_coordinator_restart(tmp_path, local_c
         assert "[rank=0] tfdist: learning-rate warmup from 0.1 to 0.2 over " in job.stdout
         assert "[rank=0] tfdist: learning-rate warmup done: 0.2" in job.stdout
     rows = [json.loads(l) for l in cluster.cli("metrics", "1", "--json").stdout.splitlines()]
-    epochs = [r for r in rows if "epoch" in r]
-    assert [r["epoch"] for r in epochs] == [1.0, 2.0, 3.0] and all(r["rank"] == 0 for r in rows)
-    assert all("val_loss" in r for r in epochs)
+    epochs = [r["metrics"] for r in rows if "epoch" in r["metrics"]]
+    assert [m["epoch"] for m in epochs] == [1.0, 2.0, 3.0] and all(r["rank"] == 0 for r in rows)
+    assert all("val_loss" in m for m in epochs)
     assert [r["step"] for r in rows] == sorted(r["step"] for r in rows)
     assert len(rows) > len(epochs)  # every_n_batches=4: batch reports between the epochs
     # Averaged over both ranks (each trains on its own data, so their own losses differ).
     own = own_losses(hvd.stdout)
     assert own[0] != own[1]
-    for i, r in enumerate(epochs):
-        assert r["loss"] == pytest.approx((own[0][i] + own[1][i]) / 2, rel=1e-6)
+    for i, m in enumerate(epochs):
+        assert m["loss"] == pytest.approx((own[0][i] + own[1][i]) / 2, rel=1e-6)
 
-    ps_rows = [json.loads(l) for l in cluster.cli("metrics", "2", "--json").stdout.splitlines()]
-    assert [r["epoch"] for r in ps_rows if "epoch" in r] == [1.0, 2.0, 3.0]  # tf_keras fit reports too
-    assert [r["loss"] for r in ps_rows if "epoch" in r] == pytest.approx(own_losses(ps.stdout)[0])
+    ps_rows = [json.loads(l)["metrics"] for l in cluster.cli("metrics", "2", "--json").stdout.splitlines()]
+    assert [m["epoch"] for m in ps_rows if "epoch" in m] == [1.0, 2.0, 3.0]  # tf_keras fit reports too
+    assert [m["loss"] for m in ps_rows if "epoch" in m] == pytest.approx(own_losses(ps.stdout)[0])
 
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))  # TensorBoard, from the chief
 

@@ -7,11 +7,19 @@ import shutil
 import sys
 from typing import Sequence
 
-from tfdist.errors import UserError
+from tfdist.errors import CommandNotExecutableError, CommandNotFoundError, UserError
 
 
 class CommandError(UserError, ValueError):
     """The command cannot be started on this machine."""
+
+
+class CommandMissingError(CommandNotFoundError, CommandError):
+    """The program or script does not exist: 127, the same locally as through a coordinator (its agent's code)."""
+
+
+class CommandNotRunnableError(CommandNotExecutableError, CommandError):
+    """The program exists but may not be executed: 126, as a shell says."""
 
 
 def resolve_command(command: Sequence[str], cwd: str | None = None) -> list[str]:
@@ -23,8 +31,11 @@ def resolve_command(command: Sequence[str], cwd: str | None = None) -> list[str]
     if not command:
         raise CommandError("the command to run is empty")
     if shutil.which(command[0]) is None:
-        raise CommandError(f"program {command[0]!r} not found on PATH")
+        if os.sep in command[0] and os.path.isfile(command[0]) and not os.access(command[0], os.X_OK):
+            raise CommandNotRunnableError(f"program {command[0]!r} is not executable: chmod +x it, or run it with "
+                                          "its interpreter")
+        raise CommandMissingError(f"program {command[0]!r} not found on PATH")
     if os.path.basename(command[0]).startswith("python") and len(command) > 1 \
             and command[1].endswith(".py") and not os.path.isfile(os.path.join(cwd or os.getcwd(), command[1])):
-        raise CommandError(f"script {command[1]!r} not found (relative to the current directory {cwd or os.getcwd()})")
+        raise CommandMissingError(f"script {command[1]!r} not found (relative to the current directory {cwd or os.getcwd()})")
     return command

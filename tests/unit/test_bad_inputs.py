@@ -1,5 +1,5 @@
-"""Issue 16, Measured 9: every bad CLI or config input is ONE line naming the bad value, exit 2, no traceback
-and no hang. Each row runs the real `tfdist` CLI as a process with a hard timeout (a hang fails the row).
+"""Issue 16, Measured 9: every bad CLI or config input is ONE line naming the bad value, exit 2 (125 for `tfdist
+launch`, whose other codes are its job's: docs/launch.md), no traceback and no hang. Each row runs the real `tfdist` CLI as a process with a hard timeout (a hang fails the row).
 
 Before these limits the rows were: tracebacks (--priority 1e20, max_restarts 1e12 `ValueError: Value out of
 range`, Latin-1 or binary config `UnicodeDecodeError`, YAML nested 20,000 deep `RecursionError`); hangs
@@ -84,11 +84,16 @@ CASES = [
 ]
 
 
-def one_line(result) -> str:
-    """The row's assertions shared by every case: exit 2, one line on stderr with tfdist's prefix, no
+def refused(args) -> int:
+    """A refused command line's code: tfdist's own failure for `tfdist launch` (125), a usage error else."""
+    return 125 if args[0] == "launch" else 2
+
+
+def one_line(result, code: int = 2) -> str:
+    """The row's assertions shared by every case: exit `code`, one line on stderr with tfdist's prefix, no
     traceback anywhere."""
     assert "Traceback" not in result.stdout + result.stderr, result.stderr
-    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert result.returncode == code, (result.returncode, result.stderr)
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and result.stderr.endswith("\n"), result.stderr
     assert re.match(r"tfdist( \w+)?: ", lines[0]), lines[0]
@@ -103,7 +108,7 @@ def test_every_bad_input_is_one_line(tmp_path, marker, args, config, names):
         (tmp_path / "c.yaml").write_bytes(config)
     elif config is not None:
         (tmp_path / "c.yaml").write_text(config)
-    line = one_line(run_cli(args, marker, timeout=60, cwd=str(tmp_path)))
+    line = one_line(run_cli(args, marker, timeout=60, cwd=str(tmp_path)), refused(args))
     assert names in line
 
 
@@ -130,7 +135,8 @@ def test_against_a_coordinator_one_line_and_it_still_answers(tmp_path, marker, c
     isdigit() and failed int()."""
     server, credential = coordinator
     client = ["--coordinator", server.address, "--credentials", credential]
-    assert names in one_line(run_cli([args[0], *client, *args[1:]], marker, timeout=60, cwd=str(tmp_path)))
+    assert names in one_line(run_cli([args[0], *client, *args[1:]], marker, timeout=60, cwd=str(tmp_path)),
+                             refused(args))
     listed = run_cli(["agents", *client], marker, timeout=60)
     assert listed.returncode == 0 and "n1" in listed.stdout, listed.stderr
 

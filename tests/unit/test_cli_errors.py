@@ -1,4 +1,5 @@
-"""User mistakes at the command line: one line naming the problem, exit 2, no traceback, nothing started."""
+"""User mistakes at the command line: one line naming the problem, no traceback, nothing started; exit 2, or
+for `tfdist launch` 125 (tfdist refused: its other codes are the job's), 127 for a command not found."""
 
 import pytest
 
@@ -47,7 +48,8 @@ def test_one_clear_line_and_exit_2(tmp_path, marker, args, config, expected):
     if config is not None:
         (tmp_path / "c.yaml").write_text(config)
     result = run_cli(args, marker, timeout=60, cwd=str(tmp_path))
-    assert result.returncode == 2
+    not_found = "not found" in expected and args[0] == "launch"
+    assert result.returncode == (127 if not_found else 125 if args[0] == "launch" else 2)
     assert result.stderr == expected.format(cwd=tmp_path) + "\n"
     assert "Traceback" not in result.stdout + result.stderr
 

@@ -167,10 +167,15 @@ def test_jobs_stored_before_the_codec_are_read():
     assert (spec.config.environment_variables, spec.step_timeout, spec.checkpoint_storage) == ({"A": "1"}, 30.0, "/ck")
 
 
-def test_the_json_people_read_keeps_its_names():
-    spec = jobspec.job_spec(parse_config("entrypoint: python t.py\nresources: {slots_per_trial: 3}\n"
-                                         "environment: {variables: {A: '1'}}\nhyperparameters: {lr: 0.5}\n"))
+def test_the_json_people_read_has_every_field_and_json_types_only():
+    """`tfdist job --json` (docs/json.md): every wire field once, under its own key or in `config`;
+    environment names only; numbers as numbers."""
+    spec = _submitted(every_field_changed()[0])
     plain = jobspec.to_plain(spec)
-    assert (plain["slots"], plain["environment"], plain["hyperparameters"]) == (3, {"A": "1"}, {"lr": 0.5})
-    assert "slots_per_trial" not in plain and "environment_variables" not in plain
-    json.dumps(plain)  # it is what --json prints
+    assert (plain["slots"], plain["environment"], plain["hyperparameters"]) == \
+        (spec.slots, ["MY_FLAG", "OTHER"], CONSTRAINED["hyperparameters"])
+    assert plain["distribution"] == {"mode": "horovod", "reason": "distribution.mode is horovod"}
+    assert (plain["command"], plain["priority"], plain["startup_timeout"]) == (list(CONSTRAINED["entrypoint"]), 5, 42.0)
+    shown = set(plain["config"]) | set(jobspec.PLAIN_OWN_KEYS)
+    assert shown == {f.name for f in jobspec.wire_fields()} and not set(plain["config"]) & set(jobspec.PLAIN_OWN_KEYS)
+    assert json.loads(json.dumps(plain, allow_nan=False)) == plain  # tuples as lists: what --json prints

@@ -106,8 +106,8 @@ class TfdistVariant:
 
     def agents_alive(self):
         r = self.cli("agents", "--json")
-        return r.returncode == 0 and [a["state"] for a in json.loads(r.stdout)] == ["ALIVE", "ALIVE"] and \
-            all(a.get("free_slots", 0) == 1 for a in json.loads(r.stdout))
+        return r.returncode == 0 and [a["state"] for a in json.loads(r.stdout)["agents"]] == ["ALIVE", "ALIVE"] and \
+            all(a.get("free_slots", 0) == 1 for a in json.loads(r.stdout)["agents"])
 
     def run(self, scenario, cap):
         assert wait_until(self.agents_alive, 90, 0.5), "agents did not come back"
@@ -137,7 +137,7 @@ class TfdistVariant:
         for pid in (rank0, rank1):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        return {"stopped_s": t_stopped, "failed_s": t_failed, "message": job.get("message", "")}
+        return {"stopped_s": t_stopped, "failed_s": t_failed, "message": job.get("outcome") or ""}
 
     def close(self):
         stop_processes(self.procs.values())

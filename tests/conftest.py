@@ -139,7 +139,7 @@ class LocalCluster:
         wait_for(predicate, what, timeout, logs=self.logs)
 
     def wait_agents(self, *names):
-        self.wait_for(lambda: {a["name"] for a in self.json("agents") if a["state"] == "ALIVE"} >= set(names),
+        self.wait_for(lambda: {a["name"] for a in self.json("agents")["agents"] if a["state"] == "ALIVE"} >= set(names),
                       f"agents {names} to register")
 
     def logs(self):

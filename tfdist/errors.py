@@ -4,7 +4,10 @@ Each error knows how it leaves the process: `exit_code` for the CLI (2: the
 user's mistake, nothing started; 1: something failed) and `grpc_code` (a
 `grpc.StatusCode` name) for a coordinator answering an RPC. The CLI (`main` in
 cluster/client/cli.py) and the gRPC servicers map errors in one place each, by
-these attributes. Messages name the bad value and the fix. This module imports
+these attributes. A command that follows a job (`tfdist launch`) exits
+docker-style instead, so its job's own codes stay the job's: every error here is
+125 there, but 126 and 127, which keep theirs (cluster/client/exit_codes.py,
+docs/launch.md "Exit codes"). Messages name the bad value and the fix. This module imports
 nothing (tests/unit/test_error_hierarchy.py checks that every error of
 `cluster/` and `tfdist/` derives from TfdistError with a valid pair).
 

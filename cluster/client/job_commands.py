@@ -115,8 +115,8 @@ def _jobs(client, args) -> int:
         finished = client.jobs(FINISHED, SHOWN_FINISHED, summary)
         jobs = sorted([*client.jobs(ACTIVE, 0, summary), *finished], key=_number)
         left_out, what = finished.total - len(finished), "older finished jobs"
-    code = tables.print_jobs(jobs, args.json)
-    if left_out > 0:
+    code = tables.print_jobs(jobs, args.json, max(left_out, 0))
+    if left_out > 0 and not args.json:  # --json says it as `left_out`
         sys.stderr.write(f"tfdist: {left_out} {what} not shown; --all lists every job, --limit N the newest N, "
                          "--state STATE those in a state\n")
     return code

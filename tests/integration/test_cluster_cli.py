@@ -33,7 +33,7 @@ def daemons(tmp_path, marker):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         r = run_cli(["agents", "--json"], marker, timeout=30, **env)
-        if r.returncode == 0 and json.loads(r.stdout):
+        if r.returncode == 0 and json.loads(r.stdout)["agents"]:
             break
         time.sleep(0.3)
     yield env
@@ -54,7 +54,7 @@ def test_jobs_job_logs_cancel_agents(daemons, marker):
     assert table[0].split() == ["ID", "NAME", "STATE", "SLOTS", "SUBMITTED", "INFO"]
     assert table[1].split()[:3] == [job_id, "tfdist-job", "SUCCEEDED"]
     job = json.loads(run_cli(["job", job_id.split("-")[0], "--json"], marker, **daemons).stdout)
-    assert job["state"] == "SUCCEEDED" and job["placement"][0]["agent"] == "n1"
+    assert job["state"] == "SUCCEEDED" and job["placement"][0]["node"] == "n1"
     agents = run_cli(["agents"], marker, **daemons).stdout
     assert agents.splitlines()[1].split()[:5] == ["n1", "ALIVE", "2", "2", "CPU"]
 
@@ -73,7 +73,7 @@ def test_launch_follows_and_ctrl_c_cancels(daemons, marker):
     assert proc.returncode == 130
     assert "SIGINT: canceling job" in err and "canceled: canceled by the user" in err
     jobs = json.loads(run_cli(["jobs", "--json"], marker, **daemons).stdout)
-    assert jobs[-1]["state"] == "CANCELED"
+    assert jobs["jobs"][-1]["state"] == "CANCELED" and jobs["jobs"][-1]["exit_code"] == 130
 
 
 @pytest.mark.parametrize("args,expected", [
@@ -112,9 +112,9 @@ def test_metrics_reach_the_coordinator(daemons, marker, tmp_path):
                       "tfdist.report_metrics(5, accuracy=0.75)\n")
     result = run_cli(["launch", "--slots", "2", "--", str(script)], marker, **daemons)
     assert result.returncode == 0, result.stderr
-    job = json.loads(run_cli(["jobs", "--json"], marker, **daemons).stdout)[-1]
+    job = json.loads(run_cli(["jobs", "--json"], marker, **daemons).stdout)["jobs"][-1]
     shown = json.loads(run_cli(["job", job["id"], "--json"], marker, **daemons).stdout)
     latest = {m["name"]: m for m in shown["latest_metrics"]}
-    assert latest["loss"]["step"] == "4" and latest["loss"]["value"] == 0.2  # int64 is a string in JSON
+    assert latest["loss"]["step"] == 4 and latest["loss"]["value"] == 0.2  # a number (the proto dump said "4")
     assert latest["accuracy"]["value"] == 0.75
     assert "metrics:   accuracy=0.75 (step 5" in run_cli(["job", job["id"]], marker, **daemons).stdout

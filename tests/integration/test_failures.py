@@ -46,11 +46,11 @@ def test_an_agent_restarted_under_its_name_fails_its_job_at_once_and_kills_lefto
     cluster.start_agent("n2", "--slots", "1")
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "FAILED", "the job to fail")
     job = cluster.job(job_id)
-    assert job["message"] == ("node n2 restarted (its agent registered again without the job's workers): rank(s) 1 "
+    assert job["outcome"] == ("node n2 restarted (its agent registered again without the job's workers): rank(s) 1 "
                               "are gone; the other workers were stopped")
     cluster.wait_for(lambda: not os.path.exists(f"/proc/{child}") or
                      open(f"/proc/{child}/stat").read().split()[2] == "Z", "the leftover child to be killed")
-    cluster.wait_for(lambda: all(a.get("free_slots", 0) == 1 for a in cluster.json("agents")), "both slots to be free")
+    cluster.wait_for(lambda: all(a.get("free_slots", 0) == 1 for a in cluster.json("agents")["agents"]), "both slots to be free")
     assert "killed 1 leftover worker process(es)" in (cluster.tmp / "agent-n2.log").read_text()
 
 
@@ -73,12 +73,12 @@ def test_a_second_ctrl_c_or_sigterm_leaves_at_once_and_says_how_to_follow(local_
     err = "".join(seen) + err
     name = sig.name
     assert proc.returncode == 128 + sig, err
-    job_id = cluster.json("jobs")[0]["id"]
+    job_id = cluster.json("jobs")["jobs"][0]["id"]
     assert f"tfdist: {name}: canceling job {job_id} (again to stop waiting)" in err
     assert (f"tfdist: {name} again: cancel requested; not waiting for job {job_id} to end. Follow it with "
             f"`tfdist job {job_id}` or `tfdist logs -f {job_id}`") in err
     assert cluster.job(job_id)["state"] == "CANCELED"
-    cluster.wait_for(lambda: cluster.json("agents")[0].get("free_slots", 0) == 1, "the worker to be killed after its grace")
+    cluster.wait_for(lambda: cluster.json("agents")["agents"][0].get("free_slots", 0) == 1, "the worker to be killed after its grace")
 
 
 def test_daemons_stop_on_sigterm_while_the_other_side_hangs(local_cluster):
@@ -127,7 +127,7 @@ def test_bad_output_never_stalls_a_node_and_the_last_rows_arrive(local_cluster, 
     assert long_line.endswith("yyy ... [tfdist: 11808 more characters cut]") and "[rank=0] done" in lines
     assert "tfdist: dropped metric 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... of step 1: a metric name has 1-200 " \
            "characters (300 given)" in result.stderr
-    job = cluster.json("jobs")[0]
+    job = cluster.json("jobs")["jobs"][0]
     latest = {m["name"]: m["value"] for m in cluster.job(job["id"])["latest_metrics"]}
     assert latest == {"loss": 0.5, "accuracy": 0.9}
 

@@ -45,7 +45,7 @@ def test_an_agent_under_a_restricted_cuda_visible_devices_offers_only_those(loca
     cluster = local_cluster()
     cluster.start_agent("g2", env={**gpu_env(), "CUDA_VISIBLE_DEVICES": "5,GPU-00000006-fake-4000-8000-000000000006"})
     cluster.wait_agents("g2")
-    agent = cluster.json("agents")[0]
+    agent = cluster.json("agents")["agents"][0]
     assert agent["slots"] == 2 and [g["index"] for g in agent["gpus"]] == [5, 6]
 
 

@@ -102,7 +102,7 @@ def test_another_user_cannot_use_a_users_coordinator(local_cluster, marker):
     cli = nobody_cli(["jobs", "--coordinator", cluster.address], marker)
     assert cli.returncode == 2 and cli.stderr.startswith(
         f"tfdist: error: no credential for the coordinator at {cluster.address}") and cli.stderr.count("\n") == 1
-    assert cluster.json("jobs") == [] and [a["name"] for a in cluster.json("agents")] == ["n1"]
+    assert cluster.json("jobs")["jobs"] == [] and [a["name"] for a in cluster.json("agents")["agents"]] == ["n1"]
 
 
 def test_another_user_cannot_use_a_local_launch(marker, tmp_path):
@@ -120,7 +120,7 @@ def test_another_user_cannot_use_a_local_launch(marker, tmp_path):
         refused_everything(found)
         shown = run_cli(["jobs", "--json", "--coordinator", credential["coordinator"]], marker, timeout=60)
         assert shown.returncode == 0, shown.stderr  # this user's other terminal needs no flag but the address
-        assert [j["state"] for j in json.loads(shown.stdout)] == ["RUNNING"]  # nobody's jobs never ran
+        assert [j["state"] for j in json.loads(shown.stdout)["jobs"]] == ["RUNNING"]  # nobody's jobs never ran
     finally:
         launch.send_signal(signal.SIGINT)
         launch.communicate(timeout=60)

@@ -128,7 +128,7 @@ def test_preempt_and_sigterm_to_a_worker_pause_every_rank_at_one_step_and_resume
     step = first[0]
     assert 4 < step < TOTAL_STEPS and max(steps_by_attempt(tmp_path)[0]) == step
     shown = cluster.job(job_id)
-    assert shown["latest_checkpoint"]["step"] == str(step) and shown["message"] == f"paused at step {step}"
+    assert shown["latest_checkpoint"]["step"] == step and shown["outcome"] == f"paused at step {step}"
     paused = cluster.cli("job", job_id).stdout
     assert f"checkpoint: step {step} at " in paused
 

@@ -28,6 +28,6 @@ def test_one_process_drives_every_slot(marker, mode, slots, strategy):
 
 def test_one_device_with_more_slots_is_refused(marker):
     result = run_cli(["launch", "--slots", "2", "--distribution", "one_device", "--", WORKER], marker, timeout=60)
-    assert result.returncode == 2
+    assert result.returncode == 125
     assert result.stderr == ("tfdist: error: --slots/--distribution: distribution mode one_device drives exactly one "
                              "device, got 2 slots; use mode mirrored (one node) or mwms (several nodes) for more\n")

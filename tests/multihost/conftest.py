@@ -94,7 +94,7 @@ class Cluster:
             self.procs[name] = hosts[name].popen(
                 ["agent", "--credentials", self.credential("node", name), "--slots", str(slots_per_agent)], marker,
                 tmp_path / f"{name}.log")
-        self.wait_for(lambda: [a["state"] for a in self.json("agents")] == ["ALIVE", "ALIVE"], "agents to register")
+        self.wait_for(lambda: [a["state"] for a in self.json("agents")["agents"]] == ["ALIVE", "ALIVE"], "agents to register")
 
     def start_coordinator(self):
         self.procs["c"] = self.hosts["c"].popen(

@@ -122,7 +122,10 @@ def test_tfdist_jobs_selects_active_jobs_and_the_newest_finished_ones(server, cl
     job_commands._jobs(client, args(state="FAILED,QUEUED", limit=3))
     assert shown() == ["28-a", "29-a", "30-a"]
     job_commands._jobs(client, args(limit=2, json=True))
-    assert [j["id"] for j in json.loads(capsys.readouterr().out)] == ["29-a", "30-a"]
+    out = capsys.readouterr()
+    listed = json.loads(out.out)
+    assert ([j["id"] for j in listed["jobs"]], listed["total"], listed["left_out"], out.err) == \
+        (["29-a", "30-a"], 30, 28, "")  # --json says what it left out in the document
     with pytest.raises(UsageError, match="unknown --state EXPLODED; expected one of QUEUED"):
         job_commands._jobs(client, args(state=["EXPLODED"]))
     with pytest.raises(UsageError, match="--limit must be at least 1, got 0"):
@@ -152,7 +155,7 @@ def test_tfdist_jobs_lists_jobs_with_64_kib_environments(tmp_path, marker):
         assert len(listed.stdout.splitlines()) == 1 + 20 and "180 older finished jobs not shown" in listed.stderr
         every = cluster.cli("jobs", "--json", timeout=180)
         assert every.returncode == 0, every.stderr
-        assert len(json.loads(every.stdout)) == 20  # the same selection as the table, in full
+        assert len(json.loads(every.stdout)["jobs"]) == 20  # the same selection as the table, in full
     finally:
         cluster.close()
 
@@ -188,7 +191,7 @@ def test_the_coordinators_retention_flags_prune_old_finished_jobs(tmp_path, mark
 
     cluster = LocalCluster(tmp_path, marker, ["--keep-finished-jobs", "5"], state_dir=populated(tmp_path, make))
     try:
-        cluster.wait_for(lambda: [j["id"] for j in cluster.json("jobs", "--all")] ==
+        cluster.wait_for(lambda: [j["id"] for j in cluster.json("jobs", "--all")["jobs"]] ==
                          [f"{i}-a" for i in range(26, 33)], "the coordinator to prune to the newest 5 finished jobs")
     finally:
         cluster.close()

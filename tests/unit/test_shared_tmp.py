@@ -190,14 +190,14 @@ def test_launch_refuses_temp_dirs_nobody_made_first_in_one_line(shared, marker):
 
 def launch_while_nobody_holds_the_locks(shared, ports_dir, marker) -> str:
     """A real `tfdist launch` with TMPDIR=shared while nobody holds every lock file of the lease range in
-    `ports_dir`: it must fail with exit 1 and one line, no traceback; returns that line."""
+    `ports_dir`: it must fail with exit 125 (tfdist's own failure) and one line, no traceback; returns that line."""
     holder = LockHolder(ports_dir, list(range(22000, 22010)), marker)
     try:
         result = run_cli(["launch", "--slots", "2", "--", "python", "-c", "pass"], marker, timeout=120,
                          TMPDIR=shared, TFDIST_PORT_RANGE="22000-22009")
     finally:
         holder.close()
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 125 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     return lines[0]

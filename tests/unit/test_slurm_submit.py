@@ -135,6 +135,6 @@ def test_sbatch_refusals_are_one_line(monkeypatch):
 def test_cli_refuses_coordinator_with_slurm(capsys, tmp_path, monkeypatch):
     (tmp_path / "t.py").write_text("")
     monkeypatch.chdir(tmp_path)
-    assert main(["launch", "--coordinator", "h:1", "--slurm", "-N", "2", "--", "python", "t.py"]) == 2
+    assert main(["launch", "--coordinator", "h:1", "--slurm", "-N", "2", "--", "python", "t.py"]) == 125
     assert capsys.readouterr().err == ("tfdist launch: --slurm submits to Slurm, --coordinator to a tfdist coordinator;"
                                        " give one\n")

@@ -240,7 +240,7 @@ def test_tfdist_jobs_works_over_rows_that_cannot_be_read(tmp_path, marker):
             listed = cluster.cli("jobs")
             assert listed.returncode == 0, listed.stderr
             assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["1-a", "4-a"]
-            assert [j["id"] for j in cluster.json("jobs")] == ["1-a", "4-a"]
+            assert [j["id"] for j in cluster.json("jobs")["jobs"]] == ["1-a", "4-a"]
         assert cluster.cli("job", "1-a").returncode == 0
         shown = cluster.cli("job", "3-a")
         assert shown.returncode == 1 and "job 3-a not found" in one_line(shown)

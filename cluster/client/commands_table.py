@@ -138,7 +138,7 @@ CREDENTIALS = arg("--credentials", metavar="FILE", default_from=_env(CREDENTIALS
                        "you run on this machine need none)")
 CLIENT = (COORDINATOR, CREDENTIALS)
 JOB_ID = arg("job_id", metavar="ID")
-JSON = arg("--json", action="store_true")
+JSON = arg("--json", action="store_true", help="JSON instead of the table (its schema: docs/json.md)")
 SLOTS = arg("--slots", type=integer, metavar="N")
 SLURM_JOBS = arg("--slurm", action="store_true", help="the Slurm jobs `tfdist launch --slurm` submitted (the "
                                                       "default without --coordinator where Slurm's commands are)")
@@ -253,7 +253,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("resume", "run a paused job again from its latest checkpoint", job_commands.resume_job, (*CLIENT, JOB_ID)),
     Command("metrics", "print a job's metric history (table, --json, --csv, --plot)", job_commands.print_metrics, (
         *CLIENT, JOB_ID, arg("--name", default="", help="only this metric"),
-        OneOf((JSON.but(help="one JSON object per row"),
+        OneOf((JSON.but(help="JSON Lines: one object per step and rank (docs/json.md)"),
                arg("--csv", action="store_true", help="CSV: step, rank, then one column per metric"))),
         arg("--plot", metavar="FILE.png", help="also draw every metric against the step into a PNG "
                                                "(needs matplotlib: pip install 'tfdist[plot]')"))),

@@ -60,7 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _report(error: BaseException, follows_job: bool) -> int:
     """The one line an error ends the command with, and its exit code."""
     message = str(error)
-    sys.stderr.write(f"{message}\n" if message.startswith("tfdist") else f"tfdist: error: {message}\n")
+    try:
+        sys.stderr.write(f"{message}\n" if message.startswith("tfdist") else f"tfdist: error: {message}\n")
+        sys.stderr.flush()
+    except BrokenPipeError:  # `2>&1 | head`: nobody reads it; the code still tells
+        pipes.discard(sys.stderr)
     return exit_codes.of_error(error, follows_job)
 
 

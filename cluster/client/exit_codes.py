@@ -11,6 +11,8 @@ error's own `exit_code`, tfdist/errors.py).
 
 from __future__ import annotations
 
+from cluster.client import pipes
+
 SUCCEEDED = 0
 FAILED = 1  # other commands: something failed; a failed job with no worker's code to give (a node lost)
 USAGE = 2  # other commands: a wrong command line or config
@@ -53,7 +55,5 @@ def follows_job(args) -> None:
     once it follows the job. Its errors then exit docker-style (cli.main reads the mark), and a reader of
     its output that goes away (`| head -3`) no longer ends it: the job is followed to its end, its output
     discarded, and the exit code is the job's."""
-    from cluster.client import pipes
-
     args.follows_job = True
     pipes.keep_going()

@@ -2,8 +2,9 @@
 
 Used by `tfdist launch` locally (and by the agent on every node). Each
 worker runs in its own process group so a stop reaches its children too.
-Output lines are handed to a sink tagged with the rank; the last lines of
-each rank are kept for the failure summary. Workers get the user's umask
+Output lines are handed to a sink tagged with the rank (a progress bar's
+`\r` updates as PROGRESS, cluster/agent/worker_output.py); the last lines of
+each rank, less known noise, are kept for the failure summary. Workers get the user's umask
 (tfdist.private_files.original_umask), not a daemon's 077.
 """
 
@@ -13,20 +14,27 @@ import collections
 import dataclasses
 import os
 import queue
+import select
 import signal
 import subprocess
 import threading
 import time
 from typing import Callable, Mapping, Sequence
 
+from cluster.agent.worker_output import Splitter
 from cluster.shared.model import describe_exit
+from cluster.shared.output_lines import PROGRESS, Kind, NoiseFilter
 from tfdist.errors import TfdistError
 from tfdist.private_files import original_umask
 
-OutputSink = Callable[[int, str, str], None]  # (rank, "stdout"|"stderr", line without newline)
+# (rank, "stdout"|"stderr", a line without newline), or (rank, PROGRESS, the newest `\r` update of a line)
+OutputSink = Callable[[int, str, str], None]
 # (rank, exit code, last lines), as each worker exits.
 ExitSink = Callable[[int, int, tuple], None]
 TAIL_LINES = 20
+PROGRESS_EVERY = 1.0  # seconds between the chief's progress updates handed on (rank 0: the view shows it)
+OTHER_RANKS_PROGRESS_EVERY = 10.0  # the other ranks' (shown with --all-ranks only; each is a stored line)
+READ_SIZE = 65536
 _PR_SET_PDEATHSIG = 1
 
 
@@ -195,10 +203,26 @@ class Gang:
         return t
 
     def _pump(self, rank: int, stream_name: str, stream) -> None:
-        for raw in iter(stream.readline, b""):
-            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            self._tails[rank].append(line)
-            self.sink(rank, stream_name, line)
+        """Hands on the stream's lines as they end and its newest `\\r` update at a bounded rate
+        (worker_output.py); the failure summary's last lines skip known noise (output_lines.py)."""
+        splitter = Splitter(PROGRESS_EVERY if rank == 0 else OTHER_RANKS_PROGRESS_EVERY)
+        noise = NoiseFilter()
+        fd = stream.fileno()
+        poller = select.poll()  # not select(): an agent running many workers has descriptors past 1024
+        poller.register(fd, select.POLLIN)
+        ended = False
+        while not ended:  # waits for output, or until the held update is due
+            due = splitter.next_due(time.monotonic())
+            ready = poller.poll(None if due is None else due * 1000)
+            data = os.read(fd, READ_SIZE) if ready else b""
+            ended = bool(ready) and not data
+            for piece in splitter.end(time.monotonic()) if ended else splitter.feed(data, time.monotonic()):
+                if piece.progress:
+                    self.sink(rank, PROGRESS, piece.text)
+                    continue
+                if noise.kind(piece.text) is not Kind.NOISE:
+                    self._tails[rank].append(piece.text)
+                self.sink(rank, stream_name, piece.text)
         stream.close()
 
     def _wait(self, rank: int, proc: subprocess.Popen) -> None:

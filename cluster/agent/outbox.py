@@ -5,7 +5,9 @@ after a coordinator crash is stored once. Batches are bounded in count and
 bytes, well under the message cap. Shipping never stalls on a bad item: a
 refused batch is split until the refused item stands alone, which is then
 dropped with a line in the job's log saying so. Lines longer than
-MAX_LINE_CHARS are cut, with the count of cut characters in the line.
+MAX_LINE_CHARS keep their end, with the count of cut characters in the line;
+a progress bar's transient updates come as lines of stream PROGRESS
+(cluster/shared/output_lines.py), at most one a second per rank.
 Items come in typed (cluster/shared/model.py) and are queued as their wire
 messages: this is the agent's shipping edge.
 """
@@ -20,6 +22,7 @@ import time
 import grpc
 
 from cluster.shared.model import MetricRow, WorkerExit
+from cluster.shared.output_lines import MAX_LINE_CHARS, keep_end
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.work import exit_to_pb, metric_to_pb
@@ -27,15 +30,14 @@ from cluster.shared.work import exit_to_pb, metric_to_pb
 log = logging.getLogger("tfdist.agent")
 MAX_BATCH_ITEMS = 500
 MAX_BATCH_BYTES = 1 << 20  # the message cap is 8 MiB
-MAX_LINE_CHARS = 8192
 MAX_QUEUED = 200_000  # per job; a coordinator away for long keeps the newest
 REFUSED = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 def cut_line(text: str) -> str:
-    if len(text) <= MAX_LINE_CHARS:
-        return text
-    return text[:MAX_LINE_CHARS] + f" ... [tfdist: {len(text) - MAX_LINE_CHARS} more characters cut]"
+    """A line over the cap keeps its end (output_lines.keep_end): where a long line got to is at its end. The
+    gang's reader already cuts so; this holds for every line shipped (tfdist's own notes too)."""
+    return keep_end(text, MAX_LINE_CHARS)
 
 
 class _Queue:

@@ -171,6 +171,9 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
     COORDINATOR.but(help=f"the coordinator (default ${COORDINATOR_ENV}); without it, an embedded coordinator runs "
                          "the job on this machine"),
     CREDENTIALS,
+    arg("--verbose", action="store_true", help="also show TensorFlow's start-up lines and known harmless warnings "
+                                               "(always in `tfdist logs ID`)"),
+    arg("--all-ranks", action="store_true", help="show every rank's progress bars (default: the chief's, rank 0)"),
     arg("entry", nargs=argparse.REMAINDER, metavar="-- COMMAND",
         help="the command each worker runs; default: the config's entrypoint"),
 ))
@@ -244,9 +247,13 @@ COMMANDS: tuple[Command, ...] = (
                 arg("--limit", type=integer, metavar="N", help="the newest N jobs (of the selection)"))),
     Command("job", "show one job: state, placement, why it waits, how it ended", job_commands.show_job,
             (*CLIENT, JOB_ID, JSON)),
-    Command("logs", "print a job's output", job_commands.print_logs, (
+    Command("logs", "print a job's output: every line on stdout, a worker's stderr marked `[rank=N stderr]`",
+            job_commands.print_logs, (
         *CLIENT, JOB_ID, arg("-f", "--follow", action="store_true", help="keep printing until the job ends"),
-        arg("--rank", type=bounded(-1, limits.MAX_RANK), default=-1, help="only this rank"), SLURM_JOBS)),
+        arg("--rank", type=bounded(-1, limits.MAX_RANK), default=-1, help="only this rank"), SLURM_JOBS,
+        OneOf((JSON.but(help="JSON Lines: one object per line, progress updates included (docs/json.md)"),
+               arg("--quiet", action="store_true", help="what `tfdist launch` shows: TensorFlow's start-up lines, "
+                                                        "harmless warnings and other ranks' progress bars hidden"))))),
     Command("cancel", "cancel a job", job_commands.cancel_job, (*CLIENT, JOB_ID, SLURM_JOBS)),
     Command("preempt", "stop a job's workers at a common step, save, and pause the job", job_commands.preempt_job,
             (*CLIENT, JOB_ID)),

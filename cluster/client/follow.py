@@ -1,8 +1,9 @@
-"""Following a job from the client side: stream its logs with `[rank=N]`, report waits,
-summarize the outcome, and map it to an exit code."""
+"""Following a job from the client side: stream its logs with `[rank=N]` (through a view:
+cluster/client/progress_view.py), report waits, summarize the outcome, and map it to an exit code."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import TextIO
@@ -10,21 +11,13 @@ from typing import TextIO
 import grpc
 
 from cluster.client import exit_codes
+from cluster.client.progress_view import FULL, QUIET, Renderer, ViewOptions
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.model import describe_exit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
-
-
-def print_lines(lines, stdout: TextIO, stderr: TextIO) -> None:
-    for line in lines:
-        if line.rank < 0:  # the coordinator's own word about the job (a restart, a resume)
-            stderr.write(f"{line.text}\n")
-            continue
-        (stderr if line.stream == "stderr" else stdout).write(f"[rank={line.rank}] {line.text}\n")
-    stdout.flush()
-    stderr.flush()
+WAITING = ("QUEUED", "STARTING")  # states whose job.waiting_reason says what the job waits for
 
 
 LONG_POLL = 2.0  # seconds the coordinator may hold a GetLogs call open
@@ -35,8 +28,8 @@ class _Reconnecting:
     """Retries calls while the coordinator is unreachable: a restart must not end `tfdist launch`
     (the job goes on without it)."""
 
-    def __init__(self, client: Client, stderr: TextIO, patience: float = RECONNECT_FOR):
-        self.client, self.stderr, self.patience = client, stderr, patience
+    def __init__(self, client: Client, say, patience: float = RECONNECT_FOR):
+        self.client, self.say, self.patience = client, say, patience  # say: writes one line of tfdist's
 
     def __call__(self, fn, *args, **kwargs):
         deadline = None
@@ -44,33 +37,63 @@ class _Reconnecting:
             try:
                 result = fn(*args, **kwargs)
                 if deadline is not None:
-                    self.stderr.write("tfdist: reconnected to the coordinator\n")
+                    self.say("tfdist: reconnected to the coordinator")
                 return result
             except ClientError as e:
                 if e.code != grpc.StatusCode.UNAVAILABLE or self.patience <= 0:
                     raise
                 if deadline is None:
                     deadline = time.monotonic() + self.patience
-                    self.stderr.write(f"tfdist: lost the coordinator at {self.client.address}; the job goes on, "
-                                      f"retrying for {self.patience:.0f}s\n")
-                    self.stderr.flush()
+                    self.say(f"tfdist: lost the coordinator at {self.client.address}; the job goes on, "
+                             f"retrying for {self.patience:.0f}s")
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
 
 
 def stream_logs(client: Client, job_id: str, *, follow: bool, rank: int = -1, stdout: TextIO = sys.stdout,
-                stderr: TextIO = sys.stderr, after_seq: int = 0) -> int:
-    """Prints the job's lines: without `follow`, every line stored now (page after page); with it, until
-    the job ended (riding out a coordinator restart). Returns the last seq seen."""
-    call = _Reconnecting(client, stderr, RECONNECT_FOR if follow else 0.0)
-    while True:
-        response = _poll(call, client, job_id, after_seq, rank, LONG_POLL if follow else 0.0)
-        print_lines(response.lines, stdout, stderr)
-        if response.lines:
-            after_seq = response.lines[-1].seq
-        if response.job_ended or not (follow or response.lines):
-            return after_seq
+                stderr: TextIO = sys.stderr, after_seq: int = 0, view: ViewOptions = FULL, json: bool = False) -> int:
+    """Prints the job's lines (`tfdist logs`: by default the full log, every line on stdout with its stream
+    marked; `json`: JSON Lines): without `follow`, every line stored now (page after page); with it, until the
+    job ended (riding out a coordinator restart, saying why a job waits). Returns the last seq seen."""
+    if json:
+        out: Renderer | JsonLines = JsonLines(job_id, stdout, stderr)
+    else:
+        out = Renderer.of(view if follow else dataclasses.replace(view, progress=False), stdout, stderr)
+    try:
+        if follow:
+            return _follow(client, job_id, out, after_seq, rank)[1]
+        call = _Reconnecting(client, out.note, 0.0)
+        while lines := call(client.logs, job_id, after_seq=after_seq, rank=rank).lines:
+            out.lines(lines)
+            after_seq = lines[-1].seq
+        return after_seq
+    finally:
+        out.close()
+
+
+class JsonLines:
+    """`tfdist logs --json`: one object per stored line (docs/json.md), progress updates included (stream
+    "progress"); tfdist's own lines about the job have rank null. Said to stderr: why the job waits."""
+
+    def __init__(self, job_id: str, stdout: TextIO, stderr: TextIO):
+        self.job_id, self.stdout, self.stderr = job_id, stdout, stderr
+
+    def lines(self, lines) -> None:
+        from cluster.client import json_output
+
+        for line in lines:
+            self.stdout.write(json_output.line({
+                "job_id": self.job_id, "seq": line.seq, "rank": line.rank if line.rank >= 0 else None,
+                "stream": line.stream, "time": json_output.when(line.time), "text": line.text}) + "\n")
+        self.stdout.flush()
+
+    def note(self, text: str) -> None:
+        self.stderr.write(text + "\n")
+        self.stderr.flush()
+
+    def close(self) -> None:
+        self.stdout.flush()
 
 
 def _poll(call, client: Client, job_id: str, after_seq: int, rank: int, wait: float) -> pb.GetLogsResponse:
@@ -127,21 +150,30 @@ def last_seq(client: Client, job_id: str) -> int:
 
 
 def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr,
-               after_seq: int = 0) -> pb.Job:
+               after_seq: int = 0, view: ViewOptions = QUIET) -> pb.Job:
     """Streams the job's output after line `after_seq` until it ends (long polls: lines arrive as they
-    are shipped); reports why it waits while queued."""
+    are shipped), through the quiet view by default; says why it waits while queued or starting."""
+    out = Renderer.of(view, stdout, stderr)
+    try:
+        return _follow(client, job_id, out, after_seq)[0]
+    finally:
+        out.close()
+
+
+def _follow(client: Client, job_id: str, out: Renderer | JsonLines, after_seq: int, rank: int = -1) -> tuple[pb.Job, int]:
+    """Until the job ended: its lines, and each new reason it waits (QUEUED: for nodes; STARTING: for ranks
+    to join). Returns the ended job and the last seq seen."""
     said_waiting = ""
-    call = _Reconnecting(client, stderr)
+    call = _Reconnecting(client, out.note)
     while True:
-        response = _poll(call, client, job_id, after_seq, -1, LONG_POLL)
-        print_lines(response.lines, stdout, stderr)
+        response = _poll(call, client, job_id, after_seq, rank, LONG_POLL)
+        out.lines(response.lines)
         if response.lines:
             after_seq = response.lines[-1].seq
             continue
-        if response.job_ended:
-            return call(client.job, job_id)
         job = call(client.job, job_id)
-        if job.state == "QUEUED" and job.waiting_reason and job.waiting_reason != said_waiting:
-            stderr.write(f"tfdist: job {job_id} queued: {job.waiting_reason}\n")
-            stderr.flush()
+        if response.job_ended:
+            return job, after_seq
+        if job.state in WAITING and job.waiting_reason and job.waiting_reason != said_waiting:
+            out.note(f"tfdist: job {job_id} {job.state.lower()}: {job.waiting_reason}")
             said_waiting = job.waiting_reason

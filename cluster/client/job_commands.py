@@ -22,6 +22,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 def launch_job(args) -> int:
     from cluster.client.launch import launch
+    from cluster.client.progress_view import ViewOptions
 
     if args.sbatch_options is not None:
         from cluster.client.slurm_submit import check_options
@@ -42,7 +43,8 @@ def launch_job(args) -> int:
     if coordinator or args.credentials:
         coordinator, credential = find_credential(coordinator, args.credentials)
     return launch(config, coordinator=coordinator, credential=credential, detach=args.detach,
-                  startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority)
+                  startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority,
+                  view=ViewOptions(verbose=args.verbose, all_ranks=args.all_ranks))
 
 
 def _launch_on_slurm(args, config: ExperimentConfig) -> int:
@@ -57,6 +59,7 @@ def _launch_on_slurm(args, config: ExperimentConfig) -> int:
              *(["--slots", str(args.slots)] if args.slots is not None else []),
              *(["--distribution", args.distribution] if args.distribution else []),
              *(["--state-dir", os.path.abspath(args.state_dir)] if args.state_dir else []),
+             *(["--verbose"] if args.verbose else []), *(["--all-ranks"] if args.all_ranks else []),
              "--startup-timeout", f"{args.startup_timeout:g}", "--", *config.entrypoint]
     return slurm_submit.launch(args.sbatch_options, inner, name=config.name,
                                slots=config.slots_per_trial if config.slots_given else None, detach=args.detach)
@@ -160,9 +163,10 @@ def _agents(client, args) -> int:
 
 def _logs(client, args) -> int:
     from cluster.client.follow import stream_logs
+    from cluster.client.progress_view import FULL, QUIET
 
     job_id = client.job(args.job_id).id
-    stream_logs(client, job_id, follow=args.follow, rank=args.rank)
+    stream_logs(client, job_id, follow=args.follow, rank=args.rank, view=QUIET if args.quiet else FULL, json=args.json)
     return 0
 
 

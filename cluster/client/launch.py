@@ -20,6 +20,7 @@ from cluster.shared.rpc import Client
 from cluster.shared.commands import resolve_command
 from cluster.shared.config import ExperimentConfig
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
+from cluster.client.progress_view import QUIET, ViewOptions
 from cluster.shared import jobspec, modes
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
@@ -112,7 +113,7 @@ class EmbeddedCluster:
 
 
 def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Credential | None, detach: bool,
-           startup_timeout: float, state_dir: str | None = None, priority: int = 0) -> int:
+           startup_timeout: float, state_dir: str | None = None, priority: int = 0, view: ViewOptions = QUIET) -> int:
     preflight(config)
     spec = jobspec.job_spec(config, startup_timeout=startup_timeout, priority=priority, working_dir=os.getcwd(),
                             submission_id=uuid.uuid4().hex)  # `auto` decided here, once
@@ -146,7 +147,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
             printed = last_seq(client, paused)  # by the previous run, into the same output file
             client.resume(paused)
             sys.stderr.write(f"tfdist: resuming job {paused}, paused by this Slurm job's previous run\n")
-            code = _follow_with_cancel(client, paused, True, after_seq=printed)
+            code = _follow_with_cancel(client, paused, True, after_seq=printed, view=view)
             return code
         job_id = client.submit(jobspec.to_pb(spec))
         if detach:
@@ -154,7 +155,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
             return 0
         sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}; distribution {spec.distribution_mode} "
                          f"({spec.mode_reason})\n")
-        code = _follow_with_cancel(client, job_id, embedded is not None)
+        code = _follow_with_cancel(client, job_id, embedded is not None, view=view)
         return code
     finally:
         client.close()
@@ -168,7 +169,8 @@ CANCEL_WAIT = 5.0  # seconds a second signal waits for the cancel to reach the c
 PREEMPT_WAIT = 120.0  # seconds SIGTERM's preemption may take before the job is canceled instead
 
 
-def _follow_with_cancel(client: Client, job_id: str, embedded: bool, after_seq: int = 0) -> int:
+def _follow_with_cancel(client: Client, job_id: str, embedded: bool, after_seq: int = 0,
+                        view: ViewOptions = QUIET) -> int:
     """Ctrl-C cancels the job and keeps following until it has ended. SIGTERM (a cluster manager
     preempting the launcher) preempts it: every worker stops at one step, saves and exits, and the
     job is PAUSED; if that does not happen within PREEMPT_WAIT (the script checks no preemption),
@@ -216,7 +218,7 @@ def _follow_with_cancel(client: Client, job_id: str, embedded: bool, after_seq: 
         threading.Thread(target=target, daemon=True).start()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        job = follow_job(client, job_id, after_seq=after_seq)
+        job = follow_job(client, job_id, after_seq=after_seq, view=view)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

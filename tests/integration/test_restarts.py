@@ -104,7 +104,8 @@ def trained(out, attempt) -> int:
 
 
 def stopped_steps(text: str) -> dict[int, int]:
-    return {int(r): int(s) for r, s in re.findall(r"\[rank=(\d+)\] tfdist: preempted: saved at step (\d+)", text)}
+    return {int(r): int(s) for r, s in re.findall(r"\[rank=(\d+)(?: stderr)?\] tfdist: preempted: saved at step (\d+)",
+                                                  text)}  # `tfdist logs` marks a worker's stderr
 
 
 def test_preempt_and_sigterm_to_a_worker_pause_every_rank_at_one_step_and_resume(tmp_path, local_cluster, reference):
@@ -122,7 +123,7 @@ def test_preempt_and_sigterm_to_a_worker_pause_every_rank_at_one_step_and_resume
     assert asked.returncode == 0 and asked.stdout.startswith(f"job {job_id}: RUNNING (preemption requested"), \
         asked.stdout + asked.stderr
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "PAUSED", "the job to pause")
-    logs = cluster.cli("logs", job_id).stderr
+    logs = cluster.cli("logs", job_id).stdout
     first = stopped_steps(logs)
     assert set(first) == {0, 1} and len(set(first.values())) == 1, logs[-3000:]  # both ranks, one step
     step = first[0]
@@ -138,9 +139,9 @@ def test_preempt_and_sigterm_to_a_worker_pause_every_rank_at_one_step_and_resume
     assert min(steps_by_attempt(tmp_path)[1]) == step + 1  # resumed right after the preempted step
     os.kill(int((tmp_path / "pid-rank1").read_text()), signal.SIGTERM)
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "PAUSED", "the job to pause again")
-    logs = cluster.cli("logs", job_id).stderr
-    assert "[rank=1] tfdist: rank 1 got SIGTERM: every rank stops at a common step" in logs
-    second = {r: s for r, s in re.findall(r"\[rank=(\d+)\] tfdist: preempted: saved at step (\d+)", logs)
+    logs = cluster.cli("logs", job_id).stdout
+    assert "[rank=1 stderr] tfdist: rank 1 got SIGTERM: every rank stops at a common step" in logs
+    second = {r: s for r, s in re.findall(r"\[rank=(\d+) stderr\] tfdist: preempted: saved at step (\d+)", logs)
               if int(s) != step}
     assert set(second) == {"0", "1"} and len(set(second.values())) == 1, logs[-3000:]
 

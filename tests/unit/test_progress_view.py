@@ -1,0 +1,98 @@
+"""The client's view of a job's lines (cluster/client/progress_view.py): the quiet view of `tfdist launch`, on a
+pipe and on a terminal, its --verbose and --all-ranks, and the full log of `tfdist logs`."""
+
+import io
+from types import SimpleNamespace
+
+from cluster.client.progress_view import FULL, QUIET, Renderer, View, ViewOptions, Write
+from cluster.shared.output_lines import PROGRESS
+
+NOISE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+FINAL = "22/22 ━━━━━━━━━━━━━━━━━━━━ 1s 39ms/step - accuracy: 0.9205 - loss: 0.2691 - val_accuracy: 0.91 - val_loss: 0.3"
+
+
+def L(rank, stream, text, time=0.0):
+    return SimpleNamespace(rank=rank, stream=stream, text=text, time=time)
+
+
+def update(step, time, rank=0):
+    return L(rank, PROGRESS, f"{step:2d}/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2", time)
+
+
+JOB = [  # what two ranks of a Keras fit ship, in order
+    L(0, "stderr", NOISE), L(1, "stderr", NOISE),
+    L(0, "stdout", "Epoch 1/12"), L(1, "stdout", "Epoch 1/12"),
+    update(1, 10.0), update(1, 10.0, rank=1), update(11, 11.0), update(21, 12.0), update(22, 16.0),
+    L(0, "stdout", FINAL), L(1, "stdout", FINAL),
+    L(1, "stderr", "Traceback (most recent call last):"), L(-1, "stderr", "tfdist: job 1-ab: restarting (run 2)"),
+]
+
+
+def shown(view, lines=JOB):
+    return [w for line in lines for w in view.line(line)]
+
+
+def test_the_quiet_view_on_a_pipe_shows_the_chiefs_progress_now_and_then_and_hides_noise_and_duplicates():
+    assert shown(View(QUIET, tty=False, pipe_every=5.0)) == [
+        Write("stdout", "[rank=0] Epoch 1/12"),
+        Write("stdout", "[rank=0] Epoch 1/12 · 1/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2"),
+        Write("stdout", "[rank=0] Epoch 1/12 · 22/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2 · "
+                        "0.2 steps/s"),  # 5 s after the first; 11 -> 21 -> 22 steps in 5 s
+        Write("stdout", f"[rank=0] {FINAL}"),
+        Write("stderr", "[rank=1] Traceback (most recent call last):"),  # a rank's own output is always shown
+        Write("stderr", "tfdist: job 1-ab: restarting (run 2)"),
+    ]
+
+
+def test_verbose_shows_the_noise_and_all_ranks_every_ranks_bars():
+    verbose = shown(View(ViewOptions(verbose=True)))
+    assert Write("stderr", f"[rank=0] {NOISE}") in verbose and Write("stderr", f"[rank=1] {NOISE}") in verbose
+    assert not any(w.text.startswith("[rank=1] Epoch") for w in verbose)
+    every = shown(View(ViewOptions(all_ranks=True)))
+    assert Write("stdout", f"[rank=1] {FINAL}") in every and Write("stdout", "[rank=1] Epoch 1/12") in every
+    assert any(w.text.startswith("[rank=1] Epoch 1/12 · 1/22") for w in every)
+    assert not any(NOISE in w.text for w in every)
+
+
+def test_the_full_log_is_every_line_on_stdout_with_the_stream_marked_and_no_progress_updates():
+    assert shown(View(FULL)) == [
+        Write("stdout", f"[rank=0 stderr] {NOISE}"), Write("stdout", f"[rank=1 stderr] {NOISE}"),
+        Write("stdout", "[rank=0] Epoch 1/12"), Write("stdout", "[rank=1] Epoch 1/12"),
+        Write("stdout", f"[rank=0] {FINAL}"), Write("stdout", f"[rank=1] {FINAL}"),
+        Write("stdout", "[rank=1 stderr] Traceback (most recent call last):"),
+        Write("stdout", "tfdist: job 1-ab: restarting (run 2)"),
+    ]
+
+
+def test_on_a_terminal_the_progress_is_a_status_line_until_the_epochs_final_line():
+    view = View(QUIET, tty=True)
+    assert shown(view, JOB[:8]) == [Write("stdout", "[rank=0] Epoch 1/12")]  # no update is a line
+    assert view.status() == ["[rank=0] Epoch 1/12 · 21/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2 · "
+                             "10.0 steps/s"]
+    shown(view, JOB[8:10])
+    assert view.status() == []  # the final line says it all
+    assert View(ViewOptions(all_ranks=True), tty=True).status() == []
+    every = View(ViewOptions(all_ranks=True), tty=True)
+    shown(every, JOB[:6])
+    assert [s[:20] for s in every.status()] == ["[rank=0] Epoch 1/12 ", "[rank=1] Epoch 1/12 "]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_renderer_takes_the_status_away_before_any_line_and_draws_it_again_after():
+    out, err = Terminal(), io.StringIO()
+    renderer = Renderer.of(QUIET, out, err)
+    renderer.lines(JOB[2:5])  # the header, then the first update
+    status = "[rank=0] Epoch 1/12 · 1/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2"
+    assert out.getvalue() == "[rank=0] Epoch 1/12\n" + status
+    renderer.note("tfdist: lost the coordinator")
+    assert out.getvalue().endswith(status + "\r\x1b[J" + status) and err.getvalue() == "tfdist: lost the coordinator\n"
+    renderer.lines([JOB[9]])
+    assert out.getvalue().endswith(status + "\r\x1b[J" + f"[rank=0] {FINAL}\n")
+    renderer.close()
+    piped = io.StringIO()
+    Renderer.of(QUIET, piped, io.StringIO()).lines(JOB[2:5])
+    assert "\x1b" not in piped.getvalue() and piped.getvalue().count("\n") == 2

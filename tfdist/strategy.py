@@ -11,7 +11,7 @@ import time
 
 import tensorflow as tf
 
-from tfdist.compat import keras_mwms, keras_ps
+from tfdist.compat import keras_mwms, keras_ps, tf_keras_logs
 from tfdist.compat.keras_horovod import import_horovod
 from tfdist.context import DistributedContext
 from tfdist.errors import LaunchEnvironmentError
@@ -40,9 +40,11 @@ def _collective_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
         if ctx.distribution != "mwms":
             raise LaunchEnvironmentError(f"distribution mode {ctx.distribution!r} is not supported by this tfdist")
         keras_mwms.apply()
+        tf_keras_logs.apply()  # tf_keras's bar: the mean over workers, not their sum
         # Reads TF_CONFIG; blocks until every worker of the job has joined.
         return tf.distribute.MultiWorkerMirroredStrategy()
     if ctx.local_slots > 1:
+        tf_keras_logs.apply()
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
 

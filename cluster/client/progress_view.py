@@ -13,6 +13,7 @@ plain line every PIPE_PROGRESS_EVERY seconds (of the worker's clock), beside eac
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 from typing import Iterable, TextIO
 
@@ -108,10 +109,24 @@ class View:
     @staticmethod
     def _describe(rank: int, p: _Progress) -> str:
         parts = [f"Epoch {p.epoch}"] if p.epoch else []
-        parts.append(p.text.strip())
+        parts.append(_short_bar(p.text.strip()))
         if p.rate is not None:
             parts.append(f"{p.rate:.1f} steps/s")
         return f"[rank={rank}] " + " · ".join(parts)
+
+
+_BAR_GLYPHS = re.compile(r"━+|\[[=>.]{5,}\]")
+BAR_WIDTH = 10
+
+
+def _short_bar(text: str) -> str:
+    """Keras's bar drawn BAR_WIDTH wide, done and to do told apart without colour (Keras 3 draws both parts
+    `━` in two colours, which the agent removed): the numbers after it fit on a terminal's line."""
+    found = bar_step(text)
+    if not found or not found[1]:
+        return text
+    done = min(BAR_WIDTH, BAR_WIDTH * found[0] // found[1])
+    return _BAR_GLYPHS.sub("━" * done + "─" * (BAR_WIDTH - done), text, count=1)
 
 
 class Renderer:

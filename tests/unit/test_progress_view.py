@@ -16,7 +16,7 @@ def L(rank, stream, text, time=0.0):
 
 
 def update(step, time, rank=0):
-    return L(rank, PROGRESS, f"{step:2d}/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2", time)
+    return L(rank, PROGRESS, f"{step:2d}/22 {'━' * 20} 0s 20ms/step - accuracy: 0.5 - loss: 1.2", time)
 
 
 JOB = [  # what two ranks of a Keras fit ship, in order
@@ -35,7 +35,7 @@ def shown(view, lines=JOB):
 def test_the_quiet_view_on_a_pipe_shows_the_chiefs_progress_now_and_then_and_hides_noise_and_duplicates():
     assert shown(View(QUIET, tty=False, pipe_every=5.0)) == [
         Write("stdout", "[rank=0] Epoch 1/12"),
-        Write("stdout", "[rank=0] Epoch 1/12 · 1/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2"),
+        Write("stdout", "[rank=0] Epoch 1/12 · 1/22 ────────── 0s 20ms/step - accuracy: 0.5 - loss: 1.2"),
         Write("stdout", "[rank=0] Epoch 1/12 · 22/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2 · "
                         "0.2 steps/s"),  # 5 s after the first; 11 -> 21 -> 22 steps in 5 s
         Write("stdout", f"[rank=0] {FINAL}"),
@@ -67,8 +67,8 @@ def test_the_full_log_is_every_line_on_stdout_with_the_stream_marked_and_no_prog
 def test_on_a_terminal_the_progress_is_a_status_line_until_the_epochs_final_line():
     view = View(QUIET, tty=True)
     assert shown(view, JOB[:8]) == [Write("stdout", "[rank=0] Epoch 1/12")]  # no update is a line
-    assert view.status() == ["[rank=0] Epoch 1/12 · 21/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2 · "
-                             "10.0 steps/s"]
+    assert view.status() == ["[rank=0] Epoch 1/12 · 21/22 ━━━━━━━━━─ 0s 20ms/step - accuracy: 0.5 - loss: 1.2 · "
+                             "10.0 steps/s"]  # Keras's bar, 10 wide: its two colours are gone
     shown(view, JOB[8:10])
     assert view.status() == []  # the final line says it all
     assert View(ViewOptions(all_ranks=True), tty=True).status() == []
@@ -86,7 +86,7 @@ def test_the_renderer_takes_the_status_away_before_any_line_and_draws_it_again_a
     out, err = Terminal(), io.StringIO()
     renderer = Renderer.of(QUIET, out, err)
     renderer.lines(JOB[2:5])  # the header, then the first update
-    status = "[rank=0] Epoch 1/12 · 1/22 ━━━━━━━━━━ 0s 20ms/step - accuracy: 0.5 - loss: 1.2"
+    status = "[rank=0] Epoch 1/12 · 1/22 ────────── 0s 20ms/step - accuracy: 0.5 - loss: 1.2"
     assert out.getvalue() == "[rank=0] Epoch 1/12\n" + status
     renderer.note("tfdist: lost the coordinator")
     assert out.getvalue().endswith(status + "\r\x1b[J" + status) and err.getvalue() == "tfdist: lost the coordinator\n"
@@ -96,3 +96,38 @@ def test_the_renderer_takes_the_status_away_before_any_line_and_draws_it_again_a
     piped = io.StringIO()
     Renderer.of(QUIET, piped, io.StringIO()).lines(JOB[2:5])
     assert "\x1b" not in piped.getvalue() and piped.getvalue().count("\n") == 2
+
+
+def test_logs_follow_says_why_a_queued_job_waits_and_ends_with_it(tmp_path, marker):
+    """Measured 10: `tfdist logs -f` on a queued job printed nothing."""
+    import subprocess
+    import sys
+
+    from tests.conftest import LocalCluster, cli_env
+
+    cluster = LocalCluster(tmp_path, marker)
+    try:
+        cluster.start_agent("n1", "--slots", "1")
+        cluster.wait_agents("n1")
+        busy = cluster.cli("launch", "--detach", "--slots", "1", "--", sys.executable, "-c", "import time; "
+                           "time.sleep(120)").stdout.strip()  # holds the node: the next job queues
+        submitted = cluster.cli("launch", "--detach", "--slots", "1", "--", sys.executable, "-c", "pass")
+        job_id = submitted.stdout.strip()
+        assert submitted.returncode == 0 and job_id and busy, submitted.stderr
+        with open(tmp_path / "follow.err", "w+") as err:
+            follower = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "logs", "-f", job_id],
+                                        env=cli_env(marker, **cluster.env), stdout=subprocess.PIPE, stderr=err,
+                                        text=True)
+            try:
+                cluster.wait_for(lambda: f"tfdist: job {job_id} queued: " in (tmp_path / "follow.err").read_text(),
+                                 "the follower to say why the job waits")
+                assert cluster.cli("cancel", job_id).returncode == 0
+                assert follower.wait(timeout=30) == 0  # the job ended: so does its follower
+            finally:
+                follower.kill()
+                follower.communicate(timeout=10)
+        said = (tmp_path / "follow.err").read_text().splitlines()
+        assert len(said) == 1 and "waiting for" in said[0], said  # said once, not at every poll
+        assert cluster.cli("cancel", busy).returncode == 0
+    finally:
+        cluster.close()

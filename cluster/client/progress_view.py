@@ -20,6 +20,7 @@ from typing import Iterable, TextIO
 from cluster.shared.output_lines import PROGRESS, Kind, NoiseFilter, bar_step, epoch_of
 
 PIPE_PROGRESS_EVERY = 5.0  # seconds between progress lines written to a pipe (per rank)
+MAX_STATUS_LINES = 16  # a terminal's status block, at most (one line per rank shown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +172,11 @@ class Renderer:
     def _draw(self) -> None:
         status = self.view.status()
         if status:
-            width = max(20, shutil.get_terminal_size().columns - 1)  # a wrapped line could not be redrawn
+            size = shutil.get_terminal_size()
+            width = max(20, size.columns - 1)  # a wrapped line could not be redrawn
+            rows = max(1, min(MAX_STATUS_LINES, size.lines - 2))  # --all-ranks of a large job
+            if len(status) > rows:
+                status = status[:rows - 1] + [f"(and {len(status) - rows + 1} more ranks' progress)"]
             self.stdout.write("\n".join(s if len(s) <= width else s[:width - 1] + "…" for s in status))
             self.stdout.flush()
             self._shown = len(status)

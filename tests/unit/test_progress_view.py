@@ -98,6 +98,15 @@ def test_the_renderer_takes_the_status_away_before_any_line_and_draws_it_again_a
     assert "\x1b" not in piped.getvalue() and piped.getvalue().count("\n") == 2
 
 
+def test_a_terminal_gets_as_many_status_lines_as_fit(monkeypatch):
+    monkeypatch.setenv("LINES", "6")
+    monkeypatch.setenv("COLUMNS", "40")
+    out = Terminal()
+    Renderer.of(ViewOptions(all_ranks=True), out, io.StringIO()).lines([update(3, 1.0, rank=r) for r in range(40)])
+    assert out.getvalue().split("\n") == [f"[rank={r}] 3/22 ━───────── 0s 20ms/step …" for r in range(3)] + [
+        "(and 37 more ranks' progress)"]  # 6 rows less 2, each cut to 39 columns: a wrapped line breaks the redraw
+
+
 def test_logs_follow_says_why_a_queued_job_waits_and_ends_with_it(tmp_path, marker):
     """Measured 10: `tfdist logs -f` on a queued job printed nothing."""
     import subprocess

@@ -160,7 +160,8 @@ def follow_job(client: Client, job_id: str, stdout: TextIO = sys.stdout, stderr:
         out.close()
 
 
-def _follow(client: Client, job_id: str, out: Renderer | JsonLines, after_seq: int, rank: int = -1) -> tuple[pb.Job, int]:
+def _follow(client: Client, job_id: str, out: Renderer | JsonLines, after_seq: int,
+            rank: int = -1) -> tuple[pb.Job, int]:
     """Until the job ended: its lines, and each new reason it waits (QUEUED: for nodes; STARTING: for ranks
     to join). Returns the ended job and the last seq seen."""
     said_waiting = ""

@@ -17,7 +17,7 @@ import re
 import shutil
 from typing import Iterable, TextIO
 
-from cluster.shared.output_lines import PROGRESS, Kind, NoiseFilter, bar_step, epoch_of
+from cluster.shared.output_lines import PROGRESS, Kind, NoiseFilter, bar_rest, bar_step, epoch_of
 
 PIPE_PROGRESS_EVERY = 5.0  # seconds between progress lines written to a pipe (per rank)
 MAX_STATUS_LINES = 16  # a terminal's status block, at most (one line per rank shown)
@@ -71,9 +71,12 @@ class View:
         if self.options.full:
             mark = "" if line.stream == "stdout" else f" {line.stream}"
             return [Write("stdout", f"[rank={line.rank}{mark}] {line.text}")]
-        if (found is Kind.NOISE and not self.options.verbose) or (found is Kind.BAR and not self._shows(line.rank)):
+        text = line.text
+        if found is Kind.BAR and not self._shows(line.rank):
+            text = bar_rest(text)  # the rank's own print that ended its bar's line (as on a terminal) is shown
+        if not text or (found is Kind.NOISE and not self.options.verbose):
             return []
-        return [Write("stderr" if line.stream == "stderr" else "stdout", f"[rank={line.rank}] {line.text}")]
+        return [Write("stderr" if line.stream == "stderr" else "stdout", f"[rank={line.rank}] {text}")]
 
     def status(self) -> list[str]:
         """The progress lines to show in place now (the chief's, or every rank's with all_ranks)."""

@@ -49,8 +49,8 @@ _NOTE_ROOM = 48  # the longest "[tfdist: N characters cut] ..."
 
 # ---------------------------------------------------------------- Keras's progress bar
 
-# Keras 3 (keras/src/utils/progbar.py): ` 7/32 ━━━━━━━━━━━━ 0s 9ms/step - accuracy: 0.47 - loss: 0.72`, on a
-# pipe too (it draws dynamically wherever "posix" is in sys.modules); `verbose=2`: `22/22 - 1s - 39ms/step - ...`.
+# Keras 3 (keras/src/utils/progbar.py): ` 7/32 ━━━━━━━━━━━━ 0s 9ms/step - accuracy: 0.47 - loss: 0.72`, on
+# a pipe too (it draws dynamically wherever "posix" is in sys.modules); `verbose=2`: `22/22 - 1s - 39ms/step`.
 # tf_keras (tf_keras/src/utils/generic_utils.py): ` 6/32 [====>.......] - ETA: 0s - loss: 1.39 - accuracy: 0.87`.
 # An unknown number of steps (the first epoch of an unsized dataset): `     7/Unknown 2s 9ms/step - loss: ...`.
 _BAR = re.compile(r"^\s*(\d+)/(\d+|Unknown)(?=\s|$)(.*)$")
@@ -64,6 +64,24 @@ def bar_step(text: str) -> tuple[int, int | None] | None:
     if not match or not _BAR_BODY.search(match.group(3)):
         return None
     return int(match.group(1)), None if match.group(2) == "Unknown" else int(match.group(2))
+
+
+# A bar line's own part: the step, the bar, the times, then ` - name: value` as Keras formats values (`.4f`,
+# `.4e`). What follows is someone else's: a `print` while the bar's line was open (an epoch-end callback) ends
+# up on it, as on a terminal.
+_BAR_OWN = re.compile(r"^\s*\d+/(?:\d+|Unknown)(?: ━+| \[[=>.]*\])?"
+                      r"(?: - ETA: [\d:]+s?|(?: -)? \d+(?:ms|us|s)/(?:step|sample)|(?: -)? \d+(?::\d\d)+|(?: -)? \d+s)*"
+                      r"(?: - [^\s:]+: (?:-?\d+\.\d{4}(?:e[+-]\d+)?|-?nan|-?inf))*")
+_METRIC = re.compile(r" - [^\s:]+: -?\d")
+
+
+def bar_rest(text: str) -> str:
+    """What a progress bar line carries after Keras's own part ("" for a bar alone, or for a non-bar; "" too
+    where the rest still looks like Keras's metrics: a format this does not know is not someone's print)."""
+    if not bar_step(text):
+        return ""
+    rest = text[_BAR_OWN.match(text).end():]
+    return "" if _METRIC.search(rest) else rest
 
 
 def epoch_of(text: str) -> str | None:

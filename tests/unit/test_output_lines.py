@@ -12,7 +12,8 @@ import pytest
 from cluster.agent.gang import Gang, WorkerLaunch
 from cluster.agent.outbox import cut_line
 from cluster.agent.worker_output import Piece, Splitter
-from cluster.shared.output_lines import MAX_LINE_CHARS, PROGRESS, Kind, NoiseFilter, bar_step, clean, epoch_of, kind
+from cluster.shared.output_lines import (MAX_LINE_CHARS, PROGRESS, Kind, NoiseFilter, bar_rest, bar_step, clean,
+                                         epoch_of, kind)
 from tests.conftest import cli_env
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -116,6 +117,10 @@ def test_the_noise_table_hides_start_up_chatter_and_keeps_errors_and_output():
     assert [kind(t) for t in PLAIN] == [Kind.PLAIN] * len(PLAIN)
     assert [kind(t) for t in BARS] == [Kind.BAR] * len(BARS)
     assert epoch_of("Epoch 3/12") == "3/12" and bar_step(BARS[3]) == (7, None)
+    assert [bar_rest(t) for t in BARS] == [""] * len(BARS)  # a bar alone carries nothing else
+    glued = "32/32 ━━━━━━━━━━━━━━━━━━━━ 0s 49ms/step - accuracy: 0.5430 - loss: 0.6526epoch 1: saved ckpt-1"
+    assert bar_rest(glued) == "epoch 1: saved ckpt-1"  # printed while the bar's line was open
+    assert bar_rest(" 6/32 [====>.........] - ETA: 1:02 - loss: 1.3949done") == "done"
     stream = NoiseFilter()  # the source line Python's warnings print under a warning goes with it
     assert [stream.kind(t) for t in (NOISE[-1], "  self.data_adapter = get_data_adapter(", "  indented own")] == \
         [Kind.NOISE, Kind.NOISE, Kind.PLAIN]

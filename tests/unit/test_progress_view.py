@@ -8,7 +8,8 @@ from cluster.client.progress_view import FULL, QUIET, Renderer, View, ViewOption
 from cluster.shared.output_lines import PROGRESS
 
 NOISE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
-FINAL = "22/22 ━━━━━━━━━━━━━━━━━━━━ 1s 39ms/step - accuracy: 0.9205 - loss: 0.2691 - val_accuracy: 0.91 - val_loss: 0.3"
+FINAL = ("22/22 ━━━━━━━━━━━━━━━━━━━━ 1s 39ms/step - accuracy: 0.9205 - loss: 0.2691 - val_accuracy: 0.9100 - "
+         "val_loss: 0.3000")
 
 
 def L(rank, stream, text, time=0.0):
@@ -52,6 +53,8 @@ def test_verbose_shows_the_noise_and_all_ranks_every_ranks_bars():
     assert Write("stdout", f"[rank=1] {FINAL}") in every and Write("stdout", "[rank=1] Epoch 1/12") in every
     assert any(w.text.startswith("[rank=1] Epoch 1/12 · 1/22") for w in every)
     assert not any(NOISE in w.text for w in every)
+    glued = L(1, "stdout", "22/22 ━━━━━━━━━━━━━━━━━━━━ 0s 20ms/step - loss: 1.2000rank 1 saved its shard")
+    assert View(QUIET).line(glued) == [Write("stdout", "[rank=1] rank 1 saved its shard")]  # its own print stays
 
 
 def test_the_full_log_is_every_line_on_stdout_with_the_stream_marked_and_no_progress_updates():

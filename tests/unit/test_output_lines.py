@@ -6,6 +6,7 @@ processes."""
 import pathlib
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -142,13 +143,15 @@ def test_the_gang_hands_on_updates_as_progress_and_keeps_noise_out_of_the_last_l
               'appropriate compiler flags.', file=sys.stderr, flush=True)
         sys.exit(3)
     """)
-    lines = []
+    handed = []  # (when, stream, text)
     gang = Gang([WorkerLaunch(0, [sys.executable, "-c", code], env=cli_env(marker))],
-                lambda rank, stream, text: lines.append((stream, text)))
+                lambda rank, stream, text: handed.append((time.monotonic(), stream, text)))
     gang.start()
     result = gang.run()
+    lines = [(stream, text) for _, stream, text in handed]
     assert ("stdout", "4/4 [====] - loss: 0.5 - val_loss: 0.4") in lines and ("stdout", "Epoch 1/1") in lines
-    updates = [text for stream, text in lines if stream == PROGRESS]
-    assert 1 <= len(updates) <= 3 and updates[0] == "1/4 [====] - loss: 0.5", updates  # while it ran, <= 1/s
+    updates = [(at, text) for at, stream, text in handed if stream == PROGRESS]
+    assert updates and updates[0][1] == "1/4 [====] - loss: 0.5", updates  # handed on while it ran
+    assert all(b[0] - a[0] >= 0.95 for a, b in zip(updates, updates[1:])), updates  # at most one a second
     assert len([text for stream, text in lines if stream == "stderr"]) == 2  # noise is in the log
     assert result.failure.last_lines == ("Epoch 1/1", "4/4 [====] - loss: 0.5 - val_loss: 0.4")

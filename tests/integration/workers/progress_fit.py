@@ -28,7 +28,7 @@ seen = {}
 
 def batch_end(batch, logs):
     seen["batch"] = {k: round(float(v), 4) for k, v in logs.items()}
-    time.sleep(0.04)
+    time.sleep(0.02)
 
 
 def epoch_end(epoch, logs):

@@ -11,7 +11,7 @@ import os
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from cluster.client import credentials_commands, daemon_commands, job_commands
+from cluster.client import credentials_commands, daemon_commands, job_commands, tensorboard_command
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV
 from cluster.shared import limits
 from cluster.shared.config import DISTRIBUTION_MODES
@@ -264,5 +264,15 @@ COMMANDS: tuple[Command, ...] = (
                arg("--csv", action="store_true", help="CSV: step, rank, then one column per metric"))),
         arg("--plot", metavar="FILE.png", help="also draw every metric against the step into a PNG "
                                                "(needs matplotlib: pip install 'tfdist[plot]')"))),
+    Command("tensorboard", "serve a job's TensorBoard event files (pip install 'tfdist[tensorboard]')",
+            tensorboard_command.serve, (
+                *CLIENT, JOB_ID,
+                arg("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
+                                                        "TensorBoard has no login)"),
+                arg("--port", type=bounded(0, 65535), metavar="PORT",
+                    help="port (default 6006, or the next free one; 0: any free port)")),
+            description="Runs TensorBoard on the event files MetricsReporter(tensorboard=True) wrote for job ID "
+                        "(<checkpoint_storage>/ID/tensorboard, else <working dir>/tfdist-tensorboard/ID; this "
+                        "machine must see that directory) and prints its URL; Ctrl-C or SIGTERM stops it."),
     Command("agents", "list agents", job_commands.list_agents, (*CLIENT, JSON)),
 )

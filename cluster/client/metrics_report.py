@@ -1,7 +1,8 @@
 """`tfdist metrics ID`: a job's metric history as a table, JSON lines or CSV, and a PNG on request.
 
 Rows are (step, rank) with one column per metric name, in step order as reported. The PNG draws each
-metric against the step in its own panel (matplotlib, an optional extra: `pip install 'tfdist[plot]'`).
+metric against the step, a metric's `val_`/`test_` values in its panel, epoch ends as vertical lines
+(matplotlib, an optional extra: `pip install 'tfdist[plot]'`).
 """
 
 from __future__ import annotations
@@ -64,25 +65,55 @@ def check_plot_path(path: str) -> None:
         raise UserError("--plot needs matplotlib, which is not installed: pip install 'tfdist[plot]'") from None
 
 
-def plot(history: pb.GetMetricsResponse, path: str) -> None:
+PREFIXES = ("val_", "test_")  # drawn in the panel of the metric they measure on other data
+EPOCH = "epoch"  # MetricsReporter's epoch number: drawn as a vertical line where each epoch ends, not a panel
+
+
+def panels(names: list[str]) -> dict[str, list[str]]:
+    """Panel title -> the metrics drawn in it, in first-seen order: `loss` with `val_loss` and `test_loss`."""
+    found: dict[str, list[str]] = {}
+    for name in names:
+        if name == EPOCH and len(names) > 1:
+            continue
+        base = next((name[len(p):] for p in PREFIXES if name.startswith(p) and len(name) > len(p)), name)
+        found.setdefault(base, []).append(name)
+    return found
+
+
+def figure(history: pb.GetMetricsResponse):
+    """The figure `--plot` saves: one panel per metric, a line per metric and rank over the step (a lone
+    value is a dot); epoch ends as faint vertical lines."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     names, table = rows(history)
     if not names:
         raise UserError(f"job {history.job_id} has no metrics to plot yet")
-    fig, axes = plt.subplots(len(names), 1, figsize=(8, 2.4 * len(names)), squeeze=False)
-    for ax, name in zip(axes[:, 0], names):
-        for rank in sorted({r for _, r, v in table if name in v}):
-            points = [(s, v[name]) for s, r, v in table if r == rank and name in v]
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=f"rank {rank}")
-        ax.set_title(name)
+    groups = panels(names)
+    fig = Figure(figsize=(8, 2.6 * len(groups)))
+    epoch_ends = sorted({s for s, _, v in table if EPOCH in v}) if EPOCH not in groups else []
+    ranks = sorted({r for _, r, _ in table})
+    for i, (title, members) in enumerate(groups.items()):
+        ax = fig.add_subplot(len(groups), 1, i + 1)
+        for step in epoch_ends:
+            ax.axvline(step, color="0.85", linewidth=0.8, zorder=0)
+        for name in members:
+            for rank in ranks:
+                points = [(s, v[name]) for s, r, v in table if r == rank and name in v]
+                if not points:
+                    continue
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o" if len(points) < 2 else None,
+                        markersize=4, label=name if len(ranks) == 1 else f"{name} (rank {rank})")
+        ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    fig.suptitle(f"job {history.job_id}")
+    fig.suptitle(f"job {history.job_id}" + (" (vertical lines: epoch ends)" if epoch_ends else ""))
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    return fig
+
+
+def plot(history: pb.GetMetricsResponse, path: str) -> None:
+    figure(history).savefig(path, dpi=80)

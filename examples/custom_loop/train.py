@@ -1,7 +1,8 @@
 """A Keras 3 model trained by a custom loop (`strategy.run`) on scikit-learn's digits.
 
 Each replica gets `ctx.per_replica_batch_size` samples a step; gradients
-are all-reduced by the strategy. Prints the loss per epoch on the chief.
+are all-reduced by the strategy. Prints the loss per epoch on the chief and reports it every
+REPORT_EVERY steps (`tfdist metrics ID --plot m.png` draws the curve).
 
 Fault tolerant when the config sets `checkpoint_storage`: it checkpoints every epoch, resumes from
 the latest checkpoint after a restart (max_restarts) or `tfdist resume`, and on a preemption
@@ -23,6 +24,7 @@ digits = load_digits()
 images = (digits.images / 16.0).reshape(-1, 64).astype("float32")
 labels = digits.target.astype("int32")
 steps_per_epoch = len(labels) // ctx.effective_global_batch_size
+REPORT_EVERY = 4  # steps between metric reports: a curve of a few dozen points
 
 
 def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -63,11 +65,14 @@ step = tfdist.restore_checkpoint(checkpoint) if saving else 0
 iterator = iter(dist_ds)
 losses = []
 while step < ctx.hparams["epochs"] * steps_per_epoch:
-    losses.append(float(train_step(iterator)))
+    losses.append(float(train_step(iterator)))  # the loss over every replica's share of the step
     step += 1
+    if ctx.is_chief and step % REPORT_EVERY == 0:
+        tfdist.report_metrics(step, loss=float(np.mean(losses[-REPORT_EVERY:])))
     if step % steps_per_epoch == 0:
         if ctx.is_chief:
             print(f"epoch {step // steps_per_epoch}: loss {np.mean(losses):.4f}")
+            tfdist.report_metrics(step, epoch_loss=float(np.mean(losses)), epoch=step // steps_per_epoch)
         losses = []
         if saving:
             tfdist.save_checkpoint(checkpoint, step)  # every worker calls it; the chief's copy is kept

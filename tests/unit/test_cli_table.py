@@ -23,7 +23,7 @@ def test_the_client_options_are_declared_once_and_reused():
     for command in askers:
         assert command.args[:2] == CLIENT and command.args[0] is COORDINATOR and command.args[1] is CREDENTIALS
     with_id = [c.name for c in COMMANDS if JOB_ID in c.args]
-    assert with_id == ["job", "logs", "cancel", "preempt", "resume", "metrics"]
+    assert with_id == ["job", "logs", "cancel", "preempt", "resume", "metrics", "tensorboard"]
 
 
 def test_defaults_from_the_environment_are_read_when_the_parser_is_built(monkeypatch):

@@ -16,12 +16,22 @@ def test_bad_arguments_are_refused_like_keras_does(kwargs, message):
         MetricsReporter(**kwargs)
 
 
-def test_tensorboard_next_to_the_checkpoints(monkeypatch, tmp_path):
-    monkeypatch.delenv("TFDIST_CHECKPOINT_DIR", raising=False)
-    with pytest.raises(Exception, match="no place for checkpoints: set checkpoint_storage.host_path"):
-        MetricsReporter(tensorboard=True)
-    monkeypatch.setenv("TFDIST_CHECKPOINT_DIR", str(tmp_path / "job-1"))
-    assert MetricsReporter(tensorboard=True).tensorboard_dir == str(tmp_path / "job-1" / "tensorboard")
+def test_tensorboard_goes_where_tfdist_tensorboard_looks(monkeypatch, tmp_path):
+    """The worker's directory and the client's (event_files.job_event_dir over the job's record) agree."""
+    from tfdist.event_files import job_event_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TFDIST_JOB_ID", "7-ab12")
+    monkeypatch.setenv("TFDIST_CHECKPOINT_DIR", str(tmp_path / "ckpt" / "7-ab12"))  # <checkpoint_storage>/<job id>
+    assert MetricsReporter(tensorboard=True).tensorboard_dir == str(tmp_path / "ckpt" / "7-ab12" / "tensorboard") \
+        == job_event_dir("7-ab12", str(tmp_path / "ckpt") + "/", str(tmp_path))
+    monkeypatch.delenv("TFDIST_CHECKPOINT_DIR")  # no checkpoint_storage: under the job's working directory
+    assert MetricsReporter(tensorboard=True).tensorboard_dir == str(tmp_path / "tfdist-tensorboard" / "7-ab12") \
+        == job_event_dir("7-ab12", "", str(tmp_path))
+    monkeypatch.delenv("TFDIST_JOB_ID")  # plain `python train.py`: a folder of its own
+    assert MetricsReporter(tensorboard=True).tensorboard_dir.startswith(str(tmp_path / "tfdist-tensorboard" / "local-"))
+    assert job_event_dir("7-ab12") == ""  # neither recorded: nothing to look in
+    assert MetricsReporter(tensorboard_dir="tb").tensorboard_dir == "tb"
     with pytest.raises(ValueError, match="Received: tensorboard='yes'"):
         MetricsReporter(tensorboard="yes")
 
@@ -55,3 +65,37 @@ def test_step_watchdog_reports_progress_from_fit(tmp_path, monkeypatch):
     x = np.zeros((40, 2), "float32")
     model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[StepWatchdog()])
     assert path.read_text() == "10\n"  # 2 epochs x 5 batches
+
+
+def test_batch_reports_come_every_n_batches_at_a_bounded_rate(tmp_path, monkeypatch):
+    import json
+    import time
+
+    import keras
+    import numpy as np
+
+    from tfdist.callbacks import metrics_reporter
+
+    path = tmp_path / "metrics.jsonl"
+    monkeypatch.setenv("TFDIST_METRICS_FILE", str(path))
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.zeros((80, 2), "float32")
+
+    def steps(**kwargs) -> list:
+        path.write_text("")
+        started = time.monotonic()
+        model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[MetricsReporter(**kwargs)])
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return [(r["step"] - first, "epoch" in r["values"]) for r in rows], time.monotonic() - started
+
+    first = 0
+    monkeypatch.setattr(metrics_reporter, "MAX_BATCH_REPORTS_PER_SECOND", 10 ** 9)
+    found, _ = steps(every_n_batches=3)
+    assert found == [(3, False), (6, False), (9, False), (10, True), (12, False), (15, False), (18, False),
+                     (20, True)]  # 10 batches an epoch; the count runs on across epochs
+    first = 20
+    monkeypatch.setattr(metrics_reporter, "MAX_BATCH_REPORTS_PER_SECOND", 2)
+    found, took = steps(every_n_batches=1)
+    assert [s for s, epoch in found if epoch] == [10, 20]
+    assert 1 <= sum(not epoch for _, epoch in found) <= took * 2 + 1  # not 20: at most 2 a second

@@ -5,19 +5,28 @@ restart loses none).
 The chief reports. With `optimizations.average_training_metrics: true` in the config (or
 `average=True`) every rank's values are averaged first (through ctx.allgather, so every rank must run
 the callback, as MWMS and Horovod do; in ps mode only the chief trains and nothing is averaged).
-Optionally also writes TensorBoard event files (`tensorboard_dir`).
+Optionally also writes TensorBoard event files: `tensorboard=True` puts them where `tfdist tensorboard ID`
+finds them (tfdist/event_files.py), `tensorboard_dir` anywhere.
+
+Batch reports are bounded: at most MAX_BATCH_REPORTS_PER_SECOND when the chief reports alone (an epoch's
+end is always reported); when averaging, every rank must take part in each report, so the batch count
+alone decides (a clock would differ between ranks).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
+import time
 
 from tfdist import envvars
 from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
-from tfdist.checkpointing import checkpoint_dir
+from tfdist.event_files import this_jobs_event_dir
 from tfdist.metrics import report_metrics
 from tfdist.runtime import current
+
+MAX_BATCH_REPORTS_PER_SECOND = 50  # a fast model reporting every batch stays a few rows a second
 
 
 class MetricsReporter(Callback):
@@ -26,7 +35,8 @@ class MetricsReporter(Callback):
         average: average over ranks before reporting; None takes the config's
             `optimizations.average_training_metrics`.
         tensorboard_dir: where the chief writes TensorBoard event files (None: none).
-        tensorboard: True writes them next to the job's checkpoints (<checkpoint_storage>/<job id>/tensorboard).
+        tensorboard: True writes them where `tfdist tensorboard ID` serves them: next to the job's checkpoints
+            (<checkpoint_storage>/<job id>/tensorboard), else <working dir>/tfdist-tensorboard/<job id>.
     """
 
     def __init__(self, every_n_batches: int | None = None, average: bool | None = None,
@@ -47,22 +57,30 @@ class MetricsReporter(Callback):
                              + received("tensorboard_dir", tensorboard_dir))
         if not isinstance(tensorboard, bool):
             raise ValueError("`tensorboard` must be True or False. " + received("tensorboard", tensorboard))
-        if tensorboard and tensorboard_dir is None:
-            tensorboard_dir = os.path.join(checkpoint_dir(), "tensorboard")  # a clear error when there is none
+        self._served_by_tfdist = tensorboard and tensorboard_dir is None  # where `tfdist tensorboard` looks
+        if self._served_by_tfdist:
+            tensorboard_dir = this_jobs_event_dir()
         self.every_n_batches = every_n_batches
         self.average = average if average is not None else os.environ.get(envvars.AVERAGE_TRAINING_METRICS) == "1"
         self.tensorboard_dir = tensorboard_dir
         self._batches = 0
         self._step = 0
         self._writer = None
+        self._last_batch_report = -math.inf
 
     def _implements_train_batch_hooks(self):  # Keras skips batch hooks nobody needs (and PSS forbids them)
         return self.every_n_batches is not None
 
     def on_train_batch_end(self, batch, logs=None):
         self._batches += 1
-        if self.every_n_batches and self._batches % self.every_n_batches == 0:
-            self._report(logs)
+        if not self.every_n_batches or self._batches % self.every_n_batches:
+            return
+        if not self.average:  # the chief alone: a clock may bound the rate
+            now = time.monotonic()
+            if now - self._last_batch_report < 1.0 / MAX_BATCH_REPORTS_PER_SECOND:
+                return
+            self._last_batch_report = now
+        self._report(logs)
 
     def on_epoch_end(self, epoch, logs=None):
         self._report(dict(logs or {}, epoch=epoch + 1))
@@ -92,6 +110,10 @@ class MetricsReporter(Callback):
 
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(self.tensorboard_dir)
+            job = os.environ.get(envvars.JOB_ID)
+            print(f"tfdist: TensorBoard event files go to {self.tensorboard_dir}"
+                  + (f" (`tfdist tensorboard {job}` serves them)" if job and self._served_by_tfdist else ""),
+                  file=sys.stderr, flush=True)
         metadata = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
             data_class=summary_pb2.DATA_CLASS_SCALAR)

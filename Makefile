@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip --disable-pip-version-check -q
+# pip as a few step lines (resolving, installing N packages, "still ..." every 10 s; all of pip's output
+# if it fails): tools/pip_steps.py.
+PIP_STEPS := $(PY) tools/pip_steps.py
 
 .PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod slurm fuzz
 
@@ -14,15 +16,20 @@ $(VENV)/bin/python:
 # wheel beside tensorflow-cpu, so it is installed without dependencies (it needs nothing TF lacks).
 TF_KERAS := tf_keras==2.21.0
 
+# The demo's install skips pip's bytecode compilation (half of its time: every file of TensorFlow, most
+# never imported); what the demo imports compiles on first use. The test venv compiles everything, what
+# a demo installed first included: the suite starts hundreds of Pythons, and Bazel's sandbox may keep
+# them from writing bytecode into .venv.
 $(VENV)/.examples: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -e '.[examples]'
-	$(PIP) install --no-deps $(TF_KERAS)
-	touch $@
+	@$(PIP_STEPS) 'tfdist[examples]' -- --no-compile -e '.[examples]'
+	@$(PIP_STEPS) tf_keras -- --no-compile --no-deps $(TF_KERAS)
+	@touch $@
 
 $(VENV)/.test: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -e '.[test,examples]'
-	$(PIP) install --no-deps $(TF_KERAS)
-	touch $@
+	@$(PIP_STEPS) 'tfdist[test,examples]' -- -e '.[test,examples]'
+	@$(PIP_STEPS) tf_keras -- --no-deps $(TF_KERAS)
+	@$(PY) -m compileall -q -j0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null || true
+	@touch $@
 
 venv: $(VENV)/.test
 

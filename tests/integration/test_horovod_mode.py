@@ -1,6 +1,7 @@
 """Horovod mode started by tfdist itself (no horovodrun, no ssh, no mpirun): Keras 3 through tfdist's
-adapters, an unchanged Horovod script, identical final weights on every rank, auto's choice of Horovod,
-and a missing Horovod as one line (real TensorFlow, real Horovod over Gloo)."""
+adapters, unchanged Horovod scripts (a tensorflow2_mnist.py-style and a tensorflow2_keras_mnist.py-style
+one), identical final weights on every rank, auto's choice of Horovod, and a missing Horovod as one line
+(real TensorFlow, real Horovod over Gloo)."""
 
 import json
 import os
@@ -16,6 +17,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 WORKERS = os.path.join(REPO, "tests", "integration", "workers")
 FIT = os.path.join(WORKERS, "horovod_fit.py")
 TF2_SCRIPT = os.path.join(WORKERS, "horovod_tf2_script.py")
+KERAS_SCRIPT = os.path.join(WORKERS, "horovod_keras_script.py")
+OFFLINE_MNIST = os.path.join(WORKERS, "offline_mnist")  # tf.keras.datasets.mnist without the network
 
 
 def weights(stdout):
@@ -44,6 +47,48 @@ def test_an_unchanged_horovod_script_runs(marker):
     assert "[rank=1] hvd rank=1 size=2 local_rank=1 cross_rank=0" in result.stdout
     found = weights(result.stdout)
     assert len(found) == 2 and len(set(found.values())) == 1
+
+
+def test_an_unchanged_horovod_keras_script_runs(tmp_path, marker):
+    """horovod.tensorflow.keras on Keras 3: without tfdist its DistributedOptimizer never all-reduces (Keras 3
+    calls none of the methods it overrides), its callbacks fail on Keras 3 variables and backend, and
+    compile refuses experimental_run_tf_function."""
+    result = run_cli(["launch", "--slots", "2", "--distribution", "horovod", "--", KERAS_SCRIPT], marker,
+                     cwd=str(tmp_path), PYTHONPATH=OFFLINE_MNIST + os.pathsep + REPO, OFFLINE_MNIST_SIDE="12")
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = weights(result.stdout)
+    assert len(found) == 2 and len(set(found.values())) == 1, result.stdout  # different starts, data, seeds
+    assert len(set(re.findall(r"loss=([\d.]+)", result.stdout))) == 1  # MetricAverageCallback
+    for rank in (0, 1):
+        assert re.search(rf"\[rank={rank}\] hvd rank={rank} size=2 loss=\S+ lr=0.0020 optimizer_variables=\d+ ",
+                         result.stdout), result.stdout  # warmup to 0.001 x 2
+    assert "[rank=0] Epoch 2: finished gradual learning rate warmup to 0.002." in result.stdout
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*.h5")) == [f"checkpoint-{e}.h5" for e in (1, 2, 3)]
+
+
+def test_horovods_optimizer_arguments_on_keras_3(monkeypatch):
+    """How hvd.DistributedOptimizer's arguments reach tfdist's Keras 3 optimizer (no processes: the mapping)."""
+    import horovod.tensorflow as hvd
+    import keras
+
+    from tfdist import horovod as thvd
+    from tfdist.compat import horovod_keras_api as api
+
+    seen = {}
+    monkeypatch.setattr(thvd, "DistributedOptimizer", lambda opt, name, k, **o: seen.update(name=name, k=k, **o) or opt)
+    opt = keras.optimizers.SGD(0.1)
+    assert api.distributed_optimizer(opt, compression=hvd.Compression.fp16, backward_passes_per_step=4) is opt
+    assert seen == {"name": "fp16", "k": 4, "op": hvd.Average, "prescale_factor": 1.0, "postscale_factor": 4.0}
+    api.distributed_optimizer(opt, gradient_predivide_factor=2.0, backward_passes_per_step=4,
+                              average_aggregated_gradients=True, device_dense="/gpu:0", groups=2, name="d")
+    assert seen == {"name": "none", "k": 4, "op": hvd.Average, "prescale_factor": 0.5, "postscale_factor": 2.0}
+    api.distributed_optimizer(opt, op=hvd.Sum)
+    assert seen["op"] == hvd.Sum and seen["postscale_factor"] == 1.0
+    for bad, says in (({"op": hvd.Adasum}, "only hvd.Average and hvd.Sum"),
+                      ({"process_set": hvd.ProcessSet([0])}, "reduces over every rank only"),
+                      ({"compression": object()}, "takes hvd.Compression.none or hvd.Compression.fp16")):
+        with pytest.raises(api.UnsupportedHorovodArgument, match=says):
+            api.distributed_optimizer(opt, **bad)
 
 
 def test_auto_chooses_horovod_for_its_optimizations_and_says_why(tmp_path, local_cluster, marker):

@@ -28,7 +28,7 @@ def training_step(images, labels, first_batch):
     opt.apply_gradients(zip(grads, model.trainable_variables))
     if first_batch:
         hvd.broadcast_variables(model.variables, root_rank=0)
-        hvd.broadcast_variables(opt.variables, root_rank=0)
+        hvd.broadcast_variables(opt.variables(), root_rank=0)  # Keras 2 style, as Horovod writes it
     return loss_value
 
 

@@ -34,9 +34,10 @@ $(VENV)/.test: pyproject.toml | $(VENV)/bin/python
 venv: $(VENV)/.test
 
 # Horovod 0.28.1 built from its sdist for the venv's TensorFlow (Gloo only): about 2 minutes, once;
-# kept in .venv (tools/build_horovod.sh says why it needs one line of its CMake changed).
-$(VENV)/.horovod: tools/build_horovod.sh | $(VENV)/.test
-	bash tools/build_horovod.sh $(PY)
+# kept in .venv. `tfdist build-horovod` runs the script the package ships (cluster/client/build_horovod.sh
+# says why it changes two of Horovod's sources), so an installed tfdist builds it the same way.
+$(VENV)/.horovod: cluster/client/build_horovod.sh | $(VENV)/.test
+	$(VENV)/bin/tfdist build-horovod --python $(PY)
 	touch $@
 
 horovod: $(VENV)/.horovod

@@ -11,7 +11,8 @@ import os
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from cluster.client import credentials_commands, daemon_commands, job_commands, tensorboard_command
+from cluster.client import credentials_commands, daemon_commands, doctor, horovod_build, job_commands, \
+    tensorboard_command
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV
 from cluster.shared import limits
 from cluster.shared.config import DISTRIBUTION_MODES
@@ -275,4 +276,32 @@ COMMANDS: tuple[Command, ...] = (
                         "(<checkpoint_storage>/ID/tensorboard, else <working dir>/tfdist-tensorboard/ID; this "
                         "machine must see that directory) and prints its URL; Ctrl-C or SIGTERM stops it."),
     Command("agents", "list agents", job_commands.list_agents, (*CLIENT, JSON)),
+    Command("doctor", "check this node before a long run: TensorFlow, Keras, GPUs, Horovod, ports, the coordinator",
+            doctor.run_doctor, (
+                *CLIENT,  # with either, the coordinator is checked: it answers and accepts the credential
+                arg("--python", metavar="PYTHON", help="the Python your workers run (default: tfdist's own, the one "
+                                                       "`python` means in `tfdist launch`)"),
+                arg("--distribution", choices=DISTRIBUTION_MODES, metavar="MODE",
+                    help="the mode you will run: ps needs tf_keras, horovod needs Horovod (default: neither)"),
+                arg("--port-range", type=port_range, metavar="LOW-HIGH",
+                    help="the ports to check (default: what a local launch leases; with --coordinator, 29500-29999 "
+                         "as `tfdist coordinator --port-range`)"),
+                _seconds("--timeout", 90.0, "the most each probe may take (default 90; importing TensorFlow is one)")),
+            description="Checks this node as a user would before a long run, one line each: TensorFlow and Keras "
+                        "versions against what tfdist is tested with, tf_keras (ps mode), the GPUs nvidia-smi lists "
+                        "against those TensorFlow sees, Horovod built with Gloo, the port range free, the coordinator "
+                        "reachable with your credential (with --coordinator or --credentials), and tfdist's "
+                        "directories private. Each problem says its fix; exit 0 when there is none, 1 otherwise."),
+    Command("build-horovod", "build horovod 0.28.1 for a Python's TensorFlow (Gloo only; about 2 minutes, once)",
+            horovod_build.build_horovod, (
+                arg("--python", metavar="PYTHON", help="the Python to build for and install into (default: tfdist's "
+                                                       "own, the one `python` means in `tfdist launch`)"),
+                arg("--check", action="store_true", help="only say whether this build is installed (exit 0) or not "
+                                                         "(exit 1)"),
+                arg("--sdist", metavar="FILE", help="build from this horovod-0.28.1.tar.gz instead of downloading it"),
+                _seconds("--timeout", 3600.0, "stop the build after this long (default 3600)")),
+            description="Builds horovod 0.28.1 (its last release) from its source for the TensorFlow of --python, "
+                        "with Gloo only (no MPI, no ssh: tfdist starts the ranks itself), leaving out one XLA file "
+                        "TensorFlow >= 2.20 cannot build and letting process sets honour HOROVOD_GLOO_IFACE. Needs "
+                        "cmake and g++; does nothing when the build is already there."),
 )

@@ -42,7 +42,8 @@ from tests.conftest import run_cli
      "tfdist agent: --slots must be at least 1, got 0"),
     (["lunch"], None,
      "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'jobs', "
-     "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'agents') (see "
+     "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'agents', 'doctor', 'build-horovod') "
+     "(see "
      "`tfdist --help`)"),
 ])
 def test_one_clear_line_and_exit_2(tmp_path, marker, args, config, expected):

@@ -25,7 +25,9 @@ import tensorflow as tf
 
 from tfdist import envvars
 from tfdist.aggregation import aggregate_gradients
-from tfdist.compat.keras_horovod import import_horovod, tf_variable
+from tfdist.compat import horovod_update
+from tfdist.compat.keras_horovod import import_horovod
+from tfdist.compat.keras_variables import tf_variable
 
 __all__ = ["BroadcastGlobalVariablesCallback", "DistributedGradientTape", "DistributedOptimizer",
            "MetricAverageCallback", "allreduce_gradients", "broadcast_variables", "compression", "import_horovod"]
@@ -53,40 +55,21 @@ def broadcast_variables(variables: Iterable[Any], root_rank: int = 0) -> None:
     hvd.broadcast_variables([tf_variable(v) for v in variables], root_rank=root_rank)
 
 
-def allreduce_gradients(grads: list, compression_name: str | None = None, *, op=None, prescale_factor: float = 1.0,
-                        postscale_factor: float = 1.0) -> list:
-    """Averages gradients over every rank (None gradients stay None). `op` (default hvd.Average) and the
-    scale factors are Horovod's own `grouped_allreduce` arguments."""
-    hvd = import_horovod()
-    present = [i for i, g in enumerate(grads) if g is not None]
-    if not present or (hvd.size() == 1 and prescale_factor * postscale_factor == 1.0):
-        return list(grads)
-    reduced = hvd.grouped_allreduce([tf.convert_to_tensor(grads[i]) for i in present],
-                                    op=hvd.Average if op is None else op, compression=compression(compression_name),
-                                    prescale_factor=prescale_factor, postscale_factor=postscale_factor)
-    result = list(grads)
-    for i, g in zip(present, reduced):
-        result[i] = g
-    return result
+def allreduce_gradients(grads: list, compression_name: str | None = None, **allreduce_options) -> list:
+    """Averages gradients over every rank (None gradients stay None). `allreduce_options`: Horovod's
+    `op` (default hvd.Average) and `prescale_factor`/`postscale_factor`."""
+    import_horovod()
+    return horovod_update.allreduce_gradients(grads, compression(compression_name), **allreduce_options)
 
 
 def DistributedOptimizer(optimizer, compression_name: str | None = None,  # noqa: N802 (Horovod's name)
-                         aggregation_frequency: int | None = None, **allreduce_options):
+                         aggregation_frequency: int | None = None):
     """Makes a Keras 3 optimizer average gradients over every rank before applying them (what
     `hvd.keras.DistributedOptimizer` does for Keras 2). With an aggregation frequency k (default: the
     config's optimizations.aggregation_frequency) gradients accumulate locally and are averaged once
-    every k steps. `allreduce_options` go to allreduce_gradients (op, scale factors: Horovod's own
-    DistributedOptimizer arguments, tfdist/compat/horovod_keras_api.py). Returns the same optimizer."""
+    every k steps: the all-reduce sits where the update happens. Returns the same optimizer."""
     aggregate_gradients(optimizer, aggregation_frequency)
-    # The all-reduce sits where the update happens: every step, or every k-th with the accumulated mean.
-    update = optimizer._backend_update_step
-
-    def averaged_update(grads, trainable_variables, learning_rate):
-        return update(allreduce_gradients(list(grads), compression_name, **allreduce_options), trainable_variables,
-                      learning_rate)
-
-    optimizer._backend_update_step = averaged_update
-    return optimizer
+    return horovod_update.reduce_in_update(optimizer, lambda grads: allreduce_gradients(grads, compression_name))
 
 
 def _keras():

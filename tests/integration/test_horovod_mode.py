@@ -67,28 +67,38 @@ def test_an_unchanged_horovod_keras_script_runs(tmp_path, marker):
 
 
 def test_horovods_optimizer_arguments_on_keras_3(monkeypatch):
-    """How hvd.DistributedOptimizer's arguments reach tfdist's Keras 3 optimizer (no processes: the mapping)."""
+    """How hvd.DistributedOptimizer's arguments reach the all-reduce in a Keras 3 optimizer's update (no
+    processes: the mapping)."""
     import horovod.tensorflow as hvd
     import keras
 
-    from tfdist import horovod as thvd
     from tfdist.compat import horovod_keras_api as api
+    from tfdist.compat import horovod_update
 
     seen = {}
-    monkeypatch.setattr(thvd, "DistributedOptimizer", lambda opt, name, k, **o: seen.update(name=name, k=k, **o) or opt)
+    monkeypatch.setattr(horovod_update, "allreduce_gradients",
+                        lambda grads, compressor, **o: seen.update(compressor=compressor, **o) or grads)
+
+    def reduced_at_once(optimizer, reduce):
+        reduce(["g"])
+        return optimizer
+
+    monkeypatch.setattr(horovod_update, "reduce_in_update", reduced_at_once)
     opt = keras.optimizers.SGD(0.1)
     assert api.distributed_optimizer(opt, compression=hvd.Compression.fp16, backward_passes_per_step=4) is opt
-    assert seen == {"name": "fp16", "k": 4, "op": hvd.Average, "prescale_factor": 1.0, "postscale_factor": 4.0}
-    api.distributed_optimizer(opt, gradient_predivide_factor=2.0, backward_passes_per_step=4,
+    assert seen == {"compressor": hvd.Compression.fp16, "op": hvd.Average, "prescale_factor": 1.0,
+                    "postscale_factor": 4.0}  # Horovod sums the 4 passes; Keras 3 accumulates their mean
+    assert opt.gradient_accumulation_steps == 4
+    api.distributed_optimizer(keras.optimizers.SGD(0.1), gradient_predivide_factor=2.0, backward_passes_per_step=4,
                               average_aggregated_gradients=True, device_dense="/gpu:0", groups=2, name="d")
-    assert seen == {"name": "none", "k": 4, "op": hvd.Average, "prescale_factor": 0.5, "postscale_factor": 2.0}
-    api.distributed_optimizer(opt, op=hvd.Sum)
+    assert seen == {"compressor": hvd.Compression.none, "op": hvd.Average, "prescale_factor": 0.5,
+                    "postscale_factor": 2.0}
+    api.distributed_optimizer(keras.optimizers.SGD(0.1), op=hvd.Sum)
     assert seen["op"] == hvd.Sum and seen["postscale_factor"] == 1.0
     for bad, says in (({"op": hvd.Adasum}, "only hvd.Average and hvd.Sum"),
-                      ({"process_set": hvd.ProcessSet([0])}, "reduces over every rank only"),
-                      ({"compression": object()}, "takes hvd.Compression.none or hvd.Compression.fp16")):
+                      ({"process_set": hvd.ProcessSet([0])}, "reduces over every rank only")):
         with pytest.raises(api.UnsupportedHorovodArgument, match=says):
-            api.distributed_optimizer(opt, **bad)
+            api.distributed_optimizer(keras.optimizers.SGD(0.1), **bad)
 
 
 def test_auto_chooses_horovod_for_its_optimizations_and_says_why(tmp_path, local_cluster, marker):

@@ -6,8 +6,8 @@ tfdist/compat/keras_horovod.py; TFDIST_KERAS_PATCH=0 leaves Horovod as upstream 
 - `DistributedOptimizer` subclasses the optimizer and all-reduces in `get_gradients`/`_compute_gradients`/
   `_aggregate_gradients`, which Keras 3 never calls: the ranks would train apart without a word (and its
   `variables` property calls a list). A Keras 3 optimizer gets tfdist.horovod.DistributedOptimizer instead
-  (the all-reduce in the update), Horovod's arguments mapped; a process set other than the global one is
-  refused.
+  (the all-reduce in the update, tfdist/compat/horovod_update.py), Horovod's arguments mapped; a process set
+  other than the global one is refused.
 - `BroadcastGlobalVariablesCallback` calls `var.ref()` on Keras 3 variables (horovod#4290): it broadcasts
   the TensorFlow variables behind them.
 - `MetricAverageCallback` and the learning-rate callbacks call `keras.backend.constant/get_value/
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import sys
 
-from tfdist.compat.keras_horovod import tf_variable
+from tfdist.compat import horovod_update
+from tfdist.compat.keras_variables import tf_variable
 from tfdist.errors import UserError
 
 _keras_applied = False
@@ -96,8 +97,6 @@ def distributed_optimizer(optimizer, name=None, device_dense="", device_sparse="
     uses for speed; every gradient here is reduced densely in one grouped all-reduce."""
     import horovod.tensorflow as hvd
 
-    from tfdist import horovod as thvd
-
     if process_set is not None and process_set.process_set_id != hvd.global_process_set.process_set_id:
         raise UnsupportedHorovodArgument(
             "DistributedOptimizer(process_set=...): tfdist's Keras 3 adapter reduces over every rank only; "
@@ -106,18 +105,17 @@ def distributed_optimizer(optimizer, name=None, device_dense="", device_sparse="
     if op not in (hvd.Average, hvd.Sum):
         raise UnsupportedHorovodArgument(f"DistributedOptimizer(op={op!r}): only hvd.Average and hvd.Sum are "
                                          "supported with Keras (as in Horovod itself)")
-    names = {hvd.Compression.none: "none", hvd.Compression.fp16: "fp16", None: "none"}
-    if compression not in names:
-        raise UnsupportedHorovodArgument(f"DistributedOptimizer(compression={compression!r}): tfdist's Keras 3 "
-                                         "adapter takes hvd.Compression.none or hvd.Compression.fp16")
     k = int(backward_passes_per_step)
-    prescale, postscale = 1.0, 1.0
+    options = {"op": op, "prescale_factor": 1.0, "postscale_factor": 1.0}
     if gradient_predivide_factor != 1.0 and op == hvd.Average:  # Horovod's split of the average
-        prescale, postscale = 1.0 / gradient_predivide_factor, gradient_predivide_factor
-    if k > 1 and not average_aggregated_gradients:  # Keras 3 accumulates the mean of the k passes; Horovod sums
-        postscale *= k
-    return thvd.DistributedOptimizer(optimizer, names[compression], k, op=op, prescale_factor=prescale,
-                                     postscale_factor=postscale)
+        options.update(prescale_factor=1.0 / gradient_predivide_factor, postscale_factor=gradient_predivide_factor)
+    if k > 1:  # Keras 3's own accumulation: the update gets the mean of the k passes; Horovod's default sums them
+        optimizer.gradient_accumulation_steps = k
+        if not average_aggregated_gradients:
+            options["postscale_factor"] *= k
+    compressor = hvd.Compression.none if compression is None else compression
+    return horovod_update.reduce_in_update(
+        optimizer, lambda grads: horovod_update.allreduce_gradients(grads, compressor, **options))
 
 
 class _Backend:

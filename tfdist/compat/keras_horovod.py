@@ -16,6 +16,7 @@ import os
 import sys
 
 from tfdist.compat import HOROVOD_INSTALL_HINT
+from tfdist.compat.keras_variables import CallableList, tf_variable
 from tfdist.errors import LaunchEnvironmentError
 
 _applied = False
@@ -30,14 +31,6 @@ def import_horovod():
                                      f"{HOROVOD_INSTALL_HINT}") from None
     apply(hvd)
     return hvd
-
-
-def tf_variable(v):
-    """The TensorFlow variable behind a Keras 3 variable (anything else passes through)."""
-    import tensorflow as tf
-
-    inner = getattr(v, "value", None)  # Keras 3 Variable -> tf.Variable; tf.Variable.value is a method
-    return inner if isinstance(inner, tf.Variable) else v
 
 
 def apply(hvd) -> bool:
@@ -74,14 +67,6 @@ def apply(hvd) -> bool:
     _fix_keras_api_when_loaded()
     _applied = True
     return True
-
-
-class CallableList(list):
-    """A list that returns itself when called: `opt.variables` and `opt.variables()` both work (Horovod's own
-    Keras adapter has the same shim for the other direction)."""
-
-    def __call__(self):
-        return self
 
 
 def _callable_optimizer_variables() -> None:

@@ -29,6 +29,8 @@ def probe():
         here = os.path.dirname(spec.origin)
         facts["tfdist"] = os.path.dirname(here)
         facts["bootstrap"] = os.path.isfile(os.path.join(here, "compat", "bootstrap", "sitecustomize.py"))
+    if importlib.util.find_spec("tensorflow") is None:
+        return facts  # not installed: no error to show
     step("importing tensorflow")
     try:
         import tensorflow as tf

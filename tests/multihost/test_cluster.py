@@ -105,7 +105,7 @@ def test_coordinator_kill9_and_restart_mid_job(make_cluster, hosts, marker):
     cluster.start_coordinator()
     cluster.wait_for(lambda: _job(cluster, job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=90)
     job = _job(cluster, job_id)
-    assert job["spec"]["slots"] == 4 and len(job["placement"]) == 2
+    assert job["slots"] == 4 and len(job["placement"]) == 2
     out, err = follower.communicate(timeout=60)
     assert follower.returncode == 0, err
     assert "lost the coordinator" in err and "reconnected to the coordinator" in err

@@ -138,8 +138,8 @@ def test_a_missing_horovod_is_one_line_naming_the_install_command(tmp_path, mark
                      timeout=60)
     assert result.returncode == 125
     assert result.stderr == (f"tfdist: error: distribution mode horovod needs Horovod, which is not installed for "
-                             f"{shutil.which(python)}; run `make horovod` in the tfdist checkout (it builds horovod "
-                             "0.28.1 for this TensorFlow, Gloo only)\n")
+                             f"{shutil.which(python)}; run `tfdist build-horovod` (it builds horovod 0.28.1 for this "
+                             "TensorFlow, Gloo only; `make horovod` in a checkout)\n")
 
 
 def test_a_worker_python_without_horovod_says_the_same_at_import(marker):
@@ -151,8 +151,8 @@ def test_a_worker_python_without_horovod_says_the_same_at_import(marker):
                             text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
-        f"ModuleNotFoundError: No module named 'horovod': Horovod is not installed for {python}; run `make horovod` "
-        "in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, Gloo only)")
+        f"ModuleNotFoundError: No module named 'horovod': Horovod is not installed for {python}; run "
+        "`tfdist build-horovod` (it builds horovod 0.28.1 for this TensorFlow, Gloo only; `make horovod` in a checkout)")
 
 
 def allreduces(timeline):

@@ -56,8 +56,8 @@ class _MissingHorovod(importlib.abc.MetaPathFinder):  # its hint is tfdist.compa
     def find_spec(self, name, path=None, target=None):
         if name == "horovod":
             raise ModuleNotFoundError(
-                f"No module named 'horovod': Horovod is not installed for {sys.executable}; run `make horovod` "
-                "in the tfdist checkout (it builds horovod 0.28.1 for this TensorFlow, Gloo only)", name=name)
+                f"No module named 'horovod': Horovod is not installed for {sys.executable}; run `tfdist build-horovod` "
+                "(it builds horovod 0.28.1 for this TensorFlow, Gloo only; `make horovod` in a checkout)", name=name)
         return None
 
 

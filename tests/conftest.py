@@ -18,6 +18,11 @@ if "TFDIST_RUNTIME_DIR" not in os.environ:
     import tempfile
 
     os.environ["TFDIST_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tfdist-test-runtime-")
+# Local launches record their jobs under $XDG_STATE_HOME/tfdist: the test run's own, not the user's.
+if "TFDIST_TEST_STATE_HOME" not in os.environ:
+    import tempfile
+
+    os.environ["TFDIST_TEST_STATE_HOME"] = os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tfdist-test-state-")
 
 
 def processes_with_marker(marker: str) -> list[int]:

@@ -2,7 +2,7 @@
 
 Runs unchanged as `python train.py` (one worker) or under
 `tfdist launch --config config.yaml` (several). Target: test accuracy >= 0.93.
-Reports loss and accuracy every 4 batches and at each epoch's end (`tfdist metrics ID --plot m.png`) and
+Reports loss and accuracy every 4 batches and at each epoch's end (with val_loss, val_accuracy) (`tfdist metrics ID --plot m.png`) and
 writes TensorBoard event files (`tfdist tensorboard ID`).
 """
 
@@ -57,7 +57,8 @@ with ctx.strategy.scope():
     model.compile(optimizer=keras.optimizers.Adam(ctx.hparams["learning_rate"]),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
 
-model.fit(train_ds, epochs=ctx.hparams["epochs"], verbose=2 if ctx.is_chief else 0,
+# Keras's own progress bar on every rank: `tfdist launch` shows the chief's, live, in one line.
+model.fit(train_ds, epochs=ctx.hparams["epochs"], validation_data=test_ds,
           callbacks=[MetricsReporter(every_n_batches=4, tensorboard=True)])  # every rank runs it; the chief reports
 loss, accuracy = model.evaluate(test_ds, verbose=0)
 if ctx.is_chief:  # kept by the coordinator: `tfdist job ID` shows it

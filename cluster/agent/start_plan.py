@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 from cluster.agent.gang import WorkerLaunch
 from cluster.shared.commands import CommandError, resolve_command
+from tfdist.errors import CommandNotExecutableError
 from cluster.shared.model import Address, WorkerExit
 from cluster.shared.work import StartTask
 from tfdist import envvars
@@ -24,6 +25,7 @@ BOOTSTRAP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path
                          "compat", "bootstrap")
 KERAS_PATCH = "TFDIST_KERAS_PATCH"  # "0": leave tfdist's worker start-up off PYTHONPATH
 COMMAND_NOT_RUN = 127  # the shell's code for a command that could not be run
+COMMAND_NOT_EXECUTABLE = 126  # the shell's code for one that exists but cannot be executed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +81,9 @@ def plan_start(task: StartTask, node: NodeFacts, job_dir: str,
         command = tuple(resolve(list(task.command), cwd)) if task.processes else ()
     except CommandError as e:
         return StartPlan(task.job_id, task.attempt, node.agent, job_dir, (), cwd, None, None, (),
-                         exits=every_rank_failed(ranks, node.agent, task.attempt, [f"{node.agent}: {e}"]))
+                         exits=every_rank_failed(ranks, node.agent, task.attempt, [f"{node.agent}: {e}"],
+                                                 exit_code=COMMAND_NOT_EXECUTABLE
+                                                 if isinstance(e, CommandNotExecutableError) else COMMAND_NOT_RUN))
     workers, metrics = [], []
     for p in task.processes:
         files = {name: os.path.join(job_dir, f"rank{p.rank}.{name}") for name in ("ready", "metrics", "progress")}

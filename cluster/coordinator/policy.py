@@ -53,6 +53,7 @@ def worker_code(code: int) -> int:
 
 
 COMMAND_NOT_FOUND = 127  # the agent's exit code for an entrypoint it cannot run (the shell's convention)
+COMMAND_NOT_EXECUTABLE = 126  # ... and for one that exists but cannot be executed
 
 
 class FailureAction(str, enum.Enum):
@@ -76,7 +77,7 @@ def on_failure(outcome: Outcome, restarts: int, max_restarts: int) -> FailureDec
     def said(suffix: str) -> Outcome:
         return dataclasses.replace(outcome, message=outcome.message + suffix)
 
-    if not outcome.restartable or outcome.exit_code == COMMAND_NOT_FOUND:
+    if not outcome.restartable or outcome.exit_code in (COMMAND_NOT_FOUND, COMMAND_NOT_EXECUTABLE):
         return FailureDecision(FailureAction.FAIL, said(
             " (not restarted: running it again would fail the same way)" if max_restarts else ""))
     if restarts < max_restarts:

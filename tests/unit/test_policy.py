@@ -67,6 +67,8 @@ def test_failures_that_would_repeat_are_not_restarted():
     missing = Outcome(JobState.FAILED, "rank 0 on node a exited with code 127", 127, rank=0)
     decision = on_failure(missing, restarts=0, max_restarts=3)
     assert decision.action == FailureAction.FAIL and "would fail the same way" in decision.message
+    not_executable = Outcome(JobState.FAILED, "rank 0 on node a exited with code 126", 126, rank=0)
+    assert on_failure(not_executable, restarts=0, max_restarts=3).action == FailureAction.FAIL
 
 
 def test_parameter_server_workers_are_expendable_but_ps_tasks_are_not():

@@ -4,7 +4,7 @@ import os
 
 from cluster.agent.gang import WorkerLaunch
 from cluster.agent.start_plan import NodeFacts, StartPlan, every_rank_failed, plan_start
-from cluster.shared.commands import CommandError
+from cluster.shared.commands import CommandError, CommandNotRunnableError
 from cluster.shared.model import Address, WorkerExit
 from cluster.shared.modes.base import ProcessPlan
 from cluster.shared.work import StartTask
@@ -65,6 +65,14 @@ def test_a_command_that_cannot_run_fails_every_rank_with_why():
     assert plan.exits == (
         WorkerExit(2, "n1", 127, ("n1: program 'nope' not found on PATH",), attempt=4),
         WorkerExit(3, "n1", 127, ("n1: program 'nope' not found on PATH",), attempt=4))
+
+
+def test_a_command_that_exists_but_cannot_be_executed_fails_with_126():
+    def not_executable(command, cwd):
+        raise CommandNotRunnableError("'train.sh' is not executable: chmod +x it or run it with its interpreter")
+
+    plan = plan_start(TASK, NODE, "/jd", not_executable)
+    assert [e.exit_code for e in plan.exits] == [126, 126]
 
 
 def test_a_node_without_the_store_and_a_task_without_processes():

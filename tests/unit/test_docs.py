@@ -103,7 +103,7 @@ def launch_problem(args: argparse.Namespace) -> str | None:
     given = {name: None if value is None or docs.is_placeholder(str(value)) else value
              for name, value in (("slots", args.slots), ("distribution", args.distribution))}
     with_overrides(config, **given)
-    entry = [w for w in args.entry if w != "--"][:1] + args.entry[args.entry[:1] == ["--"]:][1:]
+    entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
     return docs.script_problem(entry or list(config.entrypoint))
 
 

@@ -16,6 +16,8 @@ preempts documented as a cancel...).
   on the line before its fence shows a mistake and must be refused.
 - A usage block (a plain fenced `tfdist COMMAND [--flag ...]` line): exactly the parser's flags.
 - docs/launch.md's exit-code table: every code cluster/client/exit_codes.py defines, and no other.
+- The worker API (tests/doc_api.py): `tfdist.NAME(keyword=...)`, `from tfdist.X import Y` and `ctx.NAME`
+  exist in tfdist's source with those keywords; a ```python block parses.
 
 Every failure names the file and line, the command and what is wrong. Fix the doc, or, where the doc is
 right, the code. Pure parsing: no TensorFlow, no process started.
@@ -32,7 +34,7 @@ import pytest
 from cluster.client import cli, exit_codes
 from cluster.client.slurm_submit import check_options, split_argv
 from cluster.shared.config import ConfigError, ExperimentConfig, load_config, parse_config, with_overrides
-from tests import doc_snippets as docs
+from tests import doc_api, doc_snippets as docs
 from tfdist.errors import TfdistError
 
 REPO = docs.REPO
@@ -240,7 +242,7 @@ def claim_problems(name: str, text: str) -> list[str]:
 
 # ---------------------------------------------------------------- the docs
 
-CHECKS = (command_problems, path_problems, config_problems, usage_problems)
+CHECKS = (command_problems, path_problems, config_problems, usage_problems, doc_api.api_problems)
 
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
@@ -342,3 +344,22 @@ def test_the_checker_catches_what_measured_13_found():
     for pattern in expected:
         assert any(re.search(pattern, p) for p in found), f"not found: {pattern}\nfound:\n" + "\n".join(found)
     assert len(found) == len(expected), "\n".join(found)
+
+
+def test_the_checker_catches_a_worker_api_that_is_not_there():
+    text = """Use `tfdist.callbacks.Checkpoint(save_freqq=1)`, `ctx.rnak`, `tfdist.reprot_metrics(1)`, `tfdist.v1`.
+
+```python
+from tfdist.callbacks import Chekpoint
+ctx = tfdist.init(default_hparams={})
+model.fit(
+```
+"""
+    found = [p for snippet in docs.snippets_of("docs/x.md", text) for p in doc_api.api_problems(snippet)]
+    assert found == [
+        "docs/x.md:6: this python block does not parse: '(' was never closed",
+        "docs/x.md:1: `tfdist.callbacks.Checkpoint(...)` has no parameter 'save_freqq' (it takes directory, "
+        "max_to_keep, save_freq)",
+        "docs/x.md:1: `ctx.rnak`: DistributedContext (tfdist/context.py) has no such attribute",
+        "docs/x.md:1: `tfdist.reprot_metrics`: no such name in tfdist's source",
+    ], found

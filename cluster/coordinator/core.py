@@ -273,7 +273,7 @@ class CoordinatorCore:
                 return decision.known.id, decision.known.state.value
             if decision.refusal:
                 raise BadRequest(decision.refusal)
-            seq = self.store.next_job_seq()
+            seq = max(self.store.next_job_seq(), self.settings.first_job_seq)
             job_id = f"{seq}-{secrets.token_hex(2)}"
             self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
             self.lifecycle.schedule(now)

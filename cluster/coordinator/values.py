@@ -58,6 +58,9 @@ class Settings:
     # `retention_jobs` finished jobs and ended within `retention_days` (0 turns either limit off).
     retention_jobs: int = 10_000
     retention_days: float = 30.0
+    # The first job number it gives (a local launch's: after the user's earlier local runs, so that their ids
+    # stay apart; cluster/client/local_runs.py).
+    first_job_seq: int = 1
 
 
 @dataclasses.dataclass

@@ -54,11 +54,13 @@ slurm:
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
 
-# Bazel first (unit tests as Bazel targets), then the whole suite under pytest,
-# whose summary line closes the output.
+# The unit tests run once, through Bazel (one target per file, every tests/unit/test_*.py); then everything
+# that starts processes runs under pytest, whose summary line closes the output. Two pytest workers, each
+# test module on one (module fixtures such as a Slurm cluster start once): most of these tests wait on
+# processes, sockets and Slurm rather than the CPU, so two at a time take about 2/3 of the time on 2 cores.
 test: $(VENV)/.test $(VENV)/.horovod slurm
 	bash tools/bazel_test.sh
-	$(PY) -m pytest -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadscope --durations=15 tests --ignore=tests/unit
 
 unit: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/unit

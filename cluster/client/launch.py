@@ -1,4 +1,6 @@
-"""`tfdist launch`: submit a job to a coordinator (or to an embedded one) and follow it."""
+"""`tfdist launch`: submit a job to a coordinator (or to an embedded one) and follow it. A local launch's
+embedded coordinator keeps its state in a local run of the user's (cluster/client/local_runs.py), where
+`tfdist jobs/job/logs/...` find it later and `tfdist resume ID` (`resume_local`) continues it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -17,8 +18,9 @@ from cluster.slurm import allocation as slurm
 from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Credential
 from cluster.shared.rpc import Client
-from cluster.shared.commands import resolve_command
+from cluster.shared.commands import other_venv_warning, resolve_command, with_launcher_python
 from cluster.shared.config import ExperimentConfig
+from cluster.client import local_runs
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
 from cluster.client.progress_view import QUIET, ViewOptions
 from cluster.shared import jobspec, modes
@@ -33,6 +35,25 @@ def preflight(config: ExperimentConfig) -> None:
         warning = batching.split_batch(config.global_batch_size, config.slots_per_trial).remainder_warning()
         if warning:
             sys.stderr.write(f"tfdist: warning: {warning}\n")
+
+
+def slots_warning(slots: int, cores: int) -> str | None:
+    """A CPU-only local launch starts one worker process per slot: more than the cores it may use share
+    them (each TensorFlow process also starts threads of its own) and train slower than fewer would."""
+    if slots <= cores:
+        return None
+    return (f"--slots {slots} starts {slots} worker processes on this machine's {cores} CPU core"
+            f"{'s' if cores != 1 else ''}: they share the cores and train slower than {cores} would; use --slots "
+            f"{cores} or fewer here, or a cluster (--coordinator, --slurm) for more")
+
+
+def local_command(config: ExperimentConfig) -> ExperimentConfig:
+    """A local launch's config with a bare `python` in its command meaning the launcher's Python (said
+    when an activated venv is another one)."""
+    warning = other_venv_warning(config.entrypoint, sys.executable, os.environ.get("VIRTUAL_ENV"))
+    if warning:
+        sys.stderr.write(f"tfdist: warning: {warning}\n")
+    return dataclasses.replace(config, entrypoint=tuple(with_launcher_python(config.entrypoint, sys.executable)))
 
 
 # How to install what a mode's workers need (Planner.worker_needs): (the name users know, the fix).
@@ -65,19 +86,19 @@ class EmbeddedCluster:
     """A coordinator and one local agent in this process, on loopback: local mode takes the
     same path as a cluster."""
 
-    def __init__(self, slots: int, state_dir: str | None = None):
+    def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1):
         from cluster.agent.daemon import Agent, lease_range
         from cluster.coordinator.daemon import CoordinatorServer, Settings
         from cluster.shared.model import Address
 
-        self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-local-")  # fresh, 0700
         # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart. The
         # coordinator wakes its agent when a job is placed (WaitForWork), so a slow heartbeat costs no
         # start-up time and leaves the CPU to the workers.
-        settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
+        settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range(),
+                            first_job_seq=first_job_seq)
         # TLS on loopback too, with a fresh authority in memory: another user of this machine can reach the
         # port but holds no credential. This user's other terminals find theirs in the runtime dir.
-        self.server = CoordinatorServer(state_dir or self._tmp, "127.0.0.1:0", settings=settings).start()
+        self.server = CoordinatorServer(state_dir, "127.0.0.1:0", settings=settings).start()
         self.credential = self.server.issue("admin", user_name())
         self._published = None
         try:
@@ -90,8 +111,6 @@ class EmbeddedCluster:
         except BaseException:  # e.g. its temp directories are another user's (UnsafePathError): leave nothing
             unpublish_local(self._published)
             self.server.stop()
-            if self._tmp:
-                shutil.rmtree(self._tmp, ignore_errors=True)
             raise
         self._thread = threading.Thread(target=self.agent.run, daemon=True)
         self._thread.start()
@@ -108,16 +127,16 @@ class EmbeddedCluster:
         self.agent.stop()
         self._thread.join(timeout=10)
         self.server.stop()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Credential | None, detach: bool,
            startup_timeout: float, state_dir: str | None = None, priority: int = 0, view: ViewOptions = QUIET) -> int:
     preflight(config)
+    if coordinator is None:
+        config = local_command(config)
     spec = jobspec.job_spec(config, startup_timeout=startup_timeout, priority=priority, working_dir=os.getcwd(),
                             submission_id=uuid.uuid4().hex)  # `auto` decided here, once
-    embedded = None
+    embedded = run = job_id = None
     paused = None  # a job this Slurm batch script paused in a previous run (requeued): resumed, not resubmitted
     if coordinator is None:
         command = resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
@@ -135,7 +154,17 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
             sys.stderr.write(f"tfdist: Slurm allocation {allocation.job_id}: {len(allocation.nodes)} node(s) "
                              f"({', '.join(allocation.nodes)}), {slots} slot(s)\n")
         else:
-            embedded = EmbeddedCluster(config.slots_per_trial, state_dir)
+            warning = slots_warning(config.slots_per_trial, len(os.sched_getaffinity(0)))
+            if warning:
+                sys.stderr.write(f"tfdist: warning: {warning}\n")
+            run = None if state_dir else local_runs.new_run()
+            try:
+                embedded = EmbeddedCluster(config.slots_per_trial, state_dir or run.path,
+                                           first_job_seq=run.number if run else 1)
+            except BaseException:
+                if run:
+                    local_runs.remove(run)
+                raise
             credential = embedded.credential
         coordinator = embedded.address
     elif credential is None:
@@ -158,11 +187,32 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
         code = _follow_with_cancel(client, job_id, embedded is not None, view=view)
         return code
     finally:
+        if run and job_id:
+            run.record_from(client)
         client.close()
         if embedded:
             embedded.close()
+        if run and not job_id:  # refused before it was a job: nothing to keep
+            local_runs.remove(run)
         if code == PAUSED_EXIT and isinstance(embedded, slurm.SlurmCluster):
             slurm.requeue(embedded.allocation)  # the next run of this batch script resumes the paused job
+
+
+def resume_local(run: local_runs.LocalRun, job_id: str, slots: int, view: ViewOptions = QUIET) -> int:
+    """`tfdist resume ID` of a paused local job whose launch ended: an embedded cluster on the run's state
+    (the job's slots on this machine) resumes it from its latest checkpoint and follows it as launch does
+    (the same signals and exit codes)."""
+    embedded = EmbeddedCluster(slots, run.path, first_job_seq=run.number)
+    client = Client(embedded.address, embedded.credential)
+    try:
+        printed = last_seq(client, job_id)  # the launch that ran it printed those
+        client.resume(job_id)
+        sys.stderr.write(f"tfdist: job {job_id} resumed on this machine ({slots} slot{'s' if slots != 1 else ''})\n")
+        return _follow_with_cancel(client, job_id, True, after_seq=printed, view=view)
+    finally:
+        run.record_from(client)
+        client.close()
+        embedded.close()
 
 
 CANCEL_WAIT = 5.0  # seconds a second signal waits for the cancel to reach the coordinator

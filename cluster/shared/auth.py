@@ -125,8 +125,9 @@ def _this_host(host: str) -> bool:
         return False
 
 
-def local_credentials() -> list[Credential]:
-    """The credentials of this user's coordinators running on this machine (stale files are removed)."""
+def published() -> list[tuple[int, Credential]]:
+    """(pid, credential) of this user's coordinators running on this machine, each published by the
+    process `pid` (stale files are removed)."""
     directory = runtime_dir()
     if not os.path.isdir(directory):
         return []
@@ -141,10 +142,16 @@ def local_credentials() -> list[Credential]:
             unpublish_local(path)
             continue
         try:
-            found.append(Credential.from_json(read_private(path, 1 << 16).decode("utf-8", "replace"), path))
+            found.append((int(match.group(2)),
+                          Credential.from_json(read_private(path, 1 << 16).decode("utf-8", "replace"), path)))
         except (OSError, CredentialError):
             continue
     return found
+
+
+def local_credentials() -> list[Credential]:
+    """The credentials of this user's coordinators running on this machine (stale files are removed)."""
+    return [credential for _, credential in published()]
 
 
 def find_credential(address: str | None, path: str | None) -> tuple[str, Credential]:

@@ -1,0 +1,259 @@
+"""Local runs: the job of each local `tfdist launch` (no --coordinator), kept after the launch ended.
+
+Each local launch runs its embedded coordinator on a state dir of its own, `<state>/local/<N>`, where
+<state> is the user's `$XDG_STATE_HOME/tfdist` (default ~/.local/state/tfdist; private: 0700, the user's
+own, never a symlink) and N is the job's number (its id is N-XXXX): concurrent launches never share a
+store, and numbers go on from the user's earlier local runs. Without --coordinator, `tfdist jobs`, `job`,
+`logs`, `metrics`, `cancel`, `preempt` and `resume` find a local job there: while its launch (or `tfdist
+resume`) runs they ask that process's coordinator (published in the runtime dir: cluster/shared/auth.py);
+once it ended, a coordinator started in this process on the stored state answers (no agent: nothing
+runs, and its agent is never declared lost), and `tfdist resume N` runs an embedded cluster on it again.
+
+Beside the store, `job.pb` is the job as the last process holding the store saw it when it let go: a
+listing reads it for runs that ended instead of starting a coordinator for each. Growth is bounded: a new
+launch removes the oldest ended runs beyond the newest KEEP_RUNS (paused ones stay until resumed or
+canceled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Iterable, Iterator, Mapping, Sequence
+
+from google.protobuf.message import DecodeError
+
+from cluster.shared.auth import published, runtime_dir, user_name
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from cluster.shared.rpc import Client
+from tfdist.errors import UnavailableError
+from tfdist.private_files import check_private_dir, open_private, private_dir, read_private, write_private
+
+RUNS = "local"
+RECORD = "job.pb"
+# The coordinator's state dir lock (cluster/coordinator/store/state_file.py, spelled here, not imported): held
+# with flock(2) while a process has the store open; it says that process's pid.
+LOCK = "coordinator.lock"
+RECORD_LIMIT = 8 << 20  # a job as GetJob sends it (rpc.MAX_MESSAGE_BYTES)
+KEEP_RUNS = 50  # a new launch removes ended runs older than the newest this many
+ENDED = ("SUCCEEDED", "FAILED", "CANCELED")
+SETTLED = (*ENDED, "PAUSED")  # nothing changes them but a command
+READER_LOST_AFTER = 10.0 ** 7  # seconds: a coordinator reading a stored run never declares its agent lost
+BUSY_WAIT = 10.0  # seconds to wait for another command reading the same run to let it go
+
+
+# ---------------------------------------------------------------- pure
+
+def state_home(environ: Mapping[str, str], home: str) -> str:
+    """This user's tfdist state: $XDG_STATE_HOME/tfdist (an absolute path only, as the XDG spec says),
+    else ~/.local/state/tfdist."""
+    xdg = environ.get("XDG_STATE_HOME", "")
+    return os.path.join(xdg if os.path.isabs(xdg) else os.path.join(home, ".local", "state"), "tfdist")
+
+
+def run_numbers(names: Iterable[str]) -> list[int]:
+    """The run numbers among a runs dir's entries, ascending (anything else there is not a run)."""
+    return sorted(int(name) for name in names if name.isdigit() and name == str(int(name)) and int(name) > 0)
+
+
+def number_of(ref: str) -> int | None:
+    """The job number a reference names (`7` or `7-1a2b`), None if it names none."""
+    head = ref.split("-", 1)[0]
+    return int(head) if head.isdigit() and int(head) > 0 else None
+
+
+def to_prune(runs: Sequence[tuple[int, str | None]], keep: int) -> list[int]:
+    """The runs to remove: of (number, state; None while held or unknown), those that ended, older than
+    the newest `keep`."""
+    newest_first = sorted(runs, reverse=True)
+    return sorted(number for number, state in newest_first[keep:] if state in ENDED)
+
+
+def orphaned(job: pb.Job) -> pb.Job:
+    """A stored job its launch left active (the launch was killed: nothing runs it any more), said so in
+    its message; other jobs as they are."""
+    if job.state in SETTLED:
+        return job
+    shown = pb.Job()
+    shown.CopyFrom(job)
+    shown.message = (f"its launch ended without recording how the job ended (killed?); nothing runs it: "
+                     f"`tfdist cancel {job.id}` marks it canceled")
+    return shown
+
+
+# ---------------------------------------------------------------- the runs on disk
+
+def runs_dir(environ: Mapping[str, str] | None = None) -> str:
+    return os.path.join(state_home(os.environ if environ is None else environ, os.path.expanduser("~")), RUNS)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalRun:
+    path: str
+    number: int
+
+    def holder(self) -> int | None:
+        """The pid of the process holding the run's store (a launch, a resume, a reader; 0 if it does not
+        say), None when none does."""
+        try:
+            fd = open_private(os.path.join(self.path, LOCK), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    return int(json.loads(os.pread(fd, 4096, 0) or b"{}")["pid"])
+                except (ValueError, KeyError, TypeError):
+                    return 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def recorded(self) -> pb.Job | None:
+        """The job as the last holder of the store saw it when it let go; None if none was recorded."""
+        try:
+            data = read_private(os.path.join(self.path, RECORD), RECORD_LIMIT)
+        except FileNotFoundError:
+            return None
+        job = pb.Job()
+        try:
+            job.ParseFromString(data)
+        except DecodeError:
+            return None
+        return job if job.id else None
+
+    def record(self, job: pb.Job) -> None:
+        write_private(os.path.join(self.path, RECORD), job.SerializeToString())
+
+    def record_from(self, client: Client) -> None:
+        """Records the run's job as `client`'s coordinator has it now (quietly: a record is a shortcut)."""
+        try:
+            jobs = client.jobs((), 0, False)
+            if jobs:
+                self.record(jobs[-1])
+        except Exception as e:  # noqa: BLE001 - a missing record only costs the next listing a coordinator
+            sys.stderr.write(f"tfdist: warning: could not record local job {self.number}'s state in {self.path}: "
+                             f"{e}\n")
+
+
+def all_runs() -> list[LocalRun]:
+    """This user's local runs, oldest first (none if the runs dir does not exist yet)."""
+    root = runs_dir()
+    if not os.path.isdir(root):
+        return []
+    check_private_dir(root)  # never read a dir another user could have written
+    return [LocalRun(os.path.join(root, str(n)), n) for n in run_numbers(os.listdir(root))]
+
+
+def find(ref: str) -> LocalRun | None:
+    """The local run of job `ref` (`7`, `7-1a2b`), None if no local run has that number."""
+    number = number_of(ref)
+    return next((run for run in all_runs() if run.number == number), None) if number else None
+
+
+def new_run() -> LocalRun:
+    """A fresh run dir, numbered after every existing one (mkdir decides between concurrent launches);
+    removes the oldest ended runs beyond KEEP_RUNS first."""
+    environ = os.environ
+    private_dir(state_home(environ, os.path.expanduser("~")))
+    root = private_dir(runs_dir(environ))
+    runs = all_runs()
+    prune(runs)
+    number = (runs[-1].number if runs else 0) + 1
+    while True:
+        path = os.path.join(root, str(number))
+        try:
+            os.mkdir(path, 0o700)
+            break
+        except FileExistsError:
+            number += 1
+    return LocalRun(private_dir(path), number)
+
+
+def prune(runs: Sequence[LocalRun]) -> None:
+    if len(runs) <= KEEP_RUNS:
+        return
+    states = []
+    for run in runs[:-KEEP_RUNS]:
+        recorded = None if run.holder() is not None else run.recorded()
+        states.append((run.number, recorded.state if recorded else None))
+    by_number = {run.number: run for run in runs}
+    for number in to_prune(states, 0):
+        shutil.rmtree(by_number[number].path, ignore_errors=True)
+
+
+def remove(run: LocalRun) -> None:
+    """A run that never got a job (its launch was refused): nothing to keep."""
+    shutil.rmtree(run.path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- asking a run
+
+@dataclasses.dataclass
+class Connection:
+    client: Client
+    live: bool  # a launch (or resume) runs the job now; False: the stored state, nothing runs it
+
+
+@contextlib.contextmanager
+def connect(run: LocalRun) -> Iterator[Connection]:
+    """A client of the run's coordinator: the running launch's, else one started here on the stored state
+    (which, when let go, records the job)."""
+    holder = run.holder()
+    deadline = time.monotonic() + BUSY_WAIT
+    while holder is not None:
+        credential = published_by(holder)
+        if credential is not None:
+            client = Client(credential.coordinator, credential)
+            try:
+                yield Connection(client, live=True)
+            finally:
+                client.close()
+            return
+        if time.monotonic() > deadline:  # e.g. another `tfdist logs` reading it
+            raise UnavailableError(f"local job {run.number}'s state {run.path} is held by process {holder or '?'}, "
+                                   f"which publishes no coordinator in {runtime_dir()}; try again once it ended")
+        time.sleep(0.1)
+        holder = run.holder()
+    server = open_stored(run.path)
+    client = Client(server.address, server.issue("admin", user_name()))
+    try:
+        yield Connection(client, live=False)
+        run.record_from(client)
+    finally:
+        client.close()
+        server.stop(0.2)
+
+
+def published_by(pid: int):
+    """The credential the process `pid` published for its coordinator, if it did."""
+    return next((credential for owner, credential in published() if owner == pid), None) if pid else None
+
+
+def open_stored(path: str):
+    """A coordinator in this process on a run's stored state, on loopback, with no agent."""
+    from cluster.coordinator.daemon import CoordinatorServer, Settings
+
+    return CoordinatorServer(path, "127.0.0.1:0", settings=Settings(lost_after=READER_LOST_AFTER)).start()
+
+
+def job_of(run: LocalRun, summary: bool = False) -> pb.Job | None:
+    """The run's job for a listing: its record when it ended (or is paused) and nothing holds the store,
+    else its coordinator's answer (a running launch's, or one started here)."""
+    recorded = run.recorded()
+    if recorded is not None and recorded.state in SETTLED and run.holder() is None:
+        return recorded
+    with connect(run) as connection:
+        jobs = connection.client.jobs((), 0, summary)
+        if not jobs:
+            return None
+        return jobs[-1] if connection.live else orphaned(jobs[-1])

@@ -1,0 +1,137 @@
+"""Local runs (issue 18, Must 3, 4 and the slots warning of 10): where a local launch keeps its job, which
+runs a listing shows and which a new launch removes, what a bare `python` means, and when slots exceed the
+cores. Pure rules on values; the run dirs on real (temporary) directories with real locks."""
+
+import fcntl
+import os
+
+import pytest
+
+from cluster.client import job_selection, local_runs
+from cluster.client.launch import slots_warning
+from cluster.shared.commands import other_venv_warning, with_launcher_python
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from tfdist.errors import UnsafePathError
+
+
+def test_the_state_dir_is_xdg_state_home_when_absolute_else_local_state_in_home():
+    assert local_runs.state_home({"XDG_STATE_HOME": "/s"}, "/home/u") == "/s/tfdist"
+    assert local_runs.state_home({"XDG_STATE_HOME": "rel"}, "/home/u") == "/home/u/.local/state/tfdist"
+    assert local_runs.state_home({}, "/home/u") == "/home/u/.local/state/tfdist"
+
+
+def test_run_numbers_and_job_references():
+    assert local_runs.run_numbers(["3", "10", "1", "07", "0", "x", "job.pb", "-2"]) == [1, 3, 10]
+    assert [local_runs.number_of(r) for r in ("7", "7-1a2b", "x-7", "0", "")] == [7, 7, None, None, None]
+
+
+def test_a_new_launch_removes_only_ended_runs_older_than_the_newest_kept():
+    runs = [(1, "SUCCEEDED"), (2, "PAUSED"), (3, None), (4, "FAILED"), (5, "CANCELED"), (6, "RUNNING"),
+            (7, "SUCCEEDED")]
+    assert local_runs.to_prune(runs, keep=2) == [1, 4, 5]  # 2 paused, 3 held or unknown, 6 active: kept
+    assert local_runs.to_prune(runs, keep=7) == []
+
+
+def test_a_stored_job_its_launch_left_running_says_so_and_a_settled_one_is_as_stored():
+    running = pb.Job(id="4-ab12", state="RUNNING", message="")
+    shown = local_runs.orphaned(running)
+    assert shown.state == "RUNNING" and "launch ended without recording" in shown.message
+    assert "`tfdist cancel 4-ab12`" in shown.message and running.message == ""  # a copy
+    paused = pb.Job(id="5-ab12", state="PAUSED", message="paused at step 8")
+    assert local_runs.orphaned(paused) is paused
+
+
+def _job(number, state):
+    return pb.Job(id=f"{number}-abcd", state=state)
+
+
+def test_the_merged_listing_selects_as_a_coordinator_does_oldest_first():
+    jobs = [_job(n, "SUCCEEDED") for n in range(30, 0, -1)] + [_job(31, "RUNNING"), _job(2, "PAUSED")]
+    jobs = [j for j in jobs if j.id != "2-abcd" or j.state == "PAUSED"]
+    shown, left_out = job_selection.select(jobs, (), None, False)
+    assert [j.id for j in shown] == ["2-abcd"] + [f"{n}-abcd" for n in range(11, 32)]  # active + newest 20 finished
+    assert left_out == 9  # finished 1, 3..10
+    shown, left_out = job_selection.select(jobs, ("SUCCEEDED",), 3, False)
+    assert [j.id for j in shown] == ["28-abcd", "29-abcd", "30-abcd"] and left_out == 26
+    shown, left_out = job_selection.select(jobs, (), None, True)
+    assert len(shown) == 31 and left_out == 0
+
+
+def test_a_bare_python_means_the_launchers_python():
+    me = "/opt/venv/bin/python"
+    assert with_launcher_python(["python", "train.py", "--x"], me) == [me, "train.py", "--x"]
+    assert with_launcher_python(["python3", "-m", "m"], me) == [me, "-m", "m"]
+    for kept in (["python3.11", "t.py"], ["/usr/bin/python", "t.py"], ["train.py"], ["bash", "python"], []):
+        assert with_launcher_python(kept, me) == kept
+
+
+def test_an_activated_venv_that_is_not_the_launchers_is_named_in_a_warning(tmp_path):
+    launcher = str(tmp_path / "a" / "bin" / "python")
+    assert other_venv_warning(["python", "t.py"], launcher, str(tmp_path / "a")) is None  # the same venv
+    assert other_venv_warning(["python", "t.py"], launcher, None) is None  # none activated
+    assert other_venv_warning(["./run.sh"], launcher, str(tmp_path / "b")) is None  # no bare python
+    line = other_venv_warning(["python3", "t.py"], launcher, str(tmp_path / "b"))
+    assert launcher in line and str(tmp_path / "b" / "bin" / "python3") in line
+
+
+def test_slots_above_the_cores_are_one_warning_naming_both():
+    assert slots_warning(2, 2) is None and slots_warning(1, 8) is None
+    line = slots_warning(16, 2)
+    assert "--slots 16" in line and "2 CPU cores" in line and "--slots 2 or fewer" in line
+    assert "\n" not in line
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state" / "tfdist" / "local"
+
+
+def test_runs_are_private_numbered_dirs_in_the_users_state(state):
+    first, second = local_runs.new_run(), local_runs.new_run()
+    assert (first.number, second.number) == (1, 2) and first.path == str(state / "1")
+    for path in (state.parent, state, state / "1"):
+        assert os.stat(path).st_mode & 0o777 == 0o700
+    os.mkdir(state / "3", 0o700)  # another launch took 3 between the listing and the mkdir
+    assert local_runs.new_run().number == 4
+    assert [r.number for r in local_runs.all_runs()] == [1, 2, 3, 4]
+    assert local_runs.find("2-beef").path == second.path and local_runs.find("9") is None
+
+
+def test_a_runs_dir_open_to_others_or_a_symlink_is_refused(state, tmp_path):
+    local_runs.new_run()
+    os.chmod(state, 0o755)
+    with pytest.raises(UnsafePathError, match="open to other users"):
+        local_runs.all_runs()
+    os.rename(state, tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", state)
+    with pytest.raises(UnsafePathError, match="symlink"):
+        local_runs.new_run()
+
+
+def test_the_record_round_trips_and_a_held_store_names_its_holder(state):
+    run = local_runs.new_run()
+    assert run.recorded() is None and run.holder() is None
+    run.record(pb.Job(id="1-abcd", state="PAUSED", message="paused at step 8"))
+    assert run.recorded().message == "paused at step 8"
+    fd = os.open(os.path.join(run.path, local_runs.LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b'{"pid": %d, "host": "h"}\n' % os.getpid())
+        assert run.holder() is None  # the file alone holds nothing: its holder exited
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert run.holder() == os.getpid()
+    finally:
+        os.close(fd)
+    assert run.holder() is None
+
+
+def test_a_new_launch_prunes_ended_runs_beyond_the_newest_kept(state, monkeypatch):
+    states = ["SUCCEEDED", "PAUSED", None, "FAILED"]
+    for number, job_state in enumerate(states, start=1):
+        run = local_runs.new_run()
+        if job_state:
+            run.record(pb.Job(id=f"{number}-abcd", state=job_state))
+    assert [r.number for r in local_runs.all_runs()] == [1, 2, 3, 4]
+    monkeypatch.setattr(local_runs, "KEEP_RUNS", 2)
+    assert local_runs.new_run().number == 5
+    assert [r.number for r in local_runs.all_runs()] == [2, 3, 4, 5]  # 1 ended; 2 paused, 3 unknown: kept

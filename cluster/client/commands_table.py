@@ -160,6 +160,9 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
     SLOTS.but(help="slots; overrides resources.slots_per_trial"),
     arg("--distribution", metavar="MODE",
         help=f"distribution mode ({', '.join(DISTRIBUTION_MODES)}); overrides distribution.mode"),
+    arg("--hparam", action="append", metavar="NAME=VALUE",
+        help="set one hyperparameter (repeatable; VALUE read as YAML: 0.001, 32, true, [64, 32]; NAME.SUB "
+             "reaches into a group); where the config has hyperparameters, NAME must be one of them"),
     _seconds("--startup-timeout", 300.0, "stop the job if a worker has not joined by then (default 300)"),
     arg("--priority", type=bounded(limits.MIN_PRIORITY, limits.MAX_PRIORITY), default=0,
         help=f"higher runs first (default 0; {limits.MIN_PRIORITY:,} to {limits.MAX_PRIORITY:,})"),

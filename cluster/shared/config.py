@@ -2,24 +2,26 @@
 cluster/shared/experiment.py, which the mode planners read without these rules).
 
 Close to Determined's experiment config. A key tfdist does not implement is
-refused (with a "did you mean"), never silently ignored.
+refused (with a "did you mean"), never silently ignored. Determined's typed hyperparameters and `searcher`
+are cluster/shared/hyperparameters.py's (resolved here, with `--hparam`, into the values workers get); a job
+without a `name` is named after its command (cluster/shared/job_name.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import math
 import re
 import shlex
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
-from cluster.shared import limits
+from cluster.shared import hyperparameters, limits
 from cluster.shared.config_file import ConfigFileError, load_yaml, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
+from cluster.shared.job_name import job_name
 from cluster.shared.modes import PLANNERS
 from tfdist.errors import UserError
 
@@ -43,7 +45,8 @@ class ConfigError(UserError, ValueError):
 
 def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distribution: str | None = None,
                    entrypoint: tuple[str, ...] | list[str] | None = None) -> ExperimentConfig:
-    """Applies command-line flags on top of the file, validated like the file."""
+    """Applies command-line flags on top of the file, validated like the file; a config without `name` is
+    named after the command that runs (`--hparam`s are applied where the file is read: `load_config`)."""
     changes: dict[str, Any] = {}
     if slots is not None:
         changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1, maximum=limits.MAX_SLOTS)
@@ -52,6 +55,8 @@ def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distri
         changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
     if entrypoint:
         changes["entrypoint"] = tuple(entrypoint)
+    if not config.name_given:
+        changes["name"] = job_name(tuple(entrypoint or config.entrypoint))
     new = dataclasses.replace(config, **changes)
     _check_mode_slots(new.distribution_mode, new.slots_per_trial, "--slots/--distribution")
     _check_mode_options(new, "--distribution")
@@ -59,17 +64,17 @@ def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distri
 
 
 
-def load_config(path: str) -> ExperimentConfig:
-    """Reads and validates a YAML config file (a regular file, within limits.MAX_CONFIG_BYTES, UTF-8).
-    Raises ConfigError."""
+def load_config(path: str, hparams: Sequence[str] = ()) -> ExperimentConfig:
+    """Reads and validates a YAML config file (a regular file, within limits.MAX_CONFIG_BYTES, UTF-8), with
+    `--hparam NAME=VALUE`s over its hyperparameters. Raises ConfigError."""
     try:
         text = read_text(path)
     except ConfigFileError as e:
         raise ConfigError(f"{path}: {e}") from None
-    return parse_config(text, source=path)
+    return parse_config(text, source=path, hparams=hparams)
 
 
-def parse_config(text: str, source: str = "<config>") -> ExperimentConfig:
+def parse_config(text: str, source: str = "<config>", hparams: Sequence[str] = ()) -> ExperimentConfig:
     try:
         raw = load_yaml(text)
     except ConfigFileError as e:
@@ -80,13 +85,13 @@ def parse_config(text: str, source: str = "<config>") -> ExperimentConfig:
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     try:
-        return config_from_dict({} if raw is None else raw)
+        return config_from_dict({} if raw is None else raw, hparams=hparams)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
 
 
 _TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "watchdog", "hyperparameters",
-             "environment", "max_restarts", "checkpoint_storage")
+             "environment", "max_restarts", "checkpoint_storage", "searcher")
 _CHECKPOINT_KEYS = ("type", "host_path", "storage_path")
 CHECKPOINT_STORAGE_TYPES = ("shared_fs",)
 _WATCHDOG_KEYS = ("step_timeout",)
@@ -97,18 +102,22 @@ _OPTIMIZATIONS_KEYS = ("gradient_compression", "auto_tune_tensor_fusion", "avera
 _ENVIRONMENT_KEYS = ("variables",)
 
 
-def config_from_dict(raw: Any) -> ExperimentConfig:
-    """The YAML document's shape (sections, Determined's list of NAME=VALUE, a string entrypoint) into the
-    typed value, then the value's own checks (`check_config`)."""
+def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
+    """The YAML document's shape (sections, Determined's list of NAME=VALUE, a string entrypoint, typed
+    hyperparameters with `hparams`, the --hparam NAME=VALUEs, over them) into the typed value, then the
+    value's own checks (`check_config`)."""
     root = _check_mapping(raw, "the config", _TOP_KEYS)
     resources = _check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
     distribution = _check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
     environment = _check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
     optimizations = _check_mapping(root.get("optimizations", {}), "optimizations", _OPTIMIZATIONS_KEYS)
     watchdog = _check_mapping(root.get("watchdog", {}), "watchdog", _WATCHDOG_KEYS)
-    hparams = root.get("hyperparameters", {})
+    if "name" in root and (not isinstance(root["name"], str) or not root["name"].strip()):
+        raise ConfigError(f"name: expected a non-empty string, got {_describe(root['name'])}; or leave it out "
+                          "(the job is named after its command)")
+    values = _hyperparameters(root.get("hyperparameters"), hparams, root.get("searcher"))
     config = ExperimentConfig(
-        name=root.get("name", ExperimentConfig.name),
+        name=root.get("name", ""),
         entrypoint=_parse_entrypoint(root.get("entrypoint")),
         slots_per_trial=resources.get("slots_per_trial", 1),
         distribution_mode=distribution.get("mode", "auto"),
@@ -119,11 +128,12 @@ def config_from_dict(raw: Any) -> ExperimentConfig:
         average_training_metrics=optimizations.get("average_training_metrics", False),
         aggregation_frequency=optimizations.get("aggregation_frequency", 1),
         step_timeout=watchdog.get("step_timeout", ExperimentConfig.step_timeout),
-        hyperparameters={} if hparams is None else hparams,
+        hyperparameters=values,
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=root.get("max_restarts", ExperimentConfig.max_restarts),
         checkpoint_storage=_parse_checkpoint_storage(root.get("checkpoint_storage")),
         slots_given="slots_per_trial" in resources,
+        name_given="name" in root,
     )
     return check_config(config, ps_options_given="num_ps" in distribution or "evaluator" in distribution)
 
@@ -137,12 +147,14 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
     if "global_batch_size" in hparams:
         _check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1,
                    maximum=limits.MAX_GLOBAL_BATCH_SIZE)
-    if not isinstance(config.name, str) or not config.name.strip():
-        raise ConfigError(f"name: expected a non-empty string, got {_describe(config.name)}")
-    _check_text(config.name, "name", limits.MAX_NAME_CHARS, printable=True)
+    name = job_name(config.entrypoint) if config.name == "" and config.entrypoint else config.name
+    if not isinstance(name, str) or (name != "" and not name.strip()):  # "": not named, nor a command yet
+        raise ConfigError(f"name: expected a non-empty string, got {_describe(name)}")
+    _check_text(name, "name", limits.MAX_NAME_CHARS, printable=True)
     _check_text(config.checkpoint_storage, "checkpoint_storage", limits.MAX_PATH_CHARS)
     checked = dataclasses.replace(
         config,
+        name=name,
         entrypoint=_check_entrypoint(config.entrypoint),
         slots_per_trial=_check_int(config.slots_per_trial, "resources.slots_per_trial", minimum=1,
                                    maximum=limits.MAX_SLOTS),
@@ -164,6 +176,15 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(checked, "distribution.mode", ps_options_given=ps_options_given)
     return checked
+
+
+def _hyperparameters(spec: Any, overrides: Sequence[str], searcher: Any) -> dict[str, Any]:
+    """The values workers get from Determined's hyperparameters section, the --hparams over it."""
+    try:
+        hyperparameters.check_searcher(searcher)
+        return hyperparameters.resolve({} if spec is None else spec, overrides)
+    except hyperparameters.HyperparameterError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _parse_checkpoint_storage(value: Any) -> str:
@@ -238,25 +259,10 @@ def _check_entrypoint(value: Any) -> tuple[str, ...]:
 
 
 def _check_hyperparameters(value: Any) -> dict[str, Any]:
-    """A mapping with string keys, within limits.MAX_HPARAM_DEPTH/NODES/CHARS (the walk stops at the first
-    bound passed, so a shared or recursive structure costs no more than the bound)."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"hyperparameters: expected a mapping, got {_describe(value)}")
-    for key in value:
-        if not isinstance(key, str):
-            raise ConfigError(f"hyperparameters: keys must be strings, got {_describe(key)}")
-    problem = limits.tree_problem(value)
-    if not problem:
-        try:
-            text = json.dumps(dict(value), sort_keys=True, default=str)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"hyperparameters: cannot be written as JSON for the workers: {e}") from None
-        if len(text) > limits.MAX_HPARAM_CHARS:
-            problem = f"are {len(text):,} characters as JSON; the limit is {limits.MAX_HPARAM_CHARS:,}"
-    if problem:
-        raise ConfigError(f"hyperparameters: {problem} (they reach every worker as one environment variable; "
-                          "pass large inputs in a file)")
-    return dict(value)
+    try:
+        return hyperparameters.check_values(value)
+    except hyperparameters.HyperparameterError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_bool(value: Any, where: str) -> bool:

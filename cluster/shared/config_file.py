@@ -6,6 +6,7 @@ cluster/shared/config.py puts the file's name before their messages (as its Conf
 from __future__ import annotations
 
 import os
+import re
 import stat
 from typing import Any
 
@@ -106,6 +107,10 @@ def _construct_int(loader: _BoundedLoader, node) -> int:
 
 MAX_INT_DIGITS = 4_000
 _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+# YAML 1.2 (Determined's Go parser) reads `1e-4` as a float; PyYAML's 1.1 rules need a dot (`1.0e-4`) and
+# would hand `learning_rate: 1e-4` to the workers as the text "1e-4". Tried after PyYAML's own rules.
+_BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                     list("-+0123456789"))
 
 
 def load_yaml(text: str) -> Any:

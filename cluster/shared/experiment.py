@@ -11,7 +11,7 @@ LOCAL_ONLY = "local_only"  # field metadata: a fact of the submitting terminal, 
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-    name: str = "tfdist-job"
+    name: str = ""  # "": not named; check_config names the job after its command (cluster/shared/job_name.py)
     entrypoint: tuple[str, ...] = ()
     slots_per_trial: int = 1
     distribution_mode: str = "auto"  # as configured; cluster/shared/modes/auto.py decides `auto`
@@ -31,6 +31,8 @@ class ExperimentConfig:
     # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
     # an unset one takes the allocation's tasks, a given one must agree with them.
     slots_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})
+    # Whether `name` was given in the file: without it, `--` COMMAND renames the job after that command.
+    name_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})
 
     @property
     def global_batch_size(self) -> int | None:

@@ -23,6 +23,7 @@ from google.protobuf import json_format
 from cluster.shared import limits
 from cluster.shared.config import ConfigError, check_config
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig
+from cluster.shared.job_name import job_name
 from cluster.shared.modes import auto
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import UserError
@@ -95,7 +96,8 @@ def job_spec(config: ExperimentConfig, *, priority: int = 0, working_dir: str = 
     from where the client runs (every node must find the same directory)."""
     decision = auto.decide(config)
     storage = os.path.abspath(config.checkpoint_storage) if config.checkpoint_storage else ""
-    spec = JobSpec(dataclasses.replace(config, distribution_mode=decision.mode, checkpoint_storage=storage),
+    name = config.name or job_name(config.entrypoint)  # "": not named (ExperimentConfig's default)
+    spec = JobSpec(dataclasses.replace(config, name=name, distribution_mode=decision.mode, checkpoint_storage=storage),
                    decision.reason, priority, working_dir, startup_timeout, submission_id)
     problem = submission_problem(spec)
     if problem:
@@ -258,7 +260,8 @@ def _from_legacy_dict(data: Mapping[str, Any]) -> JobSpec:
     """A job stored by a coordinator before the config moved into the spec (flat fields, JSON in strings)."""
     optimizations = json.loads(data.get("optimizations_json") or "{}")
     config = ExperimentConfig(
-        name=data.get("name") or "tfdist-job", entrypoint=tuple(data.get("entrypoint") or ()),
+        name=data.get("name") or job_name(tuple(data.get("entrypoint") or ())),
+        entrypoint=tuple(data.get("entrypoint") or ()),
         slots_per_trial=int(data.get("slots", 1)), distribution_mode=data.get("distribution_mode") or "mwms",
         num_ps=data.get("num_ps", 1), evaluator=data.get("evaluator", False),
         hyperparameters=json.loads(data.get("hyperparameters_json") or "{}"),

@@ -52,7 +52,7 @@ def test_jobs_job_logs_cancel_agents(daemons, marker):
     assert "[rank=1] rank 1 tick 0" in only_1 and "[rank=0]" not in only_1
     table = run_cli(["jobs"], marker, **daemons).stdout.splitlines()
     assert table[0].split() == ["ID", "NAME", "STATE", "SLOTS", "SUBMITTED", "INFO"]
-    assert table[1].split()[:3] == [job_id, "tfdist-job", "SUCCEEDED"]
+    assert table[1].split()[:3] == [job_id, "sleeper", "SUCCEEDED"]  # named after its script
     job = json.loads(run_cli(["job", job_id.split("-")[0], "--json"], marker, **daemons).stdout)
     assert job["state"] == "SUCCEEDED" and job["placement"][0]["node"] == "n1"
     agents = run_cli(["agents"], marker, **daemons).stdout

@@ -111,7 +111,8 @@ BAD = [
      "c.yaml: environment.variables.A: expected a string or number, got [1] (list)"),
     ("environment: {image: tensorflow}",
      "c.yaml: environment.image: unknown key; tfdist supports: variables"),
-    ("name: ''", "c.yaml: name: expected a non-empty string, got '' (str)"),
+    ("name: ''", "c.yaml: name: expected a non-empty string, got '' (str); or leave it out (the job is named after "
+                 "its command)"),
     ("checkpoint_storage: {type: s3, host_path: /x}",
      "c.yaml: checkpoint_storage.type: unknown value 's3'; expected one of shared_fs"),
     ("checkpoint_storage: {type: shared_fs}",

@@ -311,7 +311,7 @@ resources: {slots_per_trial: 2}
 ```
 
 ```yaml
-searcher: {name: single}
+searcher: {name: random}
 ```
 
 The metric callbacks are on the roadmap.

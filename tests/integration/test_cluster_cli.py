@@ -97,7 +97,8 @@ def test_client_errors_are_one_line(daemons, marker, args, expected, tmp_path):
 
 
 def test_client_needs_a_coordinator(marker, tmp_path):
-    result = run_cli(["jobs"], marker, timeout=30, TFDIST_COORDINATOR="", TFDIST_RUNTIME_DIR=str(tmp_path / "rt"))
+    result = run_cli(["jobs"], marker, timeout=30, TFDIST_COORDINATOR="", TFDIST_RUNTIME_DIR=str(tmp_path / "rt"),
+                     XDG_STATE_HOME=str(tmp_path / "state"))  # no local runs either
     assert result.returncode == 2
     assert result.stderr == ("tfdist: error: no coordinator given and none of yours runs on this machine: pass "
                              "--coordinator HOST:PORT and --credentials FILE (or set TFDIST_COORDINATOR and "

@@ -10,10 +10,12 @@ import shutil
 import sys
 from typing import Callable
 
+from cluster.client import local_commands
+from cluster.client.job_selection import ACTIVE, FINISHED, SHOWN_FINISHED, checked_limit, number, selected_states
 from cluster.client.usage import UsageError
 from cluster.shared.auth import find_credential
-from cluster.shared.config import ExperimentConfig, load_config, with_overrides
-from cluster.shared.model import JobState
+from cluster.shared.credentials import CredentialError
+from cluster.shared.config import ExperimentConfig, config_from_dict, load_config, with_overrides
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -28,7 +30,8 @@ def launch_job(args) -> int:
         from cluster.client.slurm_submit import check_options
 
         check_options(args.sbatch_options)
-    config = load_config(args.config) if args.config else ExperimentConfig()
+    hparams = args.hparam or ()  # --hparam NAME=VALUE: over the file's hyperparameters, before they are resolved
+    config = load_config(args.config, hparams) if args.config else config_from_dict({}, hparams)
     entry = args.entry[1:] if args.entry[:1] == ["--"] else args.entry
     config = with_overrides(config, slots=args.slots, distribution=args.distribution, entrypoint=entry)
     if not config.entrypoint:
@@ -39,7 +42,7 @@ def launch_job(args) -> int:
     if args.detach and not args.coordinator:
         raise UsageError("tfdist launch: --detach needs --coordinator or --slurm (an embedded coordinator ends "
                          "with launch)")
-    coordinator, credential = args.coordinator, None
+    coordinator, credential = args.coordinator or None, None  # TFDIST_COORDINATOR="": none
     if coordinator or args.credentials:
         coordinator, credential = find_credential(coordinator, args.credentials)
     return launch(config, coordinator=coordinator, credential=credential, detach=args.detach,
@@ -58,6 +61,7 @@ def _launch_on_slurm(args, config: ExperimentConfig) -> int:
     inner = ["launch", *(["--config", os.path.abspath(args.config)] if args.config else []),
              *(["--slots", str(args.slots)] if args.slots is not None else []),
              *(["--distribution", args.distribution] if args.distribution else []),
+             *[word for hparam in args.hparam or () for word in ("--hparam", hparam)],
              *(["--state-dir", os.path.abspath(args.state_dir)] if args.state_dir else []),
              *(["--verbose"] if args.verbose else []), *(["--all-ranks"] if args.all_ranks else []),
              "--startup-timeout", f"{args.startup_timeout:g}", "--", *config.entrypoint]
@@ -78,16 +82,28 @@ def on_slurm(args) -> bool:
 def _client(args):
     from cluster.shared.rpc import Client
 
-    address, credential = find_credential(args.coordinator, args.credentials)
+    try:
+        address, credential = find_credential(args.coordinator, args.credentials)
+    except CredentialError as e:
+        if getattr(args, "job_id", None) and local_commands.applies(args):  # and no local run had it
+            raise CredentialError(f"job {args.job_id} is not one of your local runs (`tfdist jobs` lists them) and "
+                                  f"{e}") from None
+        raise
     return Client(address, credential)
 
 
-def asks_coordinator(ask: Callable, slurm: Handler | None = None) -> Handler:
+def asks_coordinator(ask: Callable, slurm: Handler | None = None, local: Callable | None = None) -> Handler:
     """The handler of a command the coordinator answers: `ask(client, args)` with a client it closes after.
-    Given `slurm`, the command (which has --slurm) is answered by Slurm instead where `on_slurm` says so."""
+    Given `slurm`, the command (which has --slurm) is answered by Slurm instead where `on_slurm` says so.
+    Without --coordinator, a local run of the job answers first (`local(ask, args)`, by default
+    local_commands.ask_run: cluster/client/local_commands.py)."""
     def handler(args) -> int:
         if slurm is not None and on_slurm(args):
             return slurm(args)
+        if local_commands.applies(args):
+            answer = (local or local_commands.ask_run)(ask, args)
+            if answer is not local_commands.NOT_LOCAL:
+                return answer
         client = _client(args)
         try:
             return ask(client, args)
@@ -97,50 +113,26 @@ def asks_coordinator(ask: Callable, slurm: Handler | None = None) -> Handler:
     return handler
 
 
-ACTIVE = tuple(s.value for s in JobState if not s.terminal)  # QUEUED, STARTING, RUNNING, PAUSED
-FINISHED = tuple(s.value for s in JobState if s.terminal)
-SHOWN_FINISHED = 20  # `tfdist jobs` without a selection: every active job and the newest this many finished
-
-
 def _jobs(client, args) -> int:
     """Without --all, --state or --limit: every active job and the newest SHOWN_FINISHED finished ones, saying
     on stderr how many older ones it left out. --state: only those states; --limit N: the newest N (of those)."""
     from cluster.client import tables
 
-    states, limit = _selected_states(getattr(args, "state", None)), getattr(args, "limit", None)
+    states = selected_states(getattr(args, "state", None))
+    limit = checked_limit(getattr(args, "limit", None))
     summary = not args.json  # a table shows no exits, metrics or placement: the coordinator leaves them out
-    if limit is not None and limit < 1:
-        raise UsageError(f"tfdist jobs: --limit must be at least 1, got {limit}")
     if getattr(args, "all", False) or states or limit:
         jobs = client.jobs(states, limit or 0, summary)
         left_out, what = jobs.total - len(jobs), "older jobs" + (f" in {', '.join(states)}" if states else "")
     else:
         finished = client.jobs(FINISHED, SHOWN_FINISHED, summary)
-        jobs = sorted([*client.jobs(ACTIVE, 0, summary), *finished], key=_number)
+        jobs = sorted([*client.jobs(ACTIVE, 0, summary), *finished], key=number)
         left_out, what = finished.total - len(finished), "older finished jobs"
     code = tables.print_jobs(jobs, args.json, max(left_out, 0))
     if left_out > 0 and not args.json:  # --json says it as `left_out`
         sys.stderr.write(f"tfdist: {left_out} {what} not shown; --all lists every job, --limit N the newest N, "
                          "--state STATE those in a state\n")
     return code
-
-
-def _selected_states(given) -> tuple[str, ...]:
-    """--state values (repeated or comma-separated, any case) as state names."""
-    if not given:
-        return ()
-    names = [n.strip().upper() for g in ([given] if isinstance(given, str) else given) for n in g.split(",")]
-    unknown = [n for n in names if n not in ACTIVE + FINISHED]
-    if unknown:
-        raise UsageError(f"tfdist jobs: unknown --state {unknown[0] or repr('')}; expected one of "
-                         f"{', '.join(ACTIVE + FINISHED)}")
-    return tuple(dict.fromkeys(names))
-
-
-def _number(job) -> int:
-    """The job's number: what its id says before the dash."""
-    head = job.id.split("-", 1)[0]
-    return int(head) if head.isdigit() else 0
 
 
 def _slurm_jobs(args) -> int:
@@ -214,11 +206,11 @@ def _metrics(client, args) -> int:
     return 0
 
 
-list_jobs = asks_coordinator(_jobs, slurm=_slurm_jobs)
+list_jobs = asks_coordinator(_jobs, slurm=_slurm_jobs, local=local_commands.list_jobs)
 show_job = asks_coordinator(_job)
 print_logs = asks_coordinator(_logs, slurm=_slurm_logs)
 cancel_job = asks_coordinator(_cancel, slurm=_slurm_cancel)
 preempt_job = asks_coordinator(_preempt)
-resume_job = asks_coordinator(_resume)
+resume_job = asks_coordinator(_resume, local=local_commands.resume)
 print_metrics = asks_coordinator(_metrics)
 list_agents = asks_coordinator(_agents)

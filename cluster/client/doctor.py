@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from cluster.client import doctor_checks as checks
-from cluster.client import doctor_probe
+from cluster.client import doctor_probe, local_runs
 from cluster.shared.auth import find_credential, runtime_dir
 from cluster.shared.credentials import CredentialError
 from cluster.shared.rpc import Client, ClientError
@@ -155,7 +155,9 @@ def probe_dirs() -> list[checks.DirFacts]:
     found = []
     # cluster/agent/ports.py's lease_dir (the agent's side: its path is spelled here, not imported)
     leases = os.path.join(tempfile.gettempdir(), f"tfdist-ports-{os.geteuid()}")
-    for what, path in (("runtime dir", runtime_dir()), ("port leases", leases)):
+    runs = local_runs.runs_dir()  # local launches' jobs, in the user's state dir
+    for what, path in (("runtime dir", runtime_dir()), ("port leases", leases),
+                       ("state dir", os.path.dirname(runs)), ("local runs", runs)):
         exists = os.path.lexists(path)
         problem = ""
         if exists:

@@ -135,3 +135,13 @@ def test_a_new_launch_prunes_ended_runs_beyond_the_newest_kept(state, monkeypatc
     monkeypatch.setattr(local_runs, "KEEP_RUNS", 2)
     assert local_runs.new_run().number == 5
     assert [r.number for r in local_runs.all_runs()] == [2, 3, 4, 5]  # 1 ended; 2 paused, 3 unknown: kept
+
+
+def test_doctor_checks_the_state_dirs_local_runs_live_in(state):
+    from cluster.client import doctor
+
+    local_runs.new_run()
+    os.chmod(state.parent, 0o755)
+    found = {d.what: d for d in doctor.probe_dirs()}
+    assert found["state dir"].path == str(state.parent) and "open to other users" in found["state dir"].problem
+    assert found["local runs"].path == str(state) and found["local runs"].problem == ""

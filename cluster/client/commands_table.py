@@ -147,6 +147,12 @@ VERBOSITY = arg("--verbosity", choices=("debug", "info", "warning", "error"), de
                 help="daemon log level (default $TFDIST_VERBOSITY or info)")
 
 
+VERBOSE = arg("--verbose", action="store_true", help="also show TensorFlow's start-up lines and known harmless "
+                                                    "warnings (always in `tfdist logs ID`)")
+ALL_RANKS = arg("--all-ranks", action="store_true", help="show every rank's progress bars (default: the chief's, "
+                                                         "rank 0)")
+
+
 def _seconds(flag: str, default: float, help: str | None = None) -> Arg:
     return arg(flag, type=positive_float, default=default, metavar="SECONDS", help=help)
 
@@ -155,7 +161,9 @@ def _seconds(flag: str, default: float, help: str | None = None) -> Arg:
 
 LAUNCH = Command("launch", "run a training job", job_commands.launch_job, description=(
     "Run COMMAND as a distributed job and follow it. Without --coordinator, an embedded coordinator "
-    "and a local agent run it on this machine (one worker per slot). `train.py ARGS` runs with Python."), args=(
+    "and a local agent run it on this machine (one worker per slot), and the job stays among your local runs "
+    "(`tfdist jobs`, `tfdist resume ID`). `train.py ARGS` runs with tfdist's own Python, and so does a bare "
+    "`python` or `python3` in a local launch's COMMAND."), args=(
     arg("--config", metavar="FILE", help="experiment config (YAML)"),
     SLOTS.but(help="slots; overrides resources.slots_per_trial"),
     arg("--distribution", metavar="MODE",
@@ -167,7 +175,8 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
     arg("--priority", type=bounded(limits.MIN_PRIORITY, limits.MAX_PRIORITY), default=0,
         help=f"higher runs first (default 0; {limits.MIN_PRIORITY:,} to {limits.MAX_PRIORITY:,})"),
     arg("--detach", action="store_true", help="print the job id and return (needs --coordinator or --slurm)"),
-    arg("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a temporary dir)"),
+    arg("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a new local run in "
+                                           "$XDG_STATE_HOME/tfdist/local, which `tfdist jobs` lists)"),
     arg("--slurm", metavar="SBATCH_OPTIONS", nargs="?", help=(
         "submit to Slurm from a login node: every option after --slurm up to `--` is sbatch's (tfdist launch "
         "--config exp.yaml --slurm --nodes=2 --ntasks-per-node=1 -- python train.py); follows the job's output and "
@@ -175,9 +184,8 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
     COORDINATOR.but(help=f"the coordinator (default ${COORDINATOR_ENV}); without it, an embedded coordinator runs "
                          "the job on this machine"),
     CREDENTIALS,
-    arg("--verbose", action="store_true", help="also show TensorFlow's start-up lines and known harmless warnings "
-                                               "(always in `tfdist logs ID`)"),
-    arg("--all-ranks", action="store_true", help="show every rank's progress bars (default: the chief's, rank 0)"),
+    VERBOSE,
+    ALL_RANKS,
     arg("entry", nargs=argparse.REMAINDER, metavar="-- COMMAND",
         help="the command each worker runs; default: the config's entrypoint"),
 ))
@@ -242,7 +250,8 @@ COMMANDS: tuple[Command, ...] = (
     COORDINATOR_DAEMON,
     AGENT,
     CREDENTIALS_COMMAND,
-    Command("jobs", "list jobs (without a selection: every active job and the newest 20 finished)",
+    Command("jobs", "list jobs (without --coordinator: your local runs; without a selection: every active job and "
+                    "the newest 20 finished)",
             job_commands.list_jobs, (
                 *CLIENT, JSON, SLURM_JOBS,
                 arg("--all", action="store_true", help="every job the coordinator keeps"),
@@ -261,7 +270,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("cancel", "cancel a job", job_commands.cancel_job, (*CLIENT, JOB_ID, SLURM_JOBS)),
     Command("preempt", "stop a job's workers at a common step, save, and pause the job", job_commands.preempt_job,
             (*CLIENT, JOB_ID)),
-    Command("resume", "run a paused job again from its latest checkpoint", job_commands.resume_job, (*CLIENT, JOB_ID)),
+    Command("resume", "run a paused job again from its latest checkpoint", job_commands.resume_job,
+            (*CLIENT, JOB_ID, VERBOSE.but(help="a local job: as launch's --verbose"),
+             ALL_RANKS.but(help="a local job: as launch's --all-ranks")),
+            description="Runs paused job ID again from its latest checkpoint. A local job (your local runs, "
+                        "without --coordinator) whose launch has ended runs again on this machine with its slots, "
+                        "followed as `tfdist launch` follows it, with its exit codes."),
     Command("metrics", "print a job's metric history (table, --json, --csv, --plot)", job_commands.print_metrics, (
         *CLIENT, JOB_ID, arg("--name", default="", help="only this metric"),
         OneOf((JSON.but(help="JSON Lines: one object per step and rank (docs/json.md)"),

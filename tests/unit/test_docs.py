@@ -101,7 +101,8 @@ def launch_problem(args: argparse.Namespace) -> str | None:
     """`tfdist launch`'s flags over its config, as job_commands does; then the command the workers run."""
     config = ExperimentConfig()
     if args.config and docs.repo_path(args.config):
-        config = load_config(str(REPO / args.config))
+        config = load_config(str(REPO / args.config), hparams=[h for h in args.hparam or ()
+                                                                if not docs.is_placeholder(h)])
     given = {name: None if value is None or docs.is_placeholder(str(value)) else value
              for name, value in (("slots", args.slots), ("distribution", args.distribution))}
     with_overrides(config, **given)

@@ -86,7 +86,7 @@ def _client(args):
         address, credential = find_credential(args.coordinator, args.credentials)
     except CredentialError as e:
         if getattr(args, "job_id", None) and local_commands.applies(args):  # and no local run had it
-            raise CredentialError(f"job {args.job_id} is not one of your local runs (`tfdist jobs` lists them) and "
+            raise CredentialError(f"job {args.job_id} is not one of your local runs (`tfdist jobs` lists them); "
                                   f"{e}") from None
         raise
     return Client(address, credential)

@@ -45,8 +45,9 @@ def test_exclusive_options_stay_exclusive(capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["resume", "7"], "tfdist: error: no coordinator given and none of yours runs on this machine: pass --coordinator "
-                      "HOST:PORT and --credentials FILE (or set TFDIST_COORDINATOR and TFDIST_CREDENTIALS)\n"),
+    (["resume", "7"], "tfdist: error: job 7 is not one of your local runs (`tfdist jobs` lists them); no coordinator "
+                      "given and none of yours runs on this machine: pass --coordinator HOST:PORT and --credentials "
+                      "FILE (or set TFDIST_COORDINATOR and TFDIST_CREDENTIALS)\n"),
     (["logs", "7", "--rank", "x"], "tfdist logs: argument --rank: expected an integer, got 'x' "
                                    "(see `tfdist logs --help`)\n"),
     (["coordinator", "--state-dir", "s", "--port-range", "80-90"],
@@ -56,6 +57,7 @@ def test_exclusive_options_stay_exclusive(capsys):
 def test_a_user_mistake_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, argv, message):
     monkeypatch.delenv("TFDIST_COORDINATOR", raising=False)
     monkeypatch.setenv("TFDIST_RUNTIME_DIR", str(tmp_path / "runtime"))  # no coordinator of yours runs
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # and no local runs
     assert main(argv) == 2
     assert capsys.readouterr().err == message
 

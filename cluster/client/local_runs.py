@@ -247,11 +247,12 @@ def open_stored(path: str):
 
 
 def job_of(run: LocalRun, summary: bool = False) -> pb.Job | None:
-    """The run's job for a listing: its record when it ended (or is paused) and nothing holds the store,
-    else its coordinator's answer (a running launch's, or one started here)."""
+    """The run's job for a listing: its record when it ended (or is paused) and no launch or resume runs
+    it now, else its coordinator's answer (a running launch's, or one started here)."""
     recorded = run.recorded()
-    if recorded is not None and recorded.state in SETTLED and run.holder() is None:
-        return recorded
+    holder = run.holder()
+    if recorded is not None and recorded.state in SETTLED and (holder is None or published_by(holder) is None):
+        return recorded  # (a holder that publishes no coordinator is another command reading the run)
     with connect(run) as connection:
         jobs = connection.client.jobs((), 0, summary)
         if not jobs:

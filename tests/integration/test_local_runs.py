@@ -1,8 +1,8 @@
 """Local runs are jobs like any other (issue 18, Measured 3 and 4): after a local `tfdist launch` has ended,
 `tfdist jobs/job/logs/metrics` without --coordinator find its job in the user's state ($XDG_STATE_HOME);
 a local launch preempted by SIGTERM (exit 75) is continued by `tfdist resume ID` from its checkpoint to
-the end (exit 0, the same job id); and a bare `python` in the command is the launcher's Python, with a
-PATH that does not lead to it."""
+the end (exit 0, the same job id); a bare `python` in the command is the launcher's Python, with a PATH
+that does not lead to it; and a launch killed outright leaves its job as stored, said so, until canceled."""
 
 import json
 import os
@@ -94,3 +94,22 @@ def test_local_jobs_stay_and_a_preempted_one_resumes_from_its_checkpoint(tmp_pat
     again = cli("resume", second)
     assert again.returncode == 2 and again.stderr == \
         f"tfdist: error: job {second} is SUCCEEDED, not PAUSED; only a paused job can be resumed\n"
+
+    # 4. A launch killed outright leaves its job as stored: reading it marks nothing lost; cancel ends it.
+    killed = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--", "python", "-c",
+                               "import time\nfor i in range(600): print('tick', i, flush=True); time.sleep(0.2)"],
+                              cwd=REPO, env=cli_env(marker, **env), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+    try:
+        assert killed.stdout.readline().startswith("[rank=0] tick 0")  # bounded by the test's timeout
+    finally:
+        killed.kill()
+        killed.communicate(timeout=30)
+    third = json.loads(cli("jobs", "--json").stdout)["jobs"][-1]
+    assert third["state"] == "RUNNING" and "launch ended without recording how the job ended" in third["outcome"]
+    stored = cli("logs", third["id"], "-f")  # nothing runs it: -f prints what is stored and ends
+    assert stored.returncode == 0 and "[rank=0] tick 0" in stored.stdout and "nothing runs it" in stored.stderr
+    assert json.loads(cli("job", third["id"], "--json").stdout)["state"] == "RUNNING"  # not marked lost
+    assert cli("cancel", third["id"]).stdout == f"job {third['id']}: CANCELED\n"
+    assert [j["state"] for j in json.loads(cli("jobs", "--json").stdout)["jobs"]] == ["SUCCEEDED", "SUCCEEDED",
+                                                                                       "CANCELED"]

@@ -166,6 +166,9 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
                     local_runs.remove(run)
                 raise
             credential = embedded.credential
+            if run and not spec.checkpoint_storage:
+                spec = dataclasses.replace(spec, config=dataclasses.replace(
+                    spec.config, checkpoint_storage=local_runs.checkpoint_storage(run)))
         coordinator = embedded.address
     elif credential is None:
         raise UserError(f"no credential for the coordinator at {coordinator}: pass --credentials FILE")

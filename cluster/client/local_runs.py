@@ -12,7 +12,7 @@ runs, and its agent is never declared lost), and `tfdist resume N` runs an embed
 Beside the store, `job.pb` is the job as the last process holding the store saw it when it let go: a
 listing reads it for runs that ended instead of starting a coordinator for each. Growth is bounded: a new
 launch removes the oldest ended runs beyond the newest KEEP_RUNS (paused ones stay until resumed or
-canceled).
+canceled). A local job without checkpoint_storage checkpoints into `<run>/checkpoints`.
 """
 
 from __future__ import annotations
@@ -189,6 +189,12 @@ def prune(runs: Sequence[LocalRun]) -> None:
     by_number = {run.number: run for run in runs}
     for number in to_prune(states, 0):
         shutil.rmtree(by_number[number].path, ignore_errors=True)
+
+
+def checkpoint_storage(run: LocalRun) -> str:
+    """Where a local job without checkpoint_storage keeps its checkpoints: in its run (private, this
+    machine's), so that `tfdist resume N` finds them; they go when the run is pruned."""
+    return private_dir(os.path.join(run.path, "checkpoints"))
 
 
 def remove(run: LocalRun) -> None:

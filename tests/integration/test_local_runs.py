@@ -21,12 +21,13 @@ TOTAL_STEPS = 30
 PATH_WITHOUT_THE_VENV = "/usr/sbin:/usr/bin:/sbin:/bin"  # no `python` here has tfdist (nor TensorFlow)
 
 
-def config(tmp_path, name, slow=0.0) -> str:
+def config(tmp_path, name, slow=0.0, storage=True) -> str:
+    """storage=False: no checkpoint_storage (a local job then checkpoints into its run)."""
     out = tmp_path / name
     out.mkdir()
     (tmp_path / f"{name}.yaml").write_text(json.dumps({
-        "checkpoint_storage": {"host_path": str(tmp_path / "ckpt")}, "resources": {"slots_per_trial": 2},
-        "distribution": {"mode": "mwms"}, "entrypoint": ["python", WORKER],
+        **({"checkpoint_storage": {"host_path": str(tmp_path / "ckpt")}} if storage else {}),
+        "resources": {"slots_per_trial": 2}, "distribution": {"mode": "mwms"}, "entrypoint": ["python", WORKER],
         "environment": {"variables": {"OUT": str(out), "SLOW": str(slow)}}}))
     return str(tmp_path / f"{name}.yaml")
 
@@ -64,9 +65,10 @@ def test_local_jobs_stay_and_a_preempted_one_resumes_from_its_checkpoint(tmp_pat
     assert plotted.returncode == 0 and (tmp_path / "m.png").stat().st_size > 0, plotted.stderr
 
     # 2. A second local launch, preempted by SIGTERM: exit 75, paused at a checkpoint; its id is a new one.
+    # Its config names no checkpoint_storage: the checkpoints go into its run.
     out = tmp_path / "second"
     proc = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--config",
-                             config(tmp_path, "second", slow=0.3)], cwd=REPO, env=cli_env(marker, **env),
+                             config(tmp_path, "second", slow=0.3, storage=False)], cwd=REPO, env=cli_env(marker, **env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: max(steps(out).get(0, [0])) >= 3, "the second job's step 3", alive=lambda: proc.poll() is None)
@@ -80,6 +82,8 @@ def test_local_jobs_stay_and_a_preempted_one_resumes_from_its_checkpoint(tmp_pat
     second = re.search(r"tfdist: job (\S+) submitted", err).group(1)
     paused_at = int(re.search(rf"`tfdist resume {second}` continues from the checkpoint at step (\d+)", err).group(1))
     assert second != first and second.split("-")[0] == str(int(first.split("-")[0]) + 1)
+    run_checkpoints = tmp_path / "state" / "tfdist" / "local" / second.split("-")[0] / "checkpoints" / second
+    assert any(p.name.startswith("ckpt-") for p in run_checkpoints.iterdir())
     assert [j["state"] for j in json.loads(cli("jobs", "--json").stdout)["jobs"]] == ["SUCCEEDED", "PAUSED"]
 
     # 3. `tfdist resume ID` continues it from that checkpoint to the end, followed as launch does.

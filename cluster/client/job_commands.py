@@ -165,6 +165,11 @@ def _logs(client, args) -> int:
 def _slurm_logs(args) -> int:
     from cluster.client import slurm_submit
 
+    given = [flag for flag, value in (("--json", args.json), ("--quiet", args.quiet),
+                                      ("--rank", args.rank is not None)) if value]
+    if given:  # the Slurm job's output file holds its launch's view as printed, not a job's lines
+        raise UsageError(f"tfdist logs: --slurm prints the Slurm job's output file as written, which has no "
+                         f"ranks or streams for {', '.join(given)}: drop {'it' if len(given) == 1 else 'them'}")
     return slurm_submit.print_logs(args.job_id, follow_it=args.follow)
 
 

@@ -50,6 +50,9 @@ def test_exclusive_options_stay_exclusive(capsys):
                       "FILE (or set TFDIST_COORDINATOR and TFDIST_CREDENTIALS)\n"),
     (["logs", "7", "--rank", "x"], "tfdist logs: argument --rank: expected an integer, got 'x' "
                                    "(see `tfdist logs --help`)\n"),
+    (["logs", "7", "--slurm", "--json", "--rank", "1"],
+     "tfdist logs: --slurm prints the Slurm job's output file as written, which has no ranks or streams for "
+     "--json, --rank: drop them\n"),
     (["coordinator", "--state-dir", "s", "--port-range", "80-90"],
      "tfdist coordinator: argument --port-range: must satisfy 1024 <= LOW <= HIGH <= 65535, got 80-90 "
      "(see `tfdist coordinator --help`)\n"),

@@ -16,6 +16,7 @@ scheduler and placement; a job's transitions are applied by its JobLifecycle (li
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -23,7 +24,7 @@ import secrets
 import threading
 from typing import Iterable, Mapping, Sequence
 
-from cluster.coordinator import admission, exits as exits_lib, leases, policy, reconcile
+from cluster.coordinator import admission, exits as exits_lib, leases, policy, reconcile, watchdogs
 from cluster.coordinator import work as work_lib
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle, with_live
@@ -62,8 +63,9 @@ class CoordinatorCore:
 
     @property
     def waiting(self) -> Mapping[str, str]:
-        """Queued job -> why it is not placed (the scheduler's last word)."""
-        return self.run.waiting
+        """Job -> why it waits: a queued job for nodes (the scheduler's last word), a placed one for its
+        nodes to start its workers or its ranks to join (the start-up watchdog's)."""
+        return collections.ChainMap(self.run.waiting, self.run.joining)
 
     @contextlib.contextmanager
     def _event(self, durable: bool = False):
@@ -133,9 +135,10 @@ class CoordinatorCore:
             agent.attempts = {j.job_id: j.attempt for j in report.running}
             agent.leased = leased
             for job in report.running:  # the step watchdog: when each rank last moved, on our clock
-                if job.progress and reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
-                    seen = self.run.progress.setdefault(job.job_id, {})
-                    seen.update({p.rank: (p.step, now - p.age) for p in job.progress})
+                if (job.progress or job.job_id in self.run.progress) and \
+                        reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
+                    watchdogs.note_progress(self.run.progress.setdefault(job.job_id, {}),
+                                            self.run.left_training.setdefault(job.job_id, set()), job, now)
             for job_id, busy in report.port_results.items():
                 self._port_result(job_id, name, list(busy), now)
             for job_id, failures in report.probe_results.items():

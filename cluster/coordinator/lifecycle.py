@@ -13,9 +13,10 @@ import logging
 from typing import Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, leases, placement as placement_lib, policy, scheduler, watchdogs
+from cluster.coordinator import wait_reasons
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.store import StateStore
-from cluster.coordinator.values import AgentLive, BadRequest, RunCache, Settings
+from cluster.coordinator.values import AgentLive, BadRequest, Lookup, RunCache, Settings
 from cluster.shared import modes
 from cluster.shared.model import (Allocation, AllocState, Checkpoint, Job, JobState, LogLine, MetricRow, WorkerExit,
                                   check_job_transition)
@@ -213,16 +214,26 @@ class JobLifecycle:
                                   clock, now, self.settings.startup_timeout)
         if check.done:
             self.run.start_clock.pop(job_id, None)
+            if self.run.joining.pop(job_id, None):
+                self.run.touched.add(job_id)
         elif check.outcome is not None:
             self.fail(job_id, now, check.outcome)
+        elif self.run.joining.get(job_id, "") != check.waiting:
+            self.run.joining[job_id] = check.waiting  # followers print it (STARTING, or RUNNING until all joined)
+            self.run.touched.add(job_id)
 
     def check_progress(self, job_id: str, now: float) -> None:
         """The step watchdog: a stalled job gets every rank's stacks dumped, then fails."""
         stalled = self.run.stalled.get(job_id)
         job = self.store.job(job_id) if stalled is None else None
         plan = self.plan(job_id) if stalled is None else None
-        check = watchdogs.progress(job, plan, self.run.progress.get(job_id, {}), stalled, now,
-                                   self.settings.stack_dump_grace)
+        reported, left = self.run.progress.get(job_id, {}), self.run.left_training.get(job_id, set())
+        check = watchdogs.progress(job, plan, reported, stalled, now, self.settings.stack_dump_grace,
+                                   self.allocs.of_job(job_id), left)
+        if check.outcome is not None and stalled is None and (exited := {e.rank for e in self.exits(job_id)}):
+            # A rank that exited is not stalled (read only now: exits are rarely needed here).
+            check = watchdogs.progress(job, plan, reported, None, now, self.settings.stack_dump_grace,
+                                       self.allocs.of_job(job_id), left | exited)
         if check.fail_now:
             self.fail(job_id, now, check.outcome)
         elif check.outcome is not None:
@@ -240,11 +251,21 @@ class JobLifecycle:
             self.run.waiting.clear()
             return
         pending = [scheduler.PendingJob(j.id, j.spec.slots, j.spec.priority, j.seq) for j in queued]
-        decision = scheduler.schedule(self.nodes(), pending)
+        decision = scheduler.schedule(self.nodes(), pending, self.surroundings(now))
         self.run.waiting.clear()
         self.run.waiting.update(decision.waiting)
         for assignment in decision.assignments:
             self.place(assignment, now)
+
+    def surroundings(self, now: float) -> wait_reasons.Surroundings:
+        """What a queued job's reason names besides free slots: who holds each node, the lost nodes."""
+        holders: dict[str, list[wait_reasons.Holder]] = {}
+        for a in self.allocs.all():
+            holders.setdefault(a.agent, []).append(wait_reasons.Holder(a.job_id, a.state == AllocState.RELEASING))
+        lost = tuple(wait_reasons.LostNode(a.name, a.record.slots, now - a.last_heartbeat)
+                     for a in self.agents.values() if a.lost)
+        return wait_reasons.Surroundings({k: tuple(v) for k, v in holders.items()}, lost,
+                                         Lookup(lambda job_id: (job := self.store.job(job_id)) and job.spec.name))
 
     def place(self, assignment: scheduler.Assignment, now: float) -> None:
         job = self.store.job(assignment.job_id)

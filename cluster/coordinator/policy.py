@@ -112,22 +112,24 @@ def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterab
                    missing[0])
 
 
-def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now: float,
-            timeout: float) -> Outcome | None:
-    """The step watchdog's decision. `progress`: rank -> (last step, when it was reported). Once any rank
-    has reported, every rank in `ranks` must report within `timeout` seconds of its last report (a rank
-    that never reported counts from the job's first report). The rank silent the longest is named."""
+def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now: float, timeout: float,
+            node_of_rank: Mapping[int, str] | None = None) -> Outcome | None:
+    """The step watchdog's decision. `progress`: rank -> (last step, when it was reported); `ranks`: the
+    ranks watched (in training now). Once any rank has reported, every watched rank must report within
+    `timeout` seconds of its last report (one that never reported counts from the job's first report).
+    Of the ranks silent past it, the one behind the others is named: one that never reported, else the
+    lowest step (in a synchronous job the others wait for it one step later), else the longest silent."""
     if not progress:
         return None
     first = min(t for _, t in progress.values())
-    # The longest silent first; on a tie, a rank that never reported (it is the one holding the others up).
-    silent = sorted((progress.get(r, (None, first))[1], r in progress, r) for r in ranks)
-    since, _, rank = silent[0]
-    if now - since <= timeout:
+    overdue = [(*progress.get(r, (None, first)), r) for r in ranks if now - progress.get(r, (None, first))[1] > timeout]
+    if not overdue:
         return None
-    step = progress.get(rank, (None, 0))[0]
+    step, since, rank = min(overdue, key=lambda o: (o[0] is not None, o[0] or 0, o[1], o[2]))
     where = f"after step {step}" if step is not None else "before its first step"
-    return Outcome(JobState.FAILED, f"rank {rank} made no progress for {now - since:.0f}s ({where}; the step "
+    node = (node_of_rank or {}).get(rank)
+    on = f" on node {node}" if node else ""
+    return Outcome(JobState.FAILED, f"rank {rank}{on} made no progress for {now - since:.0f}s ({where}; the step "
                                     f"watchdog allows {timeout:g}s); every rank's Python stacks are in the job's "
                                     "logs; the other workers were stopped", 1, rank)
 

@@ -21,6 +21,8 @@ import dataclasses
 from collections import defaultdict
 from typing import Iterable, Sequence
 
+from cluster.coordinator import wait_reasons
+from cluster.coordinator.sizes import achievable_sizes  # noqa: F401 (its home was here)
 from tfdist.errors import UserError
 
 
@@ -60,33 +62,6 @@ class InfeasibleJob(UserError):
 
 
 # ---------------------------------------------------------------- feasibility
-
-def achievable_sizes(node_sizes: Iterable[int], limit: int = 4096) -> tuple[int, set[int]]:
-    """(largest single node, sums of whole nodes larger than it, up to `limit`).
-
-    A bitset subset-sum: bit k of `reach` is set when some set of nodes sums to k. Its work depends on the
-    cluster alone, never on `limit` (a request's slots): no set of nodes sums beyond all of them, and nodes of
-    one size are added in doubling groups (a uniform cluster of n nodes costs log n shifts).
-    """
-    counts: dict[int, int] = defaultdict(int)
-    for size in node_sizes:
-        counts[size] += 1
-    if not counts:
-        return 0, set()
-    largest = max(counts)
-    limit = min(limit, sum(size * count for size, count in counts.items()))
-    mask = (1 << (limit + 1)) - 1
-    reach = 1
-    for size, count in counts.items():
-        group = 1
-        while count > 0:  # groups of 1, 2, 4... nodes, then the rest: every count 0..n stays reachable
-            take = min(group, count)
-            reach = (reach | (reach << (size * take))) & mask
-            count -= take
-            group *= 2
-    bits = bin(reach)[:1:-1]  # bits[k] == "1": some set of nodes sums to k
-    return largest, {k for k in range(largest + 1, len(bits)) if bits[k] == "1"}
-
 
 def describe_sizes(largest: int, multi: set[int], show: int = 8) -> str:
     parts = [f"1-{largest}" if largest > 1 else "1"] + [str(s) for s in sorted(multi)[:show]]
@@ -204,38 +179,34 @@ class _Capacity:
         return self.whole_nodes(job.slots, by_size) or []
 
 
-def _names(names: list[str], show: int = 6) -> str:
-    if not names:
-        return "none"
-    more = f" and {len(names) - show} more" if len(names) > show else ""
-    return ", ".join(names[:show]) + more
-
-
-def _reasons(blocked: list[PendingJob], cap: _Capacity) -> dict[str, str]:
-    """Why each blocked job waits, from aggregates computed once."""
+def _reasons(blocked: list[PendingJob], cap: _Capacity, placed: Sequence[Assignment],
+             around: wait_reasons.Surroundings) -> dict[str, str]:
+    """Why each blocked job waits (wait_reasons.queued), computed once per size: blocked jobs of one size
+    share their reason, except the one the reservation is for."""
     if not blocked:
         return {}
-    best_free = max((n.free_slots for n in cap.nodes.values()), default=0)
-    best_name = min((n.name for n in cap.nodes.values() if n.free_slots == best_free), default="-")
-    idle = sorted(n.name for n in cap.nodes.values() if n.idle)
-    holder = next(iter(cap.reserved_for.values()), None)
-    held = sorted(cap.reserved_for)
+    nodes = [wait_reasons.FreeNode(n.name, n.slots, n.free_slots, cap.reserved_for.get(n.name, ""))
+             for n in sorted(cap.nodes.values(), key=lambda n: n.name)]
+    holders = dict(around.holders)
+    for assignment in placed:  # placed in this round: they hold their nodes now
+        for name, _ in assignment.nodes:
+            holders[name] = (*holders.get(name, ()), wait_reasons.Holder(assignment.job_id))
+    around = dataclasses.replace(around, holders=holders)
+    reserver = next(iter(cap.reserved_for.values()), None)
+    said: dict[tuple[int, bool], str] = {}
     reasons = {}
     for job in blocked:
-        mine = job.id == holder
-        held_note = f"; held for earlier job {holder}: {_names(held)}" if held and not mine else ""
-        if job.slots <= cap.largest:
-            reasons[job.id] = (f"waiting for {job.slots} free slots on one node; the most free on any node is "
-                               f"{best_free} ({best_name}){held_note}")
-        else:
-            usable = idle if mine else [n for n in idle if n not in cap.reserved_for]
-            reasons[job.id] = (f"waiting for whole idle nodes totalling {job.slots} slots; idle now: "
-                               f"{_names(usable)}{held_note}")
+        key = (job.slots, job.id == reserver)
+        if key not in said:
+            said[key] = wait_reasons.queued(job.id, job.slots, nodes, around)
+        reasons[job.id] = said[key]
     return reasons
 
 
-def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob]) -> Decision:
-    """Places what can be placed now. `nodes` are the alive nodes with their free slots."""
+def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob],
+             around: wait_reasons.Surroundings = wait_reasons.Surroundings()) -> Decision:
+    """Places what can be placed now. `nodes` are the alive nodes with their free slots; `around` is what
+    the waiting reasons name besides them (who holds each node, the lost nodes)."""
     cap = _Capacity(nodes)
     uniform = len({n.slots for n in nodes}) <= 1
     assignments: list[Assignment] = []
@@ -256,4 +227,4 @@ def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob]) -> Decision:
         if not cap.reserved_for:  # the first blocked job keeps its nodes from backfill
             cap.reserve(cap.reservation(job), job.id)
         blocked.append(job)
-    return Decision(tuple(assignments), _reasons(blocked, cap))
+    return Decision(tuple(assignments), _reasons(blocked, cap, assignments, around))

@@ -18,7 +18,7 @@ from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
 from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
                                  running_from_pb, work_to_pb)
-from cluster.shared.model import Allocation, LogLine
+from cluster.shared.model import Allocation, JobState, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import SqliteStore
@@ -55,9 +55,11 @@ def _guard(fn):
     return wrapper
 
 
-def placement_to_pb(a: Allocation) -> pb.Placement:
+def placement_to_pb(a: Allocation, holding: bool = True) -> pb.Placement:
+    """`holding`: the job holds the node now; a job that does not (queued, paused, ended) shows where it ran,
+    with no state (its recorded one, e.g. LEASING, is stale)."""
     return pb.Placement(agent=a.agent, node_rank=a.node_rank, slots=a.slots, address=a.address, ports=list(a.ports),
-                        gpus=list(a.gpus), state=a.state.value)
+                        gpus=list(a.gpus), state=a.state.value if holding else "")
 
 
 def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
@@ -71,7 +73,7 @@ def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
         started_at=job.started_at or 0, ended_at=job.ended_at or 0, waiting_reason=view.waiting_reason,
         message=job.message, exit_code=job.exit_code if job.exit_code is not None else -1,
         failed_rank=job.failed_rank if job.failed_rank is not None else -1,
-        placement=[placement_to_pb(a) for a in view.placement],
+        placement=[placement_to_pb(a, job.state in (JobState.STARTING, JobState.RUNNING)) for a in view.placement],
         exits=[pb.WorkerExit(rank=e.rank, agent=e.agent, exit_code=e.exit_code, last_lines=list(e.last_lines),
                              reason=e.reason, tolerated=e.tolerated, attempt=e.attempt) for e in view.exits],
         latest_metrics=[pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time)

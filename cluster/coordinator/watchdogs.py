@@ -6,15 +6,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Collection, Mapping, Sequence
 
-from cluster.coordinator import policy
+from cluster.coordinator import policy, wait_reasons
 from cluster.shared.model import Allocation, Job, JobState
 from cluster.shared.modes import JobPlan, SuccessRule
+from cluster.shared.work import RunningJob
 
 
 @dataclasses.dataclass(frozen=True)
 class StartupCheck:
     done: bool = False  # every rank joined (or the job ended): stop watching its start-up
     outcome: policy.Outcome | None = None  # overdue: the job fails with this
+    waiting: str = ""  # else: who it waits for and how long (the job's waiting reason)
 
 
 def startup(job: Job | None, plan: JobPlan | None, joined: Collection[int], exited: Collection[int],
@@ -27,7 +29,17 @@ def startup(job: Job | None, plan: JobPlan | None, joined: Collection[int], exit
     if job.state == JobState.RUNNING and (plan.size <= 1 or joined >= set(range(plan.size))):
         return StartupCheck(done=True)
     timeout = job.spec.startup_timeout or default_timeout
-    return StartupCheck(outcome=policy.startup_overdue(plan.size, allocations, joined, clock, now, timeout))
+    outcome = policy.startup_overdue(plan.size, allocations, joined, clock, now, timeout)
+    if outcome is not None:
+        return StartupCheck(outcome=outcome)
+    return StartupCheck(waiting=wait_reasons.starting(plan.size, allocations, node_of_rank(plan, allocations), joined,
+                                                      now - clock, timeout))
+
+
+def node_of_rank(plan: JobPlan, allocations: Sequence[Allocation]) -> dict[int, str]:
+    """Rank -> the node it runs on."""
+    agents = {a.node_rank: a.agent for a in allocations}
+    return {p.rank: agents[p.node_rank] for p in plan.processes if p.node_rank in agents}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +50,12 @@ class ProgressCheck:
 
 
 def progress(job: Job | None, plan: JobPlan | None, reported: Mapping[int, tuple[int, float]],
-             stalled: tuple[policy.Outcome, float] | None, now: float, stack_dump_grace: float) -> ProgressCheck:
+             stalled: tuple[policy.Outcome, float] | None, now: float, stack_dump_grace: float,
+             allocations: Sequence[Allocation] = (), gone: Collection[int] = ()) -> ProgressCheck:
     """The step watchdog: a rank without progress past the job's step_timeout gets every rank's stacks
     dumped into the job's logs, and the job fails `stack_dump_grace` seconds later (time for them to
-    ship). `reported`: rank -> (step, when reported); `stalled`: the stall already found, if any."""
+    ship). `reported`: rank -> (step, when reported); `stalled`: the stall already found, if any; `gone`:
+    ranks not watched (they left training: `fit` ended, or they exited)."""
     if stalled is not None:
         outcome, fail_at = stalled
         return ProgressCheck(outcome, fail_now=True) if now >= fail_at else ProgressCheck()
@@ -49,7 +63,21 @@ def progress(job: Job | None, plan: JobPlan | None, reported: Mapping[int, tuple
         return ProgressCheck()
     # Ranks that run the training loop: all of them, or in parameter-server mode the chief alone.
     trainers = [0] if plan.success is SuccessRule.CHIEF else [p.rank for p in plan.processes]
-    outcome = policy.stalled(reported, trainers, now, job.spec.step_timeout)
+    outcome = policy.stalled(reported, [r for r in trainers if r not in gone], now, job.spec.step_timeout,
+                             node_of_rank(plan, allocations))
     if outcome is None:
         return ProgressCheck()
     return ProgressCheck(outcome, fail_at=now + stack_dump_grace)
+
+
+def note_progress(seen: dict[int, tuple[int, float]], left: set[int], job: RunningJob, now: float) -> None:
+    """Takes in a node's progress report for the job (in place): each reporting rank's step and when it
+    moved, on the coordinator's clock. A rank of that node that reported before and no longer does left
+    training (its `fit` ended, its progress file is gone): it is no longer watched until it reports again."""
+    reported = {p.rank: (p.step, now - p.age) for p in job.progress}
+    for rank in job.ranks:
+        if rank in reported:
+            seen[rank] = reported[rank]
+            left.discard(rank)
+        elif seen.pop(rank, None) is not None:
+            left.add(rank)

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings
+from cluster.coordinator.server import job_to_pb
 from cluster.coordinator.views import agents_view, job_view, jobs_view
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
@@ -227,7 +228,8 @@ def test_job_waits_with_a_reason_then_starts(core, nodes):
     waiting = core.submit(spec(2), now=1)[0]
     assert state(core, waiting) == JobState.QUEUED
     assert job_view(core, waiting).waiting_reason == \
-        "waiting for 2 free slots on one node; the most free on any node is 0 (a1)"
+        f"waiting for 2 slots free on one node; the most free is 0 on a1; job {big} (t) holds a1 and a2; it starts " \
+        "when one of those nodes has 2 free"
     drive(nodes, 1)
     for n in nodes:
         n.finish(big, now=3)
@@ -322,6 +324,8 @@ def test_a_rank_that_never_joins_fails_the_job_naming_it(core):
     drive(nodes, 10, rounds=1)
     core.check_agents(now=10)
     assert state(core, job_id) == JobState.RUNNING
+    assert job_view(core, job_id).waiting_reason == \
+        "1 of 2 ranks joined; waiting for rank 1 (node a2) (startup timeout 15 s)"  # followers print it
     drive(nodes, 16.5, rounds=1)
     core.check_agents(now=16.5)
     job = job_view(core, job_id).job
@@ -455,6 +459,7 @@ def test_preemption_pauses_at_the_workers_step_and_resume_runs_again(core, nodes
     nodes[0].finish(job_id, now=5)
     view = job_view(core, job_id)
     assert view.job.state == JobState.PAUSED and view.job.message == "paused at step 7"
+    assert [(p.agent, p.state) for p in job_to_pb(view).placement] == [("a1", "")]  # where it ran; it holds nothing
     drive(nodes, 6)
     assert not core.allocs.of_job(job_id)  # a paused job holds nothing
     assert core.preempt(job_id, now=6) == "PAUSED"  # already stopped: nothing to do

@@ -54,7 +54,8 @@ def test_large_job_is_not_starved_by_later_small_jobs():
     d = schedule(cluster, pending)
     assert d.assignments == ()
     assert d.waiting["big"] == "waiting for whole idle nodes totalling 16 slots; idle now: b"
-    assert d.waiting["s1"].endswith("held for earlier job big: a, b")
+    assert d.waiting["s1"] == "waiting for 2 slots free on one node; a and b are kept for earlier job big; it starts " \
+                              "after that job"
     # Once a drains, big starts.
     d = schedule(nodes(("a", 8, 8), ("b", 8, 8)), pending)
     assert [a.job_id for a in d.assignments] == ["big"]
@@ -72,7 +73,7 @@ def test_backfill_onto_nodes_not_reserved():
 
 def test_waiting_reason_for_small_job():
     d = schedule(nodes(("a", 8, 3), ("b", 8, 1)), [PendingJob("j", 4)])
-    assert d.waiting == {"j": "waiting for 4 free slots on one node; the most free on any node is 3 (a)"}
+    assert d.waiting == {"j": "waiting for 4 slots free on one node; the most free is 3 on a"}
 
 
 def test_feasibility_names_the_nearest_sizes():

@@ -5,7 +5,9 @@ has not joined and for how long. Pure: typed values in, one bounded line out."""
 from cluster.coordinator import policy, watchdogs
 from cluster.coordinator.scheduler import Node, PendingJob, schedule
 from cluster.coordinator.wait_reasons import FreeNode, Holder, LostNode, Surroundings, ago, queued, starting
-from cluster.shared.model import Allocation, AllocState
+from cluster.shared.config import ExperimentConfig
+from cluster.shared.model import Allocation, AllocState, Job, JobSpec, JobState
+from cluster.shared.modes import JobPlan, ProcessPlan, SuccessRule
 from cluster.shared.work import RankProgress, RunningJob
 
 NAMES = {"3-ab12": "train", "4-cd34": "eval"}
@@ -94,14 +96,16 @@ def test_a_placed_job_says_which_ranks_have_not_joined_and_for_how_long():
 
 
 def test_the_startup_watchdog_gives_the_reason_until_it_fails_the_job():
-    from tests.unit.test_coordinator_deciders import job, plan
-
+    config = ExperimentConfig(name="t", entrypoint=("x",), slots_per_trial=4, hyperparameters={"global_batch_size": 8})
+    job = Job("1-ab", 1, JobSpec(config), JobState.RUNNING, 0.0)
+    plan = JobPlan(tuple(ProcessPlan(r, r // 2, r % 2, 2, 29500 + r % 2, (), 1, {}) for r in range(4)),
+                   SuccessRule.ALL_RANKS)
     started = tuple(Allocation("1-ab", f"a{i + 1}", i, 2, "10.0.0.1", (29500, 29501), state=AllocState.STARTED)
                     for i in range(2))
-    check = watchdogs.startup(job(), plan(), {0, 1}, (), started, 0.0, 20.0, 300.0)
+    check = watchdogs.startup(job, plan, {0, 1}, (), started, 0.0, 20.0, 300.0)
     assert check.outcome is None and check.waiting == \
         "2 of 4 ranks joined; waiting for ranks 2 (node a2) and 3 (node a2) for 20 s (startup timeout 300 s)"
-    assert watchdogs.startup(job(), plan(), {0, 1}, (), started, 0.0, 301.0, 300.0).waiting == ""
+    assert watchdogs.startup(job, plan, {0, 1}, (), started, 0.0, 301.0, 300.0).waiting == ""
 
 
 def test_the_step_watchdog_names_the_rank_behind_and_its_node():

@@ -31,6 +31,7 @@ from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
 from cluster.agent.ports import PortLease, Prober, lease_dir, lease_for_job
 from cluster.agent.start_plan import node_facts, plan_start
+from cluster.agent.unreachable import Unreachable
 from cluster.shared.credentials import Credential
 from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
 from cluster.shared.rpc import Client, ClientError
@@ -43,6 +44,11 @@ WATCH_BACKOFF = 30.0  # seconds of heartbeats alone when the coordinator had no 
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable coordinator
 FINISHED_KEPT = 10_000  # runs remembered as finished (a repeated start of one is ignored)
+
+
+def _say(emit, line: str | None) -> None:
+    if line:
+        emit("%s", line, stacklevel=2)  # the caller's line in the log
 
 
 class NoSlotsError(UserError, ValueError):
@@ -89,6 +95,7 @@ class Agent:
         self._wake = threading.Event()  # heartbeat now
         self._prober = Prober(on_done=self._wake.set)  # its results go with the next heartbeat
         self._registered = False
+        self._unreachable = Unreachable()  # when to say so while the coordinator does not answer
         self.registered = threading.Event()  # set once the first registration succeeded
         self.refused = ""  # why the coordinator refused this node's credential (run() then returns)
         self._groups = GroupsFile(name)  # its directory and the lease directory: refused now if not ours
@@ -104,13 +111,14 @@ class Agent:
                 if not self._registered:
                     self._register()
                 urgent = self._heartbeat()
+                _say(log.info, self._unreachable.answered(time.monotonic()))
             except ClientError as e:
                 if e.code in REFUSED and not self._registered:  # a credential problem: retrying will not help
                     self.refused = f"the coordinator refused this node's credential: {e}"
                     log.error("%s", self.refused)
                     self._stop.set()
                     return
-                log.warning("coordinator unreachable (%s); workers keep running, retrying", e)
+                _say(log.warning, self._unreachable.failed(time.monotonic(), e))  # at once, then less often
                 urgent = False
             if not urgent:
                 self._wake.wait(self.heartbeat_interval)

@@ -60,11 +60,15 @@ def test_step_watchdog_reports_progress_from_fit(tmp_path, monkeypatch):
     path = tmp_path / "rank0.progress"
     monkeypatch.setenv("TFDIST_PROGRESS_FILE", str(path))
     monkeypatch.setattr(progress, "MIN_INTERVAL", 0.0)  # every step, for the test
+    monkeypatch.setattr(progress, "_trained", 0)  # this process's batches so far
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     x = np.zeros((40, 2), "float32")
-    model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[StepWatchdog()])
-    assert path.read_text() == "10\n"  # 2 epochs x 5 batches
+    seen = []
+    at_epoch_end = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(path.read_text()))
+    model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[StepWatchdog(), at_epoch_end])
+    assert seen[-1] == "10\n"  # 2 epochs x 5 batches
+    assert not path.exists()  # fit ended: the rank left training, the watchdog no longer watches it
 
 
 def test_batch_reports_come_every_n_batches_at_a_bounded_rate(tmp_path, monkeypatch):

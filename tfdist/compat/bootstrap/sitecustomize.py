@@ -4,9 +4,10 @@ tfdist's compatibility fixes too, each applied when the module it fixes finishes
   TF_CONFIG themselves), and in ps mode the refusal of Keras 3 variables under parameter servers;
 - `horovod.tensorflow`: Keras 3 variables accepted by the gradient tape and the broadcast (horovod#4290);
 - in horovod mode, a missing Horovod is one line naming the command that installs it;
-- SIGUSR1 prints every thread's Python stack (faulthandler), for the step watchdog.
-Nothing else is imported at start-up. TFDIST_KERAS_PATCH=0 turns the fixes off (not the ps refusal). An environment's own
-sitecustomize still runs.
+- SIGUSR1 prints every thread's Python stack (faulthandler), for the step watchdog;
+- `keras` and `tf_keras`: `fit` reports its step progress to the step watchdog (compat/keras_progress.py).
+Nothing else is imported at start-up. TFDIST_KERAS_PATCH=0 turns the fixes off (not the ps refusal nor the progress
+reports). An environment's own sitecustomize still runs.
 """
 
 import importlib.abc
@@ -64,6 +65,9 @@ class _MissingHorovod(importlib.abc.MetaPathFinder):  # its hint is tfdist.compa
 _PATCH = os.environ.get("TFDIST_KERAS_PATCH", "1") != "0"
 
 
+_PROGRESS = bool(os.environ.get("TFDIST_PROGRESS_FILE"))  # launched by tfdist: the step watchdog reads it
+
+
 def _fix_keras(module):
     if _PATCH:
         from tfdist.compat import keras_mwms
@@ -73,6 +77,14 @@ def _fix_keras(module):
         from tfdist.compat import keras_ps
 
         keras_ps.apply()
+    if _PROGRESS:
+        _report_fit_progress(module)
+
+
+def _report_fit_progress(module):
+    from tfdist.compat import keras_progress
+
+    keras_progress.apply_module(module)
 
 
 def _fix_horovod(module):
@@ -95,13 +107,15 @@ def _chain_to_the_environments_own() -> None:
             sys.modules["sitecustomize"] = mine
 
 
-if (_PATCH or _MODE == "ps") and "keras" not in sys.modules:
+if (_PATCH or _MODE == "ps" or _PROGRESS) and "keras" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("keras", _fix_keras))
+if _PROGRESS and "tf_keras" not in sys.modules:
+    sys.meta_path.insert(0, _AfterImport("tf_keras", _report_fit_progress))
 if _PATCH and _MODE == "horovod" and "horovod.tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("horovod.tensorflow", _fix_horovod))
 if _MODE == "horovod":
     sys.meta_path.append(_MissingHorovod())
-if os.environ.get("TFDIST_PROGRESS_FILE"):
+if _PROGRESS:
     # The step watchdog asks a stalled job's workers for their stacks with SIGUSR1 (into the job's logs).
     import faulthandler
     import signal

@@ -17,7 +17,7 @@ from cluster.shared.model import describe_exit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
-WAITING = ("QUEUED", "STARTING")  # states whose job.waiting_reason says what the job waits for
+WAITING = ("QUEUED", "STARTING", "RUNNING")  # states whose waiting_reason says what it waits for (RUNNING: ranks)
 
 
 LONG_POLL = 2.0  # seconds the coordinator may hold a GetLogs call open

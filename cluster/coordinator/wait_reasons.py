@@ -18,6 +18,7 @@ from cluster.shared.model import Allocation, AllocState
 
 SHOW = 3  # jobs, nodes or ranks named in one list before "and N more"
 NAME_CHARS = 40  # a job's or node's name is cut after this many characters
+QUIET = 10.0  # seconds of a start-up before its reason is given (ranks take seconds to import TensorFlow)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +170,10 @@ def starting(size: int, allocations: Sequence[Allocation], node_of_rank: Mapping
              waited: float, timeout: float) -> str:
     """Why a placed job's start-up is not over: the nodes that have not started its workers (and what they
     are at), else the ranks that have not joined (called tfdist.init() or listened on their port), with
-    how long it has waited against the startup timeout. "" when nothing is awaited."""
+    how long it has waited against the startup timeout. "" when nothing is awaited, and in the first
+    seconds of a start (`QUIET`, or half a shorter timeout), when every job waits for its ranks to import."""
+    if waited < min(QUIET, timeout / 2):
+        return ""
     for_how_long = (f" for {ago(waited)}" if waited >= 10 else "") + f" (startup timeout {timeout:g} s)"
     not_started = [a for a in allocations if a.state != AllocState.STARTED]
     if not_started:

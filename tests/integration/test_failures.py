@@ -3,6 +3,7 @@ daemons stopped while their peer hangs, and output that must never stall a node.
 loopback, no TensorFlow."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,9 @@ def test_a_rank_that_never_joins_fails_a_job_of_one_process_nodes(local_cluster)
     result = cluster.cli("launch", "--slots", "2", "--startup-timeout", "12", "--", HANG, "1")
     assert result.returncode == 1, result.stderr
     assert "failed: rank(s) 1 did not join within the startup timeout of 12s" in result.stderr
+    # While it waited, the launcher said who had not joined (issue 18: nothing until the timeout).
+    assert re.search(r"tfdist: job \S+ running: 1 of 2 ranks joined; waiting for rank 1 \(node n2\)( for 10 s)? "
+                     r"\(startup timeout 12 s\)\n", result.stderr), result.stderr
     assert "tfdist: last lines of rank 1 (node n2):\n  rank 1 up" in result.stderr
     assert "[rank=0] rank 0 up" in result.stdout and "[rank=1] rank 1 up" in result.stdout
 

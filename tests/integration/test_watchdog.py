@@ -2,6 +2,7 @@
 job's logs, and the gang is stopped, instead of a silent hang."""
 
 import os
+import re
 
 import pytest
 
@@ -9,6 +10,7 @@ from tests.conftest import REPO, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 WORKER = os.path.join(REPO, "tests", "integration", "workers", "stalls.py")
+HANG_IN_FIT = os.path.join(REPO, "tests", "integration", "workers", "hang_in_fit.py")
 
 
 def test_a_stalled_rank_is_named_with_every_ranks_stacks(tmp_path, marker):
@@ -17,7 +19,7 @@ def test_a_stalled_rank_is_named_with_every_ranks_stacks(tmp_path, marker):
                      timeout=150)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "tfdist: job 1-" in result.stderr
-    assert " failed: rank 1 made no progress for " in result.stderr
+    assert " failed: rank 1 on node local made no progress for " in result.stderr
     assert "(after step 5; the step watchdog allows 4s); every rank's Python stacks are in the job's logs" in \
         result.stderr
     everything = (result.stdout + result.stderr).splitlines()
@@ -35,3 +37,15 @@ def test_no_watchdog_when_turned_off(tmp_path, marker):
     result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--slots", "2", "--", str(script)], marker,
                      timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_rank_stuck_inside_keras_fit_is_named_with_no_change_to_the_script(tmp_path, marker):
+    """Measured (issue 18): a rank hung inside `fit` showed nothing at all; the watchdog needed the script to
+    report progress. Now `fit` reports by itself: the rank behind is named with its node and last step."""
+    (tmp_path / "c.yaml").write_text("watchdog: {step_timeout: 4}\n")
+    result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--slots", "2", "--", HANG_IN_FIT], marker,
+                     timeout=150)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert re.search(r" failed: rank 1 on node local made no progress for \d+s \(after step 3; the step watchdog "
+                     r"allows 4s\); every rank's Python stacks are in the job's logs", result.stderr), result.stderr[-3000:]
+    assert "[rank=1] rank 1 hangs inside fit" in result.stdout

@@ -84,8 +84,9 @@ def test_a_placed_job_says_which_ranks_have_not_joined_and_for_how_long():
     nodes = {0: "a1", 1: "a2"}
     assert starting(2, started, nodes, {0}, 41.0, 300.0) == \
         "1 of 2 ranks joined; waiting for rank 1 (node a2) for 40 s (startup timeout 300 s)"
-    assert starting(2, started, nodes, {0}, 3.0, 300.0) == \
-        "1 of 2 ranks joined; waiting for rank 1 (node a2) (startup timeout 300 s)"
+    assert starting(2, started, nodes, {0}, 9.0, 300.0) == ""  # every start waits a few seconds: no word yet
+    assert starting(2, started, nodes, {0}, 6.0, 12.0) == \
+        "1 of 2 ranks joined; waiting for rank 1 (node a2) (startup timeout 12 s)"  # half a short timeout
     assert starting(5, started, {r: "a1" for r in range(5)}, (), 75.0, 300.0) == (
         "0 of 5 ranks joined; waiting for ranks 0 (node a1), 1 (node a1), 2 (node a1) and 2 more for 1 min "
         "(startup timeout 300 s)")
@@ -102,6 +103,7 @@ def test_the_startup_watchdog_gives_the_reason_until_it_fails_the_job():
                    SuccessRule.ALL_RANKS)
     started = tuple(Allocation("1-ab", f"a{i + 1}", i, 2, "10.0.0.1", (29500, 29501), state=AllocState.STARTED)
                     for i in range(2))
+    assert watchdogs.startup(job, plan, {0, 1}, (), started, 0.0, 5.0, 300.0).waiting == ""
     check = watchdogs.startup(job, plan, {0, 1}, (), started, 0.0, 20.0, 300.0)
     assert check.outcome is None and check.waiting == \
         "2 of 4 ranks joined; waiting for ranks 2 (node a2) and 3 (node a2) for 20 s (startup timeout 300 s)"

@@ -5,7 +5,8 @@ where), the nodes kept for an earlier job, the LOST nodes, and what would let it
 reason (`starting`) says which nodes have not started its workers or which ranks have not joined, and
 for how long against the startup timeout. Lists are cut at `SHOW` entries ("and N more"), names at
 `NAME_CHARS`: a reason stays one bounded line however big the cluster. Durations are coarse (`ago`) so
-a reason changes, and followers print it again, every 10 s at most, then every minute.
+a reason changes, and followers print it again, every 10 s at most (after its first 10 s), then every
+minute.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ class FreeNode:
 
 # ---------------------------------------------------------------- words
 def ago(seconds: float) -> str:
-    """A coarse duration: "40 s" (tens of seconds), "3 min", "2 h"."""
+    """A coarse duration: "7 s" (the first ten seconds), "40 s" (then tens of seconds), "3 min", "2 h"."""
     seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{int(seconds)} s"
     if seconds < 60:
         return f"{int(seconds // 10) * 10} s"
     if seconds < 3600:

@@ -70,8 +70,8 @@ def test_a_reason_stays_one_bounded_line_on_a_big_cluster():
 
 
 def test_durations_are_coarse_so_a_reason_changes_rarely():
-    assert [ago(s) for s in (0, 9.9, 10, 47, 60, 119, 3599, 7300)] == \
-        ["0 s", "0 s", "10 s", "40 s", "1 min", "1 min", "59 min", "2 h"]
+    assert [ago(s) for s in (0, 6.5, 9.9, 10, 47, 60, 119, 3599, 7300)] == \
+        ["0 s", "6 s", "9 s", "10 s", "40 s", "1 min", "1 min", "59 min", "2 h"]
 
 
 def allocs(*states):

@@ -181,26 +181,17 @@ class _Capacity:
 
 def _reasons(blocked: list[PendingJob], cap: _Capacity, placed: Sequence[Assignment],
              around: wait_reasons.Surroundings) -> dict[str, str]:
-    """Why each blocked job waits (wait_reasons.queued), computed once per size: blocked jobs of one size
-    share their reason, except the one the reservation is for."""
+    """Why each blocked job waits (wait_reasons.QueueReasons: what the reasons share is computed once)."""
     if not blocked:
         return {}
-    nodes = [wait_reasons.FreeNode(n.name, n.slots, n.free_slots, cap.reserved_for.get(n.name, ""))
-             for n in sorted(cap.nodes.values(), key=lambda n: n.name)]
     holders = dict(around.holders)
     for assignment in placed:  # placed in this round: they hold their nodes now
         for name, _ in assignment.nodes:
             holders[name] = (*holders.get(name, ()), wait_reasons.Holder(assignment.job_id))
     around = dataclasses.replace(around, holders=holders)
-    reserver = next(iter(cap.reserved_for.values()), None)
-    said: dict[tuple[int, bool], str] = {}
-    reasons = {}
-    for job in blocked:
-        key = (job.slots, job.id == reserver)
-        if key not in said:
-            said[key] = wait_reasons.queued(job.id, job.slots, nodes, around)
-        reasons[job.id] = said[key]
-    return reasons
+    reasons = wait_reasons.QueueReasons(list(cap.nodes.values()), cap.reserved_for, around,
+                                        max(job.slots for job in blocked))
+    return {job.id: reasons.of(job.id, job.slots) for job in blocked}
 
 
 def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob],

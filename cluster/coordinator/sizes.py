@@ -32,10 +32,3 @@ def achievable_sizes(node_sizes: Iterable[int], limit: int = 4096) -> tuple[int,
     bits = bin(reach)[:1:-1]  # bits[k] == "1": some set of nodes sums to k
     return largest, {k for k in range(largest + 1, len(bits)) if bits[k] == "1"}
 
-
-def fits(slots: int, node_sizes: Iterable[int]) -> bool:
-    """Whether nodes of these sizes could ever hold a job of `slots`: on one node, or as a sum of whole nodes."""
-    sizes = list(node_sizes)
-    if not sizes:
-        return False
-    return slots <= max(sizes) or slots in achievable_sizes(sizes, limit=slots)[1]

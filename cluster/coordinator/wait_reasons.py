@@ -12,9 +12,9 @@ minute.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence
 
-from cluster.coordinator.sizes import fits
+from cluster.coordinator.sizes import achievable_sizes
 from cluster.shared.model import Allocation, AllocState
 
 SHOW = 3  # jobs, nodes or ranks named in one list before "and N more"
@@ -45,13 +45,11 @@ class Surroundings:
     names: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
-class FreeNode:
-    """A live node as the scheduler left it: its size and free slots after this round's placements."""
+class FreeNode(Protocol):
+    """A live node as the scheduler left it (scheduler.Node): its size and free slots after this round."""
     name: str
     slots: int
-    free: int
-    kept_for: str = ""  # the earlier blocked job this node is kept for ("" if none)
+    free_slots: int
 
 
 # ---------------------------------------------------------------- words
@@ -89,74 +87,121 @@ def _slots(n: int) -> str:
 
 
 # ---------------------------------------------------------------- a queued job
-def queued(job_id: str, slots: int, nodes: Sequence[FreeNode], around: Surroundings) -> str:
-    """Why the queued job `job_id` needing `slots` is not placed, and what would let it start."""
-    largest = max((n.slots for n in nodes), default=0)
-    whole = slots > largest
-    lost = [n for n in around.lost if whole or n.slots >= slots]
-    lost_clause = _lost(lost)
-    if not fits(slots, [n.slots for n in nodes] + [n.slots for n in around.lost]):
-        total = sum(n.slots for n in nodes) + sum(n.slots for n in around.lost)
-        why = f"the cluster has {total} in all" if total < slots else \
-            "no set of whole nodes sums to it (a job larger than one node takes whole nodes)"
-        return "; ".join(filter(None, [f"needs {_slots(slots)} but {why}", lost_clause])) + \
-            ": lower --slots or add nodes"
-    usable = [n for n in nodes if n.kept_for in ("", job_id)]
-    if whole:
-        idle = sorted(n.name for n in usable if n.free == n.slots)
-        head = f"waiting for whole idle nodes totalling {slots} slots; idle now: {listed(idle) if idle else 'none'}"
-        mine = [n for n in usable if n.kept_for == job_id]
-        needed = mine or usable
-        needed = [n for n in needed if n.free < n.slots]
-    else:
-        candidates = [n for n in usable if n.slots >= slots]
-        best = min(candidates, key=lambda n: (-n.free, n.name), default=None)
-        head = f"waiting for {_slots(slots)} free on one node" + \
-            (f"; the most free is {best.free} on {cut(best.name)}" if best else "")
-        needed = candidates
-    needed = sorted(needed, key=lambda n: (-n.free, n.name))
-    holders = _holders(needed, around)
-    kept = _kept(nodes, job_id, slots, whole, around.names)
-    one = len({n.name for n in needed if around.holders.get(n.name)}) == 1
-    if not fits(slots, [n.slots for n in nodes]):
-        closing = f"it starts when {listed(sorted(n.name for n in lost))} {'is' if len(lost) == 1 else 'are'} back " \
-                  "(or lower --slots)"
-    elif holders:
-        closing = ("it starts when that node is free" if one else "it starts when those nodes are free") if whole \
-            else (f"it starts when that node has {slots} free" if one else
-                  f"it starts when one of those nodes has {slots} free")
-    elif kept:
-        closing = "it starts after that job"
-    else:
-        closing = ""
-    return "; ".join(filter(None, [head, holders, kept, lost_clause, closing]))
+def queued(job_id: str, slots: int, nodes: Sequence[FreeNode], around: Surroundings,
+           kept_for: Mapping[str, str] | None = None) -> str:
+    """Why the queued job `job_id` needing `slots` is not placed, and what would let it start. `kept_for`:
+    node -> the earlier blocked job it is kept for."""
+    return QueueReasons(nodes, kept_for or {}, around, slots).of(job_id, slots)
 
 
-def _holders(needed: Sequence[FreeNode], around: Surroundings) -> str:
-    """"job 3-ab12 (train) holds a1, a2; job 4-cd34 is stopping on a3; 2 more jobs hold others"."""
+@dataclasses.dataclass(frozen=True)
+class _Shared:
+    """The parts of a reason shared by the jobs that could use the same nodes."""
+    idle: str  # whole-node jobs: the idle nodes they could take
+    best: FreeNode | None  # smaller jobs: the node with the most free slots they could use
+    holders: str
+    one_held: bool  # the jobs named hold one node only
+    kept: str
+    lost: tuple[LostNode, ...]
+
+
+class QueueReasons:
+    """The reasons of one scheduling round's blocked jobs (`of`). What they share (the sizes that fit, the
+    nodes in order of free slots, the clauses naming holders, kept and lost nodes) is computed once per
+    set of usable nodes: a round with a thousand blocked jobs of twenty sizes costs twenty reasons.
+    `most`: the largest job asked about."""
+
+    def __init__(self, nodes: Sequence[FreeNode], kept_for: Mapping[str, str], around: Surroundings, most: int):
+        self.around, self.kept_for = around, kept_for
+        self.nodes = sorted(nodes, key=lambda n: (-n.free_slots, n.name))  # the most free first
+        self.largest = max((n.slots for n in nodes), default=0)
+        self.reserver = next(iter(kept_for.values()), "")
+        everything = [n.slots for n in nodes] + [n.slots for n in around.lost]
+        self.total = sum(everything)
+        self.sizes = sorted(set(everything))
+        self.alive = achievable_sizes([n.slots for n in nodes], limit=most)
+        self.ever = achievable_sizes(everything, limit=most)
+        self.lost = tuple(sorted(around.lost, key=lambda n: n.name))
+        self._shared: dict[tuple, _Shared] = {}
+        self._said: dict[tuple[int, bool], str] = {}
+
+    def of(self, job_id: str, slots: int) -> str:
+        """The reason of the blocked job `job_id` needing `slots` (jobs of one size share it)."""
+        said = (slots, job_id == self.reserver)
+        if said not in self._said:
+            self._said[said] = self._reason(job_id, slots)
+        return self._said[said]
+
+    def _reason(self, job_id: str, slots: int) -> str:
+        whole = slots > self.largest
+        if not _fits(self.ever, slots):
+            why = f"the cluster has {self.total} in all" if self.total < slots else \
+                "no set of whole nodes sums to it (a job larger than one node takes whole nodes)"
+            lost = self.lost if whole else tuple(n for n in self.lost if n.slots >= slots)
+            return "; ".join(filter(None, [f"needs {_slots(slots)} but {why}", _lost(lost)])) + \
+                ": lower --slots or add nodes"
+        # Smaller jobs can use the nodes of at least their size: the smallest such size keys what they share.
+        fitting = 0 if whole else next((size for size in self.sizes if size >= slots), slots)
+        key = (job_id == self.reserver, whole, fitting)
+        if key not in self._shared:
+            self._shared[key] = self._share(job_id, whole, fitting)
+        shared = self._shared[key]
+        if whole:
+            head = f"waiting for whole idle nodes totalling {slots} slots; idle now: {shared.idle}"
+        else:
+            head = f"waiting for {_slots(slots)} free on one node" + \
+                (f"; the most free is {shared.best.free_slots} on {cut(shared.best.name)}" if shared.best else "")
+        if not _fits(self.alive, slots):
+            names = listed([n.name for n in shared.lost])
+            closing = f"it starts when {names} {'is' if len(shared.lost) == 1 else 'are'} back (or lower --slots)"
+        elif shared.holders:
+            closing = ("it starts when that node is free" if shared.one_held else "it starts when those nodes are "
+                       "free") if whole else (f"it starts when that node has {slots} free" if shared.one_held else
+                                              f"it starts when one of those nodes has {slots} free")
+        else:
+            closing = "it starts after that job" if shared.kept else ""
+        return "; ".join(filter(None, [head, shared.holders, shared.kept, _lost(shared.lost), closing]))
+
+    def _share(self, job_id: str, whole: bool, fitting: int) -> _Shared:
+        kept_for = self.kept_for
+        usable = [n for n in self.nodes if kept_for.get(n.name, job_id) == job_id and n.slots >= fitting]
+        mine = [n for n in usable if n.name in kept_for]
+        idle = sorted(n.name for n in usable if n.free_slots == n.slots) if whole else []
+        needed = [n for n in (mine or usable) if n.free_slots < n.slots] if whole else usable
+        holders, one = _holders(needed, self.around)
+        kept = [n for n in self.nodes if kept_for.get(n.name, job_id) != job_id and n.slots >= fitting]
+        kept_clause = f"{listed(sorted(n.name for n in kept))} {'is' if len(kept) == 1 else 'are'} kept for " \
+                      f"earlier {_job(kept_for[kept[0].name], self.around.names)}" if kept else ""
+        return _Shared(listed(idle) if idle else "none", usable[0] if usable and not whole else None, holders, one,
+                       kept_clause, tuple(n for n in self.lost if n.slots >= fitting))
+
+
+def _fits(sizes: tuple[int, set[int]], slots: int) -> bool:
+    """`sizes`: achievable_sizes' (largest node, sums of whole nodes)."""
+    largest, multi = sizes
+    return slots <= largest or slots in multi
+
+
+def _holders(needed: Sequence[FreeNode], around: Surroundings) -> tuple[str, bool]:
+    """("job 3-ab12 (train) holds a1 and a2; job 4-cd34 is stopping its workers on a3; 2 more jobs hold
+    others", whether they hold one node only)."""
     on: dict[str, list[str]] = {}
     releasing: dict[str, bool] = {}
+    held = 0
     for node in needed:
-        for h in around.holders.get(node.name, ()):
+        jobs = around.holders.get(node.name, ())
+        held += bool(jobs)
+        for h in jobs:
             on.setdefault(h.job_id, []).append(node.name)
             releasing[h.job_id] = releasing.get(h.job_id, True) and h.releasing
     if not on:
-        return ""
+        return "", False
     parts = [f"{_job(job_id, around.names)} " + (f"is stopping its workers on {listed(nodes)}" if releasing[job_id]
                                                  else f"holds {listed(nodes)}")
              for job_id, nodes in list(on.items())[:SHOW]]
     if len(on) > SHOW:
         parts.append(f"{len(on) - SHOW} more jobs hold others")
-    return "; ".join(parts)
-
-
-def _kept(nodes: Sequence[FreeNode], job_id: str, slots: int, whole: bool, names: Mapping[str, str]) -> str:
-    """The nodes this job could use that are kept for an earlier job (the first blocked one)."""
-    kept = [n for n in nodes if n.kept_for not in ("", job_id) and (whole or n.slots >= slots)]
-    if not kept:
-        return ""
-    return f"{listed(sorted(n.name for n in kept))} {'is' if len(kept) == 1 else 'are'} kept for earlier " \
-           f"{_job(kept[0].kept_for, names)}"
+    return "; ".join(parts), held == 1
 
 
 def _lost(lost: Sequence[LostNode]) -> str:

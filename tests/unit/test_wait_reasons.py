@@ -4,7 +4,7 @@ has not joined and for how long. Pure: typed values in, one bounded line out."""
 
 from cluster.coordinator import policy, watchdogs
 from cluster.coordinator.scheduler import Node, PendingJob, schedule
-from cluster.coordinator.wait_reasons import FreeNode, Holder, LostNode, Surroundings, ago, queued, starting
+from cluster.coordinator.wait_reasons import Holder, LostNode, Surroundings, ago, queued, starting
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.model import Allocation, AllocState, Job, JobSpec, JobState
 from cluster.shared.modes import JobPlan, ProcessPlan, SuccessRule
@@ -34,16 +34,16 @@ def test_a_lost_node_is_named_with_what_would_let_the_job_start():
 
 
 def test_a_job_larger_than_the_cluster_says_how_to_fix_it():
-    assert queued("j", 4, [FreeNode("a1", 1, 1), FreeNode("a2", 1, 1)], around()) == \
+    assert queued("j", 4, [Node("a1", 1, 1), Node("a2", 1, 1)], around()) == \
         "needs 4 slots but the cluster has 2 in all: lower --slots or add nodes"
-    assert queued("j", 3, [FreeNode("a1", 2, 2), FreeNode("a2", 2, 2)], around()) == \
+    assert queued("j", 3, [Node("a1", 2, 2), Node("a2", 2, 2)], around()) == \
         "needs 3 slots but no set of whole nodes sums to it (a job larger than one node takes whole nodes): lower " \
         "--slots or add nodes"
 
 
 def test_a_small_job_names_the_most_free_node_and_who_holds_the_others():
     held = around({"a": [Holder("3-ab12")], "b": [Holder("4-cd34", releasing=True), Holder("9-9999")]})
-    assert queued("j", 4, [FreeNode("a", 8, 3), FreeNode("b", 8, 1)], held) == (
+    assert queued("j", 4, [Node("a", 8, 3), Node("b", 8, 1)], held) == (
         "waiting for 4 slots free on one node; the most free is 3 on a; job 3-ab12 (train) holds a; job 4-cd34 "
         "(eval) is stopping its workers on b; job 9-9999 holds b; it starts when one of those nodes has 4 free")
 
@@ -58,7 +58,7 @@ def test_nodes_kept_for_an_earlier_job_are_named():
 
 
 def test_a_reason_stays_one_bounded_line_on_a_big_cluster():
-    nodes = [FreeNode(f"node-{i:04d}", 8, 0) for i in range(2000)]
+    nodes = [Node(f"node-{i:04d}", 8, 0) for i in range(2000)]
     holders = {n.name: [Holder(f"{i}-abcd")] for i, n in enumerate(nodes)}
     lost = [LostNode(f"lost-{i}", 8, 30.0 + i) for i in range(500)]
     reason = queued("j", 64, nodes, around(holders, lost))

@@ -47,9 +47,15 @@ class Surroundings:
 
 class FreeNode(Protocol):
     """A live node as the scheduler left it (scheduler.Node): its size and free slots after this round."""
-    name: str
-    slots: int
-    free_slots: int
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def slots(self) -> int: ...
+
+    @property
+    def free_slots(self) -> int: ...
 
 
 # ---------------------------------------------------------------- words

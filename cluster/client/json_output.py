@@ -17,6 +17,9 @@ from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import TfdistError
 
 
+WAITING_STATES = ("QUEUED", "STARTING", "RUNNING")  # a job waits for nodes, then its nodes and ranks to start
+
+
 def dumps(document: Any) -> str:
     """One document, indented for people; `allow_nan=False`: a NaN that slipped through is a bug, not
     invalid JSON for a script to choke on."""
@@ -57,7 +60,7 @@ def job(message: pb.Job) -> dict[str, Any]:
         "submitted_at": when(message.submitted_at),
         "started_at": when(message.started_at),
         "ended_at": when(message.ended_at),
-        "waiting_reason": (message.waiting_reason or None) if message.state == "QUEUED" else None,
+        "waiting_reason": (message.waiting_reason or None) if message.state in WAITING_STATES else None,
         "placement": [_node(p, ranks.get(p.node_rank, []), message.state in HOLDING) for p in message.placement],
         "attempt": message.attempt,
         "restarts": message.restarts,

@@ -40,7 +40,7 @@ def print_jobs(jobs, as_json: bool, left_out: int = 0) -> int:
         print(json_output.dumps(json_output.jobs(jobs, left_out)))
         return 0
     rows = [[j.id, j.spec.config.name, j.state, str(j.spec.config.slots_per_trial), _when(j.submitted_at),
-             j.waiting_reason if j.state == "QUEUED" else j.message] for j in jobs]
+             (j.waiting_reason if j.state in json_output.WAITING_STATES else "") or j.message] for j in jobs]
     print(_table(["ID", "NAME", "STATE", "SLOTS", "SUBMITTED", "INFO"], rows))
     return 0
 
@@ -55,7 +55,7 @@ def print_job(job, as_json: bool) -> int:
     print(f"  slots:     {spec.slots}   priority: {spec.priority}   mode: {spec.distribution_mode}"
           + (f" ({spec.mode_reason})" if spec.mode_reason else ""))
     print(f"  submitted: {_when(job.submitted_at)}   started: {_when(job.started_at)}   ended: {_when(job.ended_at)}")
-    if job.state == "QUEUED":
+    if job.state == "QUEUED" or (job.waiting_reason and job.state in json_output.WAITING_STATES):
         print(f"  waiting:   {job.waiting_reason or 'scheduling'}")
     if job.placement:
         print("  placement:")

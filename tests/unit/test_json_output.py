@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from cluster.client import json_output
+from cluster.client import json_output, tables
 from cluster.shared import jobspec
 from cluster.shared.config import parse_config
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -146,6 +146,15 @@ def test_a_queued_job_says_why_and_has_no_exit_code_yet():
     assert (shown["exit_code"], shown["outcome"], shown["started_at"], shown["placement"]) == (None, None, None, [])
     assert (shown["waiting_reason"], shown["priority"], shown["latest_checkpoint"]) == \
         ("waiting for 2 slots", 3, {"step": None, "path": None, "time": None})
+
+
+def test_a_placed_job_says_which_ranks_it_waits_for_and_an_ended_one_nothing(capsys):
+    joining = "1 of 2 ranks joined; waiting for rank 1 (node a2) for 40 s (startup timeout 300 s)"
+    assert valid(json_output.job(_job("RUNNING", waiting_reason=joining)), JOB)["waiting_reason"] == joining
+    assert valid(json_output.job(_job("FAILED", waiting_reason=joining)), JOB)["waiting_reason"] is None
+    tables.print_job(_job("RUNNING", waiting_reason=joining), as_json=False)
+    tables.print_jobs([_job("STARTING", waiting_reason=joining)], as_json=False)
+    assert capsys.readouterr().out.count(joining) == 2
 
 
 def test_a_ps_job_on_two_gpu_nodes_shows_each_nodes_ranks_and_roles():

@@ -166,7 +166,7 @@ def _slurm_logs(args) -> int:
     from cluster.client import slurm_submit
 
     given = [flag for flag, value in (("--json", args.json), ("--quiet", args.quiet),
-                                      ("--rank", args.rank is not None)) if value]
+                                      ("--rank", args.rank != -1)) if value]
     if given:  # the Slurm job's output file holds its launch's view as printed, not a job's lines
         raise UsageError(f"tfdist logs: --slurm prints the Slurm job's output file as written, which has no "
                          f"ranks or streams for {', '.join(given)}: drop {'it' if len(given) == 1 else 'them'}")

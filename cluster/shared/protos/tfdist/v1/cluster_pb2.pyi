@@ -137,7 +137,7 @@ class WorkerExit(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., agent: _Optional[str] = ..., exit_code: _Optional[int] = ..., last_lines: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., tolerated: _Optional[bool] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank", "attempt", "restarts", "latest_checkpoint", "owner")
+    __slots__ = ("id", "spec", "state", "submitted_at", "started_at", "ended_at", "placement", "waiting_reason", "message", "exit_code", "exits", "latest_metrics", "failed_rank", "attempt", "restarts", "latest_checkpoint", "owner", "throughput")
     ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +155,7 @@ class Job(_message.Message):
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     LATEST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
     id: str
     spec: JobSpec
     state: str
@@ -172,7 +173,18 @@ class Job(_message.Message):
     restarts: int
     latest_checkpoint: Checkpoint
     owner: str
-    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., failed_rank: _Optional[int] = ..., attempt: _Optional[int] = ..., restarts: _Optional[int] = ..., latest_checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
+    throughput: Throughput
+    def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[str] = ..., submitted_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., placement: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., exits: _Optional[_Iterable[_Union[WorkerExit, _Mapping]]] = ..., latest_metrics: _Optional[_Iterable[_Union[Metric, _Mapping]]] = ..., failed_rank: _Optional[int] = ..., attempt: _Optional[int] = ..., restarts: _Optional[int] = ..., latest_checkpoint: _Optional[_Union[Checkpoint, _Mapping]] = ..., owner: _Optional[str] = ..., throughput: _Optional[_Union[Throughput, _Mapping]] = ...) -> None: ...
+
+class Throughput(_message.Message):
+    __slots__ = ("steps_per_second", "examples_per_second", "time")
+    STEPS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    EXAMPLES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    steps_per_second: float
+    examples_per_second: float
+    time: float
+    def __init__(self, steps_per_second: _Optional[float] = ..., examples_per_second: _Optional[float] = ..., time: _Optional[float] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
     __slots__ = ("step", "path", "attempt", "time")
@@ -353,7 +365,7 @@ class Gpu(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class AgentInfo(_message.Message):
-    __slots__ = ("name", "slots", "gpu", "addresses", "state", "last_heartbeat", "jobs", "free_slots", "gpus", "free_gpus")
+    __slots__ = ("name", "slots", "gpu", "addresses", "state", "last_heartbeat", "jobs", "free_slots", "gpus", "free_gpus", "usage", "metrics_address")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +376,8 @@ class AgentInfo(_message.Message):
     FREE_SLOTS_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     FREE_GPUS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     slots: int
     gpu: bool
@@ -374,7 +388,43 @@ class AgentInfo(_message.Message):
     free_slots: int
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
     free_gpus: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., slots: _Optional[int] = ..., gpu: _Optional[bool] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ..., state: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., free_slots: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., free_gpus: _Optional[_Iterable[int]] = ...) -> None: ...
+    usage: NodeUsage
+    metrics_address: str
+    def __init__(self, name: _Optional[str] = ..., slots: _Optional[int] = ..., gpu: _Optional[bool] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ..., state: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., free_slots: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., free_gpus: _Optional[_Iterable[int]] = ..., usage: _Optional[_Union[NodeUsage, _Mapping]] = ..., metrics_address: _Optional[str] = ...) -> None: ...
+
+class NodeUsage(_message.Message):
+    __slots__ = ("time", "gpus", "jobs")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuUsage]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobUsage]
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuUsage, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobUsage, _Mapping]]] = ...) -> None: ...
+
+class GpuUsage(_message.Message):
+    __slots__ = ("index", "utilization", "memory_used_bytes", "memory_total_bytes")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    utilization: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    def __init__(self, index: _Optional[int] = ..., utilization: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ...) -> None: ...
+
+class JobUsage(_message.Message):
+    __slots__ = ("job_id", "cpu_seconds", "rss_bytes", "processes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    cpu_seconds: float
+    rss_bytes: int
+    processes: int
+    def __init__(self, job_id: _Optional[str] = ..., cpu_seconds: _Optional[float] = ..., rss_bytes: _Optional[int] = ..., processes: _Optional[int] = ...) -> None: ...
 
 class ListAgentsRequest(_message.Message):
     __slots__ = ()
@@ -387,20 +437,24 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("agent", "running", "leased_jobs")
+    __slots__ = ("agent", "running", "leased_jobs", "metrics_csr")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     LEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_CSR_FIELD_NUMBER: _ClassVar[int]
     agent: AgentInfo
     running: _containers.RepeatedCompositeFieldContainer[RunningTask]
     leased_jobs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+    metrics_csr: bytes
+    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., metrics_csr: _Optional[bytes] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("heartbeat_interval",)
+    __slots__ = ("heartbeat_interval", "metrics_certificate")
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    METRICS_CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval: float
-    def __init__(self, heartbeat_interval: _Optional[float] = ...) -> None: ...
+    metrics_certificate: bytes
+    def __init__(self, heartbeat_interval: _Optional[float] = ..., metrics_certificate: _Optional[bytes] = ...) -> None: ...
 
 class RunningTask(_message.Message):
     __slots__ = ("job_id", "ranks", "joined_ranks", "progress", "attempt")
@@ -490,18 +544,36 @@ class StartTask(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., store_port: _Optional[int] = ..., attempt: _Optional[int] = ..., store_secret: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results")
+    __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results", "usage")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     PORT_RESULTS_FIELD_NUMBER: _ClassVar[int]
     LEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
     PROBE_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     agent: str
     running: _containers.RepeatedCompositeFieldContainer[RunningTask]
     port_results: _containers.RepeatedCompositeFieldContainer[PortCheckResult]
     leased_jobs: _containers.RepeatedScalarFieldContainer[str]
     probe_results: _containers.RepeatedCompositeFieldContainer[ProbeResult]
-    def __init__(self, agent: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., port_results: _Optional[_Iterable[_Union[PortCheckResult, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., probe_results: _Optional[_Iterable[_Union[ProbeResult, _Mapping]]] = ...) -> None: ...
+    usage: NodeUsage
+    def __init__(self, agent: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., port_results: _Optional[_Iterable[_Union[PortCheckResult, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., probe_results: _Optional[_Iterable[_Union[ProbeResult, _Mapping]]] = ..., usage: _Optional[_Union[NodeUsage, _Mapping]] = ...) -> None: ...
+
+class CheckScrapeTokenRequest(_message.Message):
+    __slots__ = ("agent", "token")
+    AGENT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    agent: str
+    token: str
+    def __init__(self, agent: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class CheckScrapeTokenResponse(_message.Message):
+    __slots__ = ("kind", "name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ProbeTarget(_message.Message):
     __slots__ = ("peer", "address", "port")

@@ -480,6 +480,11 @@ class AgentServiceStub:
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsRequest.SerializeToString,
                 response_deserializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsResponse.FromString,
                 _registered_method=True)
+        self.CheckScrapeToken = channel.unary_unary(
+                '/tfdist.v1.AgentService/CheckScrapeToken',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.CheckScrapeTokenRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.CheckScrapeTokenResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -521,6 +526,12 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckScrapeToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -553,6 +564,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ReportMetrics,
                     request_deserializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsRequest.FromString,
                     response_serializer=tfdist_dot_v1_dot_cluster__pb2.ReportMetricsResponse.SerializeToString,
+            ),
+            'CheckScrapeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckScrapeToken,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.CheckScrapeTokenRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.CheckScrapeTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -717,6 +733,33 @@ class AgentService:
             '/tfdist.v1.AgentService/ReportMetrics',
             tfdist_dot_v1_dot_cluster__pb2.ReportMetricsRequest.SerializeToString,
             tfdist_dot_v1_dot_cluster__pb2.ReportMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckScrapeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.AgentService/CheckScrapeToken',
+            tfdist_dot_v1_dot_cluster__pb2.CheckScrapeTokenRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.CheckScrapeTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod slurm fuzz
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod slurm debian-packages fuzz
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,14 +42,20 @@ $(VENV)/.horovod: cluster/client/build_horovod.sh | $(VENV)/.test
 
 horovod: $(VENV)/.horovod
 
-# Slurm's daemons and clients for tests/slurm (a real slurmctld and one slurmd per namespace node).
-# Debian's packages, about 5 s; the tests start their own private munged and daemons.
-slurm:
-	@command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
-	  && command -v munged >/dev/null || { \
+# Debian's packages the suite runs for real: Slurm's daemons and clients (tests/slurm: a real slurmctld
+# and one slurmd per namespace node; the tests start their own private munged and daemons), Prometheus
+# (tests/integration/test_prometheus.py scrapes a coordinator and agents) and headless Chromium with its
+# driver (tests/integration/test_dashboard.py). One apt run when any is missing.
+DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge prometheus chromium chromium-driver
+debian-packages:
+	@missing=""; for tool in slurmctld slurmd sbatch munged prometheus chromium chromedriver; do \
+	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	[ -z "$$missing" ] || { echo "installing Debian packages for:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-	    --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null; }
+	    --no-install-recommends $(DEBIAN_PACKAGES) >/dev/null; }
+
+slurm: debian-packages
 
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
@@ -58,7 +64,7 @@ demo: $(VENV)/.examples
 # that starts processes runs under pytest, whose summary line closes the output. Two pytest workers, each
 # test module on one (module fixtures such as a Slurm cluster start once): most of these tests wait on
 # processes, sockets and Slurm rather than the CPU, so two at a time take about 2/3 of the time on 2 cores.
-test: $(VENV)/.test $(VENV)/.horovod slurm
+test: $(VENV)/.test $(VENV)/.horovod debian-packages
 	bash tools/bazel_test.sh
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadscope --durations=15 tests --ignore=tests/unit
 

@@ -18,6 +18,13 @@ from cluster.shared import limits
 from cluster.shared.config import DISTRIBUTION_MODES
 
 
+def _dashboard(args: argparse.Namespace) -> int:
+    """`tfdist dashboard` (cluster/client/dashboard/): imported when run, its web assets with it."""
+    from cluster.client.dashboard import command
+
+    return command.run(args)
+
+
 @dataclasses.dataclass(frozen=True)
 class Arg:
     """One `add_argument(*flags, **options)`. `default_from` gives the default when the parser is built
@@ -193,6 +200,9 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
 COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon_commands.run_coordinator, args=(
     arg("--listen", default="127.0.0.1:7470", metavar="HOST:PORT",
         help="address to serve on (default 127.0.0.1:7470); TLS, and every call needs a credential"),
+    arg("--http", metavar="HOST:PORT|off",
+        help="Prometheus /metrics over HTTPS, with the same credentials (a monitor credential is enough); "
+             "default: --listen's host, its port + 10 (7480); off: none"),
     arg("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives"),
     arg("--credentials-dir", metavar="DIR", help="the cluster's CA, certificate and secret from `tfdist credentials` "
                                                  "(default: STATE_DIR/credentials, made on first start)"),
@@ -218,6 +228,9 @@ AGENT = Command("agent", "run a node agent", daemon_commands.run_agent, args=(
     arg("--name", help="node name (default: the name in its node credential, else the host name)"),
     arg("--slurm", action="store_true", help="started by `tfdist launch` inside a Slurm allocation: name, slots and "
                                              "credential from the step's environment"),
+    arg("--metrics-listen", metavar="HOST:PORT",
+        help="serve this node's Prometheus /metrics here (GPUs, slots, each job's CPU and memory): HTTPS with a "
+             "certificate the coordinator signs, and the coordinator's credentials (default: none)"),
     VERBOSITY,
 ))
 
@@ -292,6 +305,19 @@ COMMANDS: tuple[Command, ...] = (
             description="Runs TensorBoard on the event files MetricsReporter(tensorboard=True) wrote for job ID "
                         "(<checkpoint_storage>/ID/tensorboard, else <working dir>/tfdist-tensorboard/ID; this "
                         "machine must see that directory) and prints its URL; Ctrl-C or SIGTERM stops it."),
+    Command("dashboard", "the cluster and its jobs in your browser (read-only, with actions on your own jobs)",
+            _dashboard, (
+                *CLIENT,
+                arg("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
+                                                        "every page needs the login link's token)"),
+                arg("--port", type=bounded(0, 65535), metavar="PORT",
+                    help="port (default 7490, or the next free one; 0: any free port)"),
+                arg("--open", action="store_true", help="open it in this machine's browser")),
+            description="Serves a web dashboard of the coordinator your credential reaches: nodes, slots and GPUs "
+                        "with their utilisation, the queue with waiting reasons, each job's placement, live logs, "
+                        "metric curves, checkpoints and failures, and cancel/preempt/resume for your own jobs. It "
+                        "asks the coordinator with your credential, as `tfdist jobs` does, and prints a login link "
+                        "(its token is the only way in); Ctrl-C or SIGTERM stops it."),
     Command("agents", "list agents", job_commands.list_agents, (*CLIENT, JSON)),
     Command("doctor", "check this node before a long run: TensorFlow, Keras, GPUs, Horovod, ports, the coordinator",
             doctor.run_doctor, (

@@ -46,7 +46,7 @@ class Say(tf.keras.callbacks.Callback):
 
 with ctx.strategy.scope():
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
-    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
 reporter = MetricsReporter(every_n_batches=2, tensorboard=True)
 model.fit(x, y, batch_size=8, epochs=4, verbose=0, callbacks=[reporter, Say()])
 print("training done; serving until canceled", flush=True)
@@ -113,8 +113,29 @@ class Browser:
         return self.driver.find_elements(By.CSS_SELECTOR, css)
 
     def text(self, css) -> str:
-        found = self.find(css)
-        return found[0].text if found else ""
+        """The rendered text of the first element `css` selects, read in one step (the page redraws as it polls:
+        an element found first and read after could be gone)."""
+        return self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css)
+
+    def attributes(self, css, name) -> list[str]:
+        return self.driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map((e) => e.getAttribute(arguments[1]));", css, name)
+
+    def click(self, css, what):
+        """Clicks the element `css` selects once it is there (again if a redraw replaced it in between)."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        def clicked(_):
+            try:
+                found = self.find(css)
+                if found:
+                    found[0].click()
+                return bool(found)
+            except StaleElementReferenceException:
+                return False
+
+        self.wait(clicked, what)
 
     def kill(self):
         process = getattr(self.service, "process", None)
@@ -215,8 +236,8 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         # The running job's page: its logs follow live, its metrics draw curves.
         owner.driver.get(f"{base}/jobs/{training}")
         owner.wait(lambda d: "epoch 2 loss" in owner.text("#log"), f"job {training}'s log to show its epoch lines")
-        owner.wait(lambda d: any(p.get_attribute("d").count("L") >= 2 for p in owner.find(
-            '#charts figure[data-metric="loss"] svg path.series')), f"a loss curve with points for job {training}")
+        owner.wait(lambda d: any(path.count("L") >= 2 for path in owner.attributes(
+            '#charts figure[data-metric="loss"] svg path.series', "d")), f"a loss curve with points for job {training}")
         assert "[rank=0] epoch 1 loss" in owner.text("#log")
         owner.wait(lambda d: "training done" in owner.text("#log"), f"job {training} to finish training")
         assert owner.text(".job-head .badge") == "RUNNING"
@@ -224,12 +245,23 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         assert f"tfdist tensorboard {training}" in owner.text("#tensorboard")
         assert str(tmp_path / "tfdist-tensorboard" / training) in owner.text("#tensorboard")
         shoot(owner, shots, "job")
+        assert "port.cc" not in owner.text("#log")  # TensorFlow's start-up chatter, hidden as `tfdist launch` does
+        owner.click("#log-noise", "the checkbox that shows TensorFlow's lines")
+        assert "port.cc" in owner.text("#log")
+        cost = owner.driver.execute_script("""
+            const api = performance.getEntriesByType("resource").filter((e) => e.name.includes("/api/"));
+            const nav = performance.getEntriesByType("navigation")[0];
+            return {load: nav.loadEventEnd, calls: api.length,
+                    slowest: Math.max(...api.map((e) => e.duration)),
+                    mean: api.reduce((s, e) => s + e.duration, 0) / api.length,
+                    bytes: api.reduce((s, e) => s + e.encodedBodySize, 0) / api.length};""")
+        print(f"job page: loaded in {cost['load']:.0f} ms; {cost['calls']} API calls, {cost['mean']:.1f} ms and "
+              f"{cost['bytes']:.0f} bytes each on average, the slowest {cost['slowest']:.0f} ms")
 
         # TensorBoard beside it: the dashboard serves the job's event files on loopback and links to them.
-        owner.wait(lambda d: owner.find("#tensorboard-start"), "the Start TensorBoard button")
-        owner.find("#tensorboard-start")[0].click()
-        owner.wait(lambda d: owner.find("#tensorboard-link"), "the dashboard to start TensorBoard and link to it")
-        board = owner.find("#tensorboard-link")[0].get_attribute("href")
+        owner.click("#tensorboard-start", "the Start TensorBoard button")
+        owner.wait(lambda d: owner.attributes("#tensorboard-link", "href"), "the dashboard to start TensorBoard")
+        board = owner.attributes("#tensorboard-link", "href")[0]
         assert board.startswith("http://127.0.0.1:")
         runs = []
         owner.wait(lambda d: runs.extend(status_of(board + "data/runs")[1]) or runs, "TensorBoard to list the run")
@@ -253,8 +285,7 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
 
         # The owner cancels: the button asks, the coordinator cancels, the page says so.
         owner.driver.get(f"{base}/jobs/{training}")
-        owner.wait(lambda d: owner.find('button[data-action="cancel"]'), f"the cancel button of job {training}")
-        owner.find('button[data-action="cancel"]')[0].click()
+        owner.click('button[data-action="cancel"]', f"the cancel button of job {training}")
         owner.wait(lambda d: _alert(d), "the confirmation dialog").accept()
         owner.wait(lambda d: owner.text("#action-message") == f"job {training}: CANCELED",
                    "the page to say the job was canceled")

@@ -48,7 +48,8 @@ class Coordinator:
         return self._answer("GetMetrics", self._metrics)
 
     def logs(self, job_id, after_seq=0, rank=-1, limit=1000):
-        return self._answer("GetLogs", pb.GetLogsResponse())
+        self.asked_logs = (job_id, after_seq, rank, limit)
+        return self._answer("GetLogs", self._logs if hasattr(self, "_logs") else pb.GetLogsResponse())
 
     def cancel(self, job_id):
         return self._answer("CancelJob", "CANCELED")
@@ -184,3 +185,20 @@ def test_tensorboard_beside_the_job(tmp_path):
     assert board["visible"] and board["installed"] and board["problem"] is None and board["url"] is None
     assert "belongs to user bob" in api.job("2-bb").document["tensorboard"]["problem"]
     assert api.start_tensorboard("2-bb").status == 403
+
+
+def test_log_lines_after_a_cursor_with_tensorflows_chatter_marked():
+    coordinator = Coordinator()
+    coordinator._logs = pb.GetLogsResponse(job_ended=True, lines=[
+        pb.LogLine(seq=8, rank=0, stream="stderr", time=5.0,
+                   text="I0000 00:00:1795560304.555409   28509 port.cc:153] oneDNN custom operations are on."),
+        pb.LogLine(seq=9, rank=0, stream="stdout", time=5.5, text="\x1b[1mepoch 1\x1b[0m loss 0.3   "),
+        pb.LogLine(seq=10, rank=-1, stream="stdout", time=6.0, text="tfdist: restarting (attempt 1)")])
+    document = Api(coordinator, ALICE).logs("1-aa", 7, 0).document
+    assert coordinator.asked_logs == ("1-aa", 7, 0, dashboard_api.LOG_PAGE)
+    assert document == {"more": False, "job_ended": True, "lines": [
+        {"seq": 8, "rank": 0, "stream": "stderr", "time": 5.0, "noise": True,
+         "text": "I0000 00:00:1795560304.555409   28509 port.cc:153] oneDNN custom operations are on."},
+        {"seq": 9, "rank": 0, "stream": "stdout", "time": 5.5, "text": "epoch 1 loss 0.3", "noise": False},
+        {"seq": 10, "rank": None, "stream": "stdout", "time": 6.0, "text": "tfdist: restarting (attempt 1)",
+         "noise": False}]}

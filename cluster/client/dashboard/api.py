@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from cluster.client import json_output
 from cluster.client.job_selection import ACTIVE, FINISHED, SHOWN_FINISHED, number
+from cluster.shared import output_lines
 from cluster.shared.credentials import Principal
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import TfdistError, UserError
@@ -210,14 +211,22 @@ class Api:
 
     def logs(self, job_id: str, after: int, rank: int) -> Answer:
         """The job's lines after seq `after` (every rank, or `rank`), a page at a time; the page polls with the
-        last seq it got, as `tfdist logs -f` does."""
+        last seq it got, as `tfdist logs -f` does. Each line's text as a terminal shows it (colour codes dropped),
+        and `noise`: TensorFlow's start-up chatter and known harmless warnings, which the page hides as `tfdist
+        launch` does until asked (cluster/shared/output_lines.py; judged within one answer)."""
         try:
             answer = self.client.logs(job_id, after_seq=after, rank=rank, limit=LOG_PAGE)
         except TfdistError as e:
             return failed(e)
-        return Answer(200, {"lines": [{"seq": l.seq, "rank": l.rank if l.rank >= 0 else None, "stream": l.stream,
-                                       "time": json_output.when(l.time), "text": l.text} for l in answer.lines],
-                            "more": len(answer.lines) >= LOG_PAGE, "job_ended": answer.job_ended})
+        filters: dict[tuple[int, str], output_lines.NoiseFilter] = {}
+        lines = []
+        for line in answer.lines:
+            judged = line.rank >= 0 and line.stream != output_lines.PROGRESS
+            noise = judged and filters.setdefault((line.rank, line.stream), output_lines.NoiseFilter()).kind(
+                line.text) is output_lines.Kind.NOISE
+            lines.append({"seq": line.seq, "rank": line.rank if line.rank >= 0 else None, "stream": line.stream,
+                          "time": json_output.when(line.time), "text": output_lines.clean(line.text), "noise": noise})
+        return Answer(200, {"lines": lines, "more": len(answer.lines) >= LOG_PAGE, "job_ended": answer.job_ended})
 
     def metrics(self, job_id: str) -> Answer:
         """Each metric's curve per rank ([step, value] points in step order, thinned to MAX_POINTS), and

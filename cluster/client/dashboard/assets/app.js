@@ -238,23 +238,26 @@
     return [el("dt", {text: name}), el("dd", {}, ...value)];
   }
 
+  function wide(name, ...value) {  // a fact across the box: a command, a sentence
+    return [el("dt", {text: name}), el("dd", {class: "wide"}, ...value)];
+  }
+
   function factsOf(job) {
     const cp = job.latest_checkpoint, t = job.throughput;
-    const waiting = job.waiting_reason ? fact("Waiting for", el("span", {class: "reason", id: "waiting-reason", text: job.waiting_reason})) : [];
     return el("dl", {class: "facts"},
       fact("Owner", job.owner || "–"),
       fact("Mode", el("span", {text: job.distribution.mode, title: job.distribution.reason})),
       fact("Slots", `${job.slots} (priority ${job.priority})`),
-      fact("Command", el("code", {text: job.command.join(" ")})),
-      waiting,
+      fact("Attempt", `${job.attempt} (${job.restarts} restart${job.restarts === 1 ? "" : "s"})`),
       fact("Submitted", clock(job.submitted_at)),
       fact("Started", clock(job.started_at)),
       job.ended_at ? fact("Ended", clock(job.ended_at)) : [],
-      fact("Attempt", `${job.attempt} (${job.restarts} restart${job.restarts === 1 ? "" : "s"} after failures)`),
-      job.outcome ? fact(TERMINAL.includes(job.state) ? "Outcome" : "Latest", job.outcome) : [],
       job.exit_code !== null ? fact("Exit code", String(job.exit_code)) : [],
-      fact("Throughput", t ? `${num(t.steps_per_second)} steps/s` + (t.examples_per_second ? ` · ${num(t.examples_per_second)} examples/s` : "") : "not measured"),
-      fact("Checkpoint", cp.step !== null ? el("span", {}, `step ${cp.step} `, el("code", {text: cp.path || ""}), ` (${ago(job.now - cp.time)} ago)`) : "none yet"));
+      wide("Throughput", t ? `${num(t.steps_per_second)} steps/s` + (t.examples_per_second ? ` · ${num(t.examples_per_second)} examples/s` : "") : "not measured yet"),
+      wide("Checkpoint", cp.step !== null ? el("span", {}, `step ${cp.step} `, el("code", {text: cp.path || ""}), ` (${clock(cp.time)})`) : "none yet"),
+      wide("Command", el("code", {text: job.command.join(" ")})),
+      job.waiting_reason ? wide("Waiting for", el("span", {class: "reason", id: "waiting-reason", text: job.waiting_reason})) : [],
+      job.outcome ? wide(TERMINAL.includes(job.state) ? "Outcome" : "Latest", job.outcome) : []);
   }
 
   function placementOf(job) {
@@ -337,7 +340,7 @@
     const records = answer.checkpoints.slice(-5).reverse();
     if (!records.length) return el("p", {class: "muted", text: "no checkpoint recorded"});
     return el("ul", {class: "checkpoints", id: "checkpoints"}, records.map((c) =>
-      el("li", {}, `step ${c.step} · attempt ${c.attempt} · `, el("code", {text: c.path || ""}), c.time ? ` · ${ago(job.now - c.time)} ago` : "")));
+      el("li", {}, `step ${c.step} · attempt ${c.attempt} · `, el("code", {text: c.path || ""}), c.time ? ` · ${clock(c.time)}` : "")));
   }
 
   function tensorboardOf(job, refresh) {
@@ -385,14 +388,20 @@
     const box = el("div", {class: "log", id: "log", tabindex: 0});
     const rankSelect = el("select", {id: "log-rank", "aria-label": "rank"}, el("option", {value: "-1", text: "every rank"}));
     const count = el("span", {class: "muted", id: "log-count"});
-    const section = el("section", {class: "logs"}, el("div", {class: "log-head"}, el("h2", {text: "Logs"}), rankSelect, count), box);
-    let seq = 0, ended = false, shown = 0, poll = null;
+    const noisy = el("input", {type: "checkbox", id: "log-noise"});
+    noisy.addEventListener("change", () => box.classList.toggle("quiet", !noisy.checked));
+    box.classList.add("quiet");
+    const section = el("section", {class: "logs"}, el("div", {class: "log-head"}, el("h2", {text: "Logs"}), rankSelect,
+      el("label", {}, noisy, " TensorFlow's start-up lines"), count), box);
+    let seq = 0, ended = false, shown = 0, hidden = 0, poll = null;
     const progress = new Map();
     const ranks = new Set();
 
     function add(line) {
       const who = line.rank === null ? "tfdist" : `rank=${line.rank}${line.stream === "stderr" ? " stderr" : ""}`;
-      const node = el("div", {class: `line ${line.stream}`, "data-seq": line.seq}, el("span", {class: "who", text: `[${who}] `}), line.text);
+      const node = el("div", {class: `line ${line.stream}${line.noise ? " noise" : ""}`, "data-seq": line.seq},
+        el("span", {class: "who", text: `[${who}] `}), line.text);
+      if (line.noise) hidden++;
       if (line.stream === "progress") {
         const previous = progress.get(line.rank);
         if (previous && previous === box.lastChild) { previous.replaceWith(node); progress.set(line.rank, node); return; }
@@ -400,7 +409,7 @@
       } else progress.delete(line.rank);
       box.appendChild(node);
       shown++;
-      while (shown > MAX_LOG_LINES) { box.firstChild.remove(); shown--; }
+      while (shown > MAX_LOG_LINES) { if (box.firstChild.classList.contains("noise")) hidden--; box.firstChild.remove(); shown--; }
     }
 
     function setRanks(job) {
@@ -412,7 +421,7 @@
     }
 
     rankSelect.addEventListener("change", () => {
-      seq = 0; ended = false; shown = 0; progress.clear(); replace(box);
+      seq = 0; ended = false; shown = 0; hidden = 0; progress.clear(); replace(box);
       if (poll) poll.stop();
       start();
     });
@@ -427,7 +436,7 @@
           for (const line of answer.lines) add(line);
           if (answer.lines.length) seq = answer.lines[answer.lines.length - 1].seq;
           if (stick) box.scrollTop = box.scrollHeight;
-          count.textContent = ` ${shown} lines` + (answer.job_ended ? " · the job ended" : " · following");
+          count.textContent = `${shown} lines (${hidden} of TensorFlow's)` + (answer.job_ended ? " · the job ended" : " · following");
           if (answer.more) return 0;
           if (answer.job_ended && !answer.lines.length) { ended = true; return -1; }
         } catch (e) {
@@ -453,7 +462,12 @@
     replace(main, head, said, el("div", {class: "job-grid"}, left, right), logsSlot);
     let logs = null, job = null, metricsPoll = null, metricsDone = false;
     const path = `/api/jobs/${encodeURIComponent(id)}`;
+    let drawn = "", drawnMetrics = "";
     const poll = watch("job", path, (answer) => {
+      const done = TERMINAL.includes(answer.state) ? HIDDEN_MS : POLL_MS;
+      const key = JSON.stringify(Object.assign({}, answer, {now: 0}));
+      if (key === drawn) return done;  // unchanged: the page stays as it is (a selection, a button under the mouse)
+      drawn = key;
       job = answer;
       document.title = `job ${job.id} (${job.state}) · tfdist`;
       replace(head, el("h1", {}, `Job ${job.id} `, el("span", {class: "name", text: job.name})), badge(job.state),
@@ -465,12 +479,16 @@
       if (!metricsPoll) {
         if (!job.can.metrics) replace(charts, el("p", {class: "muted", text: `only the job's owner (${job.owner || "unknown"}) or an admin reads its metrics`}));
         else metricsPoll = watch("metrics", `${path}/metrics`, (m) => {
-          replace(charts, chartsOf(m));
-          replace(checkpoints, checkpointsOf(m, job));
+          const key = JSON.stringify(m);
+          if (key !== drawnMetrics) {
+            drawnMetrics = key;
+            replace(charts, chartsOf(m));
+            replace(checkpoints, checkpointsOf(m, job));
+          }
           if (TERMINAL.includes(job.state)) { if (metricsDone) return -1; metricsDone = true; }
         });
       }
-      return TERMINAL.includes(job.state) ? HIDDEN_MS : POLL_MS;
+      return done;
     });
   }
 

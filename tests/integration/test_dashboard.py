@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli
+from tests.conftest import FAKES, REPO, cli_env, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -273,12 +273,6 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         owner.wait(lambda d: "only the job's owner (bob)" in owner.text("#log"), "the logs to say they are bob's")
         shoot(owner, shots, "queued")
 
-        owner.driver.get(f"{base}/cluster")
-        owner.wait(lambda d: "n1" in owner.text('#nodes tr[data-node="n1"]'), "the cluster page to list node n1")
-        node = owner.text('#nodes tr[data-node="n1"]')
-        assert "ALIVE" in node and "0 / 1" in node and training in node, node
-        shoot(owner, shots, "cluster")
-
         owner.driver.get(f"{base}/")
         owner.wait(lambda d: owner.find(f'#active-jobs tr[data-job="{training}"] .badge'), "the jobs table again")
         shoot(owner, shots, "jobs")
@@ -294,6 +288,30 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         assert not owner.find("button.action")
         owner.wait(lambda d: cluster.job(waiting)["state"] in ("STARTING", "RUNNING"),
                    f"job {waiting} to be placed on the freed node")
+
+        # The cluster: n1 now runs bob's job; a GPU node (the stand-in nvidia-smi) joins with its two GPUs free.
+        cluster.start_agent("g1", env={"PATH": FAKES + os.pathsep + os.environ["PATH"], "TFDIST_FAKE_GPUS": "2"})
+        owner.driver.get(f"{base}/cluster")
+        owner.wait(lambda d: len(owner.find('#nodes tr[data-node="g1"] .gpu.free')) == 2,
+                   "the cluster page to show node g1 with 2 free GPUs")
+        node = owner.text('#nodes tr[data-node="n1"]')
+        assert "ALIVE" in node and "0 / 1" in node and waiting in node, node
+        assert "2 / 2" in owner.text('#nodes tr[data-node="g1"]') and "GPU 1" in owner.text('#nodes tr[data-node="g1"]')
+        shoot(owner, shots, "cluster")
+
+        # A job that fails: its page says why, with the failed rank's last lines.
+        (tmp_path / "fail.py").write_text("import sys\nprint('loading the data', flush=True)\n"
+                                          "sys.exit('boom: no such file data.csv')\n")
+        failing = run_cli(["launch", "--detach", "--credentials", alice, "--", str(tmp_path / "fail.py")], marker,
+                          cwd=str(tmp_path), **cluster.env)
+        assert failing.returncode == 0, failing.stderr
+        failed = failing.stdout.strip()
+        owner.driver.get(f"{base}/jobs/{failed}")
+        owner.wait(lambda d: "boom: no such file data.csv" in owner.text("#failure pre.last-lines"),
+                   f"job {failed}'s page to show why it failed")
+        assert owner.text(".job-head .badge") == "FAILED"
+        assert f"rank 0 on g1: exit 1" in owner.text("#failure"), owner.text("#failure")
+        shoot(owner, shots, "failed")
     finally:
         for browser in browsers:
             browser.close()
@@ -309,7 +327,7 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
     assert dashboard.returncode == 0 and log.endswith("tfdist: dashboard stopped\n"), log
     assert stopped_in < 2.0, f"the dashboard took {stopped_in:.1f} s to stop after SIGTERM"
     assert {p.name for p in shots.iterdir()} == {f"dashboard-{n}.png" for n in ("login", "jobs", "job", "queued",
-                                                                               "cluster")}
+                                                                               "cluster", "failed")}
     print(f"dashboard test: {time.monotonic() - started:.1f} s, stopped {stopped_in:.2f} s after SIGTERM")
 
 

@@ -204,6 +204,12 @@
     }));
   }
 
+  function modelsOf(agent) {  // "2 × NVIDIA H100 80GB HBM3" under a GPU node's name
+    const count = new Map();
+    for (const g of agent.gpus) count.set(g.name, (count.get(g.name) || 0) + 1);
+    return [...count.entries()].map(([name, n]) => el("div", {class: "muted small", text: `${n} × ${name || "GPU"}`}));
+  }
+
   function jobsCell(agent) {
     const usage = new Map(((agent.usage && agent.usage.jobs) || []).map((j) => [j.job_id, j]));
     if (!agent.jobs.length) return el("td", {class: "muted", text: "–"});
@@ -223,7 +229,7 @@
       replace(table, el("table", {id: "nodes", class: "nodes"},
         el("thead", {}, el("tr", {}, head.map((h) => el("th", {text: h})))),
         el("tbody", {}, answer.agents.length ? answer.agents.map((a) => el("tr", {"data-node": a.name},
-          el("td", {text: a.name, title: a.addresses.map((x) => x.ip).join(", ")}),
+          el("td", {title: a.addresses.map((x) => x.ip).join(", ")}, a.name, modelsOf(a)),
           el("td", {}, badge(a.state)),
           el("td", {class: "num", text: `${a.free_slots} / ${a.slots}`}),
           gpuCell(a), jobsCell(a),

@@ -248,6 +248,11 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         assert "port.cc" not in owner.text("#log")  # TensorFlow's start-up chatter, hidden as `tfdist launch` does
         owner.click("#log-noise", "the checkbox that shows TensorFlow's lines")
         assert "port.cc" in owner.text("#log")
+        from selenium.webdriver.support.ui import Select
+
+        Select(owner.find("#log-rank")[0]).select_by_value("0")  # rank 0's lines only, from the start
+        owner.wait(lambda d: "[rank=0] epoch 1 loss" in owner.text("#log") and "[tfdist]" not in owner.text("#log"),
+                   "the logs of rank 0 alone")
         cost = owner.driver.execute_script("""
             const api = performance.getEntriesByType("resource").filter((e) => e.name.includes("/api/"));
             const nav = performance.getEntriesByType("navigation")[0];
@@ -312,6 +317,13 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         assert owner.text(".job-head .badge") == "FAILED"
         assert f"rank 0 on g1: exit 1" in owner.text("#failure"), owner.text("#failure")
         shoot(owner, shots, "failed")
+
+        # A coordinator that stops answering is said on the page, which keeps its last view and keeps asking.
+        cluster.coordinator.kill()
+        cluster.coordinator.wait(timeout=10)
+        owner.driver.get(f"{base}/")
+        owner.wait(lambda d: f"cannot reach the coordinator at {cluster.address}" in owner.text("#banner"),
+                   "the page to say the coordinator does not answer")
     finally:
         for browser in browsers:
             browser.close()

@@ -156,7 +156,8 @@ class Api:
         self.shared = _Shared(ttl, clock)
         self.tensorboard_host = tensorboard_host
         self._boards: dict[str, str] = {}  # job id -> the URL of the TensorBoard this process serves for it
-        self._boards_lock = threading.Lock()
+        self._boards_lock = threading.Lock()  # the dict (held briefly: every job poll reads it)
+        self._starting = threading.Lock()  # one TensorBoard start at a time (seconds: it imports TensorBoard)
 
     # ---------------------------------------------------------------- reads
     def session(self, csrf: str) -> Answer:
@@ -277,12 +278,14 @@ class Api:
             if not can(self.principal, message.owner).metrics:
                 return Answer(403, {"error": f"job {message.id} belongs to user {message.owner}: only its owner or "
                                              "an admin may read its metrics"})
-            with self._boards_lock:
-                url = self._boards.get(message.id)
+            with self._starting:
+                with self._boards_lock:
+                    url = self._boards.get(message.id)
                 if url is None:
                     tensorboard_command.check_installed()
                     url = tensorboard_command.start(tensorboard_command.event_dir(message), self.tensorboard_host, 0)
-                    self._boards[message.id] = url
+                    with self._boards_lock:
+                        self._boards[message.id] = url
         except TfdistError as e:
             return failed(e)
         return Answer(200, {"url": url})

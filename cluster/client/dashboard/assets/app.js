@@ -99,7 +99,11 @@
     return api(path, {method: "POST", headers: {Accept: "application/json", "X-Tfdist-Csrf": session.csrf}});
   }
 
-  // A poll: fn now, then again `ms` after each answer (slower while the tab is hidden); stop() ends it.
+  // A poll: fn now, then again `ms` after each answer (slower while the tab is hidden, at once when it shows
+  // again); stop() ends it.
+  const polls = new Set();
+  document.addEventListener("visibilitychange", () => { if (!document.hidden) for (const p of polls) p.now(); });
+
   function every(ms, fn) {
     let timer = null, stopped = false, busy = false;
     async function tick() {
@@ -114,11 +118,13 @@
         if (!stopped && next >= 0) timer = setTimeout(tick, document.hidden ? Math.max(next, HIDDEN_MS) : next);
       }
     }
-    tick();
-    return {
-      stop() { stopped = true; clearTimeout(timer); },
-      now() { if (!busy && !stopped) { clearTimeout(timer); tick(); } },
+    const poll = {
+      stop() { stopped = true; clearTimeout(timer); polls.delete(poll); },
+      now() { if (!busy && !stopped && timer !== null) { clearTimeout(timer); tick(); } },
     };
+    polls.add(poll);
+    tick();
+    return poll;
   }
 
   function updated() {

@@ -72,6 +72,22 @@ def _serve(stop: threading.Event, shutdown, what: str, failure=lambda: "") -> in
     os._exit(1 if why else 0)  # nothing left worth waiting for: no interpreter teardown behind gRPC's threads
 
 
+def http_address(listen: str, http: str | None) -> str | None:
+    """Where the coordinator serves /metrics: `http` as given, none for "off", by default --listen's host
+    at its port + 10 (7470 -> 7480; an ephemeral port 0 stays 0)."""
+    if http is not None:
+        if http.strip().lower() == "off":
+            return None
+        host, _, port = http.rpartition(":")
+        if not host or not port.isdigit() or int(port) > 65535:
+            raise UsageError(f"tfdist coordinator: --http {http!r} is not HOST:PORT (or off)")
+        return http
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        return None
+    return f"{host}:{int(port) + 10 if 0 < int(port) <= 65525 else 0}"
+
+
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings
 
@@ -90,10 +106,13 @@ def run_coordinator(args) -> int:
                         port_range=args.port_range, subnet=args.subnet,
                         retention_jobs=args.keep_finished_jobs, retention_days=args.keep_days)
     server = CoordinatorServer(args.state_dir, args.listen, authority, settings,
-                               plaintext=args.insecure_plaintext).start()
+                               plaintext=args.insecure_plaintext, http_listen=http_address(args.listen, args.http)).start()
     published = publish_local(server.issue("admin", user_name()), server.port)
     transport = "plaintext" if args.insecure_plaintext else "TLS"
     print(f"tfdist coordinator listening on {server.address} ({transport}; state in {args.state_dir})", flush=True)
+    if server.metrics_endpoint is not None:
+        print(f"tfdist: Prometheus metrics on {server.metrics_endpoint.url} (bearer token of a monitor credential; "
+              "docs/observability.md)", flush=True)
     print(f"tfdist: credentials in {credentials_dir}{' (made now)' if made else ''}; yours is {published} (tfdist "
           f"commands on this machine find it); for a node: tfdist credentials {credentials_dir} --node NAME", flush=True)
 

@@ -56,6 +56,8 @@ RULES: dict[str, Rule] = {
     "ReportExit": _rule(NODE, agent_field=lambda r: r.agent),
     "PushLogs": _rule(NODE, agent_field=lambda r: r.agent),
     "ReportMetrics": _rule(NODE, agent_field=lambda r: r.agent),
+    # an agent's /metrics asks who a scraper's token names (the agent holds no secret to check it with)
+    "CheckScrapeToken": _rule(NODE, agent_field=lambda r: r.agent),
 }
 
 

@@ -28,10 +28,11 @@ from cluster.coordinator import admission, exits as exits_lib, leases, policy, r
 from cluster.coordinator import work as work_lib
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle, with_live
+from cluster.coordinator.metrics import Telemetry, Throughput
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
-from cluster.shared.work import AgentReport, ProbeFailure, RunningJob, Work
+from cluster.shared.work import AgentReport, NodeUsage, ProbeFailure, RunningJob, Work
 from cluster.shared.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
                                   WorkerExit)
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
@@ -54,7 +55,11 @@ class CoordinatorCore:
         self.agents: dict[str, AgentLive] = {record.name: AgentLive(record, now) for record in store.agents()}
         self.allocs = AllocationTable(store)
         self.run = RunCache()
-        self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.run, settings)
+        self.telemetry = Telemetry()  # Prometheus's counters and histograms (cluster/coordinator/metrics.py)
+        self.throughput = Throughput()  # running jobs' steps/s, from their ranks' progress
+        self.usage: dict[str, NodeUsage] = {}  # agent -> its latest sample (in memory: a restart forgets it)
+        self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)
+        self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.run, settings, self.telemetry)
         with self._event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.run.start_clock[job.id] = now
@@ -121,6 +126,9 @@ class CoordinatorCore:
         """Returns the agent's work, or None if it must register again."""
         name, leased = report.agent, set(report.leased_jobs)
         agent = self.agents.get(name)
+        self.telemetry.heartbeats.inc()
+        if report.usage is not None and agent is not None:
+            self.usage[name] = report.usage  # one dict write: atomic, no lock needed
         if agent is not None and not agent.lost and not report.running and not leased and not report.port_results \
                 and not report.probe_results and not agent.busy and not self.allocs.on_agent(name):
             # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
@@ -139,6 +147,7 @@ class CoordinatorCore:
                         reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
                     watchdogs.note_progress(self.run.progress.setdefault(job.job_id, {}),
                                             self.run.left_training.setdefault(job.job_id, set()), job, now)
+                    self.throughput.note(job.job_id, self.run.progress[job.job_id])
             for job_id, busy in report.port_results.items():
                 self._port_result(job_id, name, list(busy), now)
             for job_id, failures in report.probe_results.items():
@@ -279,6 +288,7 @@ class CoordinatorCore:
             seq = max(self.store.next_job_seq(), self.settings.first_job_seq)
             job_id = f"{seq}-{secrets.token_hex(2)}"
             self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
+            self.telemetry.submitted.labels(spec.distribution_mode).inc()
             self.lifecycle.schedule(now)
             return job_id, self.store.job(job_id).state.value
 
@@ -320,6 +330,8 @@ class CoordinatorCore:
         with self._event():
             for name, silence in reconcile.lost_agents(self.agents.values(), now, self.settings.lost_after):
                 self.agents[name].lost = True
+                self.usage.pop(name, None)
+                self.telemetry.node_losses.inc()
                 self._update_heartbeat_interval()
                 log.warning("agent %s lost: no heartbeat for %.1fs", name, silence)
                 for alloc in self.allocs.on_agent(name):

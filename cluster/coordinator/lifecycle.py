@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, leases, placement as placement_lib, policy, scheduler, watchdogs
 from cluster.coordinator import wait_reasons
 from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.metrics import Telemetry
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import AgentLive, BadRequest, Lookup, RunCache, Settings
 from cluster.shared import modes
@@ -28,7 +30,8 @@ log = logging.getLogger("tfdist.coordinator")
 
 class JobLifecycle:
     def __init__(self, store: StateStore, allocs: AllocationTable, agents: Mapping[str, AgentLive], run: RunCache,
-                 settings: Settings):
+                 settings: Settings, telemetry: Telemetry | None = None):
+        self.telemetry = telemetry or Telemetry()
         self.store = store
         self.allocs = allocs
         self.agents = agents  # the core's, by name (lost ones too)
@@ -186,6 +189,7 @@ class JobLifecycle:
     def transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
         check_job_transition(job.state, new)
         self.store.update_job(job.id, now, f"{new.value}: {event}", state=new, **fields)
+        self.telemetry.transition(job, new, now, fields)
         log.info("job %s %s: %s", job.id, new.value, event)
         self.run.touched.add(job.id)
 
@@ -217,6 +221,7 @@ class JobLifecycle:
             if self.run.joining.pop(job_id, None):
                 self.run.touched.add(job_id)
         elif check.outcome is not None:
+            self.telemetry.startup_timeouts.inc()
             self.fail(job_id, now, check.outcome)
         elif self.run.joining.get(job_id, "") != check.waiting:
             self.run.joining[job_id] = check.waiting  # followers print it (STARTING, or RUNNING until all joined)
@@ -240,6 +245,7 @@ class JobLifecycle:
             log.warning("job %s: %s", job_id, check.outcome.message)
             self.store.update_job(job_id, now, f"{check.outcome.message.split(';')[0]}; dumping every rank's stacks")
             self.run.stalled[job_id] = (check.outcome, check.fail_at)
+            self.telemetry.stalls.inc()
             self.run.dump_to[job_id] = {a.agent for a in self.allocs.of_job(job_id)}
             self.run.touched.add(job_id)
 
@@ -251,7 +257,9 @@ class JobLifecycle:
             self.run.waiting.clear()
             return
         pending = [scheduler.PendingJob(j.id, j.spec.slots, j.spec.priority, j.seq) for j in queued]
+        started = time.perf_counter()
         decision = scheduler.schedule(self.nodes(), pending, self.surroundings(now))
+        self.telemetry.rounds.observe(time.perf_counter() - started)
         self.run.waiting.clear()
         self.run.waiting.update(decision.waiting)
         for assignment in decision.assignments:

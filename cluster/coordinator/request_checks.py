@@ -170,15 +170,53 @@ def _get_metrics(request) -> None:
     text(request.name, "name")
 
 
+MAX_CSR_BYTES = 8192  # a certificate request for one EC key and a few names is under 1 KiB
+MAX_USAGE_BYTES = 1 << 30 << 20  # a petabyte: more than any node's memory
+MAX_GPUS = 64
+
+
 def _register(request) -> None:
     _agent_info(request.agent)
     for i, task in enumerate(items(request.running, "running")):
         _running(task, f"running[{i}]")
     _job_ids(request.leased_jobs, "leased_jobs")
+    if len(request.metrics_csr) > MAX_CSR_BYTES:
+        raise BadRequest(f"metrics_csr: {len(request.metrics_csr):,} bytes; a certificate request has at most "
+                         f"{MAX_CSR_BYTES:,}")
+    if request.agent.metrics_address:
+        text(request.agent.metrics_address, "agent.metrics_address")
+
+
+def _usage(usage, where: str) -> None:
+    finite(usage.time, f"{where}.time")
+    for i, gpu in enumerate(items(usage.gpus, f"{where}.gpus", MAX_GPUS)):
+        at = f"{where}.gpus[{i}]"
+        number(gpu.index, f"{at}.index", 0, MAX_GPUS * 16)
+        finite(gpu.utilization, f"{at}.utilization")
+        if not 0.0 <= gpu.utilization <= 1.0:
+            raise BadRequest(f"{at}.utilization: {gpu.utilization} is not a share between 0 and 1")
+        number(gpu.memory_used_bytes, f"{at}.memory_used_bytes", 0, MAX_USAGE_BYTES)
+        number(gpu.memory_total_bytes, f"{at}.memory_total_bytes", 0, MAX_USAGE_BYTES)
+    for i, job in enumerate(items(usage.jobs, f"{where}.jobs")):
+        at = f"{where}.jobs[{i}]"
+        job_id(job.job_id, f"{at}.job_id")
+        finite(job.cpu_seconds, f"{at}.cpu_seconds")
+        if job.cpu_seconds < 0:
+            raise BadRequest(f"{at}.cpu_seconds: {job.cpu_seconds} is negative")
+        number(job.rss_bytes, f"{at}.rss_bytes", 0, MAX_USAGE_BYTES)
+        number(job.processes, f"{at}.processes", 0, 1 << 20)
+
+
+def _check_scrape_token(request) -> None:
+    agent_name(request.agent)
+    if len(request.token) > 1024:
+        raise BadRequest(f"token: {len(request.token):,} characters; a tfdist token has at most 1,024")
 
 
 def _heartbeat(request) -> None:
     agent_name(request.agent)
+    if request.HasField("usage"):
+        _usage(request.usage, "usage")
     for i, task in enumerate(items(request.running, "running")):
         _running(task, f"running[{i}]")
     _job_ids(request.leased_jobs, "leased_jobs")
@@ -236,5 +274,5 @@ RULES: dict[str, Callable[[Any], None]] = {
     "GetJob": _by_job, "CancelJob": _by_job, "PreemptJob": _by_job, "ResumeJob": _by_job,
     "ListJobs": _list_jobs, "GetLogs": _get_logs, "GetMetrics": _get_metrics, "ListAgents": lambda request: None,
     "Register": _register, "Heartbeat": _heartbeat, "WaitForWork": _wait_for_work, "ReportExit": _report_exit,
-    "PushLogs": _push_logs, "ReportMetrics": _report_metrics,
+    "PushLogs": _push_logs, "ReportMetrics": _report_metrics, "CheckScrapeToken": _check_scrape_token,
 }

@@ -13,11 +13,13 @@ from concurrent import futures
 
 import grpc
 
-from cluster.coordinator import access, request_checks, views
+from cluster.coordinator import access, agent_certificates, metrics, request_checks, views
+from cluster.coordinator.metrics import global_batch_size
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
+from cluster.shared.metrics_http import MetricsEndpoint, reader_principal
 from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
-                                 running_from_pb, work_to_pb)
+                                 running_from_pb, usage_to_pb, work_to_pb)
 from cluster.shared.model import Allocation, JobState, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
@@ -39,19 +41,27 @@ def _guard(fn):
     """Every RPC passes here: the caller's credential is verified and its role checked (access.RULES) before
     the handler runs, with the principal handed to it. Domain errors become their status code (each error
     carries its own); anything else is a bug: logged whole, answered with one line."""
+    method = fn.__name__
+
     def wrapper(self, request, context):
+        telemetry = self.core.telemetry
+        started = time.perf_counter()
         try:
-            principal = self.gate.check(fn.__name__, request, context.invocation_metadata())
-            request_checks.check(fn.__name__, request)  # every field in bounds, or INVALID_ARGUMENT naming it
+            principal = self.gate.check(method, request, context.invocation_metadata())
+            request_checks.check(method, request)  # every field in bounds, or INVALID_ARGUMENT naming it
             return fn(self, request, context, principal)
         except TfdistError as e:
             if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack
-                log.exception("%s failed", fn.__name__)
+                log.exception("%s failed", method)
+            telemetry.rpc_errors.labels(method, e.grpc_code).inc()
             context.abort(grpc.StatusCode[e.grpc_code], str(e))
         except Exception as e:
-            log.exception("%s failed", fn.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {fn.__name__}: {type(e).__name__}: {e}")
-    wrapper.__name__ = fn.__name__
+            log.exception("%s failed", method)
+            telemetry.rpc_errors.labels(method, "INTERNAL").inc()
+            context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {method}: {type(e).__name__}: {e}")
+        finally:
+            telemetry.rpc_seconds.labels(method).observe(time.perf_counter() - started)
+    wrapper.__name__ = method
     return wrapper
 
 
@@ -132,7 +142,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @_guard
     def GetJob(self, request, context, principal):
-        return job_to_pb(views.job_view(self.core, request.job_id))
+        job = job_to_pb(views.job_view(self.core, request.job_id))
+        if job.state == JobState.RUNNING.value:
+            now = self.clock()
+            rate = self.core.throughput.steps_per_second(job.id, now)
+            batch = global_batch_size(self.core.store.job(job.id))
+            job.throughput.CopyFrom(pb.Throughput(steps_per_second=rate, examples_per_second=rate * batch, time=now))
+        return job
 
     @_guard
     def ListJobs(self, request, context, principal):
@@ -191,7 +207,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                          jobs=list(a.jobs), free_slots=a.free_slots, free_gpus=list(a.free_gpus),
                          gpus=[pb.Gpu(index=g.index, uuid=g.uuid, name=g.name) for g in a.record.gpus],
                          addresses=[pb.Address(ip=x.ip, prefix_len=x.prefix_len, interface=x.interface)
-                                    for x in a.record.addresses])
+                                    for x in a.record.addresses],
+                         usage=usage_to_pb(self.core.usage[a.record.name]) if a.record.name in self.core.usage
+                         else None,
+                         metrics_address=self.core.metrics_addresses.get(a.record.name, ""))
             for a in views.agents_view(self.core)])
 
 
@@ -215,9 +234,23 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     @_guard
     def Register(self, request, context, principal):
-        self.core.register(agent_from_pb(request.agent), tuple(running_from_pb(t) for t in request.running),
+        record = agent_from_pb(request.agent)
+        self.core.register(record, tuple(running_from_pb(t) for t in request.running),
                            tuple(request.leased_jobs), self.clock())
-        return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval())
+        self.core.metrics_addresses[record.name] = request.agent.metrics_address
+        certificate = b""
+        if request.metrics_csr:
+            certificate = agent_certificates.sign(self.gate.authority, request.metrics_csr, record)
+        return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval(), metrics_certificate=certificate)
+
+    @_guard
+    def CheckScrapeToken(self, request, context, principal):
+        """Who a scraper of the agent's /metrics is: a credential that may read the cluster, or an error."""
+        scraper = self.gate.authority.verify(request.token) if request.token else None
+        if scraper is None:
+            raise UnauthenticatedError("unknown or wrong token: use a credential this cluster issued")
+        reader_principal(scraper)
+        return pb.CheckScrapeTokenResponse(kind=scraper.kind, name=scraper.name)
 
     @_guard
     def Heartbeat(self, request, context, principal):
@@ -267,7 +300,8 @@ class CoordinatorServer:
     """
 
     def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", authority: Authority | None = None,
-                 settings: Settings = Settings(), max_workers: int = RPC_THREADS, plaintext: bool = False):
+                 settings: Settings = Settings(), max_workers: int = RPC_THREADS, plaintext: bool = False,
+                 http_listen: str | None = None):
         self.authority = authority or Authority.create(hosts=[listen.rsplit(":", 1)[0].strip("[]")])
         self.plaintext = plaintext
         if not settings.store_key:  # the job stores' secrets: stable for as long as the authority is
@@ -301,6 +335,16 @@ class CoordinatorServer:
                             "machine; choose another --listen HOST:PORT")
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
+        self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
+        if http_listen:
+            try:
+                self.metrics_endpoint = MetricsEndpoint(
+                    http_listen, lambda: metrics.exposition(self.core.telemetry, self.core), self._scraper,
+                    None if plaintext else (self.authority.cert_pem, self.authority.key_pem), "the coordinator's /metrics")
+            except UserError:
+                self.server.stop(0)
+                self.store.close()
+                raise
         self._stop = threading.Event()
         self._checker = threading.Thread(target=self._check_loop, daemon=True)
 
@@ -316,8 +360,13 @@ class CoordinatorServer:
         """A credential of this coordinator's authority, naming where it listens."""
         return self.authority.issue(kind, name, self.local_address, self.plaintext)
 
+    def _scraper(self, token: str) -> Principal | None:
+        return self.authority.verify(token)
+
     def start(self) -> "CoordinatorServer":
         self.server.start()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.start()
         self._checker.start()
         log.info("coordinator listening on %s", self.address)
         return self
@@ -334,6 +383,8 @@ class CoordinatorServer:
 
     def stop(self, grace: float = 1.0) -> None:
         self._stop.set()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         self.core.agent_board.close()  # held WaitForWork calls answer now
         self.server.stop(grace).wait()
         self.store.close()

@@ -80,6 +80,31 @@ class ProbeFailure:
 
 
 @dataclasses.dataclass(frozen=True)
+class GpuUsage:
+    index: int  # nvidia-smi's index
+    utilization: float  # 0..1: the share of the driver's last sample period a kernel ran
+    memory_used_bytes: int
+    memory_total_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class JobUsage:
+    job_id: str
+    cpu_seconds: float  # user + system CPU of the job's workers on the node (and their children), summed
+    rss_bytes: int  # their resident memory, summed
+    processes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeUsage:
+    """What an agent measured on its node: its GPUs (none on a CPU node) and each job's workers."""
+
+    time: float = 0.0  # when sampled (agent clock; 0: never)
+    gpus: tuple[GpuUsage, ...] = ()
+    jobs: tuple[JobUsage, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class AgentReport:
     """What one heartbeat tells the coordinator."""
 
@@ -88,6 +113,7 @@ class AgentReport:
     leased_jobs: tuple[str, ...] = ()  # jobs whose ports this agent holds (checked, not started)
     port_results: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # job -> busy ports
     probe_results: Mapping[str, tuple[ProbeFailure, ...]] = dataclasses.field(default_factory=dict)  # () all answered
+    usage: NodeUsage | None = None  # the node's latest sample (None: the agent sent none)
 
 
 # ---------------------------------------------------------------- heartbeat answer <-> wire
@@ -159,7 +185,8 @@ def report_to_pb(report: AgentReport) -> pb.HeartbeatRequest:
         port_results=[pb.PortCheckResult(job_id=j, busy_ports=list(b)) for j, b in report.port_results.items()],
         probe_results=[pb.ProbeResult(job_id=j, failures=[
             pb.ProbeFailure(target=pb.ProbeTarget(peer=f.peer, address=f.address, port=f.port), error=f.error)
-            for f in failures]) for j, failures in report.probe_results.items()])
+            for f in failures]) for j, failures in report.probe_results.items()],
+        usage=usage_to_pb(report.usage) if report.usage is not None else None)
 
 
 def report_from_pb(request: pb.HeartbeatRequest) -> AgentReport:
@@ -168,7 +195,24 @@ def report_from_pb(request: pb.HeartbeatRequest) -> AgentReport:
         leased_jobs=tuple(request.leased_jobs),
         port_results={r.job_id: tuple(r.busy_ports) for r in request.port_results},
         probe_results={r.job_id: tuple(ProbeFailure(f.target.peer, f.target.address, f.target.port, f.error)
-                                       for f in r.failures) for r in request.probe_results})
+                                       for f in r.failures) for r in request.probe_results},
+        usage=usage_from_pb(request.usage) if request.HasField("usage") else None)
+
+
+def usage_to_pb(usage: NodeUsage) -> pb.NodeUsage:
+    return pb.NodeUsage(
+        time=usage.time,
+        gpus=[pb.GpuUsage(index=g.index, utilization=g.utilization, memory_used_bytes=g.memory_used_bytes,
+                          memory_total_bytes=g.memory_total_bytes) for g in usage.gpus],
+        jobs=[pb.JobUsage(job_id=j.job_id, cpu_seconds=j.cpu_seconds, rss_bytes=j.rss_bytes, processes=j.processes)
+              for j in usage.jobs])
+
+
+def usage_from_pb(usage: pb.NodeUsage) -> NodeUsage:
+    return NodeUsage(usage.time,
+                     tuple(GpuUsage(g.index, g.utilization, g.memory_used_bytes, g.memory_total_bytes)
+                           for g in usage.gpus),
+                     tuple(JobUsage(j.job_id, j.cpu_seconds, j.rss_bytes, j.processes) for j in usage.jobs))
 
 
 def agent_to_pb(record: AgentRecord) -> pb.AgentInfo:

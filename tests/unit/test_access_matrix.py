@@ -30,7 +30,7 @@ EXPECTED_ALLOWED = {
     "SubmitJob": USERS, "GetJob": READERS, "ListJobs": READERS, "ListAgents": READERS,
     "CancelJob": OWNED, "PreemptJob": OWNED, "ResumeJob": OWNED, "GetLogs": OWNED, "GetMetrics": OWNED | {"monitor"},
     "Register": {"node"}, "Heartbeat": {"node"}, "WaitForWork": {"node"}, "ReportExit": {"node"},
-    "PushLogs": {"node"}, "ReportMetrics": {"node"},
+    "PushLogs": {"node"}, "ReportMetrics": {"node"}, "CheckScrapeToken": {"node"},
 }
 DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -69,7 +69,7 @@ def cluster():
     server.stop(grace=0)
 
 
-def request_for(method: str, job_id: str, spec):
+def request_for(method: str, job_id: str, spec, scraper_token: str = ""):
     agent = "n1"
     return {
         "SubmitJob": pb.SubmitJobRequest(spec=spec), "GetJob": pb.GetJobRequest(job_id=job_id),
@@ -86,6 +86,7 @@ def request_for(method: str, job_id: str, spec):
                                        source="n1/x"),
         "ReportMetrics": pb.ReportMetricsRequest(agent=agent, job_id=job_id, source="n1/x", metrics=[
             pb.Metric(rank=0, step=1, name="loss", value=1.0)]),
+        "CheckScrapeToken": pb.CheckScrapeTokenRequest(agent=agent, token=scraper_token),
     }[method]
 
 
@@ -115,8 +116,8 @@ ORDER = sorted(every_rpc(), key=lambda rpc: rpc[1] in ("CancelJob", "PreemptJob"
 @pytest.mark.parametrize("service,method", ORDER)
 def test_who_may_call_each_rpc(cluster, service, method):
     server, job_id, spec, clients = cluster
-    outcomes = {caller: answer(server, clients[caller], service, method, request_for(method, job_id, spec))
-                for caller in CALLERS}
+    request = request_for(method, job_id, spec, clients["monitor"].token)
+    outcomes = {caller: answer(server, clients[caller], service, method, request) for caller in CALLERS}
     allowed = {caller for caller, code in outcomes.items() if code not in DENIED}
     assert allowed == EXPECTED_ALLOWED[method], outcomes
     assert outcomes["none"] == outcomes["wrong"] == grpc.StatusCode.UNAUTHENTICATED

@@ -26,13 +26,16 @@ import grpc
 from cluster.agent.edge import CoordinatorLink
 from cluster.agent.job_run import JobRun
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
+from cluster.agent.metrics_endpoint import NodeCollector, ScraperCheck, exposition
 from cluster.agent.metrics_tail import MetricsTail
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
 from cluster.agent.ports import PortLease, Prober, lease_dir, lease_for_job
 from cluster.agent.start_plan import node_facts, plan_start
 from cluster.agent.unreachable import Unreachable
+from cluster.agent.usage import UsageSampler
 from cluster.shared.credentials import Credential
+from cluster.shared.metrics_http import MetricsEndpoint, certificate_request
 from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.work import AgentReport, ProbeTask, RunningJob, StartTask, Work
@@ -61,7 +64,8 @@ class NodeCredentialError(UserError):
 
 class Agent:
     def __init__(self, coordinator: str, *, name: str, credential: Credential, slots: int | None = None,
-                 addresses: list[Address] | None = None, gpus: list[Gpu] | None = None):
+                 addresses: list[Address] | None = None, gpus: list[Gpu] | None = None,
+                 metrics_listen: str | None = None):
         if slots is None:
             gpus = discover_gpus() if gpus is None else gpus
             if not gpus:
@@ -100,10 +104,21 @@ class Agent:
         self.refused = ""  # why the coordinator refused this node's credential (run() then returns)
         self._groups = GroupsFile(name)  # its directory and the lease directory: refused now if not ours
         lease_dir()
+        self.usage = UsageSampler([g.index for g in self.gpus], self._worker_pids)
+        self.heartbeat_failures = 0
+        self.metrics_listen = metrics_listen  # HOST:PORT of this node's /metrics (None: none)
+        self._plaintext = credential.plaintext  # a plaintext cluster: a plain HTTP /metrics
+        self.metrics_endpoint: MetricsEndpoint | None = None
+        self._metrics_key = self._metrics_csr = b""
+        if metrics_listen:  # a key only this process holds; the coordinator signs its request
+            # a taken or foreign address is said now, not after registering
+            MetricsEndpoint(metrics_listen, bytes, lambda token: None, None, "tfdist agent --metrics-listen").stop()
+            self._metrics_key, self._metrics_csr = certificate_request(name)
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> None:
         kill_leftovers(self._groups.directory, self.name)
+        self.usage.start()
         threading.Thread(target=self._ship_loop, daemon=True).start()
         threading.Thread(target=self._watch_loop, daemon=True).start()
         while not self._stop.is_set():
@@ -118,6 +133,7 @@ class Agent:
                     log.error("%s", self.refused)
                     self._stop.set()
                     return
+                self.heartbeat_failures += 1
                 _say(log.warning, self._unreachable.failed(time.monotonic(), e))  # at once, then less often
                 urgent = False
             if not urgent:
@@ -150,6 +166,9 @@ class Agent:
     def stop(self) -> None:
         """Stops the loop and every job's workers (the agent is shutting down). Returns at once."""
         self._stop.set()
+        self.usage.stop()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
         self._wake.set()
         self.outbox.wake.set()
         with self._lock:
@@ -176,6 +195,43 @@ class Agent:
         with self._lock:
             return list(self._runs)
 
+    # ---------------------------------------------------------------- what it measures
+    def _worker_pids(self) -> dict[str, list[int]]:
+        with self._lock:
+            return {job_id: run.gang.process_groups() for job_id, run in self._runs.items()}
+
+    def metrics_address(self) -> str:
+        """HOST:PORT of this node's /metrics, as the coordinator lists it ("": none yet)."""
+        if self.metrics_endpoint is not None:
+            return self.metrics_endpoint.address
+        return self.metrics_listen or ""
+
+    def _serve_metrics(self, certificate: bytes) -> None:
+        """Starts /metrics after the first registration, with the certificate the coordinator signed."""
+        if not self.metrics_listen or self.metrics_endpoint is not None:
+            return
+        if self._plaintext:
+            tls = None
+        elif certificate:
+            tls = (certificate, self._metrics_key)
+        else:
+            log.error("--metrics-listen %s: the coordinator signed no certificate for this node's /metrics (its "
+                      "cluster uses site certificates, without a CA key to sign with); /metrics is not served",
+                      self.metrics_listen)
+            self.metrics_listen = None
+            return
+        collector = NodeCollector(self.name, self.slots, tuple(g.index for g in self.gpus), lambda: self.usage.latest,
+                                  self.running_jobs, lambda: self.heartbeat_failures)
+        try:
+            self.metrics_endpoint = MetricsEndpoint(self.metrics_listen, lambda: exposition(collector),
+                                                    ScraperCheck(self.client, self.name), tls,
+                                                    f"agent {self.name}'s /metrics").start()
+        except UserError as e:  # taken since the agent started
+            log.error("%s", e)
+            self.metrics_listen = None
+            return
+        log.info("Prometheus metrics on %s", self.metrics_endpoint.url)
+
     # ---------------------------------------------------------------- talking to the coordinator
     def _running(self) -> tuple[RunningJob, ...]:
         now = time.time()
@@ -188,8 +244,11 @@ class Agent:
 
     def _register(self) -> None:
         record = AgentRecord(self.name, self.slots, tuple(self.addresses), tuple(self.gpus))
-        self.heartbeat_interval = self.link.register(record, self._running(), self._leased()) or 1.0
+        interval, certificate = self.link.register(record, self._running(), self._leased(),
+                                                   self.metrics_address(), self._metrics_csr)
+        self.heartbeat_interval = interval or 1.0
         self._registered = True
+        self._serve_metrics(certificate)
         self.registered.set()
         log.info("registered with %s as %s (%d %s slots)", self.client.address, self.name, self.slots,
                  "GPU" if self.gpus else "CPU")
@@ -199,7 +258,8 @@ class Agent:
         with self._lock:
             ports, self._port_results = self._port_results, {}
         probes = self._prober.take()
-        work, interval = self.link.heartbeat(AgentReport(self.name, self._running(), self._leased(), ports, probes))
+        work, interval = self.link.heartbeat(AgentReport(self.name, self._running(), self._leased(), ports, probes,
+                                                         self.usage.latest))
         if work is None:
             self._registered = False
             return True

@@ -27,10 +27,15 @@ class CoordinatorLink:
     def __init__(self, client: Client, agent: str):
         self.client, self.agent = client, agent
 
-    def register(self, record: AgentRecord, running: tuple[RunningJob, ...], leased_jobs: tuple[str, ...]) -> float:
-        """Returns the heartbeat interval (0: the coordinator named none)."""
-        response = self.client.call(self.client.agents.Register, registration_to_pb(record, running, leased_jobs))
-        return response.heartbeat_interval
+    def register(self, record: AgentRecord, running: tuple[RunningJob, ...], leased_jobs: tuple[str, ...],
+                 metrics_address: str = "", metrics_csr: bytes = b"") -> tuple[float, bytes]:
+        """(the heartbeat interval (0: the coordinator named none), the certificate it signed for
+        `metrics_csr` (b"": none))."""
+        request = registration_to_pb(record, running, leased_jobs)
+        request.agent.metrics_address = metrics_address
+        request.metrics_csr = metrics_csr
+        response = self.client.call(self.client.agents.Register, request)
+        return response.heartbeat_interval, response.metrics_certificate
 
     def heartbeat(self, report: AgentReport) -> tuple[Work | None, float]:
         """(the work, the heartbeat interval; 0: unchanged). Work None: register again."""

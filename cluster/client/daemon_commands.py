@@ -148,7 +148,8 @@ def run_agent(args) -> int:
     if not coordinator:
         raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
     try:
-        agent = Agent(coordinator, name=name, slots=args.slots, credential=credential)
+        agent = Agent(coordinator, name=name, slots=args.slots, credential=credential,
+                      metrics_listen=getattr(args, "metrics_listen", None))
     except UserError as e:  # no GPUs and no --slots (NoSlotsError), a credential for another node
         raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging(args.verbosity)

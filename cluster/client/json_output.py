@@ -72,6 +72,7 @@ def job(message: pb.Job) -> dict[str, Any]:
         "latest_metrics": [{"name": m.name, "value": number(m.value), "step": m.step, "rank": m.rank,
                             "time": when(m.time)} for m in message.latest_metrics],
         "exits": [_exit(e) for e in message.exits],
+        "throughput": throughput(message),
         **plain,
     }
 
@@ -136,7 +137,31 @@ def _agent(a: pb.AgentInfo) -> dict[str, Any]:
             "gpus": [{"index": g.index, "uuid": g.uuid, "name": g.name, "free": g.index in free} for g in a.gpus],
             "addresses": [{"ip": x.ip, "prefix_len": x.prefix_len, "interface": x.interface or None}
                           for x in a.addresses],
-            "last_heartbeat": when(a.last_heartbeat), "jobs": list(a.jobs)}
+            "last_heartbeat": when(a.last_heartbeat), "jobs": list(a.jobs),
+            "usage": usage(a), "metrics_address": a.metrics_address or None}
+
+
+def usage(a: pb.AgentInfo) -> dict[str, Any] | None:
+    """The agent's latest sample (GPUs, each job's workers' CPU and memory); None until it reports one."""
+    u = a.usage
+    if not a.HasField("usage") or not (u.gpus or u.jobs):
+        return None
+    return {"time": when(u.time),
+            "gpus": [{"index": g.index, "utilization": number(g.utilization),
+                      "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes}
+                     for g in u.gpus],
+            "jobs": [{"job_id": j.job_id, "cpu_seconds": number(j.cpu_seconds), "rss_bytes": j.rss_bytes,
+                      "processes": j.processes} for j in u.jobs]}
+
+
+def throughput(job: pb.Job) -> dict[str, Any] | None:
+    """A running job's speed; None until the coordinator measured one."""
+    t = job.throughput
+    if not job.HasField("throughput") or t.steps_per_second <= 0:
+        return None
+    return {"steps_per_second": number(t.steps_per_second),
+            "examples_per_second": number(t.examples_per_second) if t.examples_per_second > 0 else None,
+            "time": when(t.time)}
 
 
 # ---------------------------------------------------------------- tfdist jobs --slurm --json

@@ -109,34 +109,8 @@ class _Shared:
             self._answers.clear()
 
 
-def _usage(a: pb.AgentInfo) -> dict[str, Any] | None:
-    """The agent's latest sample (GPUs, each job's workers' CPU and memory); None until it reports one."""
-    u = a.usage
-    if not a.HasField("usage") or not (u.gpus or u.jobs):
-        return None
-    return {"time": json_output.when(u.time),
-            "gpus": [{"index": g.index, "utilization": json_output.number(g.utilization),
-                      "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes}
-                     for g in u.gpus],
-            "jobs": [{"job_id": j.job_id, "cpu_seconds": json_output.number(j.cpu_seconds), "rss_bytes": j.rss_bytes,
-                      "processes": j.processes} for j in u.jobs]}
-
-
-def _throughput(job: pb.Job) -> dict[str, Any] | None:
-    """A running job's speed; None until the coordinator measured one."""
-    t = job.throughput
-    if not job.HasField("throughput") or t.steps_per_second <= 0:
-        return None
-    return {"steps_per_second": json_output.number(t.steps_per_second),
-            "examples_per_second": json_output.number(t.examples_per_second) if t.examples_per_second > 0 else None,
-            "time": json_output.when(t.time)}
-
-
 def agent_dicts(agents: list[pb.AgentInfo]) -> list[dict[str, Any]]:
-    found = json_output.agents(agents)["agents"]
-    for shown, agent in zip(found, agents):
-        shown.setdefault("usage", _usage(agent))
-    return found
+    return json_output.agents(agents)["agents"]
 
 
 def thinned(points: list, most: int = MAX_POINTS) -> list:
@@ -202,7 +176,6 @@ class Api:
         except TfdistError as e:
             return failed(e)
         shown = json_output.job(message)
-        shown.setdefault("throughput", _throughput(message))
         rights = can(self.principal, message.owner)
         shown["can"] = dataclasses.asdict(rights)
         shown["actions"] = actions(message.state, rights)

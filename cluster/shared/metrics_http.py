@@ -51,21 +51,24 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(TIMEOUT)
+        self.rfile = _BoundedHead(self.rfile)
 
     def log_message(self, format, *args) -> None:  # one debug line, not stderr per request
         log.debug("%s %s", self.address_string(), format % args)
 
     def handle_one_request(self) -> None:
+        self.rfile.budget = MAX_HEAD  # each request's line and headers together
         try:
             super().handle_one_request()
+        except _HeadTooLong:
+            self.close_connection = True
+            try:
+                self.wfile.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
+                                 b"Connection: close\r\n\r\n")
+            except OSError:
+                pass
         except (socket.timeout, ssl.SSLError, ConnectionError):
             self.close_connection = True
-
-    def parse_request(self) -> bool:
-        if len(self.raw_requestline) > MAX_HEAD:
-            self.send_error(414)
-            return False
-        return super().parse_request()
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -108,6 +111,32 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+class _HeadTooLong(Exception):
+    pass
+
+
+class _BoundedHead:
+    """The connection's reader, refusing a request head longer than its budget (http.server alone allows
+    100 header lines of 64 KiB each)."""
+
+    def __init__(self, raw):
+        self.raw, self.budget = raw, MAX_HEAD
+
+    def readline(self, limit: int = -1) -> bytes:
+        allowed = self.budget + 1 if limit < 0 else min(limit, self.budget + 1)
+        line = self.raw.readline(allowed)
+        self.budget -= len(line)
+        if self.budget < 0:
+            raise _HeadTooLong()
+        return line
+
+    def read(self, size: int = -1) -> bytes:
+        return self.raw.read(size)
+
+    def close(self) -> None:
+        self.raw.close()
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):

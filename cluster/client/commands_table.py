@@ -247,6 +247,8 @@ CREDENTIALS_COMMAND = Command(
         arg("--user", action="append", default=[], metavar="NAME", help="a user credential (repeatable)"),
         arg("--admin", action="append", default=[], metavar="NAME", help="an admin credential: acts on every job"),
         arg("--monitor", action="append", default=[], metavar="NAME", help="a read-only credential for monitoring"),
+        arg("--prometheus", metavar="DIR", help="also write each --monitor credential's token (NAME.token) and the "
+                                                "cluster CA (ca.pem) into DIR, the files a Prometheus scrape job reads"),
         arg("--host", action="append", default=[], metavar="NAME_OR_IP",
             help="a name or address the coordinator is reached at (into a new certificate; repeatable)"),
         arg("--coordinator", metavar="HOST:PORT", help="written into the files, so their holders need no --coordinator"),

@@ -12,7 +12,7 @@ import os
 
 from cluster.client.usage import UsageError
 from cluster.shared.credentials import Authority, CredentialError, check_name
-from tfdist.private_files import private_dir
+from tfdist.private_files import private_dir, write_private
 
 
 def _read_pem(path: str, what: str) -> bytes:
@@ -46,6 +46,9 @@ def make_credentials(args) -> int:
     try:
         for kind, name in wanted:
             check_name(kind, name)
+        if getattr(args, "prometheus", None) and not args.monitor:
+            raise UsageError("tfdist credentials: --prometheus DIR writes a monitor credential's token and CA for "
+                             "Prometheus: name it with --monitor NAME")
         if args.output and len(wanted) != 1:
             raise UsageError(f"tfdist credentials: -o FILE takes exactly one --node/--user/--admin/--monitor, got "
                              f"{len(wanted)}")
@@ -61,6 +64,13 @@ def make_credentials(args) -> int:
         path = args.output or os.path.join(private_dir(issued), f"{kind}-{name}.json")
         credential.save(path)
         print(f"{kind} {name}: {path}")
+        if kind == "monitor" and args.prometheus:  # the two files a Prometheus scrape job reads
+            directory = private_dir(args.prometheus)
+            token, ca = os.path.join(directory, f"{name}.token"), os.path.join(directory, "ca.pem")
+            write_private(token, credential.token.encode())
+            write_private(ca, credential.ca_pem.encode())
+            print(f"  for Prometheus: authorization.credentials_file: {token}; tls_config.ca_file: {ca} "
+                  "(docs/observability.md)")
     if not wanted and not made:
         print(f"{args.dir} is already a credentials directory; name --node/--user/--admin/--monitor to issue")
     return 0

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
 from cluster.shared.model import JobState
+from cluster.shared.modes import PLANNERS
 
 # Submit to placed: milliseconds on an idle cluster (docs/benchmarks.md: p50 8 ms, p99 26 ms at 1,000
 # agents), minutes to hours for a job queued behind others.
@@ -67,6 +68,10 @@ class Telemetry:
                                      ["method"], buckets=RPC_BUCKETS, registry=r)
         self.rpc_errors = Counter("tfdist_rpc_errors_total", "gRPC calls answered with an error, by method and "
                                   "status code.", ["method", "code"], registry=r)
+        for mode in PLANNERS:  # every mode's series from the start: rate() and histogram_quantile() see 0, not nothing
+            self.submit_to_placed.labels(mode)
+            self.submit_to_running.labels(mode)
+            self.submitted.labels(mode)
 
     def transition(self, job, new: JobState, now: float, fields: dict) -> None:
         """A job changed state (JobLifecycle.transition): the latency histograms and the event counters."""

@@ -235,12 +235,12 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     @_guard
     def Register(self, request, context, principal):
         record = agent_from_pb(request.agent)
+        certificate = b""  # signed first: a request it refuses registers nothing
+        if request.metrics_csr:
+            certificate = agent_certificates.sign(self.gate.authority, request.metrics_csr, record)
         self.core.register(record, tuple(running_from_pb(t) for t in request.running),
                            tuple(request.leased_jobs), self.clock())
         self.core.metrics_addresses[record.name] = request.agent.metrics_address
-        certificate = b""
-        if request.metrics_csr:
-            certificate = agent_certificates.sign(self.gate.authority, request.metrics_csr, record)
         return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval(), metrics_certificate=certificate)
 
     @_guard

@@ -98,11 +98,11 @@ class NodeCollector:
         used = GaugeMetricFamily("tfdist_gpu_memory_used_bytes", "Each GPU's memory in use.", labels=["node", "gpu"])
         total = GaugeMetricFamily("tfdist_gpu_memory_total_bytes", "Each GPU's memory.", labels=["node", "gpu"])
         cpu = CounterMetricFamily("tfdist_job_worker_cpu_seconds", "CPU time (user + system) of a job's workers "
-                                  "and their children on this node.", labels=["job", "node"])
+                                  "and their children on this node.", labels=["job_id", "node"])
         rss = GaugeMetricFamily("tfdist_job_worker_resident_bytes", "Resident memory of a job's workers and their "
-                                "children on this node.", labels=["job", "node"])
+                                "children on this node.", labels=["job_id", "node"])
         procs = GaugeMetricFamily("tfdist_job_worker_processes", "Processes of a job's workers on this node.",
-                                  labels=["job", "node"])
+                                  labels=["job_id", "node"])
         if sample is not None:
             for g in sample.gpus:
                 util.add_metric([node, str(g.index)], g.utilization)

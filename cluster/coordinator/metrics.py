@@ -191,9 +191,9 @@ class StateCollector:
         used = GaugeMetricFamily("tfdist_gpu_memory_used_bytes", "Each GPU's memory in use.", labels=["node", "gpu"])
         total = GaugeMetricFamily("tfdist_gpu_memory_total_bytes", "Each GPU's memory.", labels=["node", "gpu"])
         cpu = CounterMetricFamily("tfdist_job_worker_cpu_seconds", "CPU time of a job's workers on a node "
-                                  "(user + system), as its agent last sampled it.", labels=["job", "node"])
+                                  "(user + system), as its agent last sampled it.", labels=["job_id", "node"])
         rss = GaugeMetricFamily("tfdist_job_worker_resident_bytes", "Resident memory of a job's workers on a "
-                                "node.", labels=["job", "node"])
+                                "node.", labels=["job_id", "node"])
         for name, sample in sorted(usage.items()):
             for g in sample.gpus:
                 util.add_metric([name, str(g.index)], g.utilization)
@@ -206,11 +206,11 @@ class StateCollector:
 
         running = [j for j in jobs if j.state == JobState.RUNNING]
         steps = GaugeMetricFamily("tfdist_job_steps_per_second", "A running job's training steps per second "
-                                  "(over the last 30 s of its ranks' progress).", labels=["job"])
+                                  "(over the last 30 s of its ranks' progress).", labels=["job_id"])
         examples = GaugeMetricFamily("tfdist_job_examples_per_second", "Steps per second times the job's "
-                                     "global batch size (jobs whose config names one).", labels=["job"])
+                                     "global batch size (jobs whose config names one).", labels=["job_id"])
         latest = GaugeMetricFamily("tfdist_job_metric", "The latest value of each training metric a running job "
-                                   "reported (MetricsReporter, tfdist.report_metrics).", labels=["job", "name"])
+                                   "reported (MetricsReporter, tfdist.report_metrics).", labels=["job_id", "name"])
         for job in running:
             rate = core.throughput.steps_per_second(job.id, now)
             steps.add_metric([job.id], rate)

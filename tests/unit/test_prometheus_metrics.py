@@ -91,7 +91,7 @@ def test_promtool_accepts_the_coordinators_and_an_agents_metrics(coordinator):
     sample = NodeUsage(time.time(), (GpuUsage(0, 0.9, 1 << 30, 80 << 30),), (JobUsage("1-ab", 12.5, 1 << 28, 3),))
     agent = exposition(NodeCollector("g1", 1, (0,), lambda: sample, lambda: ["1-ab"], lambda: 0)).decode()
     assert 'tfdist_gpu_utilization_ratio{gpu="0",node="g1"} 0.9' in agent
-    assert 'tfdist_job_worker_cpu_seconds_total{job="1-ab",node="g1"} 12.5' in agent
+    assert 'tfdist_job_worker_cpu_seconds_total{job_id="1-ab",node="g1"} 12.5' in agent
     checked = promtool("check", "metrics", stdin=agent)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
@@ -99,7 +99,7 @@ def test_promtool_accepts_the_coordinators_and_an_agents_metrics(coordinator):
 def test_a_cpu_agent_has_no_gpu_series():
     sample = NodeUsage(time.time(), (), (JobUsage("1-ab", 1.0, 1 << 20, 1),))
     text = exposition(NodeCollector("c1", 2, (), lambda: sample, lambda: [], lambda: 0)).decode()
-    assert "tfdist_gpu_" not in text and 'tfdist_job_worker_resident_bytes{job="1-ab",node="c1"}' in text
+    assert "tfdist_gpu_" not in text and 'tfdist_job_worker_resident_bytes{job_id="1-ab",node="c1"}' in text
 
 
 def test_the_shipped_prometheus_config_and_rules_are_valid(tmp_path):

@@ -35,6 +35,7 @@ disable_created_metrics()  # no `_created` series beside each counter: Prometheu
 
 ACTIVE_STATES = (JobState.QUEUED, JobState.STARTING, JobState.RUNNING, JobState.PAUSED)
 THROUGHPUT_WINDOW = 30.0  # seconds of step progress a job's steps/s is measured over
+MAX_TRACKED = 2048  # jobs whose progress Throughput keeps before it drops those that stopped stepping
 
 
 class Telemetry:
@@ -110,6 +111,9 @@ class Throughput:
             if samples and step < samples[-1][1]:  # a restart from a checkpoint: start counting again
                 samples.clear()
             samples.append((when, step))
+            if len(self._samples) > MAX_TRACKED:  # nobody scrapes (forget_except): ended jobs go here
+                for old in [j for j, s in self._samples.items() if s[-1][0] < when - self.window]:
+                    del self._samples[old]
 
     def steps_per_second(self, job_id: str, now: float) -> float:
         with self._lock:

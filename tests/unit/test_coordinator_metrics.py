@@ -211,6 +211,10 @@ def test_throughput_is_the_lowest_ranks_steps_over_the_window():
     assert rate.steps_per_second("1-b", 1062.0) == 0.0
     rate.forget_except([])
     assert rate.steps_per_second("1-a", 1062.0) == 0.0
+    for i in range(metrics.MAX_TRACKED + 1):  # ended jobs, and nobody scrapes: the stale ones are dropped
+        rate.note(f"{i}-x", {0: (1, 1000.0)})
+    rate.note("1-a", {0: (30, 1100.0)})
+    assert len(rate._samples) == 1
 
 
 def test_examples_per_second_use_the_configs_global_batch_size(cluster):

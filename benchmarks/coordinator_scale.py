@@ -89,8 +89,18 @@ def as_agent(credential, token_as_metadata=False):
     return {"credentials": grpc.access_token_call_credentials(credential.token)}
 
 
+def simulated_usage(gpus):
+    """What a GPU node's heartbeat carries: each GPU's utilisation and memory (a CPU node: nothing)."""
+    from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+
+    if not gpus:
+        return None
+    return pb.NodeUsage(time=time.time(), gpus=[pb.GpuUsage(index=i, utilization=0.87, memory_used_bytes=60 << 30,
+                                                            memory_total_bytes=80 << 30) for i in range(gpus)])
+
+
 def agent_process(address, credentials, stop_at, ready, fixed_interval, sent_total=None, token_as_metadata=False,
-                  nice=0):
+                  nice=0, gpus=0):
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
     from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 
@@ -107,6 +117,7 @@ def agent_process(address, credentials, stop_at, ready, fixed_interval, sent_tot
             name=name, slots=SLOTS_PER_NODE, addresses=[pb.Address(ip="127.0.0.1", prefix_len=8)])),
             timeout=30, **auth).heartbeat_interval
     interval = fixed_interval or interval  # fixed: ignore what the coordinator asks for
+    usage = simulated_usage(gpus)
     ready.release()
     # Each agent heartbeats once per interval at its own phase, as independent agents do (a
     # synchronized burst of 1,000 would measure the burst, not the coordinator).
@@ -118,8 +129,8 @@ def agent_process(address, credentials, stop_at, ready, fixed_interval, sent_tot
         delay = due - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        pending.append(stub.Heartbeat.future(pb.HeartbeatRequest(agent=names[sent % count]), timeout=30,
-                                             **auths[sent % count]))
+        pending.append(stub.Heartbeat.future(pb.HeartbeatRequest(agent=names[sent % count], usage=usage),
+                                             timeout=30, **auths[sent % count]))
         if not fixed_interval and sent % count == 0 and pending:
             interval = pending[0].result().heartbeat_interval or interval  # it adapts to the cluster size
         sent += 1
@@ -154,7 +165,7 @@ class SimulatedCluster:
     processes run at this nice value (the coordinator and the client at 0)."""
 
     def __init__(self, agents, plaintext=False, processes=4, fixed_interval=0.0, token_as_metadata=False,
-                 agents_nice=0):
+                 agents_nice=0, gpus=0, coordinator_args=()):
         from cluster.shared.credentials import Authority
         from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
         from cluster.shared.rpc import Client
@@ -166,7 +177,7 @@ class SimulatedCluster:
         self.coord = subprocess.Popen(
             [sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
              os.path.join(self.tmp, "state"), "--credentials-dir", credentials_dir, "--lost-after", "60",
-             "--subnet", "127.0.0.0/8", *(["--insecure-plaintext"] if plaintext else [])],
+             "--subnet", "127.0.0.0/8", *(["--insecure-plaintext"] if plaintext else []), *coordinator_args],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.procs = []
         try:
@@ -174,6 +185,12 @@ class SimulatedCluster:
             if " listening on " not in line:
                 raise RuntimeError(f"the coordinator did not start (exit {self.coord.poll()}): {line!r}")
             self.address = line.split(" listening on ")[1].split()[0]
+            self.start_lines = [line]
+            while coordinator_args and "credentials in" not in self.start_lines[-1]:  # its other start-up lines
+                self.start_lines.append(self.coord.stdout.readline())
+                if not self.start_lines[-1]:
+                    raise RuntimeError(f"the coordinator stopped while starting: {self.start_lines!r}")
+            self.authority = authority
             self.user = authority.issue("admin", "bench", self.address, plaintext)  # cancels what it submits
             nodes = [authority.issue("node", f"sim{i:04d}", self.address, plaintext) for i in range(agents)]
             ctx = multiprocessing.get_context("spawn")
@@ -183,7 +200,7 @@ class SimulatedCluster:
             per = agents // processes
             self.procs = [ctx.Process(target=agent_process, daemon=True,
                                       args=(self.address, nodes[i * per:(i + 1) * per], stop_at, ready,
-                                            fixed_interval, self.heartbeats, token_as_metadata, agents_nice))
+                                            fixed_interval, self.heartbeats, token_as_metadata, agents_nice, gpus))
                           for i in range(processes)]
             for p in self.procs:
                 p.start()

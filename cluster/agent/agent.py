@@ -20,13 +20,14 @@ import secrets
 import tempfile
 import threading
 import time
+from typing import Callable
 
 import grpc
 
 from cluster.agent.edge import CoordinatorLink
 from cluster.agent.job_run import JobRun
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
-from cluster.agent.metrics_endpoint import NodeCollector, ScraperCheck, exposition
+from cluster.agent.metrics_endpoint import NodeCollector, NodeMetrics
 from cluster.agent.metrics_tail import MetricsTail
 from cluster.agent.netinfo import discover_addresses, discover_gpus
 from cluster.agent.outbox import Outbox
@@ -35,7 +36,6 @@ from cluster.agent.start_plan import node_facts, plan_start
 from cluster.agent.unreachable import Unreachable
 from cluster.agent.usage import UsageSampler
 from cluster.shared.credentials import Credential
-from cluster.shared.metrics_http import MetricsEndpoint, certificate_request
 from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.work import AgentReport, ProbeTask, RunningJob, StartTask, Work
@@ -62,21 +62,60 @@ class NodeCredentialError(UserError):
     """The agent's credential is not a node credential for its own name."""
 
 
+def node_slots(slots: int | None, gpus: list[Gpu] | None) -> tuple[list[Gpu], int]:
+    """(the GPUs workers get, the slots offered): every GPU found without --slots; --slots N CPU worker
+    slots hide the GPUs."""
+    if slots is None:
+        gpus = discover_gpus() if gpus is None else gpus
+        if not gpus:
+            raise NoSlotsError("this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
+        return list(gpus), len(gpus)
+    if discover_gpus() if gpus is None else gpus:
+        log.warning("--slots %d: CPU worker slots; this node's GPUs are hidden from its workers", slots)
+    return [], slots
+
+
+def watch_loop(link: CoordinatorLink, stop: threading.Event, wake: threading.Event,
+               interval: Callable[[], float]) -> None:
+    """Long polls WaitForWork and wakes the heartbeat loop as soon as the coordinator has new work for this
+    node (a job placed here, its peers ready, a stop): a multi-node job's start takes round trips, not
+    heartbeat intervals. Heartbeats alone still do everything, a little later."""
+    seen = 0
+    while not stop.is_set():
+        try:
+            notice = link.wait_for_work(seen, WATCH_WAIT)
+        except ClientError:
+            stop.wait(max(interval(), 1.0))
+            continue
+        if notice is None:
+            return  # an older coordinator: heartbeats alone
+        if notice.version != seen:
+            seen = notice.version
+            wake.set()
+        if not notice.held:
+            stop.wait(WATCH_BACKOFF)
+
+
+def ship_loop(outbox: Outbox, metrics: MetricsTail, stop: threading.Event) -> None:
+    """Sends the workers' lines, exits and metric rows to the coordinator as they come."""
+    while not stop.is_set():
+        try:
+            metrics.read()
+            outbox.ship_once()
+        except ClientError as e:
+            log.debug("shipping deferred: %s", e)
+            stop.wait(1.0)
+            continue
+        outbox.wake.wait(0.1)
+        outbox.wake.clear()
+
+
 class Agent:
     def __init__(self, coordinator: str, *, name: str, credential: Credential, slots: int | None = None,
                  addresses: list[Address] | None = None, gpus: list[Gpu] | None = None,
                  metrics_listen: str | None = None):
-        if slots is None:
-            gpus = discover_gpus() if gpus is None else gpus
-            if not gpus:
-                raise NoSlotsError("this node has no GPUs (nvidia-smi found none): give --slots N CPU worker slots")
-        else:
-            if discover_gpus() if gpus is None else gpus:
-                log.warning("--slots %d: CPU worker slots; this node's GPUs are hidden from its workers", slots)
-            gpus = []
         self.name = name
-        self.gpus = list(gpus)
-        self.slots = len(self.gpus) if self.gpus else slots
+        self.gpus, self.slots = node_slots(slots, gpus)
         self.addresses = addresses or [Address(a["ip"], a["prefix_len"], a.get("interface", ""))
                                        for a in discover_addresses(coordinator)]
         if credential.kind != "node" or credential.name != name:
@@ -106,21 +145,15 @@ class Agent:
         lease_dir()
         self.usage = UsageSampler([g.index for g in self.gpus], self._worker_pids)
         self.heartbeat_failures = 0
-        self.metrics_listen = metrics_listen  # HOST:PORT of this node's /metrics (None: none)
-        self._plaintext = credential.plaintext  # a plaintext cluster: a plain HTTP /metrics
-        self.metrics_endpoint: MetricsEndpoint | None = None
-        self._metrics_key = self._metrics_csr = b""
-        if metrics_listen:  # a key only this process holds; the coordinator signs its request
-            # a taken or foreign address is said now, not after registering
-            MetricsEndpoint(metrics_listen, bytes, lambda token: None, None, "tfdist agent --metrics-listen").stop()
-            self._metrics_key, self._metrics_csr = certificate_request(name)
+        self.node_metrics = NodeMetrics(name, metrics_listen, credential.plaintext)  # --metrics-listen's /metrics
 
     # ---------------------------------------------------------------- main loop
     def run(self) -> None:
         kill_leftovers(self._groups.directory, self.name)
         self.usage.start()
-        threading.Thread(target=self._ship_loop, daemon=True).start()
-        threading.Thread(target=self._watch_loop, daemon=True).start()
+        threading.Thread(target=ship_loop, args=(self.outbox, self.metrics, self._stop), daemon=True).start()
+        threading.Thread(target=watch_loop, args=(self.link, self._stop, self._wake, lambda: self.heartbeat_interval),
+                         daemon=True).start()
         while not self._stop.is_set():
             try:
                 if not self._registered:
@@ -140,25 +173,6 @@ class Agent:
                 self._wake.wait(self.heartbeat_interval)
             self._wake.clear()
 
-    def _watch_loop(self) -> None:
-        """Long polls WaitForWork and heartbeats as soon as the coordinator has new work for this node
-        (a job placed here, its peers ready, a stop): a multi-node job's start takes round trips, not
-        heartbeat intervals. Heartbeats alone still do everything, a little later."""
-        seen = 0
-        while not self._stop.is_set():
-            try:
-                notice = self.link.wait_for_work(seen, WATCH_WAIT)
-            except ClientError:
-                self._stop.wait(max(self.heartbeat_interval, 1.0))
-                continue
-            if notice is None:
-                return  # an older coordinator: heartbeats alone
-            if notice.version != seen:
-                seen = notice.version
-                self._wake.set()
-            if not notice.held:
-                self._stop.wait(WATCH_BACKOFF)
-
     def wake(self) -> None:
         """Heartbeat at once instead of at the next interval (e.g. work was just submitted)."""
         self._wake.set()
@@ -167,8 +181,7 @@ class Agent:
         """Stops the loop and every job's workers (the agent is shutting down). Returns at once."""
         self._stop.set()
         self.usage.stop()
-        if self.metrics_endpoint is not None:
-            self.metrics_endpoint.stop()
+        self.node_metrics.stop()
         self._wake.set()
         self.outbox.wake.set()
         with self._lock:
@@ -200,37 +213,11 @@ class Agent:
         with self._lock:
             return {job_id: run.gang.process_groups() for job_id, run in self._runs.items()}
 
-    def metrics_address(self) -> str:
-        """HOST:PORT of this node's /metrics, as the coordinator lists it ("": none yet)."""
-        if self.metrics_endpoint is not None:
-            return self.metrics_endpoint.address
-        return self.metrics_listen or ""
-
     def _serve_metrics(self, certificate: bytes) -> None:
         """Starts /metrics after the first registration, with the certificate the coordinator signed."""
-        if not self.metrics_listen or self.metrics_endpoint is not None:
-            return
-        if self._plaintext:
-            tls = None
-        elif certificate:
-            tls = (certificate, self._metrics_key)
-        else:
-            log.error("--metrics-listen %s: the coordinator signed no certificate for this node's /metrics (its "
-                      "cluster uses site certificates, without a CA key to sign with); /metrics is not served",
-                      self.metrics_listen)
-            self.metrics_listen = None
-            return
-        collector = NodeCollector(self.name, self.slots, tuple(g.index for g in self.gpus), lambda: self.usage.latest,
-                                  self.running_jobs, lambda: self.heartbeat_failures)
-        try:
-            self.metrics_endpoint = MetricsEndpoint(self.metrics_listen, lambda: exposition(collector),
-                                                    ScraperCheck(self.client, self.name), tls,
-                                                    f"agent {self.name}'s /metrics").start()
-        except UserError as e:  # taken since the agent started
-            log.error("%s", e)
-            self.metrics_listen = None
-            return
-        log.info("Prometheus metrics on %s", self.metrics_endpoint.url)
+        self.node_metrics.serve(certificate, self.client, NodeCollector(
+            self.name, self.slots, tuple(g.index for g in self.gpus), lambda: self.usage.latest, self.running_jobs,
+            lambda: self.heartbeat_failures))
 
     # ---------------------------------------------------------------- talking to the coordinator
     def _running(self) -> tuple[RunningJob, ...]:
@@ -245,7 +232,7 @@ class Agent:
     def _register(self) -> None:
         record = AgentRecord(self.name, self.slots, tuple(self.addresses), tuple(self.gpus))
         interval, certificate = self.link.register(record, self._running(), self._leased(),
-                                                   self.metrics_address(), self._metrics_csr)
+                                                   self.node_metrics.address(), self.node_metrics.csr)
         self.heartbeat_interval = interval or 1.0
         self._registered = True
         self._serve_metrics(certificate)
@@ -406,16 +393,3 @@ class Agent:
         while self.outbox.owes(job_id) and time.monotonic() < deadline and not self._stop.is_set():
             self.outbox.wake.set()
             self._stop.wait(0.01)
-
-    # ---------------------------------------------------------------- shipping
-    def _ship_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.metrics.read()
-                self.outbox.ship_once()
-            except ClientError as e:
-                log.debug("shipping deferred: %s", e)
-                self._stop.wait(1.0)
-                continue
-            self.outbox.wake.wait(0.1)
-            self.outbox.wake.clear()

@@ -9,6 +9,7 @@ one REFUSED_FOR, at most MAX_CACHED tokens. A coordinator that does not answer m
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Callable
@@ -19,10 +20,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
 from cluster.shared.credentials import Principal
+from cluster.shared.metrics_http import MetricsEndpoint, certificate_request
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.work import NodeUsage
-from tfdist.errors import PermissionDeniedError, UnavailableError
+from tfdist.errors import PermissionDeniedError, UnavailableError, UserError
+
+log = logging.getLogger("tfdist.agent")
 
 ACCEPTED_FOR = 60.0
 REFUSED_FOR = 5.0
@@ -121,3 +125,50 @@ def exposition(collector: NodeCollector) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return generate_latest(registry)
+
+
+class NodeMetrics:
+    """This node's /metrics server, from `--metrics-listen` to stop: the address is checked and a key made at
+    once (a taken address is said before registering); it is served once the coordinator signed the key's
+    request at registration (plain HTTP in a plaintext cluster; none with site certificates, which give the
+    coordinator no CA key to sign with)."""
+
+    def __init__(self, name: str, listen: str | None, plaintext: bool):
+        self.name, self.listen, self.plaintext = name, listen, plaintext
+        self.endpoint: MetricsEndpoint | None = None
+        self._key = self.csr = b""
+        if listen:
+            MetricsEndpoint(listen, bytes, lambda token: None, None, "tfdist agent --metrics-listen").stop()
+            self._key, self.csr = certificate_request(name)
+
+    def address(self) -> str:
+        """HOST:PORT of this node's /metrics, as the coordinator lists it ("": none)."""
+        if self.endpoint is not None:
+            return self.endpoint.address
+        return self.listen or ""
+
+    def serve(self, certificate: bytes, client: Client, collector: NodeCollector) -> None:
+        if not self.listen or self.endpoint is not None:
+            return
+        if self.plaintext:
+            tls = None
+        elif certificate:
+            tls = (certificate, self._key)
+        else:
+            log.error("--metrics-listen %s: the coordinator signed no certificate for this node's /metrics (its "
+                      "cluster uses site certificates, without a CA key to sign with); /metrics is not served",
+                      self.listen)
+            self.listen = None
+            return
+        try:
+            self.endpoint = MetricsEndpoint(self.listen, lambda: exposition(collector), ScraperCheck(client, self.name),
+                                            tls, f"agent {self.name}'s /metrics").start()
+        except UserError as e:  # taken since the agent started
+            log.error("%s", e)
+            self.listen = None
+            return
+        log.info("Prometheus metrics on %s", self.endpoint.url)
+
+    def stop(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.stop()

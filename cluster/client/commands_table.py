@@ -301,12 +301,13 @@ COMMANDS: tuple[Command, ...] = (
             tensorboard_command.serve, (
                 *CLIENT, JOB_ID,
                 arg("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
-                                                        "TensorBoard has no login)"),
+                                                        "every page needs the login link's token)"),
                 arg("--port", type=bounded(0, 65535), metavar="PORT",
                     help="port (default 6006, or the next free one; 0: any free port)")),
-            description="Runs TensorBoard on the event files MetricsReporter(tensorboard=True) wrote for job ID "
+            description="Serves TensorBoard on the event files MetricsReporter(tensorboard=True) wrote for job ID "
                         "(<checkpoint_storage>/ID/tensorboard, else <working dir>/tfdist-tensorboard/ID; this "
-                        "machine must see that directory) and prints its URL; Ctrl-C or SIGTERM stops it."),
+                        "machine must see that directory) behind a login, as `tfdist dashboard` does, and prints "
+                        "its URL and login link; Ctrl-C or SIGTERM stops it."),
     Command("dashboard", "the cluster and its jobs in your browser (read-only, with actions on your own jobs)",
             _dashboard, (
                 *CLIENT,

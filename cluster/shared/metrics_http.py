@@ -21,7 +21,7 @@ import threading
 from typing import Callable
 
 from cluster.shared.credentials import Principal
-from tfdist.errors import PermissionDeniedError, TfdistError, UserError
+from tfdist.errors import PermissionDeniedError, ResourceExhaustedError, TfdistError, UserError
 
 log = logging.getLogger("tfdist.metrics")
 
@@ -113,8 +113,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-class _HeadTooLong(Exception):
-    pass
+class _HeadTooLong(ResourceExhaustedError):
+    """A request head past its budget: answered 431 and the connection closed."""
 
 
 class _BoundedHead:

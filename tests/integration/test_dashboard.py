@@ -162,12 +162,17 @@ def shoot(browser, directory, name):
         shutil.copy(path, os.path.join(keep, path.name))
 
 
-def status_of(url: str) -> tuple[int, dict]:
+def status_of(url: str) -> tuple[int, dict | str]:
+    """The status and JSON document of a GET without cookies (a page, such as the login form: its text)."""
     try:
         with urllib.request.urlopen(url, timeout=10) as answer:
-            return answer.status, json.loads(answer.read())
+            status, body = answer.status, answer.read()
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        status, body = e.code, e.read()
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, body.decode()
 
 
 def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
@@ -263,13 +268,20 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         print(f"job page: loaded in {cost['load']:.0f} ms; {cost['calls']} API calls, {cost['mean']:.1f} ms and "
               f"{cost['bytes']:.0f} bytes each on average, the slowest {cost['slowest']:.0f} ms")
 
-        # TensorBoard beside it: the dashboard serves the job's event files on loopback and links to them.
-        owner.click("#tensorboard-start", "the Start TensorBoard button")
-        owner.wait(lambda d: owner.attributes("#tensorboard-link", "href"), "the dashboard to start TensorBoard")
-        board = owner.attributes("#tensorboard-link", "href")[0]
-        assert board.startswith("http://127.0.0.1:")
+        # TensorBoard beside it: the dashboard serves the job's event files itself, behind its login.
+        board = f"/tensorboard/{training}/"
+        assert owner.attributes("#tensorboard-link", "href") == [board]
+        assert status_of(f"{base}{board}data/runs")[0] == 401  # no session: no TensorBoard
+        owner.driver.get(base + board)
+        owner.wait(lambda d: "TensorBoard" in d.title, "TensorBoard's page under the dashboard's login")
         runs = []
-        owner.wait(lambda d: runs.extend(status_of(board + "data/runs")[1]) or runs, "TensorBoard to list the run")
+        owner.wait(lambda d: runs.extend(owner.driver.execute_async_script(
+            "fetch(arguments[0]).then((r) => r.json()).then(arguments[1], () => arguments[1]([]));",
+            board + "data/runs")) or runs, "TensorBoard to list the job's run")
+        assert runs == ["."]
+        tags = owner.driver.execute_async_script(
+            "fetch(arguments[0]).then((r) => r.json()).then(arguments[1]);", board + "data/plugin/scalars/tags")
+        assert "loss" in tags["."], tags  # what MetricsReporter(tensorboard=True) wrote
 
         # The queued job is bob's: alice sees why it waits, but neither its logs nor any button.
         owner.driver.get(f"{base}/jobs/{waiting}")

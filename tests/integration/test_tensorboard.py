@@ -1,12 +1,14 @@
 """Metrics to look at: the digits example, launched through a coordinator, reports a curve (dozens of rows
 that `tfdist metrics --plot` draws as lines) and TensorBoard event files, which `tfdist tensorboard ID` finds
-from the job's record and serves on loopback until SIGTERM stops it (real TensorBoard, real HTTP)."""
+from the job's record and serves behind a login link until SIGTERM stops it (real TensorBoard, real HTTP):
+without the link's session TensorBoard answers nothing."""
 
 import json
 import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import pytest
@@ -17,9 +19,25 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 DIGITS = os.path.join(REPO, "examples", "digits", "train.py")
 
 
-def get(url: str):
-    with urllib.request.urlopen(url, timeout=10) as answer:
+def get(url: str, cookie: str = ""):
+    request = urllib.request.Request(url, headers={"Cookie": cookie} if cookie else {})
+    with urllib.request.urlopen(request, timeout=10) as answer:
         return json.loads(answer.read())
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def log_in(link: str) -> tuple[str, str]:
+    """(the session cookie the login link gives, where it leads)."""
+    try:
+        urllib.request.build_opener(NoRedirect).open(link, timeout=10)
+    except urllib.error.HTTPError as e:
+        assert e.code == 303, e.code
+        return e.headers["Set-Cookie"].split(";")[0], e.headers["Location"]
+    raise AssertionError(f"{link} did not redirect")
 
 
 def test_an_example_reports_curves_that_tensorboard_serves(tmp_path, local_cluster, marker):
@@ -52,13 +70,20 @@ def test_an_example_reports_curves_that_tensorboard_serves(tmp_path, local_clust
         banner = server.stdout.readline()  # bounded by the test's timeout; empty if it exited
         assert banner.startswith(f"TensorBoard for job {job_id} at http://127.0.0.1:"), (banner, server.stderr.read())
         url = banner.split(" at ")[1].split()[0]
-        assert f"(event files: {events})" in banner
+        assert url.endswith(f"/tensorboard/{job_id}/") and f"(event files: {events})" in banner
+        login = server.stdout.readline()
+        assert login.startswith("log in with http://127.0.0.1:"), login
+        with pytest.raises(urllib.error.HTTPError) as refused:  # TensorBoard has no login; this one does
+            get(url + "data/runs")
+        assert refused.value.code == 401
+        cookie, home = log_in(login.split()[3])
+        assert url.endswith(home)
         tags = {}
-        wait_for(lambda: tags.update(get(url + "data/plugin/scalars/tags")) or tags.get("."),
+        wait_for(lambda: tags.update(get(url + "data/plugin/scalars/tags", cookie)) or tags.get("."),
                  "TensorBoard to load the job's event files", timeout=60)
-        assert get(url + "data/runs") == ["."]
+        assert get(url + "data/runs", cookie) == ["."]
         assert {"loss", "accuracy", "epoch"} <= set(tags["."])
-        served = get(url + "data/plugin/scalars/scalars?run=.&tag=loss")
+        served = get(url + "data/plugin/scalars/scalars?run=.&tag=loss", cookie)
         assert sorted({int(step) for _, step, _ in served}) == sorted(set(losses))  # what `tfdist metrics` shows
     finally:
         server.send_signal(signal.SIGTERM)

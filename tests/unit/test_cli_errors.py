@@ -42,7 +42,8 @@ from tests.conftest import run_cli
      "tfdist agent: --slots must be at least 1, got 0"),
     (["lunch"], None,
      "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'jobs', "
-     "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'agents', 'doctor', 'build-horovod') "
+     "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'dashboard', 'agents', 'doctor', "
+     "'build-horovod') "
      "(see "
      "`tfdist --help`)"),
 ])

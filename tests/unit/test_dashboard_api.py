@@ -182,9 +182,12 @@ def test_tensorboard_beside_the_job(tmp_path):
     assert not board["visible"] and "no event files in" in board["problem"]
     events.mkdir(parents=True)
     board = api.job("1-aa").document["tensorboard"]
-    assert board["visible"] and board["installed"] and board["problem"] is None and board["url"] is None
-    assert "belongs to user bob" in api.job("2-bb").document["tensorboard"]["problem"]
-    assert api.start_tensorboard("2-bb").status == 403
+    assert board["visible"] and board["installed"] and board["problem"] is None
+    assert board["url"] == "/tensorboard/1-aa/"  # served by the dashboard itself, behind its login
+    theirs = api.job("2-bb").document["tensorboard"]
+    assert "belongs to user bob" in theirs["problem"] and theirs["url"] is None
+    refused = api.tensorboard("2-bb")
+    assert refused.status == 403 and "only its owner or an admin may read its metrics" in refused.document["error"]
 
 
 def test_log_lines_after_a_cursor_with_tensorflows_chatter_marked():

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from cluster.client.dashboard import gate as gate_module
 from cluster.client.dashboard import server as http_server
 from cluster.client.dashboard.api import Api
 from cluster.shared import jobspec
@@ -185,23 +186,176 @@ def test_bad_requests_are_one_line_errors(dashboard):
 
 
 def test_the_gate_keeps_a_bounded_number_of_sessions():
-    gate = http_server.Gate(1, token="t")
+    gate = gate_module.Gate(1, token="t")
     assert gate.login("T") is None and gate.login("") is None
     first = gate.login("t")
-    sessions = [gate.login("t") for _ in range(http_server.MAX_SESSIONS)]
+    sessions = [gate.login("t") for _ in range(gate_module.MAX_SESSIONS)]
     assert gate.csrf(f"{gate.cookie}={first}") is None  # the oldest was forgotten
     assert all(gate.csrf(f"{gate.cookie}={s}") for s in sessions)
     assert len({gate.csrf(f"{gate.cookie}={s}") for s in sessions}) == len(sessions)  # a CSRF token each
 
 
 def test_hosts_and_ports():
-    assert http_server.allowed_hosts("0.0.0.0", 80) is None
-    assert http_server.allowed_hosts("127.0.0.1", 7490) == {"127.0.0.1:7490", "localhost:7490", "[::1]:7490"}
-    assert "10.0.0.5:7490" in http_server.allowed_hosts("10.0.0.5", 7490)
-    assert http_server.url_host("::1") == "[::1]"
+    assert gate_module.allowed_hosts("0.0.0.0", 80) is None
+    assert gate_module.allowed_hosts("127.0.0.1", 7490) == {"127.0.0.1:7490", "localhost:7490", "[::1]:7490"}
+    assert "10.0.0.5:7490" in gate_module.allowed_hosts("10.0.0.5", 7490)
+    assert gate_module.url_host("::1") == "[::1]"
     taken = http_server.listen("127.0.0.1", 0)
     try:
         with pytest.raises(Exception, match=rf"cannot listen on 127.0.0.1:{taken.server_address[1]}: .*--port"):
             http_server.listen("127.0.0.1", taken.server_address[1])
     finally:
         taken.server_close()
+
+
+def echo_board(environ, start_response):
+    """A stand-in for TensorBoard's WSGI application: answers what it was asked."""
+    import json
+
+    body = environ["wsgi.input"].read(int(environ["CONTENT_LENGTH"] or 0))
+    start_response("200 OK", [("Content-Type", "application/json"), ("Connection", "close"),
+                              ("Content-Security-Policy", "default-src 'self'")])
+    return [json.dumps({"path": environ["PATH_INFO"], "query": environ["QUERY_STRING"], "body": body.decode(),
+                        "cookie": environ.get("HTTP_COOKIE")}).encode()]
+
+
+@pytest.fixture
+def with_tensorboard():
+    from cluster.client import tensorboard_app
+
+    made = []
+    boards = tensorboard_app.Boards(make=lambda directory, prefix: made.append((directory, prefix)) or echo_board)
+    boards.open("1-ab", "/events")
+    server, gate = http_server.serve(Api(Coordinator(), Principal("user", "alice"), boards=boards), "127.0.0.1", 0,
+                                     token=TOKEN)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], made
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tensorboard_is_served_behind_the_session(with_tensorboard):
+    import json
+
+    port, made = with_tensorboard
+    assert made == [("/events", "/tensorboard/1-ab")]  # TensorBoard's --path_prefix: its links stay under it
+    status, _, body = ask(port, "GET", "/tensorboard/1-ab/data/runs")
+    assert status == 401 and '<form method="post" action="/login">' in body  # no session: the login, not the board
+    cookie, _ = logged_in(port)
+    status, headers, _ = ask(port, "GET", "/tensorboard/1-ab", {"Cookie": cookie})
+    assert status == 303 and headers["Location"] == "/tensorboard/1-ab/"
+    status, headers, body = ask(port, "GET", "/tensorboard/1-ab/data/plugin/scalars/tags?run=.", {"Cookie": cookie})
+    assert status == 200 and json.loads(body) == {"path": "/tensorboard/1-ab/data/plugin/scalars/tags",
+                                                  "query": "run=.", "body": "", "cookie": None}
+    assert headers["Content-Security-Policy"] == "default-src 'self'"  # TensorBoard's own policy for its pages
+    assert headers["X-Frame-Options"] == "SAMEORIGIN" and headers["Referrer-Policy"] == "no-referrer"
+    assert headers.get("Connection") != "close"  # hop-by-hop headers are the server's, not the application's
+    form = {"Cookie": cookie, "Content-Type": "application/x-www-form-urlencoded"}
+    status, _, body = ask(port, "POST", "/tensorboard/1-ab/data/plugin/scalars/scalars_multirun", form, "tag=loss")
+    assert status == 403 and "did not come from the dashboard's own page" in body  # no Origin: not its page
+    status, _, body = ask(port, "POST", "/tensorboard/1-ab/data/plugin/scalars/scalars_multirun",
+                          {**form, "Origin": f"http://127.0.0.1:{port}"}, "tag=loss")
+    assert status == 200 and json.loads(body)["body"] == "tag=loss"
+    status, _, body = ask(port, "GET", "/tensorboard/2-zz/", {"Cookie": cookie})  # Coordinator knows only 1-ab
+    assert status == 404 and body == "job 2-zz's TensorBoard is at /tensorboard/1-ab/"
+    status, _, body = ask(port, "GET", "/tensorboard/%3Cx%3E/", {"Cookie": cookie})
+    assert status == 400 and body == "bad job id '%3Cx%3E'"
+
+
+def test_too_many_query_fields_is_a_bad_request_not_a_crash(dashboard, caplog):
+    port, _, _ = dashboard
+    query = "&".join(f"f{i}=1" for i in range(20))
+    status, _, body = ask(port, "GET", f"/login?token={TOKEN}&{query}")
+    assert status == 400 and body == "too many query fields"
+    form = {"Content-Type": "application/x-www-form-urlencoded", "Origin": f"http://127.0.0.1:{port}"}
+    status, _, body = ask(port, "POST", "/login", form, f"token={TOKEN}&{query}")
+    assert status == 400 and "That was not a login form." in body
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_a_client_that_hangs_up_is_not_an_error(caplog):
+    server = http_server.Server(("127.0.0.1", 0))
+    try:
+        for error, logged in ((BrokenPipeError(32, "Broken pipe"), False), (ConnectionResetError(), False),
+                              (ValueError("a bug"), True)):
+            caplog.clear()
+            try:
+                raise error
+            except Exception:
+                server.handle_error(None, ("127.0.0.1", 5))
+            assert bool([r for r in caplog.records if r.levelname == "ERROR"]) is logged, error
+    finally:
+        server.server_close()
+
+
+def test_connections_beyond_the_cap_are_closed_and_the_server_goes_on(monkeypatch):
+    import socket
+    import time
+
+    monkeypatch.setattr(http_server, "MAX_CONNECTIONS", 3)
+    server, _ = http_server.serve(Api(Coordinator(), Principal("user", "alice")), "127.0.0.1", 0, token=TOKEN)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]  # say nothing: held
+    try:
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        extra.sendall(b"GET /login HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
+        assert extra.recv(100) == b""  # closed unanswered: three are being served
+        extra.close()
+        idle.pop().close()  # one leaves: its thread ends when it reads the end of the stream
+        deadline = time.monotonic() + 30
+        while True:
+            status = None
+            try:
+                status = ask(port, "GET", "/login")[0]
+            except (ConnectionError, http.client.HTTPException):
+                pass
+            if status == 200 or time.monotonic() > deadline:
+                break
+        assert status == 200
+    finally:
+        for s in idle:
+            s.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_session_unused_for_long_ends():
+    now = [1000.0]
+    gate = gate_module.Gate(1, token="t", clock=lambda: now[0])
+    session = gate.login("t")
+    cookie = f"{gate.cookie}={session}"
+    now[0] += gate_module.SESSION_IDLE - 1
+    assert gate.csrf(cookie)  # used: its idle time starts again
+    now[0] += gate_module.SESSION_IDLE - 1
+    assert gate.csrf(cookie)
+    now[0] += gate_module.SESSION_IDLE + 1
+    assert gate.csrf(cookie) is None
+    assert gate.csrf(cookie) is None  # and it stays ended
+
+
+def test_open_hands_the_login_link_over_in_a_private_file_not_on_the_browsers_command_line(monkeypatch):
+    import os
+    import stat
+    import webbrowser
+
+    from cluster.client.dashboard import command
+
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    link = f"http://127.0.0.1:7490/login?token={TOKEN}"
+    folder = command._open(link)
+    try:
+        assert len(opened) == 1 and TOKEN not in opened[0] and opened[0] == f"file://{folder}/login.html"
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        page = os.path.join(folder, "login.html")
+        assert stat.S_IMODE(os.stat(page).st_mode) == 0o600 and os.stat(page).st_uid == os.getuid()
+        assert f'content="0;url={link}"' in open(page).read()
+    finally:
+        import shutil
+
+        shutil.rmtree(folder)

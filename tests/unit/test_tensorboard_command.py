@@ -1,11 +1,11 @@
 """`tfdist tensorboard ID`'s decisions: where a job's event files are, the one line when they are not on
-this machine or TensorBoard is not installed, and which addresses are this machine only."""
+this machine or TensorBoard is not installed."""
 
 import importlib.util
 
 import pytest
 
-from cluster.client import tensorboard_command
+from cluster.client import tensorboard_app
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import NotFoundError, UserError
 
@@ -17,26 +17,26 @@ def job(state="SUCCEEDED", storage="", working_dir="/w") -> pb.Job:
 
 def test_the_event_files_are_found_from_the_jobs_record(tmp_path):
     (tmp_path / "tfdist-tensorboard" / "3-ab12").mkdir(parents=True)
-    assert tensorboard_command.event_dir(job(working_dir=str(tmp_path))) == str(tmp_path / "tfdist-tensorboard" /
+    assert tensorboard_app.event_dir(job(working_dir=str(tmp_path))) == str(tmp_path / "tfdist-tensorboard" /
                                                                                  "3-ab12")
     (tmp_path / "ckpt" / "3-ab12" / "tensorboard").mkdir(parents=True)
-    assert tensorboard_command.event_dir(job(storage=str(tmp_path / "ckpt"), working_dir=str(tmp_path))) == \
+    assert tensorboard_app.event_dir(job(storage=str(tmp_path / "ckpt"), working_dir=str(tmp_path))) == \
         str(tmp_path / "ckpt" / "3-ab12" / "tensorboard")
 
 
 def test_missing_event_files_are_one_line_saying_where_they_would_be(tmp_path):
     where = tmp_path / "tfdist-tensorboard" / "3-ab12"
     with pytest.raises(NotFoundError) as e:
-        tensorboard_command.event_dir(job(working_dir=str(tmp_path)))
+        tensorboard_app.event_dir(job(working_dir=str(tmp_path)))
     assert str(e.value) == (
         f"job 3-ab12: no TensorBoard event files in {where} on this machine; the job's chief writes them there with "
         "MetricsReporter(tensorboard=True) on node a1. Without a filesystem shared with that node, run `tfdist "
         "tensorboard` there, or give the job a checkpoint_storage every node and this machine share")
     with pytest.raises(NotFoundError, match=f"job 3-ab12 is QUEUED: no TensorBoard event files yet \\(they go to "
                                             f"{where}\\)"):
-        tensorboard_command.event_dir(job("QUEUED", working_dir=str(tmp_path)))
+        tensorboard_app.event_dir(job("QUEUED", working_dir=str(tmp_path)))
     with pytest.raises(NotFoundError, match="records neither a checkpoint_storage nor a working directory"):
-        tensorboard_command.event_dir(job(working_dir=""))
+        tensorboard_app.event_dir(job(working_dir=""))
 
 
 def test_without_tensorboard_it_names_the_extra(monkeypatch):
@@ -44,11 +44,4 @@ def test_without_tensorboard_it_names_the_extra(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
     with pytest.raises(UserError, match=r"tfdist tensorboard needs TensorBoard, which is not installed for \S+: "
                                         r"pip install 'tfdist\[tensorboard\]'$"):
-        tensorboard_command.check_installed()
-
-
-@pytest.mark.parametrize("host, only_here", [("127.0.0.1", True), ("localhost", True), ("::1", True),
-                                             ("127.0.1.1", True), ("0.0.0.0", False), ("10.0.0.5", False),
-                                             ("node7", False)])
-def test_loopback(host, only_here):
-    assert tensorboard_command.loopback(host) is only_here
+        tensorboard_app.check_installed()

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from cluster.client import json_output
+from cluster.client import json_output, tensorboard_app
 from cluster.client.job_selection import ACTIVE, FINISHED, SHOWN_FINISHED, number
 from cluster.shared import output_lines
 from cluster.shared.credentials import Principal
@@ -125,13 +125,10 @@ class Api:
     """The dashboard's reads and actions for one principal through one client (cluster.shared.rpc.Client)."""
 
     def __init__(self, client, principal: Principal, *, ttl: float = READ_TTL,
-                 clock: Callable[[], float] = time.monotonic, tensorboard_host: str = "127.0.0.1"):
+                 clock: Callable[[], float] = time.monotonic, boards: tensorboard_app.Boards | None = None):
         self.client, self.principal = client, principal
         self.shared = _Shared(ttl, clock)
-        self.tensorboard_host = tensorboard_host
-        self._boards: dict[str, str] = {}  # job id -> the URL of the TensorBoard this process serves for it
-        self._boards_lock = threading.Lock()  # the dict (held briefly: every job poll reads it)
-        self._starting = threading.Lock()  # one TensorBoard start at a time (seconds: it imports TensorBoard)
+        self.boards = boards or tensorboard_app.Boards()  # the TensorBoards this process serves, by job id
 
     # ---------------------------------------------------------------- reads
     def session(self, csrf: str) -> Answer:
@@ -241,34 +238,28 @@ class Api:
                            "pauses)" if state != "PAUSED" else ""}.get(action, "")
         return Answer(200, {"state": state, "message": f"job {job_id}: {state}{said}"})
 
-    def start_tensorboard(self, job_id: str) -> Answer:
-        """TensorBoard for the job's event files, in this process on loopback (tfdist tensorboard's serving);
-        the same one again for a second click."""
-        from cluster.client import tensorboard_command
-
+    def tensorboard(self, job_id: str) -> tensorboard_app.WsgiApp | Answer:
+        """The TensorBoard application on the job's event files, made on the first request for them (the
+        server serves it under /tensorboard/ID/ behind the session); or why there is none."""
+        app = self.boards.get(job_id)
+        if app is not None:
+            return app
         try:
-            message = self.client.job(job_id)
+            message = self.shared.get(("job", job_id), lambda: self.client.job(job_id))
             if not can(self.principal, message.owner).metrics:
                 return Answer(403, {"error": f"job {message.id} belongs to user {message.owner}: only its owner or "
                                              "an admin may read its metrics"})
-            with self._starting:
-                with self._boards_lock:
-                    url = self._boards.get(message.id)
-                if url is None:
-                    tensorboard_command.check_installed()
-                    url = tensorboard_command.start(tensorboard_command.event_dir(message), self.tensorboard_host, 0)
-                    with self._boards_lock:
-                        self._boards[message.id] = url
+            if message.id != job_id:
+                return Answer(404, {"error": f"job {job_id}'s TensorBoard is at {tensorboard_app.prefix(message.id)}/"})
+            tensorboard_app.check_installed()
+            return self.boards.open(message.id, tensorboard_app.event_dir(message))
         except TfdistError as e:
             return failed(e)
-        return Answer(200, {"url": url})
 
     def _tensorboard_info(self, job: pb.Job, rights: Rights) -> dict[str, Any]:
         directory = job_event_dir(job.id, job.spec.config.checkpoint_storage, job.spec.working_dir) or None
         installed = importlib.util.find_spec("tensorboard") is not None
         visible = bool(directory and os.path.isdir(directory))
-        with self._boards_lock:
-            url = self._boards.get(job.id)
         if not rights.metrics:
             problem = f"job {job.id} belongs to user {job.owner}: only its owner or an admin reads its metrics"
         elif not directory:
@@ -281,7 +272,8 @@ class Api:
         else:
             problem = None
         return {"dir": directory, "command": f"tfdist tensorboard {job.id}", "installed": installed,
-                "visible": visible, "url": url, "problem": problem}
+                "visible": visible, "url": None if problem else tensorboard_app.prefix(job.id) + "/",
+                "problem": problem}
 
 
 def check_job_id(text: str) -> str:

@@ -6,7 +6,8 @@ no data) answers without a session:
 - `tfdist dashboard` makes a random token (256 bits) and prints a login link, `/login?token=...`. The link, or
   the token pasted into the login form, gives a session: a random cookie value, HttpOnly (no script reads
   it) and SameSite=Strict (no other site's page sends it). Token and sessions are compared in constant time
-  (a session by its SHA-256, so a lookup leaks nothing of the cookie). They live as long as this process.
+  (a session by its SHA-256, so a lookup leaks nothing of the cookie). A session unused for SESSION_IDLE
+  ends; the token lives as long as this process.
 - Without a session a page gets the login form (401) and /api/... a 401 JSON error.
 - A request whose Host header is not this server's address is refused (a DNS-rebinding page would send its
   own name), unless the dashboard listens on every address (--host 0.0.0.0).
@@ -16,26 +17,31 @@ no data) answers without a session:
   would be same-site, and these checks stop it.
 - Every answer forbids framing, sniffing, referrers and caching, and its Content-Security-Policy allows
   only this origin's own script and style (no inline script): a job name or log line is text, never markup.
+- TensorBoard is served under /tensorboard/<job id>/ behind the same session (cluster/client/
+  tensorboard_app.py): its pages keep TensorBoard's own Content-Security-Policy, and its POSTs need this
+  server's Origin (TensorBoard's page sends no CSRF header of ours).
+- At most MAX_CONNECTIONS connections are served at once; more are closed unanswered. A client that hangs
+  up mid-answer is not an error.
 """
 
 from __future__ import annotations
 
-import collections
-import hashlib
 import hmac
 import html
 import json
 import logging
 import os
 import re
-import secrets
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from cluster.client import tensorboard_app
 from cluster.client.dashboard.api import Answer, Api, check_job_id
+from cluster.client.dashboard.gate import Gate, allowed_hosts
 from cluster.shared import limits
 from tfdist.errors import UserError
 
@@ -46,8 +52,8 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 DEFAULT_PORT = 7490
 PORTS_TRIED = 20  # --port not given: 7490, else the next free of this many
-MAX_SESSIONS = 64  # logins kept (the oldest is forgotten first)
 MAX_BODY = 4096  # a login form; API posts carry nothing
+MAX_CONNECTIONS = 64  # served at once (a thread each); a page keeps one or two
 CSRF_HEADER = "X-Tfdist-Csrf"
 SECURITY_HEADERS = (
     ("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -55,7 +61,9 @@ SECURITY_HEADERS = (
     ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"),
     ("Cache-Control", "no-store"))
 PAGES = re.compile(r"^/(?:cluster|jobs/[A-Za-z0-9._-]{1,64})?$")  # what the page's own script draws
-JOB_API = re.compile(r"^/api/jobs/([^/]{1,64})(?:/(logs|metrics|cancel|preempt|resume|tensorboard))?$")
+JOB_API = re.compile(r"^/api/jobs/([^/]{1,64})(?:/(logs|metrics|cancel|preempt|resume))?$")
+TENSORBOARD = re.compile(r"^/tensorboard/([^/]{1,64})(/.*)?$")
+ACTIONS = ("cancel", "preempt", "resume")
 
 LOGIN_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -71,81 +79,15 @@ LOGIN_PAGE = """<!doctype html>
 """
 
 
-class Gate:
-    """The login token of this dashboard and the sessions it gave."""
-
-    def __init__(self, port: int, token: str | None = None):
-        self.token = token or secrets.token_urlsafe(32)
-        self.cookie = f"tfdist_dashboard_{port}"  # one name per port: two dashboards do not overwrite each other
-        self._sessions: collections.OrderedDict[str, str] = collections.OrderedDict()  # sha256(session) -> CSRF
-        self._lock = threading.Lock()
-
-    def login(self, candidate: str) -> str | None:
-        """A new session (the cookie's value) for the right token; None for anything else."""
-        if not hmac.compare_digest(candidate.encode("utf-8", "replace"), self.token.encode()):
-            return None
-        session = secrets.token_urlsafe(32)
-        with self._lock:
-            self._sessions[_digest(session)] = secrets.token_urlsafe(24)
-            while len(self._sessions) > MAX_SESSIONS:
-                self._sessions.popitem(last=False)
-        return session
-
-    def csrf(self, cookie_header: str | None) -> str | None:
-        """The CSRF token of the session the request's cookie names; None without a valid one."""
-        session = _cookie(cookie_header, self.cookie)
-        if not session:
-            return None
-        with self._lock:
-            return self._sessions.get(_digest(session))
-
-    def logout(self, cookie_header: str | None) -> None:
-        session = _cookie(cookie_header, self.cookie)
-        if session:
-            with self._lock:
-                self._sessions.pop(_digest(session), None)
-
-    def set_cookie(self, session: str) -> str:
-        return f"{self.cookie}={session}; Path=/; HttpOnly; SameSite=Strict"
-
-
-def _digest(session: str) -> str:
-    return hashlib.sha256(session.encode("utf-8", "replace")).hexdigest()
-
-
-def _cookie(header: str | None, name: str) -> str:
-    """The value of cookie `name` in a Cookie header ("" if absent)."""
-    for part in (header or "").split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name:
-            return value.strip()
-    return ""
-
-
-def is_wildcard(host: str) -> bool:
-    return host in ("", "0.0.0.0", "::")
-
-
-def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
-    """The Host headers this server answers (None: any, when it listens on every address)."""
-    if is_wildcard(host):
-        return None
-    names = {"127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host}
-    return frozenset(f"{name}:{port}" for name in names)
-
-
-def url_host(host: str) -> str:
-    """How a URL names the listening host (a wildcard: this machine's name)."""
-    if is_wildcard(host):
-        return socket.gethostname()
-    return f"[{host}]" if ":" in host else host
-
-
 class Dashboard:
-    """What every request needs: the gate, the API, the assets and the addresses it answers to."""
+    """What every request needs: the gate, the API, the assets and the addresses it answers to. `tensorboard`
+    gives a job's TensorBoard application (or the Answer why not); `home` is where `/` and a login lead.
+    Without an API (`tfdist tensorboard ID`) only the login and TensorBoard are served."""
 
-    def __init__(self, api: Api, gate: Gate, hosts: frozenset[str] | None):
-        self.api, self.gate, self.hosts = api, gate, hosts
+    def __init__(self, api: Api | None, gate: Gate, hosts: frozenset[str] | None,
+                 tensorboard=None, home: str = "/"):
+        self.api, self.gate, self.hosts, self.home = api, gate, hosts, home
+        self.tensorboard = tensorboard or (api.tensorboard if api is not None else None)
         self.assets = {}
         for name in sorted(os.listdir(ASSETS)) if os.path.isdir(ASSETS) else ():
             kind = CONTENT_TYPES.get(os.path.splitext(name)[1])
@@ -209,12 +151,12 @@ class Handler(BaseHTTPRequestHandler):
         origin, host = self.headers.get("Origin", ""), self.headers.get("Host", "")
         return bool(origin and host) and hmac.compare_digest(origin.encode(), f"http://{host}".encode())
 
-    def _body(self) -> bytes | None:
+    def _body(self, most: int) -> bytes | None:
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if not 0 <= length <= MAX_BODY:
+        if not 0 <= length <= most:
             self.close_connection = True
             self._send(413, b"request body too large", "text/plain")
             return None
@@ -225,24 +167,32 @@ class Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:
-        try:
-            self._get()
-        except Exception as e:  # one request's bug must not end the server; the page shows it
-            log.exception("dashboard GET %s", self.path)
-            self._json(Answer(500, {"error": f"the dashboard failed: {type(e).__name__}: {e}"}))
+        self._answer(self._get)
 
     def do_POST(self) -> None:
+        self._answer(self._post)
+
+    def _answer(self, route) -> None:
         try:
-            self._post()
-        except Exception as e:
-            log.exception("dashboard POST %s", self.path)
-            self._json(Answer(500, {"error": f"the dashboard failed: {type(e).__name__}: {e}"}))
+            route()
+        except ConnectionError:  # the client hung up: nobody to answer
+            self.close_connection = True
+        except Exception as e:  # one request's bug must not end the server; the page shows it
+            log.exception("dashboard %s %s", self.command, self.path)
+            try:
+                self._json(Answer(500, {"error": f"the dashboard failed: {type(e).__name__}: {e}"}))
+            except ConnectionError:
+                self.close_connection = True
 
     def _get(self) -> None:
         if not self._host_ok():
             return
         url = urlsplit(self.path)
-        path, query = url.path, parse_qs(url.query, max_num_fields=8)
+        path = url.path
+        try:
+            query = parse_qs(url.query, max_num_fields=8)
+        except ValueError:
+            return self._send(400, b"too many query fields", "text/plain")
         if path.startswith("/assets/"):
             return self._asset(path[len("/assets/"):])
         gate = self.dashboard.gate
@@ -259,11 +209,40 @@ class Handler(BaseHTTPRequestHandler):
                 return self._json(Answer(401, {"error": "log in first: open the login link `tfdist dashboard` "
                                                         "printed"}))
             return self._login_page(401)
+        if path.startswith(tensorboard_app.PREFIX):
+            return self._tensorboard(path, b"")
+        if path == "/" and self.dashboard.home != "/":
+            return self._redirect(self.dashboard.home)
+        if self.dashboard.api is None:
+            return self._send(404, b"not found", "text/plain")
         if path.startswith("/api/"):
             return self._json(self._read(path, query, csrf))
         if PAGES.match(path):
             return self._asset("index.html")
         self._send(404, b"not found", "text/plain")
+
+    def _tensorboard(self, path: str, body: bytes) -> None:
+        """A request to a job's TensorBoard (the session already checked)."""
+        match = TENSORBOARD.match(path)
+        try:
+            job_id = check_job_id(match.group(1)) if match else ""
+        except UserError as e:
+            return self._send(400, str(e).encode(), "text/plain; charset=utf-8")
+        if not match or self.dashboard.tensorboard is None:
+            return self._send(404, b"not found", "text/plain")
+        if not match.group(2):
+            return self._redirect(tensorboard_app.prefix(job_id) + "/")
+        found = self.dashboard.tensorboard(job_id)
+        if isinstance(found, Answer):
+            return self._send(found.status, found.document["error"].encode(), "text/plain; charset=utf-8")
+        status, headers, answer = tensorboard_app.call(found, tensorboard_app.environ(self, body))
+        self.send_response(status)
+        for key, value in headers:
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer)
 
     def _read(self, path: str, query: dict, csrf: str) -> Answer:
         api = self.dashboard.api
@@ -274,7 +253,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/api/jobs":
             return api.jobs()
         match = JOB_API.match(path)
-        if not match or match.group(2) in ("cancel", "preempt", "resume", "tensorboard"):
+        if not match or match.group(2) in ACTIONS:
             return Answer(404, {"error": f"no such API: {path[:100]}"})
         try:
             job_id = check_job_id(match.group(1))
@@ -290,7 +269,8 @@ class Handler(BaseHTTPRequestHandler):
         if not self._host_ok():
             return
         path = urlsplit(self.path).path
-        body = self._body()
+        board = path.startswith(tensorboard_app.PREFIX)
+        body = self._body(tensorboard_app.MAX_BODY if board else MAX_BODY)
         if body is None:
             return
         if not self._same_origin():
@@ -298,33 +278,36 @@ class Handler(BaseHTTPRequestHandler):
                                                     "page (its Origin header is missing or another site's)"}))
         gate = self.dashboard.gate
         if path == "/login":
-            return self._log_in(parse_qs(body.decode("utf-8", "replace"), max_num_fields=4).get("token", [""])[0])
+            try:
+                form = parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
+            except ValueError:
+                return self._login_page(400, "That was not a login form.")
+            return self._log_in(form.get("token", [""])[0])
         csrf = gate.csrf(self.headers.get("Cookie"))
         if csrf is None:
             return self._json(Answer(401, {"error": "log in first: open the login link `tfdist dashboard` printed"}))
+        if board:
+            return self._tensorboard(path, body)
         if not hmac.compare_digest(self.headers.get(CSRF_HEADER, "").encode("utf-8", "replace"), csrf.encode()):
             return self._json(Answer(403, {"error": f"refused: the request lacks the page's {CSRF_HEADER} header"}))
         if path == "/logout":
             gate.logout(self.headers.get("Cookie"))
             return self._json(Answer(200, {"message": "logged out"}))
         match = JOB_API.match(path)
-        if not match or match.group(2) not in ("cancel", "preempt", "resume", "tensorboard"):
+        if not match or match.group(2) not in ACTIONS or self.dashboard.api is None:
             return self._json(Answer(404, {"error": f"no such action: {path[:100]}"}))
         try:
             job_id = check_job_id(match.group(1))
         except UserError as e:
             return self._json(Answer(400, {"error": str(e)}))
-        api = self.dashboard.api
-        if match.group(2) == "tensorboard":
-            return self._json(api.start_tensorboard(job_id))
-        self._json(api.act(job_id, match.group(2)))
+        self._json(self.dashboard.api.act(job_id, match.group(2)))
 
     def _log_in(self, token: str) -> None:
         session = self.dashboard.gate.login(token)
         if session is None:
             return self._login_page(403, "That token is not this dashboard's: copy the link `tfdist dashboard` "
                                          "printed when it started (each start makes a new one).")
-        self._redirect("/", (("Set-Cookie", self.dashboard.gate.set_cookie(session)),))
+        self._redirect(self.dashboard.home, (("Set-Cookie", self.dashboard.gate.set_cookie(session)),))
 
 
 def _int(query: dict, name: str, default: int, low: int, high: int) -> int:
@@ -348,11 +331,34 @@ class Server(ThreadingHTTPServer):
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, Handler)
         self.dashboard: Dashboard | None = None
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        """A thread for the connection while fewer than MAX_CONNECTIONS are served; else it is closed."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection the client dropped is not worth a traceback; anything else is logged."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            log.exception("dashboard connection from %s", client_address[0] if client_address else "?")
 
 
-def listen(host: str, port: int | None) -> Server:
-    """A server bound to `host`: on `port`, or (None) on DEFAULT_PORT or the next free one."""
-    candidates = [port] if port is not None else range(DEFAULT_PORT, DEFAULT_PORT + PORTS_TRIED)
+def listen(host: str, port: int | None, default_port: int = DEFAULT_PORT) -> Server:
+    """A server bound to `host`: on `port`, or (None) on `default_port` or the next free one."""
+    candidates = [port] if port is not None else range(default_port, default_port + PORTS_TRIED)
     last: OSError | None = None
     for candidate in candidates:
         try:
@@ -362,16 +368,18 @@ def listen(host: str, port: int | None) -> Server:
             if port is not None or e.errno not in (98, 13):  # EADDRINUSE, EACCES: try the next
                 break
     where = f"{host}:{port}" if port is not None else \
-        f"{host} (ports {DEFAULT_PORT}-{DEFAULT_PORT + PORTS_TRIED - 1} are taken)"
-    raise UserError(f"tfdist dashboard cannot listen on {where}: {last.strerror if last else 'no port'}; choose "
+        f"{host} (ports {default_port}-{default_port + PORTS_TRIED - 1} are taken)"
+    raise UserError(f"tfdist cannot listen on {where}: {last.strerror if last else 'no port'}; choose "
                     "another with --port (0: any free port) or --host") from None
 
 
-def serve(api: Api, host: str, port: int | None, token: str | None = None) -> tuple[Server, Gate]:
-    """A server ready to serve_forever (the caller runs it): bound, with its gate and API."""
-    server = listen(host, port)
+def serve(api: Api | None, host: str, port: int | None, token: str | None = None, *, tensorboard=None,
+          home: str = "/", default_port: int = DEFAULT_PORT) -> tuple[Server, Gate]:
+    """A server ready to serve_forever (the caller runs it): bound, with its gate and API (Dashboard's
+    arguments)."""
+    server = listen(host, port, default_port)
     bound = server.server_address[1]
     gate = Gate(bound, token)
-    server.dashboard = Dashboard(api, gate, allowed_hosts(host, bound))
+    server.dashboard = Dashboard(api, gate, allowed_hosts(host, bound), tensorboard, home)
     return server, gate
 

@@ -355,24 +355,14 @@
       el("li", {}, `step ${c.step} · attempt ${c.attempt} · `, el("code", {text: c.path || ""}), c.time ? ` · ${clock(c.time)}` : "")));
   }
 
-  function tensorboardOf(job, refresh) {
+  function tensorboardOf(job) {
     const tb = job.tensorboard;
     const box = el("section", {class: "tensorboard", id: "tensorboard"}, el("h2", {text: "TensorBoard"}),
       el("p", {}, "Event files: ", el("code", {text: tb.dir || "none"})),
       el("p", {}, "Serve them where they are: ", el("code", {text: tb.command})));
     if (tb.url) {
       box.appendChild(el("p", {}, el("a", {class: "button", id: "tensorboard-link", href: tb.url, target: "_blank", rel: "noopener noreferrer", text: "Open TensorBoard"}),
-        el("span", {class: "muted", text: ` served by this dashboard at ${tb.url}`})));
-    } else if (!tb.problem) {
-      const button = el("button", {id: "tensorboard-start", type: "button", text: "Start TensorBoard here"});
-      const said = el("span", {class: "muted"});
-      button.addEventListener("click", async () => {
-        button.disabled = true;
-        said.textContent = " starting…";
-        try { await post(`/api/jobs/${encodeURIComponent(job.id)}/tensorboard`); said.textContent = ""; refresh(); }
-        catch (e) { said.textContent = ` ${e.message}`; said.className = "error"; button.disabled = false; }
-      });
-      box.appendChild(el("p", {}, button, said));
+        el("span", {class: "muted", text: " served by this dashboard, behind its login"})));
     } else {
       box.appendChild(el("p", {class: "muted", text: tb.problem}));
     }
@@ -485,7 +475,7 @@
       replace(head, el("h1", {}, `Job ${job.id} `, el("span", {class: "name", text: job.name})), badge(job.state),
         el("span", {class: "actions"}, actionsOf(job, () => { poll.now(); if (metricsPoll) metricsPoll.now(); })));
       replace(left, factsOf(job), el("h2", {text: "Placement"}), placementOf(job), failureOf(job));
-      replace(board, tensorboardOf(job, () => poll.now()));
+      replace(board, tensorboardOf(job));
       if (!logs) { logs = logView(job); replace(logsSlot, logs.section); }
       logs.setRanks(job);
       if (!metricsPoll) {

@@ -6,7 +6,7 @@ the request."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Callable, Sequence
 
 from cluster.coordinator import scheduler
 from cluster.shared import modes
@@ -41,3 +41,24 @@ def admit(spec: JobSpec, nodes: Sequence[scheduler.Node], known_submission: Job 
                                  f"slots_per_trial={spec.slots} is more than the largest node ({largest} slots); "
                                  "use mode mwms to span nodes")
     return Admission()
+
+
+class Admissions:
+    """admit's answers for submissions without a known submission id. An answer depends only on the job's
+    size and mode and on the live nodes, so it is worked out once per size and mode while the nodes stay the
+    same (`version`: bumped when one joins, comes back or is lost), not once per submission (its work is
+    bounded by the cluster: 10,000 nodes cost a millisecond)."""
+
+    MOST = 1024  # answers kept
+
+    def __init__(self):
+        self._answers: dict[tuple[int, int, str], str] = {}  # (version, slots, mode) -> refusal or ""
+
+    def refusal(self, spec: JobSpec, version: int, nodes: Callable[..., Sequence[scheduler.Node]]) -> str:
+        """Why `spec` is refused ("" if admitted); `nodes(include_busy=True)` gives every live node."""
+        key = (version, spec.slots, spec.distribution_mode)
+        if key not in self._answers:
+            if len(self._answers) >= self.MOST or any(k[0] != version for k in self._answers):
+                self._answers.clear()
+            self._answers[key] = admit(spec, nodes(include_busy=True)).refusal
+        return self._answers[key]

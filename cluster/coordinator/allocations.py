@@ -20,6 +20,7 @@ class AllocationTable:
         self._by_job: dict[str, tuple[Allocation, ...]] = {}
         self._by_agent: dict[str, dict[str, Allocation]] = {}
         self.changed: set[str] = set()  # agents whose allocations changed in this event: new work for them
+        self.version = 0  # bumped on every change: a scheduling round knows whether capacity moved
         self.reload()
 
     def reload(self) -> None:
@@ -28,10 +29,17 @@ class AllocationTable:
             by_job.setdefault(a.job_id, []).append(a)
         self._by_job = {job: tuple(sorted(allocs, key=lambda a: a.node_rank)) for job, allocs in by_job.items()}
         self.changed = set()
-        self._reindex()
+        self.version += 1
+        self._by_agent = {}
+        for allocs in self._by_job.values():
+            self._index(allocs)
 
     def of_job(self, job_id: str) -> tuple[Allocation, ...]:
         return self._by_job.get(job_id, ())
+
+    def jobs(self) -> list[str]:
+        """The jobs holding anything."""
+        return list(self._by_job)
 
     def all(self) -> list[Allocation]:
         return [a for allocs in self._by_job.values() for a in allocs]
@@ -52,12 +60,20 @@ class AllocationTable:
         """The job's allocations become `allocs` (empty: it holds nothing any more)."""
         allocs = tuple(sorted(allocs, key=lambda a: a.node_rank))
         self._store.set_allocations(job_id, allocs)
-        self.changed.update(a.agent for a in (*self.of_job(job_id), *allocs))
+        old = self.of_job(job_id)
+        self.changed.update(a.agent for a in (*old, *allocs))
+        for a in old:  # the index changes where the job is, not everywhere: O(the job's nodes)
+            held = self._by_agent.get(a.agent)
+            if held is not None:
+                held.pop(job_id, None)
+                if not held:
+                    del self._by_agent[a.agent]
         if allocs:
             self._by_job[job_id] = allocs
+            self._index(allocs)
         else:
             self._by_job.pop(job_id, None)
-        self._reindex()
+        self.version += 1
 
     def update(self, job_id: str, agent: str, **changes) -> Allocation:
         """Changes one allocation (its state through the lifecycle table)."""
@@ -80,8 +96,6 @@ class AllocationTable:
             check_alloc_transition(a.state, state)
         self.replace(job_id, [dataclasses.replace(a, state=state) for a in self.of_job(job_id)])
 
-    def _reindex(self) -> None:
-        self._by_agent = {}
-        for job_id, allocs in self._by_job.items():
-            for a in allocs:
-                self._by_agent.setdefault(a.agent, {})[job_id] = a
+    def _index(self, allocs: tuple[Allocation, ...]) -> None:
+        for a in allocs:
+            self._by_agent.setdefault(a.agent, {})[a.job_id] = a

@@ -29,6 +29,7 @@ from cluster.coordinator import work as work_lib
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle, with_live
 from cluster.coordinator.metrics import Telemetry, Throughput
+from cluster.coordinator.scheduler import PendingJob
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
@@ -59,6 +60,7 @@ class CoordinatorCore:
         self.throughput = Throughput()  # running jobs' steps/s, from their ranks' progress
         self.usage: dict[str, NodeUsage] = {}  # agent -> its latest sample (in memory: a restart forgets it)
         self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)
+        self._admissions = admission.Admissions()  # its answers, per size and mode, while the nodes stay
         self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.run, settings, self.telemetry)
         with self._event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
@@ -74,19 +76,25 @@ class CoordinatorCore:
 
     @contextlib.contextmanager
     def _event(self, durable: bool = False):
-        """One event: under the lock, in one transaction; the cache follows a rollback."""
+        """One event: under the lock, in one transaction; the cache follows a rollback. `durable`: the
+        transaction is on disk before the event returns, synced after the lock is let go (group commit:
+        events waiting together share one fsync, and the next event need not wait for it)."""
         with self.lock:
             try:
-                with self.store.transaction(durable):
+                with self.store.transaction():
                     yield
             except BaseException:
                 self.allocs.reload()
+                self.lifecycle.reload_queue()
                 self.run.plans.clear()
                 self.run.touched.clear()
                 raise
             touched = set(self.run.touched)
             self.run.touched.clear()
             changed, self.allocs.changed = self.allocs.changed, set()
+            mark = self.store.commits
+        if durable:
+            self.store.sync(mark)
         if touched:
             self.board.bump(touched)
         if changed:
@@ -97,12 +105,8 @@ class CoordinatorCore:
         return self._heartbeat_interval
 
     def _update_heartbeat_interval(self) -> None:
-        """Agents heartbeat every `heartbeat_interval` seconds, stretched so that all of them together
-        send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per
-        call), but never so far apart that fewer than three fit in `lost_after`."""
-        alive = sum(1 for a in self.agents.values() if not a.lost)
-        wanted = max(self.settings.heartbeat_interval, alive / self.settings.max_heartbeats_per_s)
-        self._heartbeat_interval = min(wanted, max(self.settings.heartbeat_interval, self.settings.lost_after / 3))
+        self._heartbeat_interval = reconcile.heartbeat_interval(sum(1 for a in self.agents.values() if not a.lost),
+                                                                self.settings)
 
     def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float) -> None:
         """An agent (re)joins, saying what it runs and which jobs' ports it holds."""
@@ -116,6 +120,7 @@ class CoordinatorCore:
             agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
                               leased=set(leased), attempts={j.job_id: j.attempt for j in running})
             self.agents[record.name] = agent
+            self.lifecycle.agents_version += 1
             self._update_heartbeat_interval()
             log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
                      record.slots, "GPU" if record.gpu else "CPU", sorted(agent.running) or "nothing")
@@ -264,14 +269,7 @@ class CoordinatorCore:
                 self.lifecycle.record(job, row, now=row.time)
 
     def _job_on(self, agent: str, job_id: str) -> Job:
-        """The job a node reports about, if the job was placed on that node: a node cannot end, log into
-        or report metrics for another node's job."""
-        job = self.store.job(job_id)
-        if job is None:
-            raise NotFound(f"job {job_id} not found")
-        if self.allocs.get(job_id, agent) is None and all(a.agent != agent for a in job.placement):
-            raise PermissionDeniedError(f"job {job_id} does not run on node {agent}")
-        return job
+        return job_on(self.store.job(job_id), job_id, agent, self.allocs.get(job_id, agent) is not None)
 
     # ---------------------------------------------------------------- jobs
     def submit(self, spec: JobSpec, now: float, owner: str = "") -> tuple[str, str]:
@@ -280,17 +278,20 @@ class CoordinatorCore:
         spec.to_json()  # the stored form, made outside the lock (its cost grows with the spec, up to the limits)
         with self._event(durable=True):
             known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
-            decision = admission.admit(spec, self.lifecycle.nodes(include_busy=True), known)
-            if decision.known is not None:
-                return decision.known.id, decision.known.state.value
-            if decision.refusal:
-                raise BadRequest(decision.refusal)
+            if known is not None:
+                return known.id, known.state.value
+            refusal = self._admissions.refusal(spec, self.lifecycle.agents_version, self.lifecycle.nodes)
+            if refusal:
+                raise BadRequest(refusal)
             seq = max(self.store.next_job_seq(), self.settings.first_job_seq)
             job_id = f"{seq}-{secrets.token_hex(2)}"
             self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
             self.telemetry.submitted.labels(spec.distribution_mode).inc()
-            self.lifecycle.schedule(now)
-            return job_id, self.store.job(job_id).state.value
+            queued = PendingJob(job_id, spec.slots, spec.priority, seq)
+            self.lifecycle.queue.add(queued)
+            self.lifecycle.schedule(now, submitted=queued)
+            return job_id, (JobState.QUEUED.value if job_id in self.lifecycle.queue else
+                            self.store.job(job_id).state.value)
 
     def cancel(self, job_ref: str, now: float) -> str:
         with self._event():
@@ -330,6 +331,7 @@ class CoordinatorCore:
         with self._event():
             for name, silence in reconcile.lost_agents(self.agents.values(), now, self.settings.lost_after):
                 self.agents[name].lost = True
+                self.lifecycle.agents_version += 1
                 self.usage.pop(name, None)
                 self.telemetry.node_losses.inc()
                 self._update_heartbeat_interval()
@@ -342,3 +344,13 @@ class CoordinatorCore:
             for job_id in list(self.run.progress):
                 self.lifecycle.check_progress(job_id, now)
             self.lifecycle.schedule(now)
+
+
+def job_on(job: Job | None, job_id: str, agent: str, holds: bool) -> Job:
+    """The job a node reports about, if the job was placed on that node (`holds`: it still holds part of
+    it): a node cannot end, log into or report metrics for another node's job."""
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    if not holds and all(a.agent != agent for a in job.placement):
+        raise PermissionDeniedError(f"job {job_id} does not run on node {agent}")
+    return job

@@ -17,6 +17,8 @@ from cluster.coordinator import exits as exits_lib, leases, placement as placeme
 from cluster.coordinator import wait_reasons
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.metrics import Telemetry
+from cluster.coordinator.queue_index import QueueIndex, Round
+from cluster.coordinator.scheduler import BlockedReasons
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import AgentLive, BadRequest, Lookup, RunCache, Settings
 from cluster.shared import modes
@@ -37,6 +39,15 @@ class JobLifecycle:
         self.agents = agents  # the core's, by name (lost ones too)
         self.run = run
         self.settings = settings
+        self.queue = QueueIndex()  # the QUEUED jobs in scheduling order (queue_index.py)
+        self.agents_version = 0  # bumped by the core when a node joins, comes back or is lost
+        self._last_round: Round | None = None
+        self.reload_queue()
+
+    def reload_queue(self) -> None:
+        """The queue index from the store (at start, and after an event rolled back)."""
+        self.queue.load(pending(j) for j in self.store.jobs([JobState.QUEUED]))
+        self._last_round = None
 
     # ---------------------------------------------------------------- what a job's run is
     def plan(self, job_id: str) -> JobPlan | None:
@@ -189,6 +200,10 @@ class JobLifecycle:
     def transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
         check_job_transition(job.state, new)
         self.store.update_job(job.id, now, f"{new.value}: {event}", state=new, **fields)
+        if new == JobState.QUEUED:
+            self.queue.add(pending(job))
+        elif job.state == JobState.QUEUED:
+            self.queue.remove(job.id)
         self.telemetry.transition(job, new, now, fields)
         log.info("job %s %s: %s", job.id, new.value, event)
         self.run.touched.add(job.id)
@@ -250,20 +265,27 @@ class JobLifecycle:
             self.run.touched.add(job_id)
 
     # ---------------------------------------------------------------- scheduling
-    def schedule(self, now: float) -> None:
-        # A job restarting waits until every node let its previous run go (one allocation per job and node).
-        queued = [j for j in self.store.jobs([JobState.QUEUED]) if not self.allocs.of_job(j.id)]
-        if not queued:
-            self.run.waiting.clear()
+    def schedule(self, now: float, submitted: scheduler.PendingJob | None = None) -> None:
+        """A scheduling round over the queue. `submitted`: the one job queued since the last round; when
+        nothing freed or joined since and that round left no free slot it could take, there is no round."""
+        if not self.queue:
+            self.run.waiting = {}
+            self._last_round = None
             return
-        pending = [scheduler.PendingJob(j.id, j.spec.slots, j.spec.priority, j.seq) for j in queued]
+        if submitted is not None and self._last_round is not None and isinstance(self.run.waiting, BlockedReasons) \
+                and self._last_round.places_nothing_more(self.allocs.version, self.agents_version, submitted):
+            self.run.waiting.add(submitted)
+            return
+        # A job restarting waits until every node let its previous run go (one allocation per job and node).
+        holding = [job_id for job_id in self.allocs.jobs() if job_id in self.queue]
         started = time.perf_counter()
-        decision = scheduler.schedule(self.nodes(), pending, self.surroundings(now))
+        decision = scheduler.schedule(self.nodes(), self.queue.jobs(), lambda: self.surroundings(now), ordered=True,
+                                      skip=holding, current=lambda j: j in self.queue and not self.allocs.of_job(j))
         self.telemetry.rounds.observe(time.perf_counter() - started)
-        self.run.waiting.clear()
-        self.run.waiting.update(decision.waiting)
-        for assignment in decision.assignments:
-            self.place(assignment, now)
+        self.run.waiting = decision.waiting
+        failed = sum(not self.place(assignment, now) for assignment in decision.assignments)
+        self._last_round = None if failed else Round(self.allocs.version, self.agents_version, decision.settled,
+                                                     decision.reserver_priority)
 
     def surroundings(self, now: float) -> wait_reasons.Surroundings:
         """What a queued job's reason names besides free slots: who holds each node, the lost nodes."""
@@ -275,7 +297,8 @@ class JobLifecycle:
         return wait_reasons.Surroundings({k: tuple(v) for k, v in holders.items()}, lost,
                                          Lookup(lambda job_id: (job := self.store.job(job_id)) and job.spec.name))
 
-    def place(self, assignment: scheduler.Assignment, now: float) -> None:
+    def place(self, assignment: scheduler.Assignment, now: float) -> bool:
+        """Makes the assignment concrete (addresses, GPUs, ports); False if it could not be (the job fails)."""
         job = self.store.job(assignment.job_id)
         planner = modes.planner(job.spec.distribution_mode)
         names = [name for name, _ in assignment.nodes]
@@ -293,12 +316,13 @@ class JobLifecycle:
                                          tuple(self.lease(name, count, job.id, set())), gpus))
         except placement_lib.PlacementError as e:
             self.end(job.id, policy.Outcome(JobState.FAILED, str(e), 1, restartable=False), now)
-            return
+            return False
         self.allocs.replace(job.id, allocs)
         self.run.start_clock[job.id] = now
         placed = ", ".join(f"{a.agent}:{a.slots}" + (f" (GPUs {','.join(map(str, a.gpus))})" if a.gpus else "")
                            for a in allocs)
         self.transition(job, JobState.STARTING, now, f"placed on {placed}", placement=allocs)
+        return True
 
     def lease(self, agent: str, count: int, job_id: str, excluded: set[int]) -> list[int]:
         return leases.lease(count, self.settings.port_range, self.ports_in_use(agent, job_id), excluded)
@@ -306,6 +330,11 @@ class JobLifecycle:
     def ports_in_use(self, agent: str, job_id: str) -> list[int]:
         """The ports the node's other jobs hold."""
         return [p for a in self.allocs.on_agent(agent) if a.job_id != job_id for p in a.ports]
+
+
+def pending(job: Job) -> scheduler.PendingJob:
+    """What the scheduler needs of a queued job."""
+    return scheduler.PendingJob(job.id, job.spec.slots, job.spec.priority, job.seq)
 
 
 def with_live(placement: Sequence[Allocation], live: Sequence[Allocation]) -> list[Allocation]:

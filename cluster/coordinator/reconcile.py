@@ -13,7 +13,7 @@ import enum
 from typing import Collection, Iterable, Mapping, Sequence
 
 from cluster.coordinator import policy
-from cluster.coordinator.values import AgentLive
+from cluster.coordinator.values import AgentLive, Settings
 from cluster.shared.model import Allocation, AllocState
 
 RESTARTED = "restarted (its agent registered again without the job's workers)"
@@ -86,3 +86,11 @@ def lost_agents(agents: Iterable[AgentLive], now: float, lost_after: float) -> l
     """(agent, seconds it has been silent) for each live agent silent past `lost_after`."""
     return [(a.name, now - a.last_heartbeat) for a in agents
             if not a.lost and now - a.last_heartbeat > lost_after]
+
+
+def heartbeat_interval(alive: int, settings: Settings) -> float:
+    """Agents heartbeat every `heartbeat_interval` seconds, stretched so that all `alive` of them together
+    send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per call), but
+    never so far apart that fewer than three fit in `lost_after`."""
+    wanted = max(settings.heartbeat_interval, alive / settings.max_heartbeats_per_s)
+    return min(wanted, max(settings.heartbeat_interval, settings.lost_after / 3))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
 from typing import Iterable, Sequence
 
 from cluster.coordinator import wait_reasons
@@ -54,7 +55,9 @@ class Assignment:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     assignments: tuple[Assignment, ...]
-    waiting: dict[str, str]  # job id -> why it is not placed
+    waiting: Mapping[str, str]  # job id -> why it is not placed (BlockedReasons: computed when asked)
+    settled: bool = False  # no free slot is left outside the reserved nodes: nothing more could be placed
+    reserver_priority: int | None = None  # the priority of the job the reserved nodes are kept for
 
 
 class InfeasibleJob(UserError):
@@ -114,6 +117,7 @@ class _Capacity:
         for n in sorted(nodes, key=lambda n: n.name):
             self._index(n)
         self.reserved_for: dict[str, str] = {}
+        self.free_total = sum(n.free_slots for n in nodes)  # free slots outside reserved nodes
 
     def _index(self, n: Node) -> None:
         bisect.insort(self.by_free[n.free_slots], n.name)
@@ -132,11 +136,13 @@ class _Capacity:
         self._unindex(n)
         self.nodes[name] = n = dataclasses.replace(n, free_slots=n.free_slots - used)
         self._index(n)
+        self.free_total -= used
 
     def reserve(self, names: list[str], job_id: str) -> None:
         for name in names:
             self._unindex(self.nodes[name])
             self.reserved_for[name] = job_id
+            self.free_total -= self.nodes[name].free_slots
 
     def best_fit(self, slots: int) -> str | None:
         """The node with the fewest free slots that still holds `slots` (by name among equals): a walk over
@@ -179,31 +185,88 @@ class _Capacity:
         return self.whole_nodes(job.slots, by_size) or []
 
 
-def _reasons(blocked: list[PendingJob], cap: _Capacity, placed: Sequence[Assignment],
-             around: wait_reasons.Surroundings) -> dict[str, str]:
-    """Why each blocked job waits (wait_reasons.QueueReasons: what the reasons share is computed once)."""
-    if not blocked:
-        return {}
-    holders = dict(around.holders)
-    for assignment in placed:  # placed in this round: they hold their nodes now
-        for name, _ in assignment.nodes:
-            holders[name] = (*holders.get(name, ()), wait_reasons.Holder(assignment.job_id))
-    around = dataclasses.replace(around, holders=holders)
-    reasons = wait_reasons.QueueReasons(list(cap.nodes.values()), cap.reserved_for, around,
-                                        max(job.slots for job in blocked))
-    return {job.id: reasons.of(job.id, job.slots) for job in blocked}
+class BlockedReasons(Mapping):
+    """Why each job a round did not place waits (job id -> one line), computed when first asked: a deep
+    queue's reasons are never all wanted at once (`tfdist jobs` shows a page, `tfdist job` one), so a round
+    costs what it placed, not the queue. `around` may be a function giving the Surroundings then (with
+    this round's placements applied); `current` says whether a job still waits (one placed or canceled
+    since the round has no reason)."""
+
+    def __init__(self, blocked: Sequence[PendingJob], cap: _Capacity, placed: Sequence[Assignment],
+                 around: wait_reasons.Surroundings | Callable[[], wait_reasons.Surroundings],
+                 current: Callable[[str], bool] | None = None):
+        self._blocked, self._cap, self._placed, self._around = list(blocked), cap, placed, around
+        self._current = current
+        self._by_id: dict[str, PendingJob] | None = None
+        self._reasons: wait_reasons.QueueReasons | None = None
+
+    def add(self, job: PendingJob) -> None:
+        """A job queued after the round that could not have been placed in it either."""
+        self._blocked.append(job)
+        if self._by_id is not None:
+            self._by_id[job.id] = job
+        if self._reasons is not None and job.slots > self._reasons.most:
+            self._reasons = None  # its sizes were worked out up to a smaller job
+
+    def _job(self, job_id: str) -> PendingJob | None:
+        if self._by_id is None:
+            self._by_id = {j.id: j for j in self._blocked}
+        job = self._by_id.get(job_id)
+        return job if job is not None and (self._current is None or self._current(job_id)) else None
+
+    def __getitem__(self, job_id: str) -> str:
+        job = self._job(job_id)
+        if job is None:
+            raise KeyError(job_id)
+        if self._reasons is None:
+            self._reasons = self._build()
+        return self._reasons.of(job.id, job.slots)
+
+    def __iter__(self) -> Iterator[str]:
+        return (j.id for j in self._blocked if self._current is None or self._current(j.id))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def _build(self) -> wait_reasons.QueueReasons:
+        if callable(self._around):  # asked now: it already shows this round's placements holding their nodes
+            around = self._around()
+        else:
+            holders = dict(self._around.holders)
+            for assignment in self._placed:  # placed in this round: they hold their nodes now
+                for name, _ in assignment.nodes:
+                    holders[name] = (*holders.get(name, ()), wait_reasons.Holder(assignment.job_id))
+            around = dataclasses.replace(self._around, holders=holders)
+        return wait_reasons.QueueReasons(list(self._cap.nodes.values()), self._cap.reserved_for, around,
+                                         max((job.slots for job in self._blocked), default=0))
 
 
 def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob],
-             around: wait_reasons.Surroundings = wait_reasons.Surroundings()) -> Decision:
+             around: wait_reasons.Surroundings | Callable[[], wait_reasons.Surroundings] = wait_reasons.Surroundings(),
+             *, ordered: bool = False, skip: Iterable[str] = (), current: Callable[[str], bool] | None = None
+             ) -> Decision:
     """Places what can be placed now. `nodes` are the alive nodes with their free slots; `around` is what
-    the waiting reasons name besides them (who holds each node, the lost nodes)."""
+    the waiting reasons name besides them (who holds each node, the lost nodes), or a function giving it
+    when a reason is first asked. `ordered`: `pending` is already in queue order (priority, then
+    submission); jobs in `skip` are not placed (they still hold nodes from their last run). The round stops
+    at the first job once no free slot is left outside the reserved nodes: the rest wait."""
     cap = _Capacity(nodes)
     uniform = len({n.slots for n in nodes}) <= 1
+    skip = set(skip)
     assignments: list[Assignment] = []
     blocked: list[PendingJob] = []
     smallest_blocked_whole = None  # a whole-node job that did not fit: larger ones will not either...
-    for job in sorted(pending, key=lambda j: (-j.priority, j.seq)):
+    queue = pending if ordered else sorted(pending, key=lambda j: (-j.priority, j.seq))
+    reserver_priority = None
+    for i, job in enumerate(queue):
+        if job.id in skip:
+            continue
+        if cap.free_total <= 0:  # nothing left to place anything on: the rest wait
+            if not cap.reserved_for:  # the first of them keeps the nodes it will use once they drain
+                cap.reserve(cap.reservation(job), job.id)
+                reserver_priority = job.priority
+            blocked.extend(j for j in queue[i:] if j.id not in skip)
+            break
         placed = None
         if not (smallest_blocked_whole and job.slots > cap.largest and job.slots >= smallest_blocked_whole
                 and uniform):  # ...in a uniform cluster, where fitting is monotone in size
@@ -217,5 +280,7 @@ def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob],
             smallest_blocked_whole = min(smallest_blocked_whole or job.slots, job.slots)
         if not cap.reserved_for:  # the first blocked job keeps its nodes from backfill
             cap.reserve(cap.reservation(job), job.id)
+            reserver_priority = job.priority
         blocked.append(job)
-    return Decision(tuple(assignments), _reasons(blocked, cap, assignments, around))
+    return Decision(tuple(assignments), BlockedReasons(blocked, cap, assignments, around, current),
+                    settled=cap.free_total <= 0, reserver_priority=reserver_priority)

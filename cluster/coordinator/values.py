@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Callable, Generic, Iterable, Mapping, TypeVar
 
 from cluster.shared.model import AgentRecord
 from cluster.shared.modes import JobPlan
@@ -76,14 +76,15 @@ class RunCache:
     left_training: dict[str, set[int]] = dataclasses.field(default_factory=dict)  # job -> ranks that stopped reporting
     stalled: dict[str, tuple[object, float]] = dataclasses.field(default_factory=dict)  # job -> (outcome, fail at)
     dump_to: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # job -> agents yet to dump stacks
-    waiting: dict[str, str] = dataclasses.field(default_factory=dict)  # queued job -> why it is not placed
+    # queued job -> why it is not placed: the last scheduling round's (scheduler.BlockedReasons, which asks
+    # whether a job still waits, and works a reason out when it is read)
+    waiting: Mapping[str, str] = dataclasses.field(default_factory=dict)
     joining: dict[str, str] = dataclasses.field(default_factory=dict)  # placed job -> whom its start-up awaits
     excluded_ports: dict[tuple[str, str], set[int]] = dataclasses.field(default_factory=dict)  # (job, agent) -> busy
     touched: set[str] = dataclasses.field(default_factory=set)  # jobs whose followers to wake after this event
 
     def forget(self, job_id: str) -> None:
         """The job holds no node any more (released): nothing of its run is watched."""
-        self.waiting.pop(job_id, None)
         for per_job in (self.start_clock, self.plans, self.joined, self.progress, self.stalled, self.dump_to,
                         self.joining, self.left_training):
             per_job.pop(job_id, None)

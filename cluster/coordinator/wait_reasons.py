@@ -118,7 +118,7 @@ class QueueReasons:
     `most`: the largest job asked about."""
 
     def __init__(self, nodes: Sequence[FreeNode], kept_for: Mapping[str, str], around: Surroundings, most: int):
-        self.around, self.kept_for = around, kept_for
+        self.around, self.kept_for, self.most = around, kept_for, most
         self.nodes = sorted(nodes, key=lambda n: (-n.free_slots, n.name))  # the most free first
         self.largest = max((n.slots for n in nodes), default=0)
         self.reserver = next(iter(kept_for.values()), "")

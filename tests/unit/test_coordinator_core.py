@@ -2,6 +2,7 @@
 agents are scripted nodes that answer the coordinator's work the way `tfdist agent` does."""
 
 import json
+import time
 
 import pytest
 
@@ -502,3 +503,59 @@ def test_a_lost_node_restarts_the_job_on_the_nodes_left(core):
     assert {a.agent for a in job_view(core, job_id).placement} == {n.name for n in survivors}
     assert state(core, job_id) == JobState.RUNNING
     assert all(n.started[job_id].attempt == 1 for n in survivors)
+
+
+def test_a_durable_submit_syncs_outside_the_lock_and_answers_only_once_synced(core, nodes, monkeypatch):
+    """Group commit, as the core uses it: a submission's transaction commits under the lock, its fsync
+    happens after the lock is let go (other events go on meanwhile), and the answer waits for it."""
+    import threading
+
+    store, entered, release, marks = core.store, threading.Event(), threading.Event(), []
+
+    def held_sync(through=None):
+        marks.append((through, store.commits))
+        entered.set()
+        release.wait(10)
+
+    monkeypatch.setattr(store, "sync", held_sync)
+    answered = []
+    submitter = threading.Thread(target=lambda: answered.append(core.submit(spec(2), 1.0)))
+    submitter.start()
+    assert entered.wait(10)
+    assert not answered  # committed, not yet acknowledged
+    through, committed = marks[0]
+    assert through == committed  # the mark is its own commit
+    nodes[0].beat(2.0)  # the lock is free while the submission syncs: another event goes on
+    second = threading.Thread(target=lambda: answered.append(core.submit(spec(2), 2.5)))
+    second.start()
+    deadline = time.monotonic() + 10
+    while len(marks) < 2 and time.monotonic() < deadline:  # bounded wait for the second one's commit
+        time.sleep(0.005)
+    assert len(marks) == 2 and marks[1][0] > through  # the second committed while the first waits on its sync
+    release.set()
+    submitter.join(10)
+    second.join(10)
+    assert len(answered) == 2 and {state for _, state in answered} <= {"QUEUED", "STARTING"}
+
+
+def test_a_deep_queue_costs_a_submission_nothing_more(core, nodes):
+    """The queue lives in memory in scheduling order: a submission behind a full cluster does not read or
+    rank the jobs before it (the store is not asked for the queue), and reasons are worked out when read."""
+    blocker = core.submit(spec(4), 1.0)[0]
+    assert core.store.job(blocker).state == JobState.STARTING
+    queued = [core.submit(spec(2, priority=p), 2.0)[0] for p in (0, 0, 5, 0)]
+    asked = []
+    real = core.store.jobs
+    core.store.jobs = lambda *a, **k: asked.append(a) or real(*a, **k)
+    later = core.submit(spec(2), 3.0)[0]
+    assert asked == []  # not one read of the queue
+    assert [j.id for j in core.lifecycle.queue] == [queued[2], queued[0], queued[1], queued[3], later]
+    assert job_view(core, later).waiting_reason.startswith("waiting for 2 slots free on one node")
+    core.cancel(blocker, 4.0)
+    for n in nodes:
+        n.beat(5.0)
+        n.beat(5.1)
+    assert core.store.job(queued[2]).state == JobState.STARTING  # the priority-5 job first, when nodes free up
+    assert core.store.job(queued[0]).state == JobState.STARTING
+    assert job_view(core, queued[1]).waiting_reason  # still queued: a reason, worked out now
+    assert queued[2] not in core.lifecycle.queue and later in core.lifecycle.queue

@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 
 from cluster.coordinator.store import SqliteStore
 from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, LogLine,
@@ -87,6 +88,58 @@ def test_a_durable_transaction_syncs_its_commit_and_only_its_own(tmp_path):
     with s.transaction():
         with s.transaction(durable=True):  # a nested request cannot upgrade a transaction begun
             assert synchronous() == 1
+    s.close()
+
+
+def test_group_commit_one_fsync_covers_every_commit_made_before_it(tmp_path, monkeypatch):
+    """Durable submissions commit at once and sync after: callers waiting together share one fsync of the
+    write-ahead log, and none returns before an fsync that began after its commit."""
+    import threading
+
+    s = SqliteStore(str(tmp_path / "c.sqlite"))
+    real, syncs, started = s._group._fsync_log, [], threading.Event()
+    gate = threading.Event()
+
+    def slow_fsync():
+        syncs.append(s.commits)  # the commits this fsync covers (all of them are in the log already)
+        started.set()
+        gate.wait(10)  # the first one is slow: the others queue behind it
+        real()
+
+    monkeypatch.setattr(s._group, "_fsync_log", slow_fsync)
+    synced_marks, errors = [], []
+
+    def submitter(i):
+        try:
+            with s.transaction():
+                s.insert_job(f"j{i}", i + 1, spec(), 0.0, "s")
+            mark = s.commits
+            s.sync(mark)
+            synced_marks.append((mark, s._group.synced))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    first = threading.Thread(target=submitter, args=(0,))
+    first.start()
+    assert started.wait(10)
+    others = [threading.Thread(target=submitter, args=(i,)) for i in range(1, 33)]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 10
+    while s.commits < 33 and time.monotonic() < deadline:  # all committed while the first fsync waits
+        time.sleep(0.005)
+    assert s.commits == 33 and len(synced_marks) == 0  # committed, none acknowledged: nothing synced them yet
+    gate.set()
+    for t in [first, *others]:
+        t.join(10)
+    assert not errors and len(synced_marks) == 33
+    assert all(synced >= mark for mark, synced in synced_marks)  # each waited for an fsync covering its commit
+    assert len(syncs) <= 3, syncs  # the first caller's fsync, then one for the 32 that waited behind it
+    s.sync()  # nothing new: no fsync
+    assert len(syncs) <= 3
+    s.close()
+    s = SqliteStore(str(tmp_path / "c.sqlite"))
+    assert len(s.jobs()) == 33
     s.close()
 
 

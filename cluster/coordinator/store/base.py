@@ -80,6 +80,13 @@ class StateStore(abc.ABC):
         implementation's own. `durable` on the outermost: the commit survives a power loss before this
         returns, where the store can promise that (a nested use cannot upgrade a transaction begun)."""
 
+    commits: int = 0  # transactions committed so far: the marks `sync` takes (nothing to sync: stays 0)
+
+    def sync(self, through: int | None = None) -> None:
+        """Commits up to mark `through` (a value of `commits`; default: all so far) survive a power loss when
+        this returns; callers waiting together share one sync (group commit). Called outside the coordinator's
+        lock, after the transaction, before a durable answer. A store nothing outlives has nothing to do."""
+
     @abc.abstractmethod
     def reader(self) -> StateReader:
         """A reader for log followers (see StateReader); each call gives a new one."""

@@ -71,6 +71,7 @@ class MemoryStore(StateStore):
             self._depth -= 1
             if outer:
                 self._undo.clear()
+                self.commits += 1
 
     def _put(self, table: dict, key: Any, value: Any) -> None:
         """table[key] = value, undoably. Only inside a transaction (every write method opens one)."""

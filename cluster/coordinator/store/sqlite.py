@@ -25,6 +25,7 @@ from typing import Any, Iterable, Iterator
 
 from cluster.coordinator.store import sqlite_rows as rows_lib
 from cluster.coordinator.store.base import StateReader, StateStore, already_shipped
+from cluster.coordinator.store.group_commit import GroupCommit
 from cluster.coordinator.store.retention import Pruner, Retention
 from cluster.coordinator.store.sqlite_rows import BadRows, alloc_to_json, one_job, read_logs, readable_jobs
 from cluster.coordinator.store.sqlite_prune import prune_finished, purge_output
@@ -52,6 +53,8 @@ class SqliteStore(StateStore):
         self.bad = BadRows(path)
         self._lock = threading.RLock()
         self._depth = 0  # nesting of transaction() in the thread holding _lock
+        self.commits = 0  # transactions committed so far (sync's marks)
+        self._group = GroupCommit(path, lambda: self.commits, self._fsync_failed) if path != ":memory:" else None
         self._dir_lock = StateDirLock(self.state_dir) if path != ":memory:" else None
         try:
             self._db = self._open()
@@ -89,6 +92,9 @@ class SqliteStore(StateStore):
                 db.close()
             raise
 
+    def _fsync_failed(self, e: OSError) -> Exception:
+        return self._full() if disk_full(e) else e
+
     def _full(self) -> ResourceExhaustedError:
         return ResourceExhaustedError(f"the coordinator's disk is full (state dir {self.state_dir}): free space; "
                                       "nothing was changed")
@@ -122,6 +128,7 @@ class SqliteStore(StateStore):
                 yield self._db
                 if outer:
                     self._db.execute("COMMIT")
+                    self.commits += 1
             except BaseException as e:
                 if outer and self._db.in_transaction:  # SQLite may have rolled back by itself (a full disk)
                     self._db.execute("ROLLBACK")
@@ -132,6 +139,11 @@ class SqliteStore(StateStore):
                 self._depth -= 1
                 if outer and durable:
                     self._db.execute("PRAGMA synchronous=NORMAL")
+
+    def sync(self, through: int | None = None) -> None:
+        """As StateStore's: group commit (group_commit.py)."""
+        if self._group is not None:
+            self._group.sync(self.commits if through is None else through)
 
     def _write(self, statements: Iterable[tuple[str, tuple]], durable: bool = False) -> None:
         with self.transaction(durable) as db:

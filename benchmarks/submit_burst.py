@@ -40,8 +40,10 @@ def spec_message(slots: int, tag: str):
     return jobspec.to_pb(spec)
 
 
-def client_process(address, credential, threads, start_at, stop_at, slots, out):
-    """`threads` threads submitting until `stop_at`; puts (latencies, acknowledged ids, errors) on `out`."""
+def client_process(address, credential, threads, start_at, stop_at, slots, out, interval=0.0):
+    """`threads` threads submitting until `stop_at`, each one submission every `interval` seconds (0: as
+    soon as the last was answered); puts (latencies, acknowledged ids, errors, this process's CPU seconds)
+    on `out`."""
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
     from cluster.shared.rpc import Client
 
@@ -52,9 +54,15 @@ def client_process(address, credential, threads, start_at, stop_at, slots, out):
         mine_l, mine_ids, mine_err = [], [], []
         specs = [spec_message(slots, f"b{os.getpid()}-{n}") for _ in range(64)]  # made before the clock starts
         k = 0
+        next_at = start_at + (interval * n / threads if interval else 0.0)  # threads out of phase
         while time.time() < start_at:
             time.sleep(0.001)
         while time.time() < stop_at:
+            if interval:
+                delay = next_at - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                next_at += interval
             spec = specs[k % len(specs)]
             spec.submission_id = f"b{os.getpid()}-{n}-{k}"
             k += 1
@@ -77,7 +85,7 @@ def client_process(address, credential, threads, start_at, stop_at, slots, out):
     for w in workers:
         w.join()
     client.close()
-    out.put((latencies, ids, errors))
+    out.put((latencies, ids, errors, time.process_time()))
 
 
 def prequeue(cluster, count, slots):
@@ -118,8 +126,9 @@ def one_run(args):
         start_at = time.time() + 3 + args.processes  # every process has made its channel and specs
         stop_at = start_at + args.seconds
         per = args.clients // args.processes
+        interval = args.clients / args.rate if args.rate else 0.0
         procs = [ctx.Process(target=client_process, args=(cluster.address, cluster.user, per, start_at, stop_at,
-                                                          SLOTS_PER_NODE, out)) for _ in range(args.processes)]
+                                                          SLOTS_PER_NODE, out, interval)) for _ in range(args.processes)]
         for p in procs:
             p.start()
         while time.time() < start_at:
@@ -143,6 +152,8 @@ def one_run(args):
             "p50_ms": round(1000 * percentile(latencies, 0.5), 2), "p90_ms": round(1000 * percentile(latencies, 0.9), 2),
             "p99_ms": round(1000 * percentile(latencies, 0.99), 2), "max_ms": round(1000 * latencies[-1], 2),
             "coordinator_cpu_cores": round(cpu, 2), "coordinator_rss_mib": round(rss_mib(cluster.coord.pid), 1),
+            "clients_cpu_cores": round(sum(r[3] for r in results) / (args.seconds + 3 + args.processes), 2),
+            "offered_per_s": args.rate or None,
             "queued_before": args.queued, "prequeue_s": round(prequeue_s, 1),
             "lost": len(set(ids) - stored_ids), "duplicated": len(ids) - len(set(ids)),
             "queued_after": len(stored), "expected_after": args.queued + len(set(ids)),
@@ -158,6 +169,8 @@ def main():
     parser.add_argument("--seconds", type=int, default=30)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--rate", type=float, default=1000.0,
+                        help="submissions/s offered by all clients together (0: each submits as soon as answered)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--label", default="", help="what this run measures (e.g. the commit), kept in the JSON")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "submit_burst.json"))
@@ -178,10 +191,12 @@ def main():
         ("latency p99 / max", f"{median['p99_ms']:.1f} / {median['max_ms']:.1f} ms", "p99 <= 50 ms"),
         ("coordinator CPU / RSS", f"{median['coordinator_cpu_cores']:.2f} cores / "
                                   f"{median['coordinator_rss_mib']:.0f} MiB", ""),
+        ("the clients' CPU", f"{median['clients_cpu_cores']:.2f} cores", ""),
         ("lost / duplicated / errors", f"{median['lost']:.0f} / {median['duplicated']:.0f} / {median['errors']:.0f}",
          "0 / 0 / 0"),
     ]
-    print(f"\n{args.clients} clients, {args.seconds} s, {args.queued:,} jobs queued before, {args.agents} agents, "
+    offered = f"{args.rate:,.0f}/s offered" if args.rate else "each as soon as answered"
+    print(f"\n{args.clients} clients ({offered}), {args.seconds} s, {args.queued:,} jobs queued before, {args.agents} agents, "
           f"{os.cpu_count()} CPUs (medians of {args.runs} runs)")
     print(f"| {'measure':34} | {'tfdist':>24} | {'aim':>14} |")
     print(f"|{'-' * 36}|{'-' * 26}|{'-' * 16}|")

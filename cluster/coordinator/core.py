@@ -20,16 +20,15 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import secrets
 import threading
 from typing import Iterable, Mapping, Sequence
 
-from cluster.coordinator import admission, exits as exits_lib, leases, policy, reconcile, watchdogs
+from cluster.coordinator import exits as exits_lib, leases, policy, reconcile, watchdogs
 from cluster.coordinator import work as work_lib
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle, with_live
 from cluster.coordinator.metrics import Telemetry, Throughput
-from cluster.coordinator.scheduler import PendingJob
+from cluster.coordinator.intake import Intake
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
@@ -60,8 +59,8 @@ class CoordinatorCore:
         self.throughput = Throughput()  # running jobs' steps/s, from their ranks' progress
         self.usage: dict[str, NodeUsage] = {}  # agent -> its latest sample (in memory: a restart forgets it)
         self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)
-        self._admissions = admission.Admissions()  # its answers, per size and mode, while the nodes stay
         self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.run, settings, self.telemetry)
+        self.intake = Intake(store, self.lifecycle, settings, self.telemetry)
         with self._event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.run.start_clock[job.id] = now
@@ -275,23 +274,24 @@ class CoordinatorCore:
     def submit(self, spec: JobSpec, now: float, owner: str = "") -> tuple[str, str]:
         """Stores the job durably and schedules at once; returns (job id, state after scheduling).
         A spec whose submission id is already known returns that job: a retried submit is one job."""
-        spec.to_json()  # the stored form, made outside the lock (its cost grows with the spec, up to the limits)
+        answer = self.submit_batch([(spec, owner)], now)[0]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def submit_batch(self, submissions: Sequence[tuple[JobSpec, str]], now: float) -> list[tuple[str, str] | BadRequest]:
+        """Several submissions (spec, owner) in one event: one lock, one transaction, one fsync for them all
+        (the server's SubmitQueue gathers concurrent ones). Each gets its answer or its own refusal."""
+        for spec, _ in submissions:
+            spec.to_json()  # the stored form, made outside the lock (its cost grows with the spec, up to the limits)
+        answers: list[tuple[str, str] | BadRequest] = []
         with self._event(durable=True):
-            known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
-            if known is not None:
-                return known.id, known.state.value
-            refusal = self._admissions.refusal(spec, self.lifecycle.agents_version, self.lifecycle.nodes)
-            if refusal:
-                raise BadRequest(refusal)
-            seq = max(self.store.next_job_seq(), self.settings.first_job_seq)
-            job_id = f"{seq}-{secrets.token_hex(2)}"
-            self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
-            self.telemetry.submitted.labels(spec.distribution_mode).inc()
-            queued = PendingJob(job_id, spec.slots, spec.priority, seq)
-            self.lifecycle.queue.add(queued)
-            self.lifecycle.schedule(now, submitted=queued)
-            return job_id, (JobState.QUEUED.value if job_id in self.lifecycle.queue else
-                            self.store.job(job_id).state.value)
+            for spec, owner in submissions:
+                try:
+                    answers.append(self.intake.submit(spec, now, owner))
+                except BadRequest as e:  # refused before it wrote anything: the others go on
+                    answers.append(e)
+        return answers
 
     def cancel(self, job_ref: str, now: float) -> str:
         with self._event():

@@ -25,6 +25,7 @@ from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.store.retention import Retention
+from cluster.coordinator.submissions import SubmitQueue
 from cluster.shared.auth import bearer_token
 from cluster.shared.credentials import Authority, Credential, Principal
 from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
@@ -130,14 +131,17 @@ def redact(job: pb.Job) -> pb.Job:
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
-    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time):
+    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time, submissions: SubmitQueue | None = None):
         self.core, self.gate, self.clock = core, gate, clock
+        self.submissions = submissions  # None: each submission is its own event (in-process tests)
         self.follower = views.LogFollower(core)
         self.follow_slots = threading.BoundedSemaphore(FOLLOWER_THREADS)
 
     @_guard
     def SubmitJob(self, request, context, principal):
-        job_id, state = self.core.submit(jobspec.from_pb(request.spec), self.clock(), owner=principal.name)
+        spec = jobspec.from_pb(request.spec)
+        job_id, state = self.submissions.submit(spec, principal.name) if self.submissions else \
+            self.core.submit(spec, self.clock(), owner=principal.name)
         return pb.SubmitJobResponse(job_id=job_id, state=state)
 
     @_guard
@@ -318,7 +322,9 @@ class CoordinatorServer:
         threads = max_workers + FOLLOWER_THREADS + WATCH_THREADS
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options)
         gate = Gate(self.authority, self.core)
-        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate), self.server)
+        self.submissions = SubmitQueue(self.core.submit_batch)  # concurrent submissions share a transaction
+        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate, submissions=self.submissions),
+                                                  self.server)
         pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.core, gate), self.server)
         try:
             _check_port_free(listen)  # before gRPC, whose C core would print a line of its own
@@ -364,6 +370,7 @@ class CoordinatorServer:
         return self.authority.verify(token)
 
     def start(self) -> "CoordinatorServer":
+        self.submissions.start()
         self.server.start()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.start()
@@ -387,4 +394,5 @@ class CoordinatorServer:
             self.metrics_endpoint.stop()
         self.core.agent_board.close()  # held WaitForWork calls answer now
         self.server.stop(grace).wait()
+        self.submissions.stop()
         self.store.close()

@@ -4,6 +4,7 @@ becomes: one log line naming the job (once per job and process), and the row is 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
@@ -54,11 +55,24 @@ def alloc_from(job_id: str, d: Any) -> Allocation:
                       gpus=tuple(gpus if isinstance(gpus, list) else json.loads(gpus)), state=AllocState(state))
 
 
+@functools.lru_cache(maxsize=4096)
+def spec_from(text: str) -> JobSpec:
+    """A stored spec, decoded once: a spec never changes after it is stored (JobSpec is frozen), and the
+    jobs on a node are read on each of its heartbeats."""
+    return JobSpec.from_dict(json.loads(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def placement_from(job_id: str, text: str) -> tuple[Allocation, ...]:
+    """A stored placement, decoded once per placement (a job on 100 nodes has 100 entries)."""
+    return tuple(alloc_from(job_id, d) for d in json.loads(text))
+
+
 def job_from(r: sqlite3.Row) -> Job:
-    return Job(id=r["id"], seq=r["seq"], spec=JobSpec.from_dict(json.loads(r["spec"])), state=JobState(r["state"]),
+    return Job(id=r["id"], seq=r["seq"], spec=spec_from(r["spec"]), state=JobState(r["state"]),
                submitted_at=r["submitted_at"], started_at=r["started_at"], ended_at=r["ended_at"],
                message=r["message"] or "", exit_code=r["exit_code"], failed_rank=r["failed_rank"],
-               placement=tuple(alloc_from(r["id"], d) for d in json.loads(r["placement"])),
+               placement=placement_from(r["id"], r["placement"]),
                attempt=r["attempt"], restarts=r["restarts"], preempt_requested=bool(r["preempt_requested"]),
                preempted_step=r["preempted_step"], preemptible=bool(r["preemptible"]), owner=r["owner"] or "")
 

@@ -1,0 +1,38 @@
+"""One submission stored and scheduled, inside the core's event (CoordinatorCore.submit_batch): a retried
+submission (a known submission id) answers its job, an inadmissible one is refused before anything is
+written, an admitted one is stored QUEUED, joins the in-memory queue and is scheduled at once."""
+
+from __future__ import annotations
+
+import secrets
+
+from cluster.coordinator import admission
+from cluster.coordinator.lifecycle import JobLifecycle
+from cluster.coordinator.metrics import Telemetry
+from cluster.coordinator.scheduler import PendingJob
+from cluster.coordinator.store import StateStore
+from cluster.coordinator.values import BadRequest, Settings
+from cluster.shared.model import JobSpec, JobState
+
+
+class Intake:
+    def __init__(self, store: StateStore, lifecycle: JobLifecycle, settings: Settings, telemetry: Telemetry):
+        self.store, self.lifecycle, self.settings, self.telemetry = store, lifecycle, settings, telemetry
+        self.admissions = admission.Admissions()  # its answers, per size and mode, while the nodes stay
+
+    def submit(self, spec: JobSpec, now: float, owner: str) -> tuple[str, str]:
+        """(job id, state after scheduling); BadRequest when the cluster could never hold the job."""
+        known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
+        if known is not None:
+            return known.id, known.state.value
+        refusal = self.admissions.refusal(spec, self.lifecycle.agents_version, self.lifecycle.nodes)
+        if refusal:
+            raise BadRequest(refusal)
+        seq = max(self.store.next_job_seq(), self.settings.first_job_seq)
+        job_id = f"{seq}-{secrets.token_hex(2)}"
+        self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
+        self.telemetry.submitted.labels(spec.distribution_mode).inc()
+        queued = PendingJob(job_id, spec.slots, spec.priority, seq)
+        self.lifecycle.queue.add(queued)
+        self.lifecycle.schedule(now, submitted=queued)
+        return job_id, JobState.QUEUED.value if job_id in self.lifecycle.queue else self.store.job(job_id).state.value

@@ -4,9 +4,12 @@ The coordinator serves TLS and checks a credential on every call, as deployed: t
 cluster authority in a temporary directory, issues one node credential per simulated agent and a user
 credential for the submissions, and starts the coordinator with --credentials-dir on it.
 
-    .venv/bin/python benchmarks/coordinator_scale.py [--agents 1000] [--jobs 300] [--runs 5]
+    .venv/bin/python benchmarks/coordinator_scale.py [--agents 1000,3000,10000] [--jobs 200] [--forced]
+                                                     [--burst-seconds 30] [--burst-queued 10000]
 
-Writes benchmarks/results/coordinator_scale.json and prints a table.
+The cost curve: submit-to-placed p50/p99, coordinator CPU and memory at each cluster size, and a burst of
+submissions (benchmarks/submit_burst.py: 64 clients, 1,000/s offered, a deep queue). Writes
+benchmarks/results/coordinator_scale.json and prints a table.
 """
 
 import argparse
@@ -283,38 +286,60 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--agents", type=int, default=1000)
-    parser.add_argument("--jobs", type=int, default=300)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--agents", default="1000,3000,10000",
+                        help="simulated cluster sizes, comma-separated: the curve (adaptive heartbeats)")
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3, help="runs of the pure scheduler")
+    parser.add_argument("--forced", action="store_true",
+                        help="also the smallest size with heartbeats forced to 1 Hz (what adaptive ones avoid)")
+    parser.add_argument("--burst-seconds", type=int, default=30,
+                        help="the burst of benchmarks/submit_burst.py (64 clients, 1,000/s offered; 0: none)")
+    parser.add_argument("--burst-queued", type=int, default=10_000)
+    parser.add_argument("--label", default="", help="what this run measures (e.g. the commit), kept in the JSON")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "coordinator_scale.json"))
     args = parser.parse_args()
+    sizes = [int(n) for n in args.agents.split(",")]
 
-    rates = [bench_scheduler(args.agents, 2000, seed) for seed in range(args.runs)]
-    adaptive = bench_cluster(args.agents, args.jobs, seed=1)
-    forced = bench_cluster(args.agents, args.jobs, seed=1, fixed_interval=1.0)
+    rates = [bench_scheduler(sizes[0], 2000, seed) for seed in range(args.runs)]
+    curve = {n: bench_cluster(n, args.jobs, seed=1) for n in sizes}
     result = {
         "benchmark": "coordinator_scale", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+        "label": args.label,
         "scheduler_placements_per_s_median": round(statistics.median(rates)),
         "scheduler_placements_per_s_runs": [round(r) for r in rates],
-        "adaptive_heartbeats": adaptive, "heartbeats_forced_to_1hz": forced,
+        "curve": {str(n): r for n, r in curve.items()},
     }
-    rows = [("scheduler placements/s (1,000 nodes, jobs of 1-16 nodes)",
+    if args.forced:
+        result["heartbeats_forced_to_1hz"] = bench_cluster(sizes[0], args.jobs, seed=1, fixed_interval=1.0)
+    if args.burst_seconds:
+        from benchmarks.submit_burst import one_run
+
+        result["burst"] = one_run(argparse.Namespace(agents=100, queued=args.burst_queued, seconds=args.burst_seconds,
+                                                     clients=64, processes=4, rate=1000.0))
+    rows = [(f"scheduler placements/s ({sizes[0]:,} nodes, jobs of 1-16 nodes)",
              f"{result['scheduler_placements_per_s_median']:,}", ">= 2,000")]
-    for label, r in (("adaptive heartbeats", adaptive), ("heartbeats forced to 1 Hz", forced)):
+    for n, r in curve.items():
         rows += [
-            (f"submit-to-placed p50, {args.agents} agents, {label}", f"{r['submit_to_placed_p50_ms']} ms", ""),
-            (f"submit-to-placed p99, {args.agents} agents, {label}", f"{r['submit_to_placed_p99_ms']} ms",
-             "<= 50 ms"),
-            (f"coordinator CPU, {args.agents} agents, {label}", f"{r['coordinator_cpu_cores']:.2f} cores", ""),
-            (f"coordinator memory (RSS), {args.agents} agents, {label}",
-             f"{r['coordinator_rss_mib']:.0f} MiB", ""),
-            (f"coordinator memory after {args.jobs} jobs, {label}", f"{r['coordinator_rss_after_jobs_mib']:.0f} MiB",
-             ""),
+            (f"submit-to-placed p50 / p99, {n:,} agents", f"{r['submit_to_placed_p50_ms']:.1f} / "
+                                                           f"{r['submit_to_placed_p99_ms']:.1f} ms", "p99 <= 20 ms"),
+            (f"coordinator CPU / RSS idle / RSS after jobs, {n:,} agents",
+             f"{r['coordinator_cpu_cores']:.2f} / {r['coordinator_rss_mib']:.0f} / "
+             f"{r['coordinator_rss_after_jobs_mib']:.0f} MiB", ""),
         ]
-    print(f"| {'measure':60} | {'tfdist':>12} | {'aim':>9} |")
-    print(f"|{'-' * 62}|{'-' * 14}|{'-' * 11}|")
+    if "heartbeats_forced_to_1hz" in result:
+        r = result["heartbeats_forced_to_1hz"]
+        rows.append((f"submit-to-placed p50 / p99, {sizes[0]:,} agents at 1 Hz",
+                     f"{r['submit_to_placed_p50_ms']:.1f} / {r['submit_to_placed_p99_ms']:.1f} ms", ""))
+    if "burst" in result:
+        b = result["burst"]
+        rows += [(f"burst: submissions/s (64 clients, 1,000/s offered, {args.burst_queued:,} queued)",
+                  f"{b['submits_per_s']:,.0f}", ">= 1,000"),
+                 ("burst: latency p50 / p99", f"{b['p50_ms']:.1f} / {b['p99_ms']:.1f} ms", "p99 <= 50 ms"),
+                 ("burst: lost / duplicated", f"{b['lost']} / {b['duplicated']}", "0 / 0")]
+    print(f"| {'measure':66} | {'tfdist':>20} | {'aim':>12} |")
+    print(f"|{'-' * 68}|{'-' * 22}|{'-' * 14}|")
     for name, value, aim in rows:
-        print(f"| {name:60} | {value:>12} | {aim:>9} |")
+        print(f"| {name:66} | {value:>20} | {aim:>12} |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

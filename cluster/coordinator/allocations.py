@@ -8,6 +8,7 @@ transaction rolls back, `reload()` brings the cache back to what was committed.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Iterable
 
 from cluster.shared.model import Allocation, AllocState, check_alloc_transition
 from cluster.coordinator.store import StateStore
@@ -21,6 +22,8 @@ class AllocationTable:
         self._by_agent: dict[str, dict[str, Allocation]] = {}
         self.changed: set[str] = set()  # agents whose allocations changed in this event: new work for them
         self.version = 0  # bumped on every change: a scheduling round knows whether capacity moved
+        # told which agents' allocations changed (None: all of them, after a reload)
+        self.listeners: list[Callable[[Iterable[str] | None], None]] = []
         self.reload()
 
     def reload(self) -> None:
@@ -33,6 +36,8 @@ class AllocationTable:
         self._by_agent = {}
         for allocs in self._by_job.values():
             self._index(allocs)
+        for listener in self.listeners:
+            listener(None)
 
     def of_job(self, job_id: str) -> tuple[Allocation, ...]:
         return self._by_job.get(job_id, ())
@@ -61,7 +66,8 @@ class AllocationTable:
         allocs = tuple(sorted(allocs, key=lambda a: a.node_rank))
         self._store.set_allocations(job_id, allocs)
         old = self.of_job(job_id)
-        self.changed.update(a.agent for a in (*old, *allocs))
+        touched = {a.agent for a in (*old, *allocs)}
+        self.changed.update(touched)
         for a in old:  # the index changes where the job is, not everywhere: O(the job's nodes)
             held = self._by_agent.get(a.agent)
             if held is not None:
@@ -74,6 +80,8 @@ class AllocationTable:
         else:
             self._by_job.pop(job_id, None)
         self.version += 1
+        for listener in self.listeners:
+            listener(touched)
 
     def update(self, job_id: str, agent: str, **changes) -> Allocation:
         """Changes one allocation (its state through the lifecycle table)."""

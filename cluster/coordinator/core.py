@@ -119,7 +119,7 @@ class CoordinatorCore:
             agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
                               leased=set(leased), attempts={j.job_id: j.attempt for j in running})
             self.agents[record.name] = agent
-            self.lifecycle.agents_version += 1
+            self.lifecycle.node_changed(record.name)
             self._update_heartbeat_interval()
             log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
                      record.slots, "GPU" if record.gpu else "CPU", sorted(agent.running) or "nothing")
@@ -331,7 +331,7 @@ class CoordinatorCore:
         with self._event():
             for name, silence in reconcile.lost_agents(self.agents.values(), now, self.settings.lost_after):
                 self.agents[name].lost = True
-                self.lifecycle.agents_version += 1
+                self.lifecycle.node_changed(name)
                 self.usage.pop(name, None)
                 self.telemetry.node_losses.inc()
                 self._update_heartbeat_interval()

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 from cluster.coordinator import exits as exits_lib, leases, placement as placement_lib, policy, scheduler, watchdogs
 from cluster.coordinator import wait_reasons
 from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.capacity import LiveNodes
 from cluster.coordinator.metrics import Telemetry
 from cluster.coordinator.queue_index import QueueIndex, Round
 from cluster.coordinator.scheduler import BlockedReasons
@@ -40,9 +41,15 @@ class JobLifecycle:
         self.run = run
         self.settings = settings
         self.queue = QueueIndex()  # the QUEUED jobs in scheduling order (queue_index.py)
-        self.agents_version = 0  # bumped by the core when a node joins, comes back or is lost
+        self.agents_version = 0  # bumped when a node joins, comes back or is lost (node_changed)
         self._last_round: Round | None = None
         self.reload_queue()
+        self.live = LiveNodes(agents, allocs)  # the live nodes' free slots, as rounds place onto them
+
+    def node_changed(self, name: str) -> None:
+        """The core registered node `name` again or declared it lost."""
+        self.agents_version += 1
+        self.live.refresh([name])
 
     def reload_queue(self) -> None:
         """The queue index from the store (at start, and after an event rolled back)."""
@@ -279,23 +286,13 @@ class JobLifecycle:
         # A job restarting waits until every node let its previous run go (one allocation per job and node).
         holding = [job_id for job_id in self.allocs.jobs() if job_id in self.queue]
         started = time.perf_counter()
-        decision = scheduler.schedule(self.nodes(), self.queue.jobs(), lambda: self.surroundings(now), ordered=True,
+        decision = scheduler.schedule(self.live.index, self.queue.jobs(), lambda: surroundings(self.allocs, self.agents, self.store, now), ordered=True,
                                       skip=holding, current=lambda j: j in self.queue and not self.allocs.of_job(j))
         self.telemetry.rounds.observe(time.perf_counter() - started)
         self.run.waiting = decision.waiting
         failed = sum(not self.place(assignment, now) for assignment in decision.assignments)
         self._last_round = None if failed else Round(self.allocs.version, self.agents_version, decision.settled,
                                                      decision.reserver_priority)
-
-    def surroundings(self, now: float) -> wait_reasons.Surroundings:
-        """What a queued job's reason names besides free slots: who holds each node, the lost nodes."""
-        holders: dict[str, list[wait_reasons.Holder]] = {}
-        for a in self.allocs.all():
-            holders.setdefault(a.agent, []).append(wait_reasons.Holder(a.job_id, a.state == AllocState.RELEASING))
-        lost = tuple(wait_reasons.LostNode(a.name, a.record.slots, now - a.last_heartbeat)
-                     for a in self.agents.values() if a.lost)
-        return wait_reasons.Surroundings({k: tuple(v) for k, v in holders.items()}, lost,
-                                         Lookup(lambda job_id: (job := self.store.job(job_id)) and job.spec.name))
 
     def place(self, assignment: scheduler.Assignment, now: float) -> bool:
         """Makes the assignment concrete (addresses, GPUs, ports); False if it could not be (the job fails)."""
@@ -330,6 +327,18 @@ class JobLifecycle:
     def ports_in_use(self, agent: str, job_id: str) -> list[int]:
         """The ports the node's other jobs hold."""
         return [p for a in self.allocs.on_agent(agent) if a.job_id != job_id for p in a.ports]
+
+
+def surroundings(allocs: AllocationTable, agents: Mapping[str, AgentLive], store: StateStore,
+                 now: float) -> wait_reasons.Surroundings:
+    """What a queued job's reason names besides free slots: who holds each node, the lost nodes."""
+    holders: dict[str, list[wait_reasons.Holder]] = {}
+    for a in allocs.all():
+        holders.setdefault(a.agent, []).append(wait_reasons.Holder(a.job_id, a.state == AllocState.RELEASING))
+    lost = tuple(wait_reasons.LostNode(a.name, a.record.slots, now - a.last_heartbeat)
+                 for a in agents.values() if a.lost)
+    return wait_reasons.Surroundings({k: tuple(v) for k, v in holders.items()}, lost,
+                                     Lookup(lambda job_id: (job := store.job(job_id)) and job.spec.name))
 
 
 def pending(job: Job) -> scheduler.PendingJob:

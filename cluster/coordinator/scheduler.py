@@ -16,26 +16,15 @@ Rules (Determined's, tightened):
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Iterable, Sequence
 
 from cluster.coordinator import wait_reasons
+from cluster.coordinator.capacity import Capacity, Node, NodeIndex  # noqa: F401 (Node: its home was here)
 from cluster.coordinator.sizes import achievable_sizes  # noqa: F401 (its home was here)
 from tfdist.errors import UserError
-
-
-@dataclasses.dataclass(frozen=True)
-class Node:
-    name: str
-    slots: int
-    free_slots: int
-
-    @property
-    def idle(self) -> bool:
-        return self.free_slots == self.slots
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,88 +92,6 @@ def _cluster_shape(nodes: Sequence[Node]) -> str:
                      for s, c in sorted(by_size.items(), reverse=True))
 
 
-# ---------------------------------------------------------------- placement
-
-class _Capacity:
-    """Free capacity indexed for the two questions the scheduler asks: the tightest node with
-    `k` free slots (buckets by free slots), and idle nodes by size. Reserved nodes are left out."""
-
-    def __init__(self, nodes: Sequence[Node]):
-        self.nodes = {n.name: n for n in nodes}
-        self.largest = max((n.slots for n in nodes), default=0)
-        self.by_free: dict[int, list[str]] = defaultdict(list)
-        self.idle_by_size: dict[int, list[str]] = defaultdict(list)
-        for n in sorted(nodes, key=lambda n: n.name):
-            self._index(n)
-        self.reserved_for: dict[str, str] = {}
-        self.free_total = sum(n.free_slots for n in nodes)  # free slots outside reserved nodes
-
-    def _index(self, n: Node) -> None:
-        bisect.insort(self.by_free[n.free_slots], n.name)
-        if n.idle:
-            bisect.insort(self.idle_by_size[n.slots], n.name)
-
-    def _unindex(self, n: Node) -> None:
-        bucket = self.by_free[n.free_slots]
-        del bucket[bisect.bisect_left(bucket, n.name)]
-        if n.idle:
-            idle = self.idle_by_size[n.slots]
-            del idle[bisect.bisect_left(idle, n.name)]
-
-    def take(self, name: str, used: int) -> None:
-        n = self.nodes[name]
-        self._unindex(n)
-        self.nodes[name] = n = dataclasses.replace(n, free_slots=n.free_slots - used)
-        self._index(n)
-        self.free_total -= used
-
-    def reserve(self, names: list[str], job_id: str) -> None:
-        for name in names:
-            self._unindex(self.nodes[name])
-            self.reserved_for[name] = job_id
-            self.free_total -= self.nodes[name].free_slots
-
-    def best_fit(self, slots: int) -> str | None:
-        """The node with the fewest free slots that still holds `slots` (by name among equals): a walk over
-        the distinct free counts (at most one per node), not over every number up to the largest node."""
-        free = min((f for f, names in self.by_free.items() if f >= slots and names), default=None)
-        return None if free is None else self.by_free[free][0]
-
-    def whole_nodes(self, slots: int, idle_by_size: dict[int, list[str]] | None = None) -> list[str] | None:
-        """Idle nodes whose sizes sum to exactly `slots`: a bounded knapsack over the distinct sizes."""
-        idle_by_size = self.idle_by_size if idle_by_size is None else idle_by_size
-        sizes = sorted((s for s, names in idle_by_size.items() if names), reverse=True)
-        reachable: dict[int, tuple[int, ...]] = {0: ()}
-        for size in sizes:
-            nxt: dict[int, tuple[int, ...]] = {}
-            for total, counts in reachable.items():
-                for k in range(min(len(idle_by_size[size]), (slots - total) // size) + 1):
-                    nxt.setdefault(total + k * size, counts + (k,))
-            reachable = nxt
-        counts = reachable.get(slots)
-        if counts is None:
-            return None
-        return [name for size, k in zip(sizes, counts) for name in idle_by_size[size][:k]]
-
-    def place(self, job: PendingJob) -> list[tuple[str, int]] | None:
-        if job.slots <= self.largest:
-            name = self.best_fit(job.slots)
-            return [(name, job.slots)] if name else None
-        names = self.whole_nodes(job.slots)
-        return [(name, self.nodes[name].slots) for name in names] if names else None
-
-    def reservation(self, job: PendingJob) -> list[str]:
-        """The nodes a blocked job will use once they drain: the emptiest that can hold it."""
-        candidates = [n for n in self.nodes.values() if n.name not in self.reserved_for]
-        if job.slots <= self.largest:
-            big_enough = [n for n in candidates if n.slots >= job.slots]
-            return [max(big_enough, key=lambda n: (n.free_slots, n.name)).name] if big_enough else []
-        by_size: dict[int, list[str]] = defaultdict(list)  # as if idle, the closest to idle first
-        for n in sorted(candidates, key=lambda n: (n.slots - n.free_slots, n.name)):
-            by_size[n.slots].append(n.name)
-        return self.whole_nodes(job.slots, by_size) or []
-
-
 class BlockedReasons(Mapping):
     """Why each job a round did not place waits (job id -> one line), computed when first asked: a deep
     queue's reasons are never all wanted at once (`tfdist jobs` shows a page, `tfdist job` one), so a round
@@ -192,7 +99,7 @@ class BlockedReasons(Mapping):
     this round's placements applied); `current` says whether a job still waits (one placed or canceled
     since the round has no reason)."""
 
-    def __init__(self, blocked: Sequence[PendingJob], cap: _Capacity, placed: Sequence[Assignment],
+    def __init__(self, blocked: Sequence[PendingJob], cap: Capacity, placed: Sequence[Assignment],
                  around: wait_reasons.Surroundings | Callable[[], wait_reasons.Surroundings],
                  current: Callable[[str], bool] | None = None):
         self._blocked, self._cap, self._placed, self._around = list(blocked), cap, placed, around
@@ -241,17 +148,20 @@ class BlockedReasons(Mapping):
                                          max((job.slots for job in self._blocked), default=0))
 
 
-def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob],
+def schedule(nodes: Sequence[Node] | NodeIndex, pending: Sequence[PendingJob],
              around: wait_reasons.Surroundings | Callable[[], wait_reasons.Surroundings] = wait_reasons.Surroundings(),
              *, ordered: bool = False, skip: Iterable[str] = (), current: Callable[[str], bool] | None = None
              ) -> Decision:
-    """Places what can be placed now. `nodes` are the alive nodes with their free slots; `around` is what
+    """Places what can be placed now. `nodes` are the alive nodes with their free slots (or the coordinator's
+    NodeIndex of them, which the round does not change); `around` is what
     the waiting reasons name besides them (who holds each node, the lost nodes), or a function giving it
     when a reason is first asked. `ordered`: `pending` is already in queue order (priority, then
     submission); jobs in `skip` are not placed (they still hold nodes from their last run). The round stops
     at the first job once no free slot is left outside the reserved nodes: the rest wait."""
-    cap = _Capacity(nodes)
-    uniform = len({n.slots for n in nodes}) <= 1
+    if isinstance(nodes, NodeIndex):
+        cap, uniform = nodes.capacity(), len(nodes.sizes) <= 1
+    else:
+        cap, uniform = Capacity(nodes), len({n.slots for n in nodes}) <= 1
     skip = set(skip)
     assignments: list[Assignment] = []
     blocked: list[PendingJob] = []
@@ -263,14 +173,14 @@ def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob],
             continue
         if cap.free_total <= 0:  # nothing left to place anything on: the rest wait
             if not cap.reserved_for:  # the first of them keeps the nodes it will use once they drain
-                cap.reserve(cap.reservation(job), job.id)
+                cap.reserve(cap.reservation(job.slots), job.id)
                 reserver_priority = job.priority
             blocked.extend(j for j in queue[i:] if j.id not in skip)
             break
         placed = None
         if not (smallest_blocked_whole and job.slots > cap.largest and job.slots >= smallest_blocked_whole
                 and uniform):  # ...in a uniform cluster, where fitting is monotone in size
-            placed = cap.place(job)
+            placed = cap.place(job.slots)
         if placed:
             assignments.append(Assignment(job.id, tuple(placed)))
             for name, used in placed:
@@ -279,7 +189,7 @@ def schedule(nodes: Sequence[Node], pending: Sequence[PendingJob],
         if job.slots > cap.largest:
             smallest_blocked_whole = min(smallest_blocked_whole or job.slots, job.slots)
         if not cap.reserved_for:  # the first blocked job keeps its nodes from backfill
-            cap.reserve(cap.reservation(job), job.id)
+            cap.reserve(cap.reservation(job.slots), job.id)
             reserver_priority = job.priority
         blocked.append(job)
     return Decision(tuple(assignments), BlockedReasons(blocked, cap, assignments, around, current),

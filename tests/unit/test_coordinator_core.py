@@ -559,3 +559,7 @@ def test_a_deep_queue_costs_a_submission_nothing_more(core, nodes):
     assert core.store.job(queued[0]).state == JobState.STARTING
     assert job_view(core, queued[1]).waiting_reason  # still queued: a reason, worked out now
     assert queued[2] not in core.lifecycle.queue and later in core.lifecycle.queue
+    by_name = lambda ns: sorted(ns, key=lambda n: n.name)  # noqa: E731
+    assert by_name(core.lifecycle.live.index.nodes.values()) == by_name(core.lifecycle.nodes())  # kept, not rebuilt
+    core.check_agents(100.0)  # both nodes silent past lost_after: lost
+    assert core.lifecycle.live.index.nodes == {} and core.lifecycle.live.index.free_total == 0

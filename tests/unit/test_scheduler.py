@@ -94,3 +94,40 @@ def test_feasibility_names_the_nearest_sizes():
 def test_achievable_sizes():
     assert achievable_sizes([8, 8, 8]) == (8, {16, 24})
     assert achievable_sizes([]) == (0, set())
+
+
+# ---------------------------------------------------------------- the coordinator's persistent index
+
+from hypothesis import given, settings as hypothesis_settings, strategies as st  # noqa: E402
+
+from cluster.coordinator.capacity import NodeIndex  # noqa: E402
+
+clusters = st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.integers(0, 8)), min_size=1, max_size=12)
+queues = st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 8, 12, 16, 24]), st.integers(0, 2)), max_size=12)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(clusters, queues)
+def test_a_round_over_the_index_decides_as_one_over_the_list_and_leaves_the_index_as_it_was(cluster, queue):
+    nodes = [Node(f"n{i:02d}", size, min(free, size)) for i, (size, free) in enumerate(cluster)]
+    pending = [PendingJob(f"j{i}", slots, priority, i) for i, (slots, priority) in enumerate(queue)]
+    index = NodeIndex(reversed(nodes))  # the order nodes arrive in does not matter
+    before = (dict(index.nodes), {k: list(v) for k, v in index.by_free.items()},
+              {k: list(v) for k, v in index.idle_by_size.items()}, index.free_total)
+    by_list, by_index = schedule(nodes, pending), schedule(index, pending)
+    assert by_index.assignments == by_list.assignments
+    assert dict(by_index.waiting) == dict(by_list.waiting)
+    assert (by_index.settled, by_index.reserver_priority) == (by_list.settled, by_list.reserver_priority)
+    after = (dict(index.nodes), {k: list(v) for k, v in index.by_free.items()},
+             {k: list(v) for k, v in index.idle_by_size.items()}, index.free_total)
+    assert after == before  # the round changed its own copies of the buckets, not the index's
+
+
+def test_the_index_follows_a_node_through_its_changes():
+    index = NodeIndex([Node("a", 8, 8), Node("b", 8, 8)])
+    index.put(Node("a", 8, 2))  # a job took 6 slots
+    assert index.by_free == {8: ["b"], 2: ["a"]} and index.idle_by_size == {8: ["b"]} and index.free_total == 10
+    index.put(Node("c", 4, 4))
+    index.remove("b")  # lost
+    assert sorted(index.nodes) == ["a", "c"] and index.sizes == {8: 1, 4: 1} and index.free_total == 6
+    assert schedule(index, [PendingJob("j", 3)]).assignments == (Assignment("j", (("c", 3),)),)

@@ -219,6 +219,8 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon
         help="retention: keep the newest N finished jobs with their logs and metrics (default 10000; 0: no limit)"),
     arg("--keep-days", type=non_negative_float, default=30.0, metavar="DAYS",
         help="retention: and only those that ended within DAYS (default 30; 0: no limit)"),
+    arg("--max-log-lines", type=non_negative_integer, default=500_000, metavar="N",
+        help="lines one job's log keeps; later output is dropped and the log says so (default 500000; 0: no limit)"),
     VERBOSITY,
 ))
 

@@ -104,7 +104,8 @@ def run_coordinator(args) -> int:
     settings = Settings(lost_after=args.lost_after, heartbeat_interval=args.heartbeat_interval,
                         stop_grace=args.stop_grace, failure_grace=args.failure_grace,
                         port_range=args.port_range, subnet=args.subnet,
-                        retention_jobs=args.keep_finished_jobs, retention_days=args.keep_days)
+                        retention_jobs=args.keep_finished_jobs, retention_days=args.keep_days,
+                        max_log_lines=args.max_log_lines)
     server = CoordinatorServer(args.state_dir, args.listen, authority, settings,
                                plaintext=args.insecure_plaintext, http_listen=http_address(args.listen, args.http)).start()
     published = publish_local(server.issue("admin", user_name()), server.port)

@@ -104,8 +104,7 @@ class CoordinatorCore:
         return self._heartbeat_interval
 
     def _update_heartbeat_interval(self) -> None:
-        self._heartbeat_interval = reconcile.heartbeat_interval(sum(1 for a in self.agents.values() if not a.lost),
-                                                                self.settings)
+        self._heartbeat_interval = reconcile.heartbeat_interval(len(self.lifecycle.live.index.nodes), self.settings)
 
     def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float) -> None:
         """An agent (re)joins, saying what it runs and which jobs' ports it holds."""
@@ -249,8 +248,13 @@ class CoordinatorCore:
             return
         with self._event():
             self._job_on(agent, job_id)
-            self.store.append_logs(job_id, [dataclasses.replace(l, text=l.text[:MAX_LOG_LINE]) for l in lines], source,
-                                   first_seq)
+            cap = self.settings.max_log_lines
+            kept, cut = policy.log_kept(job_id, lines, self.store.log_count(job_id) if cap else 0, cap)
+            if kept:
+                self.store.append_logs(job_id, [dataclasses.replace(l, text=l.text[:MAX_LOG_LINE]) for l in kept],
+                                       source, first_seq)
+            if cut is not None:
+                self.store.append_logs(job_id, [cut])  # tfdist's own line, outside the agent's numbering
             self.run.touched.add(job_id)
 
     def push_metrics(self, agent: str, job_id: str, rows: list[MetricRow], source: str = "",
@@ -294,23 +298,19 @@ class CoordinatorCore:
         return answers
 
     def cancel(self, job_ref: str, now: float) -> str:
-        with self._event():
-            job = self.store.job(self.resolve_job_id(job_ref))
-            self.lifecycle.cancel(job, now)
-            return self.store.job(job.id).state.value
+        return self._act(job_ref, now, self.lifecycle.cancel)
 
     def preempt(self, job_ref: str, now: float) -> str:
-        """See JobLifecycle.preempt."""
-        with self._event():
-            job = self.store.job(self.resolve_job_id(job_ref))
-            self.lifecycle.preempt(job, now)
-            return self.store.job(job.id).state.value
+        return self._act(job_ref, now, self.lifecycle.preempt)  # see JobLifecycle.preempt
 
     def resume(self, job_ref: str, now: float) -> str:
-        """A paused job runs again (a new attempt), from its latest checkpoint."""
+        return self._act(job_ref, now, self.lifecycle.resume)  # a new attempt, from its latest checkpoint
+
+    def _act(self, job_ref: str, now: float, act) -> str:
+        """The user's action on a job, in one event; the job's state after it."""
         with self._event():
             job = self.store.job(self.resolve_job_id(job_ref))
-            self.lifecycle.resume(job, now)
+            act(job, now)
             return self.store.job(job.id).state.value
 
     def resolve_job_id(self, job_ref: str, reader=None) -> str:

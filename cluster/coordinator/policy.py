@@ -7,7 +7,7 @@ import dataclasses
 import enum
 from typing import Collection, Iterable, Mapping, Sequence
 
-from cluster.shared.model import Allocation, AllocState, JobState, WorkerExit, describe_exit
+from cluster.shared.model import Allocation, AllocState, JobState, LogLine, WorkerExit, describe_exit
 from cluster.shared.modes.base import SuccessRule
 from cluster.shared.work import ProbeFailure
 
@@ -153,3 +153,17 @@ def lost(agent: str, silence: float) -> Outcome:
     return Outcome(JobState.FAILED, f"node {agent} was lost (no heartbeat for {silence:.0f}s); the other nodes' "
                                     "workers were stopped", 1)
 
+
+def log_kept(job_id: str, lines: Sequence[LogLine], stored: int, cap: int) -> tuple[Sequence[LogLine], LogLine | None]:
+    """What of a batch of output a job's log keeps when it holds `stored` lines and may hold `cap` (0: no
+    limit): all of it while under the limit, and the line saying where it was cut with the batch that
+    reaches it; nothing once full (it said so when it filled)."""
+    if not cap:
+        return lines, None
+    if stored >= cap:
+        return (), None
+    if stored + len(lines) < cap or not lines:
+        return lines, None
+    return lines, LogLine(-1, "stderr", f"tfdist: job {job_id}: its log reached {cap:,} lines, the coordinator's "
+                                        "limit (tfdist coordinator --max-log-lines); later output is not stored",
+                          lines[-1].time)

@@ -58,6 +58,8 @@ class Settings:
     # `retention_jobs` finished jobs and ended within `retention_days` (0 turns either limit off).
     retention_jobs: int = 10_000
     retention_days: float = 30.0
+    # Lines one job's log keeps (0: no limit): past it, later output is dropped and the log says so once.
+    max_log_lines: int = 500_000
     # The first job number it gives (a local launch's: after the user's earlier local runs, so that their ids
     # stay apart; cluster/client/local_runs.py).
     first_job_seq: int = 1

@@ -563,3 +563,23 @@ def test_a_deep_queue_costs_a_submission_nothing_more(core, nodes):
     assert by_name(core.lifecycle.live.index.nodes.values()) == by_name(core.lifecycle.nodes())  # kept, not rebuilt
     core.check_agents(100.0)  # both nodes silent past lost_after: lost
     assert core.lifecycle.live.index.nodes == {} and core.lifecycle.live.index.free_total == 0
+
+
+def test_a_jobs_log_is_bounded_and_says_where_it_was_cut(core, nodes):
+    import dataclasses
+
+    from cluster.shared.model import LogLine
+
+    core.settings = dataclasses.replace(core.settings, max_log_lines=5)
+    job_id = core.submit(spec(2), now=1)[0]
+    agent = core.store.job(job_id).placement[0].agent
+    say = lambda *texts: core.push_logs(agent, job_id, [LogLine(0, "stdout", t, 2.0) for t in texts])  # noqa: E731
+    say("one", "two", "three")
+    say("four", "five", "six")  # crosses the limit: this batch is kept whole, then the cut is said once
+    say("seven")
+    say("eight", "nine")
+    texts = [l.text for l in core.store.logs(job_id, limit=100)]
+    assert texts == ["one", "two", "three", "four", "five", "six",
+                     f"tfdist: job {job_id}: its log reached 5 lines, the coordinator's limit (tfdist coordinator "
+                     "--max-log-lines); later output is not stored"]
+    assert core.store.logs(job_id, limit=100)[-1].rank == -1  # tfdist's own line, not a rank's

@@ -211,6 +211,10 @@ class StateStore(abc.ABC):
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[LogLine]:
         """Up to `limit` lines numbered above `after_seq` (of one rank, or every one: -1), by seq."""
 
+    @abc.abstractmethod
+    def log_count(self, job_id: str) -> int:
+        """How many lines the job's log holds (the highest seq given)."""
+
 
 def already_shipped(last_seq: int, first_seq: int, count: int) -> int:
     """How many leading items of a batch numbered first_seq.. a source had shipped before (up to

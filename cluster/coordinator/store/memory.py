@@ -282,6 +282,10 @@ class MemoryStore(StateStore):
                 self._append(self._logs, job_id, dataclasses.replace(line, seq=seq + i + 1))
             return len(lines) - skip
 
+    def log_count(self, job_id: str) -> int:
+        with self._lock:
+            return len(self._logs.get(job_id, []))
+
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[LogLine]:
         with self._lock:
             stored = self._logs.get(job_id, [])

@@ -43,6 +43,11 @@ def _connect(path: str) -> sqlite3.Connection:
     return db
 
 
+# The index on submission_id is partial (ids given only): its condition must be in the query for SQLite to use
+# it, or every submission scans the whole jobs table.
+SUBMISSION_QUERY = "SELECT * FROM jobs WHERE submission_id=? AND submission_id IS NOT NULL AND submission_id != ''"
+
+
 class SqliteStore(StateStore):
     """One SQLite database. `path=":memory:"` gives the same store without a file (unit tests). With
     `retention`, a thread prunes finished jobs by its rule (retention.py) until `close()`."""
@@ -209,7 +214,8 @@ class SqliteStore(StateStore):
         return one_job(self._all, self.bad, "seq", seq)
 
     def job_by_submission(self, submission_id: str) -> Job | None:
-        return one_job(self._all, self.bad, "submission_id", submission_id)
+        found = submission_id and readable_jobs(self._all(SUBMISSION_QUERY, (submission_id,)), self.bad)
+        return found[0] if found else None
 
     def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
         if states is None:
@@ -339,6 +345,9 @@ class SqliteStore(StateStore):
 
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000) -> list[LogLine]:
         return read_logs(self._all, job_id, after_seq, rank, limit)
+
+    def log_count(self, job_id: str) -> int:
+        return self._all("SELECT COALESCE(MAX(seq), 0) AS m FROM logs WHERE job_id=?", (job_id,))[0]["m"]
 
 
 class SqliteReader(StateReader):

@@ -61,6 +61,7 @@ class SubmitQueue:
         """(job id, state after scheduling), as CoordinatorCore.submit answers, or its error raised."""
         if self._stopping:
             raise UnavailableError("the coordinator is stopping; submit again when it is back")
+        spec.to_json()  # its stored form, made in the handler's thread: the writer only stores
         submission = _Submission(spec, owner)
         self._queue.put(submission)
         if not submission.done.wait(ANSWER_WITHIN):

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes horovod slurm debian-packages fuzz
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,11 @@ bench-failure: $(VENV)/.test
 # MWMS, Horovod and parameter servers side by side, tfdist against hand-written launchers (root).
 bench-modes: $(VENV)/.test $(VENV)/.horovod
 	$(PY) benchmarks/modes.py
+
+# The coordinator's cost curve (1,000 / 3,000 / 10,000 simulated agents) and a burst of 64 clients at 1,000
+# submissions/s with 10,000 queued (figures in docs/benchmarks.md).
+bench-scale: $(VENV)/.test
+	$(PY) benchmarks/coordinator_scale.py
 
 bazel-test: $(VENV)/.test $(VENV)/.horovod
 	bash tools/bazel_test.sh

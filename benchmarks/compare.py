@@ -50,3 +50,19 @@ def write_json(path: str, benchmark: str, runs: int, rows: list[dict], **extra) 
                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, **extra,
                    "results": rows}, f, indent=2)
     print(f"wrote {path}")
+
+
+def print_measures(rows: list[tuple[str, str, str]], widths: tuple[int, int, int]) -> None:
+    """(measure, value, aim) rows as a Markdown table, the columns `widths` wide."""
+    name_w, value_w, aim_w = widths
+    print(f"| {'measure':{name_w}} | {'tfdist':>{value_w}} | {'aim':>{aim_w}} |")
+    print(f"|{'-' * (name_w + 2)}|{'-' * (value_w + 2)}|{'-' * (aim_w + 2)}|")
+    for name, value, aim in rows:
+        print(f"| {name:{name_w}} | {value:>{value_w}} | {aim:>{aim_w}} |")
+
+
+def save_json(path: str, result: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {path}")

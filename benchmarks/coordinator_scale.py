@@ -13,7 +13,6 @@ benchmarks/results/coordinator_scale.json and prints a table.
 """
 
 import argparse
-import json
 import multiprocessing
 import os
 import random
@@ -60,7 +59,7 @@ def bench_scheduler(nodes_count, jobs_count, seed):
                 free[name] -= used
         placed += len(done)
         pending = [j for j in pending if j.id not in done]
-        for job_id in rng.sample(sorted(running), k=len(running) // 2):  # half the running jobs end
+        for job_id in rng.sample(sorted(running), k=(len(running) + 1) // 2):  # half the running jobs end (one at least)
             for name, used in running.pop(job_id):
                 free[name] += used
     return placed / busy
@@ -336,14 +335,10 @@ def main():
                   f"{b['submits_per_s']:,.0f}", ">= 1,000"),
                  ("burst: latency p50 / p99", f"{b['p50_ms']:.1f} / {b['p99_ms']:.1f} ms", "p99 <= 50 ms"),
                  ("burst: lost / duplicated", f"{b['lost']} / {b['duplicated']}", "0 / 0")]
-    print(f"| {'measure':66} | {'tfdist':>20} | {'aim':>12} |")
-    print(f"|{'-' * 68}|{'-' * 22}|{'-' * 14}|")
-    for name, value, aim in rows:
-        print(f"| {name:66} | {value:>20} | {aim:>12} |")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+    from benchmarks.compare import print_measures, save_json
+
+    print_measures(rows, (66, 20, 12))
+    save_json(args.out, result)
 
 
 if __name__ == "__main__":

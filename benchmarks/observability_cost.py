@@ -19,7 +19,6 @@ Writes benchmarks/results/observability_cost.json and prints a table.
 
 import argparse
 import http.cookiejar
-import json
 import os
 import re
 import ssl
@@ -37,6 +36,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+from compare import save_json  # noqa: E402
 from coordinator_scale import SimulatedCluster, cpu_seconds, p99, submit_latencies  # noqa: E402
 
 SCRAPE_INTERVAL = 15.0  # Prometheus's default
@@ -250,10 +250,7 @@ def main():
           f"{[e for r in observed for e in r['scrape_errors'] + r['dashboard_errors']][:3]}")
     print(f"agent GPU sampling ({GPUS_PER_AGENT} GPUs, {agent['tool']}): {1000 * agent['cpu_s_per_sample']:.1f} ms CPU "
           f"per sample, every {agent['interval_s']:g} s: {agent['cores_at_interval']:.4f} cores")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+    save_json(args.out, result)
 
 
 if __name__ == "__main__":

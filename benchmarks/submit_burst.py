@@ -15,7 +15,6 @@ benchmarks/results/submit_burst.json.
 """
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -28,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+from benchmarks.compare import print_measures, save_json  # noqa: E402
 from benchmarks.coordinator_scale import SLOTS_PER_NODE, SimulatedCluster, cpu_seconds, rss_mib  # noqa: E402
 
 
@@ -198,14 +198,8 @@ def main():
     offered = f"{args.rate:,.0f}/s offered" if args.rate else "each as soon as answered"
     print(f"\n{args.clients} clients ({offered}), {args.seconds} s, {args.queued:,} jobs queued before, {args.agents} agents, "
           f"{os.cpu_count()} CPUs (medians of {args.runs} runs)")
-    print(f"| {'measure':34} | {'tfdist':>24} | {'aim':>14} |")
-    print(f"|{'-' * 36}|{'-' * 26}|{'-' * 16}|")
-    for name, value, aim in rows:
-        print(f"| {name:34} | {value:>24} | {aim:>14} |")
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+    print_measures(rows, (34, 24, 14))
+    save_json(args.out, result)
 
 
 if __name__ == "__main__":

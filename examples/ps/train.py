@@ -11,7 +11,7 @@ import sys
 
 import tfdist
 
-ctx = tfdist.init(default_hparams={"global_batch_size": 64, "learning_rate": 0.003, "epochs": 12})
+ctx = tfdist.init(default_hparams={"global_batch_size": 64, "learning_rate": 0.003, "epochs": 16})
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

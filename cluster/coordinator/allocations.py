@@ -47,7 +47,9 @@ class AllocationTable:
         return list(self._by_job)
 
     def all(self) -> list[Allocation]:
-        return [a for allocs in self._by_job.values() for a in allocs]
+        """Every allocation; safe to call while an event changes the table (a listing reads without the lock:
+        the dict's values are copied in one step, not iterated while they change)."""
+        return [a for allocs in list(self._by_job.values()) for a in allocs]
 
     def on_agent(self, agent: str) -> list[Allocation]:
         return list(self._by_agent.get(agent, {}).values())

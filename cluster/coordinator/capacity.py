@@ -189,5 +189,5 @@ class LiveNodes:
             if agent is None or agent.lost:
                 self.index.remove(name)
             else:
-                used = sum(a.slots for a in self.allocs.on_agent(name))
-                self.index.put(Node(name, agent.record.slots, agent.record.slots - used))
+                used = sum(a.slots for a in self.allocs.on_agent(name))  # more than it has: it re-registered smaller
+                self.index.put(Node(name, agent.record.slots, max(0, agent.record.slots - used)))

@@ -92,12 +92,14 @@ class CoordinatorCore:
             self.run.touched.clear()
             changed, self.allocs.changed = self.allocs.changed, set()
             mark = self.store.commits
-        if durable:
-            self.store.sync(mark)
-        if touched:
-            self.board.bump(touched)
-        if changed:
-            self.agent_board.bump(changed)
+        try:
+            if durable:
+                self.store.sync(mark)
+        finally:  # committed either way: followers and agents hear of it
+            if touched:
+                self.board.bump(touched)
+            if changed:
+                self.agent_board.bump(changed)
 
     # ---------------------------------------------------------------- agents
     def heartbeat_interval(self) -> float:
@@ -249,11 +251,10 @@ class CoordinatorCore:
         with self._event():
             self._job_on(agent, job_id)
             cap = self.settings.max_log_lines
-            kept, cut = policy.log_kept(job_id, lines, self.store.log_count(job_id) if cap else 0, cap)
-            if kept:
-                self.store.append_logs(job_id, [dataclasses.replace(l, text=l.text[:MAX_LOG_LINE]) for l in kept],
-                                       source, first_seq)
-            if cut is not None:
+            stored = self.store.log_count(job_id) if cap else 0
+            kept = [dataclasses.replace(l, text=l.text[:MAX_LOG_LINE]) for l in policy.log_kept(lines, stored, cap)]
+            new = self.store.append_logs(job_id, kept, source, first_seq) if kept else 0
+            if cut := policy.log_cut(job_id, stored, new, cap, lines[-1].time):
                 self.store.append_logs(job_id, [cut])  # tfdist's own line, outside the agent's numbering
             self.run.touched.add(job_id)
 
@@ -306,8 +307,7 @@ class CoordinatorCore:
     def resume(self, job_ref: str, now: float) -> str:
         return self._act(job_ref, now, self.lifecycle.resume)  # a new attempt, from its latest checkpoint
 
-    def _act(self, job_ref: str, now: float, act) -> str:
-        """The user's action on a job, in one event; the job's state after it."""
+    def _act(self, job_ref: str, now: float, act) -> str:  # the user's action on a job: its state after
         with self._event():
             job = self.store.job(self.resolve_job_id(job_ref))
             act(job, now)

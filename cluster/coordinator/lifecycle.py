@@ -211,6 +211,7 @@ class JobLifecycle:
             self.queue.add(pending(job))
         elif job.state == JobState.QUEUED:
             self.queue.remove(job.id)
+            self._last_round = None  # the nodes it kept (a reservation) may be free for others now
         self.telemetry.transition(job, new, now, fields)
         log.info("job %s %s: %s", job.id, new.value, event)
         self.run.touched.add(job.id)
@@ -336,7 +337,7 @@ def surroundings(allocs: AllocationTable, agents: Mapping[str, AgentLive], store
     for a in allocs.all():
         holders.setdefault(a.agent, []).append(wait_reasons.Holder(a.job_id, a.state == AllocState.RELEASING))
     lost = tuple(wait_reasons.LostNode(a.name, a.record.slots, now - a.last_heartbeat)
-                 for a in agents.values() if a.lost)
+                 for a in list(agents.values()) if a.lost)  # copied in one step: listings read without the lock
     return wait_reasons.Surroundings({k: tuple(v) for k, v in holders.items()}, lost,
                                      Lookup(lambda job_id: (job := store.job(job_id)) and job.spec.name))
 

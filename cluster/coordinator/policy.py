@@ -154,16 +154,16 @@ def lost(agent: str, silence: float) -> Outcome:
                                     "workers were stopped", 1)
 
 
-def log_kept(job_id: str, lines: Sequence[LogLine], stored: int, cap: int) -> tuple[Sequence[LogLine], LogLine | None]:
+def log_kept(lines: Sequence[LogLine], stored: int, cap: int) -> Sequence[LogLine]:
     """What of a batch of output a job's log keeps when it holds `stored` lines and may hold `cap` (0: no
-    limit): all of it while under the limit, and the line saying where it was cut with the batch that
-    reaches it; nothing once full (it said so when it filled)."""
-    if not cap:
-        return lines, None
-    if stored >= cap:
-        return (), None
-    if stored + len(lines) < cap or not lines:
-        return lines, None
-    return lines, LogLine(-1, "stderr", f"tfdist: job {job_id}: its log reached {cap:,} lines, the coordinator's "
-                                        "limit (tfdist coordinator --max-log-lines); later output is not stored",
-                          lines[-1].time)
+    limit): all of it while under the limit (the batch that reaches it too), nothing once full."""
+    return () if cap and stored >= cap else lines
+
+
+def log_cut(job_id: str, stored: int, new: int, cap: int, when: float) -> LogLine | None:
+    """The line saying where the log was cut, with the batch whose `new` lines (a retried batch's repeats
+    not counted) reached the limit; None otherwise."""
+    if not cap or stored >= cap or stored + new < cap:
+        return None
+    return LogLine(-1, "stderr", f"tfdist: job {job_id}: its log reached {cap:,} lines, the coordinator's limit "
+                                 "(tfdist coordinator --max-log-lines); later output is not stored", when)

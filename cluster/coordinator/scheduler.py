@@ -17,6 +17,7 @@ Rules (Determined's, tightened):
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Iterable, Sequence
@@ -106,31 +107,36 @@ class BlockedReasons(Mapping):
         self._current = current
         self._by_id: dict[str, PendingJob] | None = None
         self._reasons: wait_reasons.QueueReasons | None = None
+        self._lock = threading.Lock()  # listings read reasons without the coordinator's lock, while jobs are added
 
     def add(self, job: PendingJob) -> None:
         """A job queued after the round that could not have been placed in it either."""
-        self._blocked.append(job)
-        if self._by_id is not None:
-            self._by_id[job.id] = job
-        if self._reasons is not None and job.slots > self._reasons.most:
-            self._reasons = None  # its sizes were worked out up to a smaller job
+        with self._lock:
+            self._blocked.append(job)
+            if self._by_id is not None:
+                self._by_id[job.id] = job
+            if self._reasons is not None and job.slots > self._reasons.most:
+                self._reasons = None  # its sizes were worked out up to a smaller job
 
     def _job(self, job_id: str) -> PendingJob | None:
-        if self._by_id is None:
-            self._by_id = {j.id: j for j in self._blocked}
-        job = self._by_id.get(job_id)
+        with self._lock:
+            if self._by_id is None:
+                self._by_id = {j.id: j for j in self._blocked}
+            job = self._by_id.get(job_id)
         return job if job is not None and (self._current is None or self._current(job_id)) else None
 
     def __getitem__(self, job_id: str) -> str:
         job = self._job(job_id)
         if job is None:
             raise KeyError(job_id)
-        if self._reasons is None:
-            self._reasons = self._build()
-        return self._reasons.of(job.id, job.slots)
+        with self._lock:
+            if self._reasons is None:
+                self._reasons = self._build()
+            reasons = self._reasons
+        return reasons.of(job.id, job.slots)
 
     def __iter__(self) -> Iterator[str]:
-        return (j.id for j in self._blocked if self._current is None or self._current(j.id))
+        return (j.id for j in list(self._blocked) if self._current is None or self._current(j.id))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

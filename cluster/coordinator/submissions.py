@@ -12,6 +12,7 @@ time; its submission id makes a retry the same job. A stopping queue answers wha
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import threading
@@ -43,6 +44,7 @@ class SubmitQueue:
         self._submit_batch, self._clock = submit_batch, clock
         self._queue: queue.SimpleQueue[_Submission | None] = queue.SimpleQueue()
         self._stopping = False
+        self._lock = threading.Lock()  # stopping and handing over: no submission slips in after the drain
         self._thread = threading.Thread(target=self._run, name="submissions", daemon=True)
 
     def start(self) -> "SubmitQueue":
@@ -51,19 +53,21 @@ class SubmitQueue:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stores what was handed over before, then refuses the rest."""
-        self._stopping = True
-        self._queue.put(None)
+        with self._lock:
+            self._stopping = True
+            self._queue.put(None)
         if self._thread.ident is not None:  # started
             self._thread.join(timeout)
         self._refuse_the_rest()
 
     def submit(self, spec: JobSpec, owner: str) -> tuple[str, str]:
         """(job id, state after scheduling), as CoordinatorCore.submit answers, or its error raised."""
-        if self._stopping:
-            raise UnavailableError("the coordinator is stopping; submit again when it is back")
         spec.to_json()  # its stored form, made in the handler's thread: the writer only stores
         submission = _Submission(spec, owner)
-        self._queue.put(submission)
+        with self._lock:
+            if self._stopping:
+                raise UnavailableError("the coordinator is stopping; submit again when it is back")
+            self._queue.put(submission)
         if not submission.done.wait(ANSWER_WITHIN):
             raise UnavailableError(f"the coordinator did not store the submission within {ANSWER_WITHIN:.0f} s (is "
                                    "its state disk stalled?); submit again: its submission id makes it one job")
@@ -92,11 +96,18 @@ class SubmitQueue:
     def _store(self, batch: list[_Submission]) -> None:
         try:
             answers = self._submit_batch([(s.spec, s.owner) for s in batch], self._clock())
-        except TfdistError as e:  # nothing of the batch was stored (e.g. a full disk): each hears why
-            answers = [e] * len(batch)
+        except TfdistError as e:  # the batch failed as a whole (e.g. a full disk): each hears why, in its own copy
+            answers = [copy.copy(e) for _ in batch]
         except Exception as e:  # a bug: every waiter answers INTERNAL with it, the writer goes on
             log.exception("storing %d submissions failed", len(batch))
-            answers = [InternalError(f"storing {len(batch)} submissions failed: {type(e).__name__}: {e}")] * len(batch)
+            answers = [InternalError(f"storing {len(batch)} submissions failed: {type(e).__name__}: {e}")
+                       for _ in batch]
+        except BaseException:  # the process is going down: nobody is left waiting, then it goes on down
+            for submission in batch:
+                submission.answer = UnavailableError("the coordinator stopped while storing the submission; "
+                                                     "submit again when it is back")
+                submission.done.set()
+            raise
         for submission, answer in zip(batch, answers):
             submission.answer = answer
             submission.done.set()

@@ -1,6 +1,7 @@
 """The coordinator's logic without gRPC: time is passed in, state is a real SQLite store, and the
 agents are scripted nodes that answer the coordinator's work the way `tfdist agent` does."""
 
+import dataclasses
 import json
 import time
 
@@ -583,3 +584,39 @@ def test_a_jobs_log_is_bounded_and_says_where_it_was_cut(core, nodes):
                      f"tfdist: job {job_id}: its log reached 5 lines, the coordinator's limit (tfdist coordinator "
                      "--max-log-lines); later output is not stored"]
     assert core.store.logs(job_id, limit=100)[-1].rank == -1  # tfdist's own line, not a rank's
+
+
+def test_a_node_that_comes_back_smaller_than_what_it_runs_does_not_block_the_others(core, nodes):
+    """Its free slots are none, not negative: the other nodes still take jobs (a GPU lost across an agent
+    restart)."""
+    big = core.submit(spec(2), now=1)[0]
+    drive(nodes, 2)
+    holder = next(n for n in nodes if big in n.running)
+    holder.record = dataclasses.replace(holder.record, slots=1)
+    holder.register(now=3)  # re-attaches with its job, one slot smaller
+    assert core.lifecycle.live.index.nodes[holder.name].free_slots == 0
+    other = core.submit(spec(2), now=4)[0]
+    assert core.store.job(other).state == JobState.STARTING  # on the other node
+
+
+def test_preempting_a_queued_job_lets_the_next_one_use_the_nodes_it_kept(core, nodes):
+    first = core.submit(spec(2), now=1)[0]
+    kept = core.submit(spec(4), now=1)[0]  # waits for both nodes: keeps them from later jobs
+    assert core.store.job(kept).state == JobState.QUEUED
+    core.preempt(kept, 2.0)
+    assert core.store.job(kept).state == JobState.PAUSED
+    small = core.submit(spec(2), now=3)[0]  # the node `first` does not hold is free, and kept for nobody now
+    assert core.store.job(small).state == JobState.STARTING, job_view(core, small).waiting_reason
+    assert core.store.job(first).state == JobState.STARTING
+
+
+def test_a_retried_log_batch_near_the_limit_does_not_say_it_was_cut(core, nodes):
+    from cluster.shared.model import LogLine
+
+    core.settings = dataclasses.replace(core.settings, max_log_lines=10)
+    job_id = core.submit(spec(2), now=1)[0]
+    agent = core.store.job(job_id).placement[0].agent
+    batch = [LogLine(0, "stdout", f"line {i}", 2.0) for i in range(1, 7)]
+    core.push_logs(agent, job_id, batch, source="a/1", first_seq=1)
+    core.push_logs(agent, job_id, batch, source="a/1", first_seq=1)  # the same batch again (a retry)
+    assert [l.text for l in core.store.logs(job_id, limit=100)] == [f"line {i}" for i in range(1, 7)]

@@ -196,3 +196,29 @@ INSERT INTO exits VALUES ('j', 1, 'n1', 3, '["boom"]', 2.0, '', 0);
     assert s.record_exit("j", WorkerExit(1, "n1", 3, (), 2.0)) is False
     s.close()
     assert [e.attempt for e in SqliteStore(path).exits("j")] == [0, 1]  # reopening migrates nothing twice
+
+
+def test_a_failed_fsync_is_said_honestly_and_never_retried(tmp_path, monkeypatch):
+    """The transaction committed before its sync failed: the message says it was stored but not synced,
+    and every later sync fails too (a second fsync could succeed without the pages the kernel dropped)."""
+    import errno
+    import os
+
+    import pytest
+
+    from tfdist.errors import ResourceExhaustedError
+
+    s = SqliteStore(str(tmp_path / "c.sqlite"))
+    with s.transaction():
+        s.insert_job("j1", 1, spec(), 0.0, "s")
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left")))
+    with pytest.raises(ResourceExhaustedError, match="what was just stored could not be synced to disk; free space "
+                                                     "and restart the coordinator"):
+        s.sync(s.commits)
+    monkeypatch.setattr(os, "fsync", real)
+    with s.transaction():
+        s.insert_job("j2", 2, spec(), 0.0, "s")
+    with pytest.raises(ResourceExhaustedError):
+        s.sync(s.commits)  # sticky: not acknowledged on a retried fsync
+    s.close()

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator
 
 from cluster.coordinator.store import sqlite_rows as rows_lib
 from cluster.coordinator.store.base import StateReader, StateStore, already_shipped
-from cluster.coordinator.store.group_commit import GroupCommit
+from cluster.coordinator.store.group_commit import GroupCommit, sync_error
 from cluster.coordinator.store.retention import Pruner, Retention
 from cluster.coordinator.store.sqlite_rows import BadRows, alloc_to_json, one_job, read_logs, readable_jobs
 from cluster.coordinator.store.sqlite_prune import prune_finished, purge_output
@@ -59,7 +59,8 @@ class SqliteStore(StateStore):
         self._lock = threading.RLock()
         self._depth = 0  # nesting of transaction() in the thread holding _lock
         self.commits = 0  # transactions committed so far (sync's marks)
-        self._group = GroupCommit(path, lambda: self.commits, self._fsync_failed) if path != ":memory:" else None
+        self._group = GroupCommit(path, lambda: self.commits, lambda e: sync_error(self.state_dir, e, disk_full(e))) \
+            if path != ":memory:" else None
         self._dir_lock = StateDirLock(self.state_dir) if path != ":memory:" else None
         try:
             self._db = self._open()
@@ -97,8 +98,6 @@ class SqliteStore(StateStore):
                 db.close()
             raise
 
-    def _fsync_failed(self, e: OSError) -> Exception:
-        return self._full() if disk_full(e) else e
 
     def _full(self) -> ResourceExhaustedError:
         return ResourceExhaustedError(f"the coordinator's disk is full (state dir {self.state_dir}): free space; "

@@ -20,11 +20,12 @@ import secrets
 import tempfile
 import threading
 import time
-from typing import Callable
 
 import grpc
 
+from cluster.agent.beacon import BeaconSender
 from cluster.agent.edge import CoordinatorLink
+from cluster.agent.loops import ship_loop, watch_loop
 from cluster.agent.job_run import JobRun
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.metrics_endpoint import NodeCollector, NodeMetrics
@@ -42,8 +43,6 @@ from cluster.shared.work import AgentReport, ProbeTask, RunningJob, StartTask, W
 from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.agent")
-WATCH_WAIT = 10.0  # seconds one WaitForWork long poll may be held by the coordinator
-WATCH_BACKOFF = 30.0  # seconds of heartbeats alone when the coordinator had no waiting slot
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable coordinator
 FINISHED_KEPT = 10_000  # runs remembered as finished (a repeated start of one is ignored)
@@ -75,45 +74,12 @@ def node_slots(slots: int | None, gpus: list[Gpu] | None) -> tuple[list[Gpu], in
     return [], slots
 
 
-def watch_loop(link: CoordinatorLink, stop: threading.Event, wake: threading.Event,
-               interval: Callable[[], float]) -> None:
-    """Long polls WaitForWork and wakes the heartbeat loop as soon as the coordinator has new work for this
-    node (a job placed here, its peers ready, a stop): a multi-node job's start takes round trips, not
-    heartbeat intervals. Heartbeats alone still do everything, a little later."""
-    seen = 0
-    while not stop.is_set():
-        try:
-            notice = link.wait_for_work(seen, WATCH_WAIT)
-        except ClientError:
-            stop.wait(max(interval(), 1.0))
-            continue
-        if notice is None:
-            return  # an older coordinator: heartbeats alone
-        if notice.version != seen:
-            seen = notice.version
-            wake.set()
-        if not notice.held:
-            stop.wait(WATCH_BACKOFF)
-
-
-def ship_loop(outbox: Outbox, metrics: MetricsTail, stop: threading.Event) -> None:
-    """Sends the workers' lines, exits and metric rows to the coordinator as they come."""
-    while not stop.is_set():
-        try:
-            metrics.read()
-            outbox.ship_once()
-        except ClientError as e:
-            log.debug("shipping deferred: %s", e)
-            stop.wait(1.0)
-            continue
-        outbox.wake.wait(0.1)
-        outbox.wake.clear()
-
-
 class Agent:
     def __init__(self, coordinator: str, *, name: str, credential: Credential, slots: int | None = None,
                  addresses: list[Address] | None = None, gpus: list[Gpu] | None = None,
-                 metrics_listen: str | None = None):
+                 metrics_listen: str | None = None, beacons: bool = True):
+        """`beacons`: prove the node alive with UDP beacons where the coordinator offers them (False:
+        with heartbeats alone, as agents before them did; for UDP blocked between node and coordinator)."""
         self.name = name
         self.gpus, self.slots = node_slots(slots, gpus)
         self.addresses = addresses or [Address(a["ip"], a["prefix_len"], a.get("interface", ""))
@@ -124,6 +90,7 @@ class Agent:
         self.client = Client(coordinator, credential)
         self.link = CoordinatorLink(self.client, name)
         self.heartbeat_interval = 1.0
+        self.use_beacons = beacons
         self.source = f"{name}/{secrets.token_hex(4)}"  # this agent process, for the coordinator's dedup
         self.outbox = Outbox(self.client, name, self.source)
         self.metrics = MetricsTail(self.outbox.metric, lambda job, rank, text: self.outbox.line(job, rank, "stderr", text))
@@ -136,6 +103,7 @@ class Agent:
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
         self._stop = threading.Event()
         self._wake = threading.Event()  # heartbeat now
+        self.beacons = BeaconSender(name, self._wake, self._stop)
         self._prober = Prober(on_done=self._wake.set)  # its results go with the next heartbeat
         self._registered = False
         self._unreachable = Unreachable()  # when to say so while the coordinator does not answer
@@ -152,8 +120,9 @@ class Agent:
         kill_leftovers(self._groups.directory, self.name)
         self.usage.start()
         threading.Thread(target=ship_loop, args=(self.outbox, self.metrics, self._stop), daemon=True).start()
-        threading.Thread(target=watch_loop, args=(self.link, self._stop, self._wake, lambda: self.heartbeat_interval),
-                         daemon=True).start()
+        threading.Thread(target=watch_loop, args=(self.link, self._stop, self._wake, lambda: self.heartbeat_interval,
+                                                  self.beacons.active), daemon=True).start()
+        threading.Thread(target=self.beacons.run, name="beacons", daemon=True).start()
         while not self._stop.is_set():
             try:
                 if not self._registered:
@@ -182,6 +151,7 @@ class Agent:
         self._stop.set()
         self.usage.stop()
         self.node_metrics.stop()
+        self.beacons.wake()
         self._wake.set()
         self.outbox.wake.set()
         with self._lock:
@@ -231,11 +201,13 @@ class Agent:
 
     def _register(self) -> None:
         record = AgentRecord(self.name, self.slots, tuple(self.addresses), tuple(self.gpus))
-        interval, certificate = self.link.register(record, self._running(), self._leased(),
-                                                   self.node_metrics.address(), self.node_metrics.csr)
-        self.heartbeat_interval = interval or 1.0
+        registration = self.link.register(record, self._running(), self._leased(), self.node_metrics.address(),
+                                          self.node_metrics.csr, beacons=self.use_beacons)
+        self.heartbeat_interval = registration.heartbeat_interval or 1.0
+        self.beacons.version = 0
+        self.beacons.configure(registration.beacons)
         self._registered = True
-        self._serve_metrics(certificate)
+        self._serve_metrics(registration.metrics_certificate)
         self.registered.set()
         log.info("registered with %s as %s (%d %s slots)", self.client.address, self.name, self.slots,
                  "GPU" if self.gpus else "CPU")
@@ -252,6 +224,7 @@ class Agent:
             return True
         if interval:
             self.heartbeat_interval = interval
+        self.beacons.version = max(self.beacons.version, work.version)
         self._apply(work)
         return bool(work.check_ports)
 

@@ -8,6 +8,7 @@ import dataclasses
 
 import grpc
 
+from cluster.agent.beacon import BeaconPlan
 from cluster.shared.model import AgentRecord
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client, ClientError
@@ -23,19 +24,30 @@ class WorkNotice:
     held: bool
 
 
+@dataclasses.dataclass(frozen=True)
+class Registration:
+    heartbeat_interval: float  # 0: the coordinator named none
+    metrics_certificate: bytes  # signed for the request's CSR (b"": none)
+    beacons: BeaconPlan | None  # None: prove it alive with heartbeats
+
+
 class CoordinatorLink:
     def __init__(self, client: Client, agent: str):
         self.client, self.agent = client, agent
 
     def register(self, record: AgentRecord, running: tuple[RunningJob, ...], leased_jobs: tuple[str, ...],
-                 metrics_address: str = "", metrics_csr: bytes = b"") -> tuple[float, bytes]:
-        """(the heartbeat interval (0: the coordinator named none), the certificate it signed for
-        `metrics_csr` (b"": none))."""
+                 metrics_address: str = "", metrics_csr: bytes = b"", beacons: bool = False) -> Registration:
+        """`beacons`: ask for liveness beacons (the answer's plan is None when the coordinator has none)."""
         request = registration_to_pb(record, running, leased_jobs)
         request.agent.metrics_address = metrics_address
         request.metrics_csr = metrics_csr
+        request.beacons = beacons
         response = self.client.call(self.client.agents.Register, request)
-        return response.heartbeat_interval, response.metrics_certificate
+        plan = None
+        if beacons and response.beacon_port and response.beacon_key:
+            host = self.client.address.rsplit(":", 1)[0].strip("[]")
+            plan = BeaconPlan(host, response.beacon_port, response.beacon_key, response.beacon_interval or 1.0)
+        return Registration(response.heartbeat_interval, response.metrics_certificate, plan)
 
     def heartbeat(self, report: AgentReport) -> tuple[Work | None, float]:
         """(the work, the heartbeat interval; 0: unchanged). Work None: register again."""

@@ -233,6 +233,9 @@ AGENT = Command("agent", "run a node agent", daemon_commands.run_agent, args=(
     arg("--metrics-listen", metavar="HOST:PORT",
         help="serve this node's Prometheus /metrics here (GPUs, slots, each job's CPU and memory): HTTPS with a "
              "certificate the coordinator signs, and the coordinator's credentials (default: none)"),
+    arg("--no-beacons", dest="beacons", action="store_false",
+        help="prove this node alive with heartbeats alone, not UDP beacons to the coordinator's port (for a network "
+             "that blocks UDP between them; costs the coordinator more at thousands of nodes)"),
     VERBOSITY,
 ))
 

@@ -150,7 +150,7 @@ def run_agent(args) -> int:
         raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
     try:
         agent = Agent(coordinator, name=name, slots=args.slots, credential=credential,
-                      metrics_listen=getattr(args, "metrics_listen", None))
+                      metrics_listen=getattr(args, "metrics_listen", None), beacons=getattr(args, "beacons", True))
     except UserError as e:  # no GPUs and no --slots (NoSlotsError), a credential for another node
         raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging(args.verbosity)

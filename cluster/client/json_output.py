@@ -138,7 +138,7 @@ def _agent(a: pb.AgentInfo) -> dict[str, Any]:
             "addresses": [{"ip": x.ip, "prefix_len": x.prefix_len, "interface": x.interface or None}
                           for x in a.addresses],
             "last_heartbeat": when(a.last_heartbeat), "jobs": list(a.jobs),
-            "usage": usage(a), "metrics_address": a.metrics_address or None}
+            "usage": usage(a), "metrics_address": a.metrics_address or None, "liveness": a.liveness or "heartbeats"}
 
 
 def usage(a: pb.AgentInfo) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from cluster.coordinator import exits as exits_lib, leases, policy, reconcile, w
 from cluster.coordinator import work as work_lib
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle, with_live
+from cluster.coordinator.liveness import Liveness
 from cluster.coordinator.metrics import Telemetry, Throughput
 from cluster.coordinator.intake import Intake
 from cluster.coordinator.store import StateStore
@@ -65,7 +66,7 @@ class CoordinatorCore:
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.run.start_clock[job.id] = now
                 self.lifecycle.decide(job.id, now)  # exits recorded by an older version, never decided
-        self._update_heartbeat_interval()
+        self.liveness = Liveness(self.agents, lambda: len(self.lifecycle.live.index.nodes), settings, self.lock)
 
     @property
     def waiting(self) -> Mapping[str, str]:
@@ -102,14 +103,10 @@ class CoordinatorCore:
                 self.agent_board.bump(changed)
 
     # ---------------------------------------------------------------- agents
-    def heartbeat_interval(self) -> float:
-        return self._heartbeat_interval
-
-    def _update_heartbeat_interval(self) -> None:
-        self._heartbeat_interval = reconcile.heartbeat_interval(len(self.lifecycle.live.index.nodes), self.settings)
-
-    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float) -> None:
-        """An agent (re)joins, saying what it runs and which jobs' ports it holds."""
+    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
+                 beacons: bool = False) -> None:
+        """An agent (re)joins, saying what it runs and which jobs' ports it holds. `beacons`: it will prove
+        it is alive with beacons (until the first arrives, its heartbeats do)."""
         if not record.name or record.slots < 1:
             raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
         if record.gpus and len(record.gpus) != record.slots:
@@ -118,10 +115,10 @@ class CoordinatorCore:
             self.store.upsert_agent(record, now)
             previous = self.agents.get(record.name)
             agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
-                              leased=set(leased), attempts={j.job_id: j.attempt for j in running})
+                              leased=set(leased), attempts={j.job_id: j.attempt for j in running}, beacons=beacons)
             self.agents[record.name] = agent
             self.lifecycle.node_changed(record.name)
-            self._update_heartbeat_interval()
+            self.liveness.gone(record.name)
             log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
                      record.slots, "GPU" if record.gpu else "CPU", sorted(agent.running) or "nothing")
             self._reconcile(agent, now, came_back=True)
@@ -334,8 +331,8 @@ class CoordinatorCore:
                 self.lifecycle.node_changed(name)
                 self.usage.pop(name, None)
                 self.telemetry.node_losses.inc()
-                self._update_heartbeat_interval()
-                log.warning("agent %s lost: no heartbeat for %.1fs", name, silence)
+                self.liveness.gone(name)
+                log.warning("agent %s lost: no heartbeat or beacon for %.1fs", name, silence)
                 for alloc in self.allocs.on_agent(name):
                     self.lifecycle.fail(alloc.job_id, now, policy.lost(name, silence))
                     self.lifecycle.free(alloc.job_id, name)

@@ -88,9 +88,12 @@ def lost_agents(agents: Iterable[AgentLive], now: float, lost_after: float) -> l
             if not a.lost and now - a.last_heartbeat > lost_after]
 
 
-def heartbeat_interval(alive: int, settings: Settings) -> float:
+def heartbeat_interval(alive: int, settings: Settings, beacons: bool = False) -> float:
     """Agents heartbeat every `heartbeat_interval` seconds, stretched so that all `alive` of them together
-    send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per call), but
-    never so far apart that fewer than three fit in `lost_after`."""
+    send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per call). An
+    agent whose heartbeats prove it alive never goes so long that fewer than three fit in `lost_after`;
+    one whose beacons do (`beacons`) heartbeats only to report and fetch work, which pokes bring forward."""
     wanted = max(settings.heartbeat_interval, alive / settings.max_heartbeats_per_s)
+    if beacons:
+        return wanted
     return min(wanted, max(settings.heartbeat_interval, settings.lost_after / 3))

@@ -13,57 +13,28 @@ from concurrent import futures
 
 import grpc
 
-from cluster.coordinator import access, agent_certificates, metrics, request_checks, views
+from cluster.coordinator import metrics, views
+from cluster.coordinator.agent_service import WATCH_THREADS, AgentServicer
+from cluster.coordinator.beacons import BeaconService
+from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.coordinator.metrics import global_batch_size
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
-from cluster.shared.metrics_http import MetricsEndpoint, reader_principal
-from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb,
-                                 running_from_pb, usage_to_pb, work_to_pb)
-from cluster.shared.model import Allocation, JobState, LogLine
+from cluster.shared.metrics_http import MetricsEndpoint
+from cluster.shared.work import usage_to_pb
+from cluster.shared.model import Allocation, JobState
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.store.retention import Retention
 from cluster.coordinator.submissions import SubmitQueue
-from cluster.shared.auth import bearer_token
 from cluster.shared.credentials import Authority, Credential, Principal
-from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
+from tfdist.errors import TfdistError, UserError
 
 log = logging.getLogger("tfdist.coordinator")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 RPC_THREADS = 32  # heartbeats, submissions, queries
 FOLLOWER_THREADS = 64  # long-polling log followers on top; more followers poll without waiting
-WATCH_THREADS = 64  # agents' WaitForWork long polls on top; the others rely on their heartbeats alone
-WATCH_WAIT_MAX = 30.0  # seconds one WaitForWork call may be held
-
-
-def _guard(fn):
-    """Every RPC passes here: the caller's credential is verified and its role checked (access.RULES) before
-    the handler runs, with the principal handed to it. Domain errors become their status code (each error
-    carries its own); anything else is a bug: logged whole, answered with one line."""
-    method = fn.__name__
-
-    def wrapper(self, request, context):
-        telemetry = self.core.telemetry
-        started = time.perf_counter()
-        try:
-            principal = self.gate.check(method, request, context.invocation_metadata())
-            request_checks.check(method, request)  # every field in bounds, or INVALID_ARGUMENT naming it
-            return fn(self, request, context, principal)
-        except TfdistError as e:
-            if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack
-                log.exception("%s failed", method)
-            telemetry.rpc_errors.labels(method, e.grpc_code).inc()
-            context.abort(grpc.StatusCode[e.grpc_code], str(e))
-        except Exception as e:
-            log.exception("%s failed", method)
-            telemetry.rpc_errors.labels(method, "INTERNAL").inc()
-            context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {method}: {type(e).__name__}: {e}")
-        finally:
-            telemetry.rpc_seconds.labels(method).observe(time.perf_counter() - started)
-    wrapper.__name__ = method
-    return wrapper
 
 
 def placement_to_pb(a: Allocation, holding: bool = True) -> pb.Placement:
@@ -95,30 +66,6 @@ def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
         if view.latest_checkpoint else pb.Checkpoint(step=-1)))
 
 
-class Gate:
-    """Authenticates a call's token against the authority, then applies access.decide."""
-
-    def __init__(self, authority: Authority, core: CoordinatorCore):
-        self.authority, self.core = authority, core
-        self.reader = core.store.reader()  # owners are read without the coordinator's lock (log followers)
-
-    def check(self, method: str, request, metadata) -> Principal:
-        token = bearer_token(metadata)
-        principal = self.authority.verify(token) if token and len(token) <= 1024 else None
-        if principal is None:
-            raise UnauthenticatedError("missing or wrong credential: pass --credentials FILE (or set "
-                                       "TFDIST_CREDENTIALS) with a credential this coordinator issued")
-        access.decide(method, principal, request, self._owner_of)
-        return principal
-
-    def _owner_of(self, job_ref: str) -> str | None:
-        try:
-            job = self.reader.job(self.core.resolve_job_id(job_ref, self.reader))
-        except (NotFoundError, UserError, ValueError, OverflowError):
-            return None
-        return job.owner if job else None
-
-
 HIDDEN = "(hidden)"
 
 
@@ -137,14 +84,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self.follower = views.LogFollower(core)
         self.follow_slots = threading.BoundedSemaphore(FOLLOWER_THREADS)
 
-    @_guard
+    @guard
     def SubmitJob(self, request, context, principal):
         spec = jobspec.from_pb(request.spec)
         job_id, state = self.submissions.submit(spec, principal.name) if self.submissions else \
             self.core.submit(spec, self.clock(), owner=principal.name)
         return pb.SubmitJobResponse(job_id=job_id, state=state)
 
-    @_guard
+    @guard
     def GetJob(self, request, context, principal):
         job = job_to_pb(views.job_view(self.core, request.job_id))
         if job.state == JobState.RUNNING.value:
@@ -154,7 +101,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             job.throughput.CopyFrom(pb.Throughput(steps_per_second=rate, examples_per_second=rate * batch, time=now))
         return job
 
-    @_guard
+    @guard
     def ListJobs(self, request, context, principal):
         """A page of jobs, newest first, at most views.PAGE_JOBS of them and about views.PAGE_BYTES."""
         page = views.jobs_page(self.core, self.follower.reader, request.states, request.page_token,
@@ -170,19 +117,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return pb.ListJobsResponse(jobs=jobs, total=page.total,
                                    next_page_token=str(page.views[len(jobs) - 1].job.seq) if cut else page.next_token)
 
-    @_guard
+    @guard
     def CancelJob(self, request, context, principal):
         return pb.CancelJobResponse(state=self.core.cancel(request.job_id, self.clock()))
 
-    @_guard
+    @guard
     def PreemptJob(self, request, context, principal):
         return pb.PreemptJobResponse(state=self.core.preempt(request.job_id, self.clock()))
 
-    @_guard
+    @guard
     def ResumeJob(self, request, context, principal):
         return pb.ResumeJobResponse(state=self.core.resume(request.job_id, self.clock()))
 
-    @_guard
+    @guard
     def GetLogs(self, request, context, principal):
         limit = min(request.limit or 1000, 5000)
         wait = min(max(request.wait_ms, 0), 10_000) / 1000.0
@@ -197,17 +144,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return pb.GetLogsResponse(job_ended=ended, lines=[
             pb.LogLine(seq=l.seq, rank=l.rank, stream=l.stream, text=l.text, time=l.time) for l in lines])
 
-    @_guard
+    @guard
     def GetMetrics(self, request, context, principal):
         job_id, rows = views.metrics_view(self.core, request.job_id, request.name or None)
         return pb.GetMetricsResponse(job_id=job_id, metrics=[
             pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time) for m in rows])
 
-    @_guard
+    @guard
     def ListAgents(self, request, context, principal):
         return pb.ListAgentsResponse(agents=[
             pb.AgentInfo(name=a.record.name, slots=a.record.slots, gpu=a.record.gpu, state=a.state,
-                         last_heartbeat=a.last_heartbeat,
+                         last_heartbeat=a.last_heartbeat, liveness=a.liveness,
                          jobs=list(a.jobs), free_slots=a.free_slots, free_gpus=list(a.free_gpus),
                          gpus=[pb.Gpu(index=g.index, uuid=g.uuid, name=g.name) for g in a.record.gpus],
                          addresses=[pb.Address(ip=x.ip, prefix_len=x.prefix_len, interface=x.interface)
@@ -216,71 +163,6 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                          else None,
                          metrics_address=self.core.metrics_addresses.get(a.record.name, ""))
             for a in views.agents_view(self.core)])
-
-
-class AgentServicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time):
-        self.core, self.gate, self.clock = core, gate, clock
-        self.watch_slots = threading.BoundedSemaphore(WATCH_THREADS)
-
-    @_guard
-    def WaitForWork(self, request, context, principal):
-        """Held until the agent has new work or `wait_ms` passed. With every waiting slot taken it
-        answers at once with held=false, and the agent keeps to its heartbeats for a while."""
-        if not self.watch_slots.acquire(blocking=False):
-            return pb.WaitForWorkResponse(version=self.core.agent_board.version(request.agent), held=False)
-        try:
-            wait = min(max(request.wait_ms, 0) / 1000.0, WATCH_WAIT_MAX)
-            return pb.WaitForWorkResponse(version=self.core.agent_board.wait(request.agent, request.seen, wait),
-                                          held=True)
-        finally:
-            self.watch_slots.release()
-
-    @_guard
-    def Register(self, request, context, principal):
-        record = agent_from_pb(request.agent)
-        certificate = b""  # signed first: a request it refuses registers nothing
-        if request.metrics_csr:
-            certificate = agent_certificates.sign(self.gate.authority, request.metrics_csr, record)
-        self.core.register(record, tuple(running_from_pb(t) for t in request.running),
-                           tuple(request.leased_jobs), self.clock())
-        self.core.metrics_addresses[record.name] = request.agent.metrics_address
-        return pb.RegisterResponse(heartbeat_interval=self.core.heartbeat_interval(), metrics_certificate=certificate)
-
-    @_guard
-    def CheckScrapeToken(self, request, context, principal):
-        """Who a scraper of the agent's /metrics is: a credential that may read the cluster, or an error."""
-        scraper = self.gate.authority.verify(request.token) if request.token else None
-        if scraper is None:
-            raise UnauthenticatedError("unknown or wrong token: use a credential this cluster issued")
-        reader_principal(scraper)
-        return pb.CheckScrapeTokenResponse(kind=scraper.kind, name=scraper.name)
-
-    @_guard
-    def Heartbeat(self, request, context, principal):
-        work = self.core.heartbeat(report_from_pb(request), self.clock())
-        return work_to_pb(work, self.core.heartbeat_interval())
-
-    @_guard
-    def ReportExit(self, request, context, principal):
-        """The core stamps the exit with the reporting agent and the time, and decides `tolerated` itself."""
-        self.core.report_exit(request.agent, request.job_id, exit_from_pb(request.exit, agent=request.agent),
-                              self.clock())
-        return pb.ReportExitResponse()
-
-    @_guard
-    def PushLogs(self, request, context, principal):
-        self.core.push_logs(request.agent, request.job_id,
-                            [LogLine(l.rank, l.stream, l.text, l.time) for l in request.lines], request.source,
-                            request.first_seq)
-        return pb.PushLogsResponse()
-
-    @_guard
-    def ReportMetrics(self, request, context, principal):
-        self.core.push_metrics(request.agent, request.job_id,
-                               [metric_from_pb(m) for m in request.metrics], request.source,
-                               request.first_seq)
-        return pb.ReportMetricsResponse()
 
 
 def _check_port_free(listen: str) -> None:
@@ -325,7 +207,8 @@ class CoordinatorServer:
         self.submissions = SubmitQueue(self.core.submit_batch)  # concurrent submissions share a transaction
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate, submissions=self.submissions),
                                                   self.server)
-        pb_grpc.add_AgentServiceServicer_to_server(AgentServicer(self.core, gate), self.server)
+        agents = AgentServicer(self.core, gate)
+        pb_grpc.add_AgentServiceServicer_to_server(agents, self.server)
         try:
             _check_port_free(listen)  # before gRPC, whose C core would print a line of its own
             if plaintext:
@@ -341,6 +224,9 @@ class CoordinatorServer:
                             "machine; choose another --listen HOST:PORT")
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
+        # Liveness beacons on the same port number, UDP (another: said in RegisterResponse).
+        self.beacons = agents.beacons = BeaconService(host, self.port, self.core.liveness.seen, self.core.agent_board.version)
+        self.core.agent_board.listeners.append(self.beacons.poke)
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:
             try:
@@ -349,6 +235,7 @@ class CoordinatorServer:
                     None if plaintext else (self.authority.cert_pem, self.authority.key_pem), "the coordinator's /metrics")
             except UserError:
                 self.server.stop(0)
+                self.beacons.stop()
                 self.store.close()
                 raise
         self._stop = threading.Event()
@@ -371,6 +258,7 @@ class CoordinatorServer:
 
     def start(self) -> "CoordinatorServer":
         self.submissions.start()
+        self.beacons.start()
         self.server.start()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.start()
@@ -394,5 +282,6 @@ class CoordinatorServer:
             self.metrics_endpoint.stop()
         self.core.agent_board.close()  # held WaitForWork calls answer now
         self.server.stop(grace).wait()
+        self.beacons.stop()
         self.submissions.stop()
         self.store.close()

@@ -29,6 +29,8 @@ class AgentLive:
     running: dict = dataclasses.field(default_factory=dict)  # job id -> ranks that joined
     attempts: dict = dataclasses.field(default_factory=dict)  # job id -> which run of it the agent runs
     leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
+    beacons: bool = False  # it asked for liveness beacons when it registered
+    beaconing: bool = False  # ... and one arrived since: its heartbeats need not prove it alive
 
     @property
     def name(self) -> str:
@@ -41,7 +43,7 @@ class AgentLive:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    lost_after: float = 6.0  # seconds without a heartbeat before a node is declared lost
+    lost_after: float = 6.0  # seconds without a heartbeat or beacon before a node is declared lost
     stop_grace: float = 5.0  # a canceled job's workers: SIGTERM, then SIGKILL this much later
     failure_grace: float = 1.0  # a failed job's survivors: their collectives are broken anyway
     heartbeat_interval: float = 1.0  # the shortest; large clusters get longer ones
@@ -123,6 +125,7 @@ class ChangeBoard:
         self._cond = threading.Condition()
         self._versions: dict[str, int] = {}
         self._closed = False
+        self.listeners: list[Callable[[Iterable[str]], None]] = []  # told of each bump, outside the lock
 
     def close(self) -> None:
         """Every waiter returns now (the server is stopping)."""
@@ -136,9 +139,12 @@ class ChangeBoard:
 
     def bump(self, keys: Iterable[str]) -> None:
         with self._cond:
+            keys = list(keys)
             for k in keys:
                 self._versions[k] = self._versions.get(k, 0) + 1
             self._cond.notify_all()
+        for listener in self.listeners:
+            listener(keys)
 
     def wait(self, key: str, seen: int, timeout: float) -> int:
         """Returns the key's version once it differs from `seen`, or after `timeout`."""

@@ -38,6 +38,7 @@ class AgentView:
     last_heartbeat: float
     jobs: tuple[str, ...]
     free_gpus: tuple[int, ...]
+    liveness: str = "heartbeats"  # or "beacons": what proves it alive (its last sign of life: last_heartbeat)
 
 
 def job_view(core: CoordinatorCore, job_ref: str) -> JobView:
@@ -117,7 +118,8 @@ def agents_view(core: CoordinatorCore) -> list[AgentView]:
                 record=a.record, free_slots=a.record.slots - sum(x.slots for x in held),
                 state="LOST" if a.lost else "ALIVE", last_heartbeat=a.last_heartbeat,
                 jobs=tuple(sorted({x.job_id for x in held})),
-                free_gpus=tuple(g.index for g in a.record.gpus if g.index not in taken)))
+                free_gpus=tuple(g.index for g in a.record.gpus if g.index not in taken),
+                liveness="beacons" if a.beaconing else "heartbeats"))
         return views
 
 

@@ -50,6 +50,7 @@ class Work:
     dump_stacks: list[str] = dataclasses.field(default_factory=list)
     preempt: list[str] = dataclasses.field(default_factory=list)  # jobs whose store must carry a preemption request
     attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
+    version: int = 0  # the version of the agent's work this reflects (its beacons carry it back)
 
 
 # ---------------------------------------------------------------- the agent's report
@@ -134,7 +135,7 @@ def work_to_pb(work: Work | None, interval: float) -> pb.HeartbeatResponse:
                              local_size=p.local_size, replicas=p.replicas, role=p.role)
             for p in s.processes]) for s in work.start],
         stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval,
-        dump_stacks=work.dump_stacks, preempt=work.preempt)
+        dump_stacks=work.dump_stacks, preempt=work.preempt, work_version=work.version)
 
 
 def work_from_pb(response: pb.HeartbeatResponse) -> tuple[Work | None, float]:
@@ -149,6 +150,7 @@ def work_from_pb(response: pb.HeartbeatResponse) -> tuple[Work | None, float]:
         stop_jobs=list(response.stop_jobs), stop_grace=dict(response.stop_grace),
         dump_stacks=list(response.dump_stacks), preempt=list(response.preempt),
         attempts={c.job_id: c.attempt for c in response.check_ports},
+        version=response.work_version,
     ), response.heartbeat_interval
 
 

@@ -365,7 +365,7 @@ class Gpu(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class AgentInfo(_message.Message):
-    __slots__ = ("name", "slots", "gpu", "addresses", "state", "last_heartbeat", "jobs", "free_slots", "gpus", "free_gpus", "usage", "metrics_address")
+    __slots__ = ("name", "slots", "gpu", "addresses", "state", "last_heartbeat", "jobs", "free_slots", "gpus", "free_gpus", "usage", "metrics_address", "liveness")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
@@ -378,6 +378,7 @@ class AgentInfo(_message.Message):
     FREE_GPUS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     METRICS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LIVENESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     slots: int
     gpu: bool
@@ -390,7 +391,8 @@ class AgentInfo(_message.Message):
     free_gpus: _containers.RepeatedScalarFieldContainer[int]
     usage: NodeUsage
     metrics_address: str
-    def __init__(self, name: _Optional[str] = ..., slots: _Optional[int] = ..., gpu: _Optional[bool] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ..., state: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., free_slots: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., free_gpus: _Optional[_Iterable[int]] = ..., usage: _Optional[_Union[NodeUsage, _Mapping]] = ..., metrics_address: _Optional[str] = ...) -> None: ...
+    liveness: str
+    def __init__(self, name: _Optional[str] = ..., slots: _Optional[int] = ..., gpu: _Optional[bool] = ..., addresses: _Optional[_Iterable[_Union[Address, _Mapping]]] = ..., state: _Optional[str] = ..., last_heartbeat: _Optional[float] = ..., jobs: _Optional[_Iterable[str]] = ..., free_slots: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., free_gpus: _Optional[_Iterable[int]] = ..., usage: _Optional[_Union[NodeUsage, _Mapping]] = ..., metrics_address: _Optional[str] = ..., liveness: _Optional[str] = ...) -> None: ...
 
 class NodeUsage(_message.Message):
     __slots__ = ("time", "gpus", "jobs")
@@ -437,24 +439,32 @@ class ListAgentsResponse(_message.Message):
     def __init__(self, agents: _Optional[_Iterable[_Union[AgentInfo, _Mapping]]] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("agent", "running", "leased_jobs", "metrics_csr")
+    __slots__ = ("agent", "running", "leased_jobs", "metrics_csr", "beacons")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     LEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
     METRICS_CSR_FIELD_NUMBER: _ClassVar[int]
+    BEACONS_FIELD_NUMBER: _ClassVar[int]
     agent: AgentInfo
     running: _containers.RepeatedCompositeFieldContainer[RunningTask]
     leased_jobs: _containers.RepeatedScalarFieldContainer[str]
     metrics_csr: bytes
-    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., metrics_csr: _Optional[bytes] = ...) -> None: ...
+    beacons: bool
+    def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., metrics_csr: _Optional[bytes] = ..., beacons: _Optional[bool] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("heartbeat_interval", "metrics_certificate")
+    __slots__ = ("heartbeat_interval", "metrics_certificate", "beacon_port", "beacon_key", "beacon_interval")
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     METRICS_CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    BEACON_PORT_FIELD_NUMBER: _ClassVar[int]
+    BEACON_KEY_FIELD_NUMBER: _ClassVar[int]
+    BEACON_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval: float
     metrics_certificate: bytes
-    def __init__(self, heartbeat_interval: _Optional[float] = ..., metrics_certificate: _Optional[bytes] = ...) -> None: ...
+    beacon_port: int
+    beacon_key: bytes
+    beacon_interval: float
+    def __init__(self, heartbeat_interval: _Optional[float] = ..., metrics_certificate: _Optional[bytes] = ..., beacon_port: _Optional[int] = ..., beacon_key: _Optional[bytes] = ..., beacon_interval: _Optional[float] = ...) -> None: ...
 
 class RunningTask(_message.Message):
     __slots__ = ("job_id", "ranks", "joined_ranks", "progress", "attempt")
@@ -620,7 +630,7 @@ class PortCheckResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., busy_ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe", "stop_grace", "dump_stacks", "preempt")
+    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe", "stop_grace", "dump_stacks", "preempt", "work_version")
     class StopGraceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -637,6 +647,7 @@ class HeartbeatResponse(_message.Message):
     STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
+    WORK_VERSION_FIELD_NUMBER: _ClassVar[int]
     reregister: bool
     check_ports: _containers.RepeatedCompositeFieldContainer[PortCheck]
     start: _containers.RepeatedCompositeFieldContainer[StartTask]
@@ -646,7 +657,8 @@ class HeartbeatResponse(_message.Message):
     stop_grace: _containers.ScalarMap[str, float]
     dump_stacks: _containers.RepeatedScalarFieldContainer[str]
     preempt: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ..., dump_stacks: _Optional[_Iterable[str]] = ..., preempt: _Optional[_Iterable[str]] = ...) -> None: ...
+    work_version: int
+    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ..., dump_stacks: _Optional[_Iterable[str]] = ..., preempt: _Optional[_Iterable[str]] = ..., work_version: _Optional[int] = ...) -> None: ...
 
 class WaitForWorkRequest(_message.Message):
     __slots__ = ("agent", "seen", "wait_ms")

@@ -1,0 +1,56 @@
+"""The agent's helper threads besides the heartbeat loop: the work long poll (for agents without beacons)
+and the shipping of the workers' output, exits and metric rows."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+from cluster.agent.edge import CoordinatorLink
+from cluster.agent.metrics_tail import MetricsTail
+from cluster.agent.outbox import Outbox
+from cluster.shared.rpc import ClientError
+
+log = logging.getLogger("tfdist.agent")
+WATCH_WAIT = 10.0  # seconds one WaitForWork long poll may be held by the coordinator
+WATCH_BACKOFF = 30.0  # seconds of heartbeats alone when the coordinator had no waiting slot
+
+
+def watch_loop(link: CoordinatorLink, stop: threading.Event, wake: threading.Event,
+               interval: Callable[[], float], beaconing: Callable[[], bool] = lambda: False) -> None:
+    """Long polls WaitForWork and wakes the heartbeat loop as soon as the coordinator has new work for this
+    node (a job placed here, its peers ready, a stop): a multi-node job's start takes round trips, not
+    heartbeat intervals. Heartbeats alone still do everything, a little later. Not while `beaconing()`:
+    the coordinator's pokes bring the news then, without a call held per agent."""
+    seen = 0
+    while not stop.is_set():
+        if beaconing():
+            stop.wait(WATCH_WAIT)
+            continue
+        try:
+            notice = link.wait_for_work(seen, WATCH_WAIT)
+        except ClientError:
+            stop.wait(max(interval(), 1.0))
+            continue
+        if notice is None:
+            return  # an older coordinator: heartbeats alone
+        if notice.version != seen:
+            seen = notice.version
+            wake.set()
+        if not notice.held:
+            stop.wait(WATCH_BACKOFF)
+
+
+def ship_loop(outbox: Outbox, metrics: MetricsTail, stop: threading.Event) -> None:
+    """Sends the workers' lines, exits and metric rows to the coordinator as they come."""
+    while not stop.is_set():
+        try:
+            metrics.read()
+            outbox.ship_once()
+        except ClientError as e:
+            log.debug("shipping deferred: %s", e)
+            stop.wait(1.0)
+            continue
+        outbox.wake.wait(0.1)
+        outbox.wake.clear()

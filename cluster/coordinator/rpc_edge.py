@@ -1,0 +1,69 @@
+"""The edge every RPC passes: who calls (Gate: the credential, then access.decide) and what an error
+becomes on the wire (guard: each domain error its status code, anything else logged whole)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import grpc
+
+from cluster.coordinator import access, request_checks
+from cluster.coordinator.core import CoordinatorCore
+from cluster.shared.auth import bearer_token
+from cluster.shared.credentials import Authority, Principal
+from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
+
+log = logging.getLogger("tfdist.coordinator")
+
+
+def guard(fn):
+    """Every RPC passes here: the caller's credential is verified and its role checked (access.RULES) before
+    the handler runs, with the principal handed to it. Domain errors become their status code (each error
+    carries its own); anything else is a bug: logged whole, answered with one line."""
+    method = fn.__name__
+
+    def wrapper(self, request, context):
+        telemetry = self.core.telemetry
+        started = time.perf_counter()
+        try:
+            principal = self.gate.check(method, request, context.invocation_metadata())
+            request_checks.check(method, request)  # every field in bounds, or INVALID_ARGUMENT naming it
+            return fn(self, request, context, principal)
+        except TfdistError as e:
+            if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack
+                log.exception("%s failed", method)
+            telemetry.rpc_errors.labels(method, e.grpc_code).inc()
+            context.abort(grpc.StatusCode[e.grpc_code], str(e))
+        except Exception as e:
+            log.exception("%s failed", method)
+            telemetry.rpc_errors.labels(method, "INTERNAL").inc()
+            context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {method}: {type(e).__name__}: {e}")
+        finally:
+            telemetry.rpc_seconds.labels(method).observe(time.perf_counter() - started)
+    wrapper.__name__ = method
+    return wrapper
+
+
+class Gate:
+    """Authenticates a call's token against the authority, then applies access.decide."""
+
+    def __init__(self, authority: Authority, core: CoordinatorCore):
+        self.authority, self.core = authority, core
+        self.reader = core.store.reader()  # owners are read without the coordinator's lock (log followers)
+
+    def check(self, method: str, request, metadata) -> Principal:
+        token = bearer_token(metadata)
+        principal = self.authority.verify(token) if token and len(token) <= 1024 else None
+        if principal is None:
+            raise UnauthenticatedError("missing or wrong credential: pass --credentials FILE (or set "
+                                       "TFDIST_CREDENTIALS) with a credential this coordinator issued")
+        access.decide(method, principal, request, self._owner_of)
+        return principal
+
+    def _owner_of(self, job_ref: str) -> str | None:
+        try:
+            job = self.reader.job(self.core.resolve_job_id(job_ref, self.reader))
+        except (NotFoundError, UserError, ValueError, OverflowError):
+            return None
+        return job.owner if job else None

@@ -1,0 +1,167 @@
+"""Liveness beacons: the datagram format, the coordinator's book of keys and counters, its UDP service
+over a real socket, and the heartbeat interval an agent gets once its beacons prove it alive."""
+
+import socket
+import threading
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from cluster.coordinator import reconcile
+from cluster.coordinator.beacons import BeaconBook, BeaconService
+from cluster.coordinator.liveness import Liveness
+from cluster.coordinator.values import AgentLive, Settings
+from cluster.shared import beacon
+from cluster.shared.model import AgentRecord
+
+pytestmark = [pytest.mark.timeout(60)]
+KEY = bytes(range(32))
+
+
+def test_a_datagram_reads_back_and_only_its_key_makes_it_authentic():
+    data = beacon.encode(beacon.BEACON, "node-ü1", 7, 42, KEY)
+    datagram = beacon.decode(data)
+    assert (datagram.kind, datagram.name, datagram.counter, datagram.version) == (beacon.BEACON, "node-ü1", 7, 42)
+    assert beacon.authentic(datagram, KEY)
+    assert not beacon.authentic(datagram, beacon.new_key())
+
+
+@settings(max_examples=300, deadline=None)
+@given(position=st.integers(min_value=0), flip=st.integers(min_value=1, max_value=255))
+def test_any_changed_byte_is_refused(position, flip):
+    data = bytearray(beacon.encode(beacon.BEACON, "n1", 3, 9, KEY))
+    data[position % len(data)] ^= flip
+    datagram = beacon.decode(bytes(data))
+    assert datagram is None or not beacon.authentic(datagram, KEY)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=beacon.MAX_DATAGRAM + 8))
+def test_garbage_is_never_an_error(data):
+    datagram = beacon.decode(data)
+    assert datagram is None or not beacon.authentic(datagram, KEY)
+
+
+def test_the_book_takes_each_enrolled_beacon_once_and_forgets_old_keys():
+    book = BeaconBook()
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, KEY), ("10.0.0.1", 5)) is None  # not enrolled
+    key = book.enroll("n1")
+    first = beacon.encode(beacon.BEACON, "n1", 1, 0, key)
+    assert book.take(first, ("10.0.0.1", 5)).name == "n1"
+    assert book.take(first, ("10.0.0.1", 5)) is None  # a replay
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 2, 0, KEY), ("10.0.0.1", 5)) is None  # another key
+    assert book.take(beacon.encode(beacon.POKE, "n1", 3, 0, key), ("10.0.0.1", 5)) is None  # not a beacon
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 3, 0, key), ("10.0.0.1", 5)) is not None
+    book.enroll("n1")  # registered again: the earlier key proves nothing
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 4, 0, key), ("10.0.0.1", 5)) is None
+
+
+def test_pokes_go_where_the_agent_beacons_from_and_count_up():
+    book = BeaconBook()
+    key = book.enroll("n1")
+    assert book.poke("n1", 5) is None  # never beaconed: nowhere to send it
+    book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, key), ("10.0.0.1", 7000))
+    pokes = [book.poke("n1", 5), book.poke("n1", 6)]
+    assert [p[1] for p in pokes] == [("10.0.0.1", 7000)] * 2
+    decoded = [beacon.decode(p[0]) for p in pokes]
+    assert [(d.kind, d.counter, d.version) for d in decoded] == [(beacon.POKE, 1, 5), (beacon.POKE, 2, 6)]
+    assert all(beacon.authentic(d, key) for d in decoded)
+
+
+class _Agents:
+    """What the service is told: who beaconed, and each agent's work version."""
+
+    def __init__(self, versions, alive=True):
+        self.versions, self.alive = versions, alive
+        self.seen = []
+        self.event = threading.Event()
+
+    def on_seen(self, name, now):
+        self.seen.append(name)
+        self.event.set()
+        return self.alive
+
+
+@pytest.fixture
+def service_and_agent():
+    made = []
+
+    def make(agents):
+        service = BeaconService("127.0.0.1", 0, agents.on_seen, lambda name: agents.versions.get(name, 0)).start()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.settimeout(10)
+        sock.connect(("127.0.0.1", service.port))
+        made.append((service, sock))
+        return service, sock
+
+    yield make
+    for service, sock in made:
+        sock.close()
+        service.stop()
+
+
+def test_the_service_counts_a_beacon_once_and_pokes_an_agent_that_is_behind(service_and_agent):
+    agents = _Agents({"n1": 3})
+    service, sock = service_and_agent(agents)
+    key = service.book.enroll("n1")
+    data = beacon.encode(beacon.BEACON, "n1", 1, 2, key)  # it has seen version 2; its work is at 3
+    sock.send(data)
+    poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
+    assert (poke.kind, poke.name, poke.version) == (beacon.POKE, "n1", 3) and beacon.authentic(poke, key)
+    assert agents.seen == ["n1"]
+    sock.send(data)  # replayed, then a forged one: neither is a sign of life
+    sock.send(beacon.encode(beacon.BEACON, "n1", 2, 3, beacon.new_key()))
+    agents.event.clear()
+    sock.send(beacon.encode(beacon.BEACON, "n1", 3, 3, key))  # up to date: taken, no poke
+    assert agents.event.wait(10)
+    assert agents.seen == ["n1", "n1"] and service.received == 2
+
+
+def test_a_lost_agent_that_beacons_is_poked_to_register_again(service_and_agent):
+    agents = _Agents({"n1": 4}, alive=False)
+    service, sock = service_and_agent(agents)
+    key = service.book.enroll("n1")
+    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 4, key))
+    poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
+    assert poke.version == 5  # beyond what it has: it heartbeats, and learns it must register
+
+
+def test_work_changes_poke_every_agent_that_beacons(service_and_agent):
+    agents = _Agents({"n1": 0, "n2": 0})
+    service, sock = service_and_agent(agents)
+    key = service.book.enroll("n1")
+    service.book.enroll("n2")  # never beacons: nothing to send
+    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 0, key))
+    assert agents.event.wait(10)
+    agents.versions["n1"] = 1
+    service.poke(["n1", "n2", "unknown"])
+    poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
+    assert (poke.name, poke.version) == ("n1", 1)
+
+
+def _live(name, beacons):
+    return AgentLive(AgentRecord(name, 1, ()), last_heartbeat=0.0, beacons=beacons)
+
+
+def test_an_agent_is_on_the_long_interval_only_once_a_beacon_arrived():
+    settings_ = Settings(lost_after=6.0, heartbeat_interval=1.0, max_heartbeats_per_s=250.0)
+    agents = {f"n{i}": _live(f"n{i}", beacons=i % 2 == 0) for i in range(10_000)}
+    liveness = Liveness(agents, lambda: len(agents), settings_, threading.RLock())
+    assert liveness.interval("n0") == 2.0  # 10,000 on heartbeats: three within lost_after
+    for name, agent in agents.items():
+        if agent.beacons:
+            assert liveness.seen(name, 5.0)
+    assert agents["n0"].last_heartbeat == 5.0 and agents["n0"].beaconing and not agents["n1"].beaconing
+    assert liveness.interval("n0") == 20.0  # 5,000 beaconing agents share 250 heartbeats/s
+    assert liveness.interval("n1") == 2.0  # its heartbeats still prove it alive: capped by lost_after
+    assert liveness.seen("n1", 6.0) and not agents["n1"].beaconing  # asked for none: stays on heartbeats
+    agents["n0"].lost = True
+    assert not liveness.seen("n0", 9.0) and agents["n0"].last_heartbeat == 5.0  # a lost node stays lost
+
+
+def test_beacon_agents_heartbeat_within_the_budget_not_within_lost_after():
+    s = Settings(lost_after=6.0, heartbeat_interval=1.0, max_heartbeats_per_s=250.0)
+    assert reconcile.heartbeat_interval(10_000, s) == 2.0
+    assert reconcile.heartbeat_interval(10_000, s, beacons=True) == 40.0
+    assert reconcile.heartbeat_interval(10, s, beacons=True) == 1.0
+    assert beacon.interval(s.lost_after) == 1.5

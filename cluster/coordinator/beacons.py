@@ -106,6 +106,7 @@ class BeaconService:
         else:
             self._sock.settimeout(RECEIVE_TIMEOUT)
             self._thread.start()
+            log.info("liveness beacons on UDP port %d", self.port)
         return self
 
     def stop(self) -> None:

@@ -167,7 +167,9 @@ class SimulatedCluster:
     processes run at this nice value (the coordinator and the client at 0)."""
 
     def __init__(self, agents, plaintext=False, processes=4, fixed_interval=0.0, token_as_metadata=False,
-                 agents_nice=0, gpus=0, coordinator_args=()):
+                 agents_nice=0, gpus=0, coordinator_args=(), lost_after=60.0, agent_main=None):
+        """`agent_main(address, credentials, stop_at, ready)`: what each simulated-agent process runs instead
+        of heartbeating (benchmarks/liveness_scale.py's beaconing agents)."""
         from cluster.shared.credentials import Authority
         from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
         from cluster.shared.rpc import Client
@@ -178,7 +180,7 @@ class SimulatedCluster:
         env = dict(os.environ, PYTHONPATH=REPO, TFDIST_RUNTIME_DIR=os.path.join(self.tmp, "runtime"))
         self.coord = subprocess.Popen(
             [sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
-             os.path.join(self.tmp, "state"), "--credentials-dir", credentials_dir, "--lost-after", "60",
+             os.path.join(self.tmp, "state"), "--credentials-dir", credentials_dir, "--lost-after", str(lost_after),
              "--subnet", "127.0.0.0/8", *(["--insecure-plaintext"] if plaintext else []), *coordinator_args],
             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.procs = []
@@ -200,9 +202,9 @@ class SimulatedCluster:
             self.heartbeats = ctx.Value("q", 0)  # sent so far, all processes together
             stop_at = time.monotonic() + 900
             per = agents // processes
-            self.procs = [ctx.Process(target=agent_process, daemon=True,
-                                      args=(self.address, nodes[i * per:(i + 1) * per], stop_at, ready,
-                                            fixed_interval, self.heartbeats, token_as_metadata, agents_nice, gpus))
+            self.procs = [ctx.Process(target=agent_main or agent_process, daemon=True,
+                                      args=(self.address, nodes[i * per:(i + 1) * per], stop_at, ready) + (() if agent_main else (
+                                            fixed_interval, self.heartbeats, token_as_metadata, agents_nice, gpus)))
                           for i in range(processes)]
             for p in self.procs:
                 p.start()

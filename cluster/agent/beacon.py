@@ -66,7 +66,8 @@ class BeaconSender:
         """Beacons and takes pokes under one plan, until another registration replaces it."""
         family, kind, proto, _, address = socket.getaddrinfo(plan.host, plan.port, type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, kind, proto) as sock:
-            sock.connect(address)  # only the coordinator's datagrams come in
+            # Not connected: a multi-homed coordinator may answer from another of its addresses. A poke
+            # is taken by its tag, not by where it comes from.
             counter = last_poke = 0
             next_beacon = time.monotonic()
             while not self._stop.is_set() and self._plan is plan:
@@ -74,7 +75,7 @@ class BeaconSender:
                 if now >= next_beacon:
                     counter += 1
                     try:
-                        sock.send(beacon.encode(beacon.BEACON, self.name, counter, self.version, plan.key))
+                        sock.sendto(beacon.encode(beacon.BEACON, self.name, counter, self.version, plan.key), address)
                         self.sent += 1
                     except OSError as e:  # e.g. refused: nothing listens there now; the next one may reach it
                         log.debug("beacon not sent: %s", e)
@@ -82,7 +83,7 @@ class BeaconSender:
                 sock.settimeout(max(0.01, min(next_beacon - now, 1.0)))
                 try:
                     data = sock.recv(beacon.MAX_DATAGRAM + 1)
-                except (socket.timeout, ConnectionRefusedError):
+                except (socket.timeout, ConnectionRefusedError):  # refused: an ICMP error for a beacon
                     continue
                 poke = beacon.decode(data)
                 if poke is None or poke.kind != beacon.POKE or poke.name != self.name or poke.counter <= last_poke \

@@ -97,6 +97,8 @@ bench-modes: $(VENV)/.test $(VENV)/.horovod
 # submissions/s with 10,000 queued (figures in docs/benchmarks.md).
 bench-scale: $(VENV)/.test
 	$(PY) benchmarks/coordinator_scale.py
+	$(PY) benchmarks/liveness_scale.py
+	$(PY) benchmarks/memory_scale.py
 
 bazel-test: $(VENV)/.test $(VENV)/.horovod
 	bash tools/bazel_test.sh

@@ -167,9 +167,10 @@ class SimulatedCluster:
     processes run at this nice value (the coordinator and the client at 0)."""
 
     def __init__(self, agents, plaintext=False, processes=4, fixed_interval=0.0, token_as_metadata=False,
-                 agents_nice=0, gpus=0, coordinator_args=(), lost_after=60.0, agent_main=None):
+                 agents_nice=0, gpus=0, coordinator_args=(), lost_after=60.0, agent_main=None, settle=300.0):
         """`agent_main(address, credentials, stop_at, ready)`: what each simulated-agent process runs instead
-        of heartbeating (benchmarks/liveness_scale.py's beaconing agents)."""
+        of heartbeating (benchmarks/liveness_scale.py's beaconing agents). With `agent_main`, agents that did
+        not all register within `settle` seconds are a measurement (`self.settled` False), not an error."""
         from cluster.shared.credentials import Authority
         from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
         from cluster.shared.rpc import Client
@@ -208,9 +209,13 @@ class SimulatedCluster:
                           for i in range(processes)]
             for p in self.procs:
                 p.start()
+            self.settled, deadline = True, time.monotonic() + settle
             for p in self.procs:
-                if not ready.acquire(timeout=300):
-                    raise RuntimeError(f"simulated agents did not register within 300 s (process {p.pid})")
+                if not ready.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    if agent_main:
+                        self.settled = False
+                        break
+                    raise RuntimeError(f"simulated agents did not register within {settle:.0f} s (process {p.pid})")
             self.client = Client(self.address, self.user, timeout=30)
             if token_as_metadata and not plaintext:
                 self.client.close()
@@ -261,10 +266,22 @@ def p99(sorted_values):
     return sorted_values[int(0.99 * (len(sorted_values) - 1))]
 
 
-def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interval=0.0):
+def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interval=0.0, liveness="heartbeats"):
+    """`liveness`: "beacons": the agents beacon and heartbeat as agents do now (benchmarks/liveness_scale.py),
+    --lost-after at its default; "heartbeats": unary heartbeats alone, --lost-after 60 (as before beacons)."""
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
-    cluster = SimulatedCluster(agents, processes=processes, fixed_interval=fixed_interval)
+    if liveness == "beacons" and not fixed_interval:
+        import functools
+
+        from benchmarks.liveness_scale import LOST_AFTER, beaconing_agents
+
+        ctx = multiprocessing.get_context("spawn")
+        main = functools.partial(beaconing_agents, silence=ctx.Event(), victims=frozenset(), old_every=0,
+                                 sent=ctx.Array("q", 3))
+        cluster = SimulatedCluster(agents, processes=processes, lost_after=LOST_AFTER, agent_main=main)
+    else:
+        cluster = SimulatedCluster(agents, processes=processes, fixed_interval=fixed_interval)
     try:
         client = cluster.client
         registered = len(client.call(client.coordinator.ListAgents, pb.ListAgentsRequest()).agents)
@@ -277,7 +294,7 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
         rss_after_jobs = rss_mib(cluster.coord.pid)
         return {"agents_registered": registered, "coordinator_cpu_cores": round(cpu, 3),
                 "coordinator_rss_mib": round(rss_idle, 1), "coordinator_rss_after_jobs_mib": round(rss_after_jobs, 1),
-                "heartbeat_interval_s": fixed_interval or "adaptive",
+                "heartbeat_interval_s": fixed_interval or "adaptive", "liveness": liveness,
                 "submit_to_placed_p50_ms": round(1000 * statistics.median(latencies), 2),
                 "submit_to_placed_p99_ms": round(1000 * p99(latencies), 2),
                 "jobs": jobs, "placed_at_once": placed}
@@ -296,16 +313,19 @@ def main():
     parser.add_argument("--burst-seconds", type=int, default=30,
                         help="the burst of benchmarks/submit_burst.py (64 clients, 1,000/s offered; 0: none)")
     parser.add_argument("--burst-queued", type=int, default=10_000)
+    parser.add_argument("--liveness", choices=("beacons", "heartbeats"), default="beacons",
+                        help="simulated agents on beacons (as agents now are; --lost-after 6) or on unary heartbeats "
+                             "alone (--lost-after 60, as measured before beacons)")
     parser.add_argument("--label", default="", help="what this run measures (e.g. the commit), kept in the JSON")
     parser.add_argument("--out", default=os.path.join(HERE, "results", "coordinator_scale.json"))
     args = parser.parse_args()
     sizes = [int(n) for n in args.agents.split(",")]
 
     rates = [bench_scheduler(sizes[0], 2000, seed) for seed in range(args.runs)]
-    curve = {n: bench_cluster(n, args.jobs, seed=1) for n in sizes}
+    curve = {n: bench_cluster(n, args.jobs, seed=1, liveness=args.liveness) for n in sizes}
     result = {
         "benchmark": "coordinator_scale", "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
-        "label": args.label,
+        "label": args.label, "liveness": args.liveness,
         "scheduler_placements_per_s_median": round(statistics.median(rates)),
         "scheduler_placements_per_s_runs": [round(r) for r in rates],
         "curve": {str(n): r for n, r in curve.items()},

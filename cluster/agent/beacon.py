@@ -23,6 +23,7 @@ class BeaconPlan:
     host: str  # the coordinator's
     port: int
     key: bytes
+    nonce: bytes
     interval: float
 
 
@@ -75,7 +76,8 @@ class BeaconSender:
                 if now >= next_beacon:
                     counter += 1
                     try:
-                        sock.sendto(beacon.encode(beacon.BEACON, self.name, counter, self.version, plan.key), address)
+                        sock.sendto(beacon.encode(beacon.BEACON, self.name, counter, self.version, plan.key, plan.nonce),
+                                    address)
                         self.sent += 1
                     except OSError as e:  # e.g. refused: nothing listens there now; the next one may reach it
                         log.debug("beacon not sent: %s", e)

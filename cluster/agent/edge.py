@@ -46,7 +46,8 @@ class CoordinatorLink:
         plan = None
         if beacons and response.beacon_port and response.beacon_key:
             host = self.client.address.rsplit(":", 1)[0].strip("[]")
-            plan = BeaconPlan(host, response.beacon_port, response.beacon_key, response.beacon_interval or 1.0)
+            plan = BeaconPlan(host, response.beacon_port, response.beacon_key, response.beacon_nonce,
+                              response.beacon_interval or 1.0)
         return Registration(response.heartbeat_interval, response.metrics_certificate, plan)
 
     def heartbeat(self, report: AgentReport) -> tuple[Work | None, float]:

@@ -53,8 +53,11 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         response = pb.RegisterResponse(heartbeat_interval=self.core.liveness.interval(record.name),
                                        metrics_certificate=certificate)
         if beacons:
-            response.beacon_port, response.beacon_key = self.beacons.port, self.beacons.book.enroll(record.name)
+            response.beacon_key, response.beacon_nonce = self.beacons.book.enroll(record.name)
+            response.beacon_port = self.beacons.port
             response.beacon_interval = beacon.interval(self.core.settings.lost_after)
+        elif self.beacons is not None:
+            self.beacons.book.without(record.name)
         return response
 
     @guard

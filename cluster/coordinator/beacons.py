@@ -26,36 +26,53 @@ RECEIVE_TIMEOUT = 0.5  # how often the thread looks whether it must stop
 @dataclasses.dataclass
 class _Peer:
     key: bytes
+    nonce: bytes  # of its registration
     last_counter: int = 0  # of the beacons taken: a replay (or an older datagram) proves nothing
     address: tuple | None = None  # where its last beacon came from (pokes go there)
     pokes: int = 0  # the counter of the pokes sent to it
 
 
 class BeaconBook:
-    """Each enrolled agent's key, counters and address. Thread-safe; no sockets."""
+    """Each agent's registration (key, nonce), counters and address. `secret`: what every key is derived from
+    (the same after a restart: beacon.registration_key). Thread-safe; no sockets."""
 
-    def __init__(self):
+    def __init__(self, secret: bytes | None = None):
+        self._secret = secret or beacon.new_key()
         self._lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
 
-    def enroll(self, name: str) -> bytes:
-        """A fresh key for the agent's new registration (its earlier key proves nothing from now on)."""
-        key = beacon.new_key()
+    def enroll(self, name: str) -> tuple[bytes, bytes]:
+        """(key, nonce) of the agent's new registration: from now on its earlier ones prove nothing."""
+        nonce = beacon.new_nonce()
+        key = beacon.registration_key(self._secret, name, nonce)
         with self._lock:
-            self._peers[name] = _Peer(key)
-        return key
+            self._peers[name] = _Peer(key, nonce)
+        return key, nonce
+
+    def without(self, name: str) -> None:
+        """The agent registered without beacons: none counts for it until it registers with them."""
+        with self._lock:
+            self._peers[name] = _Peer(b"", b"")
 
     def take(self, data: bytes, address: tuple) -> beacon.Datagram | None:
-        """The beacon in `data` if it is an enrolled agent's, authentic and newer than any taken before."""
+        """The beacon in `data` if it is authentic under the agent's current registration (one made before
+        this process started counts until the agent registers again) and newer than any taken before."""
         datagram = beacon.decode(data)
         if datagram is None or datagram.kind != beacon.BEACON:
             return None
         with self._lock:
             peer = self._peers.get(datagram.name)
-            if peer is None or datagram.counter <= peer.last_counter or not beacon.authentic(datagram, peer.key):
+            if peer is None:  # registered with an earlier run of the coordinator: its key follows from the nonce
+                candidate = _Peer(beacon.registration_key(self._secret, datagram.name, datagram.nonce), datagram.nonce)
+            elif not peer.key or peer.nonce != datagram.nonce or datagram.counter <= peer.last_counter:
                 return None
-            peer.last_counter = datagram.counter
-            peer.address = address
+            else:
+                candidate = peer
+            if not beacon.authentic(datagram, candidate.key):
+                return None
+            self._peers[datagram.name] = candidate
+            candidate.last_counter = datagram.counter
+            candidate.address = address
         return datagram
 
     def poke(self, name: str, version: int) -> tuple[bytes, tuple] | None:
@@ -65,7 +82,7 @@ class BeaconBook:
             if peer is None or peer.address is None:
                 return None
             peer.pokes += 1
-            return beacon.encode(beacon.POKE, name, peer.pokes, version, peer.key), peer.address
+            return beacon.encode(beacon.POKE, name, peer.pokes, version, peer.key, peer.nonce), peer.address
 
 
 def _bind(host: str, port: int) -> socket.socket | None:
@@ -91,8 +108,8 @@ class BeaconService:
     work's version now."""
 
     def __init__(self, host: str, port: int, seen: Callable[[str, float], bool], version: Callable[[str], int],
-                 clock: Callable[[], float] = time.time):
-        self.book = BeaconBook()
+                 clock: Callable[[], float] = time.time, secret: bytes | None = None):
+        self.book = BeaconBook(secret)
         self._seen, self._version, self._clock = seen, version, clock
         self._sock = _bind(host.strip("[]"), port)
         self.port = self._sock.getsockname()[1] if self._sock else 0  # 0: no beacons (agents heartbeat)

@@ -44,10 +44,10 @@ class Liveness:
         if agent is None or agent.lost:
             return False
         agent.last_heartbeat = max(agent.last_heartbeat, now)
-        if agent.beacons and not agent.beaconing:
+        if not agent.beaconing:  # its first beacon (since it registered, or since this coordinator started)
             with self.lock:
                 if not agent.lost and self.agents.get(name) is agent:
-                    agent.beaconing = True
+                    agent.beacons = agent.beaconing = True
                     self.beaconing.add(name)
                     self.update()
         return True

@@ -225,7 +225,8 @@ class CoordinatorServer:
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
         # Liveness beacons on the same port number, UDP (another: said in RegisterResponse).
-        self.beacons = agents.beacons = BeaconService(host, self.port, self.core.liveness.seen, self.core.agent_board.version)
+        self.beacons = agents.beacons = BeaconService(host, self.port, self.core.liveness.seen, self.core.agent_board.version,
+                                                      secret=self.authority.derived_key("liveness beacons"))
         self.core.agent_board.listeners.append(self.beacons.poke)
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:

@@ -119,7 +119,7 @@ def agents_view(core: CoordinatorCore) -> list[AgentView]:
                 state="LOST" if a.lost else "ALIVE", last_heartbeat=a.last_heartbeat,
                 jobs=tuple(sorted({x.job_id for x in held})),
                 free_gpus=tuple(g.index for g in a.record.gpus if g.index not in taken),
-                liveness="beacons" if a.beaconing else "heartbeats"))
+                liveness="beacons" if a.beaconing and not a.lost else "heartbeats"))
         return views
 
 

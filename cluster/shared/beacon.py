@@ -2,20 +2,23 @@
 it has new work. Pure: encoding, decoding and checking; the sockets are in cluster/agent/beacon.py and
 cluster/coordinator/beacons.py.
 
-Why datagrams: a held gRPC call costs the coordinator about 22 KiB and a TLS connection about 74 KiB
-(benchmarks/coordinator_scale.py --liveness measures both), and a unary heartbeat about 0.65 ms of its
-CPU; 10,000 agents proving they are alive every 1.5 s would take 0.7 GiB or 4 cores. A beacon costs a
-dictionary entry and a few microseconds.
+Why datagrams: a unary heartbeat costs the coordinator about 0.65 ms of CPU, so 10,000 agents proving
+they are alive three times within --lost-after (6 s) would take 3 cores; a held call per agent (a stream,
+a long poll) costs it about 22 KiB each even on gRPC's asyncio server, 220 MiB for 10,000. A beacon costs
+a dictionary entry and a few microseconds (docs/benchmarks.md, "Liveness at 10,000 agents").
 
 A datagram is
 
-    MAGIC (4) | kind (1) | counter (8) | version (8) | name length (2) | name (UTF-8) | tag (16)
+    MAGIC (4) | kind (1) | counter (8) | version (8) | nonce (16) | name length (2) | name (UTF-8) | tag (16)
 
 where `tag` is the first 16 bytes of HMAC-SHA256(key, everything before it). The key is the agent's
-own for one registration: 32 random bytes the coordinator hands it over the authenticated gRPC channel
-(RegisterResponse.beacon_key) and keeps in memory only, so a beacon from an earlier registration, or
-from before a coordinator restart, proves nothing. `counter` grows with each datagram of a sender:
-a receiver takes only counters above the last it took (a replayed datagram proves nothing either).
+own for one registration, handed to it over the authenticated gRPC channel (RegisterResponse.beacon_key)
+with the registration's random `nonce`: key = HMAC-SHA256(the coordinator's beacon secret, name, nonce)
+(`registration_key`). The coordinator keeps only its secret, derived from the cluster's CA key, so a
+restarted coordinator still knows a beacon from an agent registered before (no heartbeat storm, no
+node lost while they re-attach); while it runs, a beacon under an earlier registration of the agent
+proves nothing. `counter` grows with each datagram of a sender: a receiver takes only counters above
+the last it took (a replayed datagram proves nothing either).
 
 - BEACON (agent -> coordinator): `version` is the version of the agent's work it last received.
 - POKE (coordinator -> agent): the agent's work moved to `version`: heartbeat now. The coordinator pokes
@@ -39,7 +42,8 @@ POKE = b"P"
 KEY_BYTES = 32
 TAG_BYTES = 16
 MAX_NAME_BYTES = 4 * MAX_AGENT_NAME_CHARS  # UTF-8
-_HEAD = struct.Struct("!4s1sQQH")  # magic, kind, counter, version, name length
+NONCE_BYTES = 16
+_HEAD = struct.Struct("!4s1sQQ16sH")  # magic, kind, counter, version, nonce, name length
 MAX_DATAGRAM = _HEAD.size + MAX_NAME_BYTES + TAG_BYTES
 
 
@@ -49,6 +53,7 @@ class Datagram:
     name: str  # the agent's name (a beacon's sender, a poke's addressee)
     counter: int
     version: int
+    nonce: bytes  # the registration's
     signed: bytes  # the bytes the tag covers
     tag: bytes
 
@@ -57,9 +62,18 @@ def new_key() -> bytes:
     return secrets.token_bytes(KEY_BYTES)
 
 
-def encode(kind: bytes, name: str, counter: int, version: int, key: bytes) -> bytes:
+def new_nonce() -> bytes:
+    return secrets.token_bytes(NONCE_BYTES)
+
+
+def registration_key(secret: bytes, name: str, nonce: bytes) -> bytes:
+    """The beacon key of `name`'s registration `nonce`, from the coordinator's `secret`."""
+    return hmac.new(secret, b"tfdist beacon key\0" + nonce + name.encode(), hashlib.sha256).digest()
+
+
+def encode(kind: bytes, name: str, counter: int, version: int, key: bytes, nonce: bytes = bytes(NONCE_BYTES)) -> bytes:
     raw_name = name.encode()  # a registered name: within MAX_AGENT_NAME_CHARS (request_checks)
-    signed = _HEAD.pack(MAGIC, kind, counter, version, len(raw_name)) + raw_name
+    signed = _HEAD.pack(MAGIC, kind, counter, version, nonce, len(raw_name)) + raw_name
     return signed + _tag(key, signed)
 
 
@@ -67,14 +81,14 @@ def decode(data: bytes) -> Datagram | None:
     """The datagram's fields, unchecked; None for anything that is not a whole beacon or poke."""
     if len(data) < _HEAD.size + TAG_BYTES or len(data) > MAX_DATAGRAM:
         return None
-    magic, kind, counter, version, name_len = _HEAD.unpack_from(data)
+    magic, kind, counter, version, nonce, name_len = _HEAD.unpack_from(data)
     if magic != MAGIC or kind not in (BEACON, POKE) or len(data) != _HEAD.size + name_len + TAG_BYTES:
         return None
     try:
         name = data[_HEAD.size:_HEAD.size + name_len].decode()
     except UnicodeDecodeError:
         return None
-    return Datagram(kind, name, counter, version, data[:-TAG_BYTES], data[-TAG_BYTES:])
+    return Datagram(kind, name, counter, version, nonce, data[:-TAG_BYTES], data[-TAG_BYTES:])
 
 
 def authentic(datagram: Datagram, key: bytes) -> bool:

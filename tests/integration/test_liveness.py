@@ -111,3 +111,24 @@ def test_forged_beacons_from_another_user_keep_no_stopped_node_alive(local_clust
             forger.kill()
             forger.wait(timeout=10)
         resume(cluster)
+
+
+def test_a_restarted_coordinator_keeps_nodes_on_beacons_alive(local_cluster):
+    # Heartbeats 120 s apart: after the restart only beacons under the registration made before it can keep
+    # the node alive past --lost-after, and keep it on beacons (not on 2 s heartbeats).
+    cluster = local_cluster(["--heartbeat-interval", "120"])
+    try:
+        cluster.start_agent("n1", "--slots", "1")
+        cluster.wait_agents("n1")
+        cluster.wait_for(lambda: agent(cluster, "n1")["liveness"] == "beacons", "n1's first beacon")
+        address = cluster.address
+        cluster.coordinator.terminate()
+        cluster.coordinator.wait(timeout=30)
+        cluster.start_coordinator(address)
+        cluster.wait_for(lambda: agent(cluster, "n1")["liveness"] == "beacons", "n1's beacons after the restart")
+        restarted = agent(cluster, "n1")["last_heartbeat"]
+        cluster.wait_for(lambda: agent(cluster, "n1")["last_heartbeat"] > restarted + 2 * 6.0, "two lost_after periods")
+        assert agent(cluster, "n1")["state"] == "ALIVE"
+        assert "agent n1 lost" not in (cluster.tmp / "coordinator.log").read_text()
+    finally:
+        resume(cluster)

@@ -19,9 +19,10 @@ KEY = bytes(range(32))
 
 
 def test_a_datagram_reads_back_and_only_its_key_makes_it_authentic():
-    data = beacon.encode(beacon.BEACON, "node-ü1", 7, 42, KEY)
+    data = beacon.encode(beacon.BEACON, "node-ü1", 7, 42, KEY, b"n" * 16)
     datagram = beacon.decode(data)
-    assert (datagram.kind, datagram.name, datagram.counter, datagram.version) == (beacon.BEACON, "node-ü1", 7, 42)
+    assert (datagram.kind, datagram.name, datagram.counter, datagram.version, datagram.nonce) == \
+        (beacon.BEACON, "node-ü1", 7, 42, b"n" * 16)
     assert beacon.authentic(datagram, KEY)
     assert not beacon.authentic(datagram, beacon.new_key())
 
@@ -42,25 +43,39 @@ def test_garbage_is_never_an_error(data):
     assert datagram is None or not beacon.authentic(datagram, KEY)
 
 
-def test_the_book_takes_each_enrolled_beacon_once_and_forgets_old_keys():
-    book = BeaconBook()
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, KEY), ("10.0.0.1", 5)) is None  # not enrolled
-    key = book.enroll("n1")
-    first = beacon.encode(beacon.BEACON, "n1", 1, 0, key)
+def test_the_book_takes_each_registrations_beacon_once_and_forgets_earlier_registrations():
+    secret = beacon.new_key()
+    book = BeaconBook(secret)
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, KEY), ("10.0.0.1", 5)) is None  # a key it never gave
+    key, nonce = book.enroll("n1")
+    first = beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce)
     assert book.take(first, ("10.0.0.1", 5)).name == "n1"
     assert book.take(first, ("10.0.0.1", 5)) is None  # a replay
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 2, 0, KEY), ("10.0.0.1", 5)) is None  # another key
-    assert book.take(beacon.encode(beacon.POKE, "n1", 3, 0, key), ("10.0.0.1", 5)) is None  # not a beacon
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 3, 0, key), ("10.0.0.1", 5)) is not None
-    book.enroll("n1")  # registered again: the earlier key proves nothing
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 4, 0, key), ("10.0.0.1", 5)) is None
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 2, 0, KEY, nonce), ("10.0.0.1", 5)) is None  # another key
+    assert book.take(beacon.encode(beacon.BEACON, "n2", 2, 0, key, nonce), ("10.0.0.1", 5)) is None  # n1's key for n2
+    assert book.take(beacon.encode(beacon.POKE, "n1", 3, 0, key, nonce), ("10.0.0.1", 5)) is None  # not a beacon
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 3, 0, key, nonce), ("10.0.0.1", 5)) is not None
+    book.enroll("n1")  # registered again: the earlier registration proves nothing
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 4, 0, key, nonce), ("10.0.0.1", 5)) is None
+    book.without("n1")  # ... nor any, once it registers without beacons
+    assert book.take(beacon.encode(beacon.BEACON, "n1", 5, 0, key, nonce), ("10.0.0.1", 5)) is None
+
+
+def test_a_restarted_coordinator_takes_beacons_of_registrations_made_before_it_started():
+    secret = beacon.new_key()
+    key, nonce = BeaconBook(secret).enroll("n1")
+    restarted = BeaconBook(secret)  # the same secret: it is derived from the cluster's CA key
+    assert restarted.take(beacon.encode(beacon.BEACON, "n1", 9, 0, key, nonce), ("10.0.0.1", 5)) is not None
+    assert restarted.take(beacon.encode(beacon.BEACON, "n1", 9, 0, key, nonce), ("10.0.0.1", 5)) is None  # once
+    other = BeaconBook(beacon.new_key())  # another cluster's coordinator
+    assert other.take(beacon.encode(beacon.BEACON, "n1", 10, 0, key, nonce), ("10.0.0.1", 5)) is None
 
 
 def test_pokes_go_where_the_agent_beacons_from_and_count_up():
     book = BeaconBook()
-    key = book.enroll("n1")
+    key, nonce = book.enroll("n1")
     assert book.poke("n1", 5) is None  # never beaconed: nowhere to send it
-    book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, key), ("10.0.0.1", 7000))
+    book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce), ("10.0.0.1", 7000))
     pokes = [book.poke("n1", 5), book.poke("n1", 6)]
     assert [p[1] for p in pokes] == [("10.0.0.1", 7000)] * 2
     decoded = [beacon.decode(p[0]) for p in pokes]
@@ -103,16 +118,16 @@ def service_and_agent():
 def test_the_service_counts_a_beacon_once_and_pokes_an_agent_that_is_behind(service_and_agent):
     agents = _Agents({"n1": 3})
     service, sock = service_and_agent(agents)
-    key = service.book.enroll("n1")
-    data = beacon.encode(beacon.BEACON, "n1", 1, 2, key)  # it has seen version 2; its work is at 3
+    key, nonce = service.book.enroll("n1")
+    data = beacon.encode(beacon.BEACON, "n1", 1, 2, key, nonce)  # it has seen version 2; its work is at 3
     sock.send(data)
     poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
     assert (poke.kind, poke.name, poke.version) == (beacon.POKE, "n1", 3) and beacon.authentic(poke, key)
     assert agents.seen == ["n1"]
     sock.send(data)  # replayed, then a forged one: neither is a sign of life
-    sock.send(beacon.encode(beacon.BEACON, "n1", 2, 3, beacon.new_key()))
+    sock.send(beacon.encode(beacon.BEACON, "n1", 2, 3, beacon.new_key(), nonce))
     agents.event.clear()
-    sock.send(beacon.encode(beacon.BEACON, "n1", 3, 3, key))  # up to date: taken, no poke
+    sock.send(beacon.encode(beacon.BEACON, "n1", 3, 3, key, nonce))  # up to date: taken, no poke
     assert agents.event.wait(10)
     assert agents.seen == ["n1", "n1"] and service.received == 2
 
@@ -120,8 +135,8 @@ def test_the_service_counts_a_beacon_once_and_pokes_an_agent_that_is_behind(serv
 def test_a_lost_agent_that_beacons_is_poked_to_register_again(service_and_agent):
     agents = _Agents({"n1": 4}, alive=False)
     service, sock = service_and_agent(agents)
-    key = service.book.enroll("n1")
-    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 4, key))
+    key, nonce = service.book.enroll("n1")
+    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 4, key, nonce))
     poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
     assert poke.version == 5  # beyond what it has: it heartbeats, and learns it must register
 
@@ -129,9 +144,9 @@ def test_a_lost_agent_that_beacons_is_poked_to_register_again(service_and_agent)
 def test_work_changes_poke_every_agent_that_beacons(service_and_agent):
     agents = _Agents({"n1": 0, "n2": 0})
     service, sock = service_and_agent(agents)
-    key = service.book.enroll("n1")
+    key, nonce = service.book.enroll("n1")
     service.book.enroll("n2")  # never beacons: nothing to send
-    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 0, key))
+    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
     assert agents.event.wait(10)
     agents.versions["n1"] = 1
     service.poke(["n1", "n2", "unknown"])
@@ -154,7 +169,6 @@ def test_an_agent_is_on_the_long_interval_only_once_a_beacon_arrived():
     assert agents["n0"].last_heartbeat == 5.0 and agents["n0"].beaconing and not agents["n1"].beaconing
     assert liveness.interval("n0") == 20.0  # 5,000 beaconing agents share 250 heartbeats/s
     assert liveness.interval("n1") == 2.0  # its heartbeats still prove it alive: capped by lost_after
-    assert liveness.seen("n1", 6.0) and not agents["n1"].beaconing  # asked for none: stays on heartbeats
     agents["n0"].lost = True
     assert not liveness.seen("n0", 9.0) and agents["n0"].last_heartbeat == 5.0  # a lost node stays lost
 
@@ -165,3 +179,31 @@ def test_beacon_agents_heartbeat_within_the_budget_not_within_lost_after():
     assert reconcile.heartbeat_interval(10_000, s, beacons=True) == 40.0
     assert reconcile.heartbeat_interval(10, s, beacons=True) == 1.0
     assert beacon.interval(s.lost_after) == 1.5
+
+
+def test_an_agent_beacons_to_the_service_and_a_poke_wakes_its_heartbeat_loop(service_and_agent):
+    from cluster.agent.beacon import BeaconPlan, BeaconSender
+
+    agents = _Agents({"n1": 0})
+    service, _ = service_and_agent(agents)
+    wake, stop = threading.Event(), threading.Event()
+    sender = BeaconSender("n1", wake, stop)
+    thread = threading.Thread(target=sender.run, daemon=True)
+    thread.start()
+    try:
+        sender.configure(BeaconPlan("127.0.0.1", service.port, *service.book.enroll("n1"), 0.05))
+        assert agents.event.wait(10) and sender.active()  # its beacons arrive
+        assert not wake.is_set()  # nothing new for it
+        agents.versions["n1"] = 1
+        service.poke(["n1"])
+        assert wake.wait(10) and sender.pokes == 1
+        wake.clear()
+        sender.version = 1  # its heartbeat fetched the work: later beacons carry version 1
+        sender.configure(BeaconPlan("127.0.0.1", service.port, *service.book.enroll("n1"), 0.05))  # registered again
+        agents.event.clear()
+        assert agents.event.wait(10)  # the new key's beacons are taken
+    finally:
+        stop.set()
+        sender.wake()
+        thread.join(10)
+    assert not thread.is_alive()

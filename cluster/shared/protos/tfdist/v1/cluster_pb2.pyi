@@ -453,18 +453,20 @@ class RegisterRequest(_message.Message):
     def __init__(self, agent: _Optional[_Union[AgentInfo, _Mapping]] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., metrics_csr: _Optional[bytes] = ..., beacons: _Optional[bool] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("heartbeat_interval", "metrics_certificate", "beacon_port", "beacon_key", "beacon_interval")
+    __slots__ = ("heartbeat_interval", "metrics_certificate", "beacon_port", "beacon_key", "beacon_interval", "beacon_nonce")
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     METRICS_CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     BEACON_PORT_FIELD_NUMBER: _ClassVar[int]
     BEACON_KEY_FIELD_NUMBER: _ClassVar[int]
     BEACON_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    BEACON_NONCE_FIELD_NUMBER: _ClassVar[int]
     heartbeat_interval: float
     metrics_certificate: bytes
     beacon_port: int
     beacon_key: bytes
     beacon_interval: float
-    def __init__(self, heartbeat_interval: _Optional[float] = ..., metrics_certificate: _Optional[bytes] = ..., beacon_port: _Optional[int] = ..., beacon_key: _Optional[bytes] = ..., beacon_interval: _Optional[float] = ...) -> None: ...
+    beacon_nonce: bytes
+    def __init__(self, heartbeat_interval: _Optional[float] = ..., metrics_certificate: _Optional[bytes] = ..., beacon_port: _Optional[int] = ..., beacon_key: _Optional[bytes] = ..., beacon_interval: _Optional[float] = ..., beacon_nonce: _Optional[bytes] = ...) -> None: ...
 
 class RunningTask(_message.Message):
     __slots__ = ("job_id", "ranks", "joined_ranks", "progress", "attempt")

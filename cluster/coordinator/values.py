@@ -3,8 +3,10 @@ active job in memory, the work a heartbeat answers. No logic beyond that."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
+import time
 from typing import Callable, Generic, Iterable, Mapping, TypeVar
 
 from cluster.shared.model import AgentRecord
@@ -119,11 +121,19 @@ class Lookup(Generic[K, V]):
 class ChangeBoard:
     """A version per key (a job, an agent), bumped when the key's state changed, and long polls that
     wait for it to move: log followers wait on a job's, agents' WaitForWork on their own. It has a lock
-    of its own: a waiter never takes the coordinator's lock."""
+    of its own: a waiter never takes the coordinator's lock.
 
-    def __init__(self):
+    Versions come from one counter, so a key's never repeats, and it starts at the clock in microseconds,
+    so a restarted coordinator's are above its predecessor's (an agent's beacons carry the version it has
+    seen, and it takes only pokes above it). The board keeps the `limit` keys bumped last (jobs come and
+    go: 100,000 of them must not grow it). A key it forgot reads 0, which differs from any version a
+    waiter saw: the waiter wakes once, reads, and waits again."""
+
+    def __init__(self, limit: int = 65_536):
         self._cond = threading.Condition()
-        self._versions: dict[str, int] = {}
+        self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._counter = time.time_ns() // 1000
+        self._limit = limit
         self._closed = False
         self.listeners: list[Callable[[Iterable[str]], None]] = []  # told of each bump, outside the lock
 
@@ -141,7 +151,11 @@ class ChangeBoard:
         with self._cond:
             keys = list(keys)
             for k in keys:
-                self._versions[k] = self._versions.get(k, 0) + 1
+                self._counter += 1
+                self._versions[k] = self._counter
+                self._versions.move_to_end(k)
+            while len(self._versions) > self._limit:
+                self._versions.popitem(last=False)
             self._cond.notify_all()
         for listener in self.listeners:
             listener(keys)

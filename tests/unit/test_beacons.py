@@ -207,3 +207,15 @@ def test_an_agent_beacons_to_the_service_and_a_poke_wakes_its_heartbeat_loop(ser
         sender.wake()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_the_change_board_forgets_old_keys_and_never_repeats_a_version():
+    from cluster.coordinator.values import ChangeBoard
+
+    board = ChangeBoard(limit=3)
+    board.bump(["j1"])
+    seen = board.version("j1")
+    board.bump(["j2", "j3", "j4"])  # j1 is the oldest: forgotten
+    assert board.version("j1") == 0 and board.wait("j1", seen, 0.0) == 0  # a waiter on it wakes, once
+    board.bump(["j1"])
+    assert board.version("j1") > board.version("j4") > seen  # never a version seen before

@@ -34,7 +34,8 @@ def test_wait_for_work_is_held_until_the_agent_has_work_and_needs_the_nodes_cred
     server.core.agent_board.bump(["n2"])  # another node's work: n1's call stays held
     server.core.agent_board.bump(["n1"])
     waiter.join(timeout=25)
-    assert [(a.version, a.held) for a in answers] == [(1, True)]
+    assert [(a.version, a.held) for a in answers] == [(server.core.agent_board.version("n1"), True)]
+    assert answers[0].version > server.core.agent_board.version("n2")  # one counter: each bump a new version
     stranger = Client(server.address, server.issue("node", "n2"))
     with pytest.raises(ClientError) as err:
         stranger.call(stranger.agents.WaitForWork, pb.WaitForWorkRequest(agent="n1"))

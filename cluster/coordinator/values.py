@@ -129,7 +129,7 @@ class ChangeBoard:
     go: 100,000 of them must not grow it). A key it forgot reads 0, which differs from any version a
     waiter saw: the waiter wakes once, reads, and waits again."""
 
-    def __init__(self, limit: int = 65_536):
+    def __init__(self, limit: int = 8_192):
         self._cond = threading.Condition()
         self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._counter = time.time_ns() // 1000

@@ -111,6 +111,17 @@ def test_purging_the_output_of_pruned_jobs_is_bounded_per_call(tmp_path):
     s.close()
 
 
+def test_one_purge_finishes_many_pruned_jobs_without_output(tmp_path):
+    # One job a transaction (a pause between them) fell behind 500 jobs/s ending: a whole round then went
+    # to the purge while the jobs table grew (benchmarks/memory_scale.py).
+    s = SqliteStore(str(tmp_path / "c.sqlite"))
+    add(s, 60)
+    output(s, "1-x", lines=2)
+    assert len(s.prune_finished(now=0.0, keep_jobs=1, keep_seconds=0, max_jobs=100)) == 59
+    assert s.purge_output(5000) == 2 + 1 + 59 and s.purge_output(5000) == 0  # 2 lines, 1 metric row, 59 jobs
+    s.close()
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "memory"])
 def test_the_pruner_applies_the_rule_on_its_own_thread(tmp_path, kind):
     s = SqliteStore(str(tmp_path / "c.sqlite")) if kind == "sqlite" else MemoryStore()

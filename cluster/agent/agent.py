@@ -204,7 +204,6 @@ class Agent:
         registration = self.link.register(record, self._running(), self._leased(), self.node_metrics.address(),
                                           self.node_metrics.csr, beacons=self.use_beacons)
         self.heartbeat_interval = registration.heartbeat_interval or 1.0
-        self.beacons.version = 0
         self.beacons.configure(registration.beacons)
         self._registered = True
         self._serve_metrics(registration.metrics_certificate)
@@ -218,13 +217,13 @@ class Agent:
             ports, self._port_results = self._port_results, {}
         probes = self._prober.take()
         work, interval = self.link.heartbeat(AgentReport(self.name, self._running(), self._leased(), ports, probes,
-                                                         self.usage.latest))
+                                                         self.usage.latest), self.beacons.nonce())
         if work is None:
             self._registered = False
             return True
         if interval:
             self.heartbeat_interval = interval
-        self.beacons.version = max(self.beacons.version, work.version)
+        self.beacons.fetched(work.version, work.beacon_port)
         self._apply(work)
         return bool(work.check_ports)
 

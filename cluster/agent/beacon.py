@@ -33,13 +33,31 @@ class BeaconSender:
         self._changed = threading.Condition()
         self._plan: BeaconPlan | None = None
         self.version = 0  # of the work last received (heartbeat answers set it)
+        self._counter = 0  # of this registration's beacons: it goes on when the socket is made again
+        self._last_poke = 0  # the counter of the last poke taken (the coordinator's are clock-based)
         self.sent = self.pokes = 0
 
     def configure(self, plan: BeaconPlan | None) -> None:
         """A new registration's beacons (None: the coordinator offers none)."""
         with self._changed:
             self._plan = plan
+            self.version = self._counter = self._last_poke = 0
             self._changed.notify_all()
+
+    def nonce(self) -> bytes:
+        """The registration it beacons under (b"": none), for its heartbeats to name."""
+        plan = self._plan
+        return plan.nonce if plan is not None else b""
+
+    def fetched(self, version: int, port: int) -> None:
+        """A heartbeat answered: its work's version (later beacons carry it), and where beacons go now (a
+        restarted coordinator may listen on another port; 0: unchanged)."""
+        self.version = version
+        with self._changed:
+            plan = self._plan
+            if plan is not None and port and port != plan.port:
+                self._plan = dataclasses.replace(plan, port=port)  # same registration: the counter goes on
+                self._changed.notify_all()
 
     def active(self) -> bool:
         """Whether this registration beacons (then pokes, not a long poll, bring news of work)."""
@@ -69,15 +87,14 @@ class BeaconSender:
         with socket.socket(family, kind, proto) as sock:
             # Not connected: a multi-homed coordinator may answer from another of its addresses. A poke
             # is taken by its tag, not by where it comes from.
-            counter = last_poke = 0
             next_beacon = time.monotonic()
             while not self._stop.is_set() and self._plan is plan:
                 now = time.monotonic()
                 if now >= next_beacon:
-                    counter += 1
+                    self._counter += 1
                     try:
-                        sock.sendto(beacon.encode(beacon.BEACON, self.name, counter, self.version, plan.key, plan.nonce),
-                                    address)
+                        sock.sendto(beacon.encode(beacon.BEACON, self.name, self._counter, self.version, plan.key,
+                                                  plan.nonce), address)
                         self.sent += 1
                     except OSError as e:  # e.g. refused: nothing listens there now; the next one may reach it
                         log.debug("beacon not sent: %s", e)
@@ -88,10 +105,9 @@ class BeaconSender:
                 except (socket.timeout, ConnectionRefusedError):  # refused: an ICMP error for a beacon
                     continue
                 poke = beacon.decode(data)
-                if poke is None or poke.kind != beacon.POKE or poke.name != self.name or poke.counter <= last_poke \
+                if poke is None or poke.kind != beacon.POKE or poke.name != self.name or poke.counter <= self._last_poke \
                         or not beacon.authentic(poke, plan.key):
                     continue
-                last_poke = poke.counter
-                if poke.version > self.version:
-                    self.pokes += 1
-                    self._wake.set()
+                self._last_poke = poke.counter  # any fresh poke: a restarted coordinator's versions may run lower
+                self.pokes += 1
+                self._wake.set()

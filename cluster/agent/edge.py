@@ -50,9 +50,12 @@ class CoordinatorLink:
                               response.beacon_interval or 1.0)
         return Registration(response.heartbeat_interval, response.metrics_certificate, plan)
 
-    def heartbeat(self, report: AgentReport) -> tuple[Work | None, float]:
-        """(the work, the heartbeat interval; 0: unchanged). Work None: register again."""
-        return work_from_pb(self.client.call(self.client.agents.Heartbeat, report_to_pb(report)))
+    def heartbeat(self, report: AgentReport, beacon_nonce: bytes = b"") -> tuple[Work | None, float]:
+        """(the work, the heartbeat interval; 0: unchanged). Work None: register again. `beacon_nonce`: the
+        registration it beacons under (the coordinator counts those beacons from then on)."""
+        request = report_to_pb(report)
+        request.beacon_nonce = beacon_nonce
+        return work_from_pb(self.client.call(self.client.agents.Heartbeat, request))
 
     def wait_for_work(self, seen: int, wait: float) -> WorkNotice | None:
         """Long polls for new work; None from a coordinator too old to have WaitForWork."""

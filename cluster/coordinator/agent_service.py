@@ -47,17 +47,17 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         if request.metrics_csr:
             certificate = agent_certificates.sign(self.gate.authority, request.metrics_csr, record)
         beacons = request.beacons and self.beacons is not None and self.beacons.port != 0
-        self.core.register(record, tuple(running_from_pb(t) for t in request.running),
-                           tuple(request.leased_jobs), self.clock(), beacons=beacons)
-        self.core.metrics_addresses[record.name] = request.agent.metrics_address
-        response = pb.RegisterResponse(heartbeat_interval=self.core.liveness.interval(record.name),
-                                       metrics_certificate=certificate)
-        if beacons:
+        response = pb.RegisterResponse(metrics_certificate=certificate)
+        if beacons:  # first: a beacon of its earlier registration still on its way counts no more
             response.beacon_key, response.beacon_nonce = self.beacons.book.enroll(record.name)
             response.beacon_port = self.beacons.port
             response.beacon_interval = beacon.interval(self.core.settings.lost_after)
         elif self.beacons is not None:
             self.beacons.book.without(record.name)
+        self.core.register(record, tuple(running_from_pb(t) for t in request.running),
+                           tuple(request.leased_jobs), self.clock(), beacons=beacons)
+        self.core.metrics_addresses[record.name] = request.agent.metrics_address
+        response.heartbeat_interval = self.core.liveness.interval(record.name)
         return response
 
     @guard
@@ -75,6 +75,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         work = self.core.heartbeat(report_from_pb(request), self.clock())
         if work is not None:
             work.version = version
+            if request.beacon_nonce and self.beacons is not None and self.beacons.port:
+                self.beacons.book.confirm(request.agent, request.beacon_nonce)  # over TLS: its beacons count
+                work.beacon_port = self.beacons.port
         return work_to_pb(work, self.core.liveness.interval(request.agent))
 
     @guard

@@ -21,20 +21,38 @@ from cluster.shared import beacon
 
 log = logging.getLogger("tfdist.coordinator")
 RECEIVE_TIMEOUT = 0.5  # how often the thread looks whether it must stop
+RECEIVE_BUFFER = 4 << 20  # bytes (the kernel caps it at net.core.rmem_max)
 
 
 @dataclasses.dataclass
 class _Peer:
-    key: bytes
+    key: bytes  # b"": the agent registered without beacons
     nonce: bytes  # of its registration
+    confirmed: bool = True  # the nonce is the one it registered or heartbeat under (both over TLS)
     last_counter: int = 0  # of the beacons taken: a replay (or an older datagram) proves nothing
     address: tuple | None = None  # where its last beacon came from (pokes go there)
-    pokes: int = 0  # the counter of the pokes sent to it
+    pokes: int = 0  # the counter of the pokes sent to it (clock-based: above any an earlier run sent)
+
+    def next_poke(self) -> int:
+        self.pokes = max(self.pokes + 1, time.time_ns() // 1000)
+        return self.pokes
+
+
+@dataclasses.dataclass(frozen=True)
+class Taken:
+    datagram: beacon.Datagram
+    counts: bool  # False: a registration not confirmed since this coordinator started (poke it to heartbeat)
+    poke: bytes  # a poke back to where it came from, under its key
 
 
 class BeaconBook:
     """Each agent's registration (key, nonce), counters and address. `secret`: what every key is derived from
-    (the same after a restart: beacon.registration_key). Thread-safe; no sockets."""
+    (the same after a restart: beacon.registration_key). Thread-safe; no sockets.
+
+    After a restart the book is empty: a beacon under a registration made before is authentic (its key
+    follows from the nonce) but might be a replay of one captured long ago, so it does not count as a sign
+    of life. It gets a poke back, and the agent's heartbeat, over TLS, names the nonce it beacons under
+    (`confirm`): from then on only that registration's beacons count, each counter once."""
 
     def __init__(self, secret: bytes | None = None):
         self._secret = secret or beacon.new_key()
@@ -54,35 +72,54 @@ class BeaconBook:
         with self._lock:
             self._peers[name] = _Peer(b"", b"")
 
-    def take(self, data: bytes, address: tuple) -> beacon.Datagram | None:
-        """The beacon in `data` if it is authentic under the agent's current registration (one made before
-        this process started counts until the agent registers again) and newer than any taken before."""
+    def confirm(self, name: str, nonce: bytes) -> None:
+        """`name`'s heartbeat says it beacons under `nonce` (a registration made before this coordinator
+        started, or this one's): only that registration's beacons count from now on."""
+        with self._lock:
+            peer = self._peers.get(name)
+            if peer is not None and peer.confirmed and peer.nonce == nonce:
+                return
+            same = peer if peer is not None and peer.nonce == nonce else None
+            self._peers[name] = _Peer(beacon.registration_key(self._secret, name, nonce), nonce,
+                                      last_counter=same.last_counter if same else 0,
+                                      address=same.address if same else None, pokes=peer.pokes if peer else 0)
+
+    def take(self, data: bytes, address: tuple, version: Callable[[str], int],
+             known: Callable[[str], bool] = lambda name: True) -> Taken | None:
+        """The beacon in `data` if it is authentic and newer than any taken under its registration, with a
+        poke back carrying `version(name)`; None for anything else (no state is kept for it). `known`:
+        names worth a key derivation (an unknown name costs one dictionary lookup)."""
         datagram = beacon.decode(data)
         if datagram is None or datagram.kind != beacon.BEACON:
             return None
+        name = datagram.name
         with self._lock:
-            peer = self._peers.get(datagram.name)
-            if peer is None:  # registered with an earlier run of the coordinator: its key follows from the nonce
-                candidate = _Peer(beacon.registration_key(self._secret, datagram.name, datagram.nonce), datagram.nonce)
-            elif not peer.key or peer.nonce != datagram.nonce or datagram.counter <= peer.last_counter:
-                return None
+            peer = self._peers.get(name)
+            if peer is not None and peer.confirmed:
+                if not peer.key or peer.nonce != datagram.nonce or datagram.counter <= peer.last_counter \
+                        or not beacon.authentic(datagram, peer.key):
+                    return None
             else:
-                candidate = peer
-            if not beacon.authentic(datagram, candidate.key):
-                return None
-            self._peers[datagram.name] = candidate
-            candidate.last_counter = datagram.counter
-            candidate.address = address
-        return datagram
+                if not known(name):
+                    return None
+                key = beacon.registration_key(self._secret, name, datagram.nonce)
+                if not beacon.authentic(datagram, key):
+                    return None
+                if peer is None or peer.nonce != datagram.nonce or datagram.counter > peer.last_counter:
+                    peer = self._peers[name] = _Peer(key, datagram.nonce, confirmed=False,
+                                                     pokes=peer.pokes if peer else 0)
+            peer.last_counter = max(peer.last_counter, datagram.counter)
+            peer.address = address
+            poke = beacon.encode(beacon.POKE, name, peer.next_poke(), version(name), peer.key, peer.nonce)
+            return Taken(datagram, peer.confirmed, poke)
 
     def poke(self, name: str, version: int) -> tuple[bytes, tuple] | None:
         """(the poke's bytes, where to send them), or None for an agent that never beaconed."""
         with self._lock:
             peer = self._peers.get(name)
-            if peer is None or peer.address is None:
+            if peer is None or peer.address is None or not peer.key:
                 return None
-            peer.pokes += 1
-            return beacon.encode(beacon.POKE, name, peer.pokes, version, peer.key, peer.nonce), peer.address
+            return beacon.encode(beacon.POKE, name, peer.next_poke(), version, peer.key, peer.nonce), peer.address
 
 
 def _bind(host: str, port: int) -> socket.socket | None:
@@ -105,13 +142,17 @@ def _bind(host: str, port: int) -> socket.socket | None:
 class BeaconService:
     """`seen(agent, now)`: the agent is alive now; False if the coordinator does not count it as alive (lost,
     unknown: poke it, so that its next heartbeat learns it must register again). `version(agent)`: its
-    work's version now."""
+    work's version now. `known(agent)`: the coordinator has heard of it (others' beacons are dropped
+    before any key is derived)."""
 
     def __init__(self, host: str, port: int, seen: Callable[[str, float], bool], version: Callable[[str], int],
-                 clock: Callable[[], float] = time.time, secret: bytes | None = None):
+                 clock: Callable[[], float] = time.time, secret: bytes | None = None,
+                 known: Callable[[str], bool] = lambda name: True):
         self.book = BeaconBook(secret)
-        self._seen, self._version, self._clock = seen, version, clock
+        self._seen, self._version, self._clock, self._known = seen, version, clock, known
         self._sock = _bind(host.strip("[]"), port)
+        if self._sock is not None:  # a burst of 10,000 beacons waits in the kernel, not dropped
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         self.port = self._sock.getsockname()[1] if self._sock else 0  # 0: no beacons (agents heartbeat)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._receive_loop, name="beacons", daemon=True)
@@ -163,11 +204,13 @@ class BeaconService:
                 log.exception("a beacon from %s failed", address)
 
     def _take(self, data: bytes, address: tuple) -> None:
-        datagram = self.book.take(data, address)
-        if datagram is None:
+        taken = self.book.take(data, address, self._version, self._known)
+        if taken is None:
+            return
+        if not taken.counts:  # from before this coordinator started: its heartbeat must confirm it first
+            self._send((taken.poke, address))
             return
         self.received += 1
-        alive = self._seen(datagram.name, self._clock())
-        version = self._version(datagram.name)
-        if not alive or version > datagram.version:  # behind (a poke was lost), or must register again
-            self._send(self.book.poke(datagram.name, max(version, datagram.version + (not alive))))
+        alive = self._seen(taken.datagram.name, self._clock())
+        if not alive or self._version(taken.datagram.name) > taken.datagram.version:
+            self._send((taken.poke, address))  # behind (a poke was lost), or it must register again

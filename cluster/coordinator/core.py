@@ -52,8 +52,11 @@ class CoordinatorCore:
         self.lock = threading.RLock()
         self.board = ChangeBoard()  # per job: wakes log followers
         self.agent_board = ChangeBoard()  # per agent: wakes its WaitForWork (new work on its node)
-        # After a restart every known agent gets a full grace period to re-attach.
-        self.agents: dict[str, AgentLive] = {record.name: AgentLive(record, now) for record in store.agents()}
+        # After a restart every known agent gets a full grace period to re-attach: lost_after, plus the longest
+        # heartbeat interval it may have been given (its beacons count again once a heartbeat confirms them).
+        records = store.agents()
+        grace = reconcile.heartbeat_interval(len(records), settings, beacons=True)
+        self.agents: dict[str, AgentLive] = {r.name: AgentLive(r, now + grace) for r in records}
         self.allocs = AllocationTable(store)
         self.run = RunCache()
         self.telemetry = Telemetry()  # Prometheus's counters and histograms (cluster/coordinator/metrics.py)

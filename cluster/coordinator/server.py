@@ -226,7 +226,8 @@ class CoordinatorServer:
         self.address = f"{host}:{self.port}"
         # Liveness beacons on the same port number, UDP (another: said in RegisterResponse).
         self.beacons = agents.beacons = BeaconService(host, self.port, self.core.liveness.seen, self.core.agent_board.version,
-                                                      secret=self.authority.derived_key("liveness beacons"))
+                                                      secret=self.authority.derived_key("liveness beacons"),
+                                                      known=self.core.agents.__contains__)
         self.core.agent_board.listeners.append(self.beacons.poke)
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import threading
 import time
 from typing import Callable, Generic, Iterable, Mapping, TypeVar
@@ -157,8 +158,11 @@ class ChangeBoard:
             while len(self._versions) > self._limit:
                 self._versions.popitem(last=False)
             self._cond.notify_all()
-        for listener in self.listeners:
-            listener(keys)
+        for listener in self.listeners:  # after the commit: a failing listener must not fail the event
+            try:
+                listener(keys)
+            except Exception:
+                logging.getLogger("tfdist.coordinator").exception("a change listener failed")
 
     def wait(self, key: str, seen: int, timeout: float) -> int:
         """Returns the key's version once it differs from `seen`, or after `timeout`."""

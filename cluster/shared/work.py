@@ -51,6 +51,7 @@ class Work:
     preempt: list[str] = dataclasses.field(default_factory=list)  # jobs whose store must carry a preemption request
     attempts: dict[str, int] = dataclasses.field(default_factory=dict)  # job -> its current run, for port checks
     version: int = 0  # the version of the agent's work this reflects (its beacons carry it back)
+    beacon_port: int = 0  # where its beacons go (0: unchanged, or it beacons not)
 
 
 # ---------------------------------------------------------------- the agent's report
@@ -135,7 +136,8 @@ def work_to_pb(work: Work | None, interval: float) -> pb.HeartbeatResponse:
                              local_size=p.local_size, replicas=p.replicas, role=p.role)
             for p in s.processes]) for s in work.start],
         stop_jobs=work.stop_jobs, stop_grace=work.stop_grace, heartbeat_interval=interval,
-        dump_stacks=work.dump_stacks, preempt=work.preempt, work_version=work.version)
+        dump_stacks=work.dump_stacks, preempt=work.preempt, work_version=work.version,
+        beacon_port=work.beacon_port)
 
 
 def work_from_pb(response: pb.HeartbeatResponse) -> tuple[Work | None, float]:
@@ -150,7 +152,7 @@ def work_from_pb(response: pb.HeartbeatResponse) -> tuple[Work | None, float]:
         stop_jobs=list(response.stop_jobs), stop_grace=dict(response.stop_grace),
         dump_stacks=list(response.dump_stacks), preempt=list(response.preempt),
         attempts={c.job_id: c.attempt for c in response.check_ports},
-        version=response.work_version,
+        version=response.work_version, beacon_port=response.beacon_port,
     ), response.heartbeat_interval
 
 

@@ -130,5 +130,7 @@ def test_a_restarted_coordinator_keeps_nodes_on_beacons_alive(local_cluster):
         cluster.wait_for(lambda: agent(cluster, "n1")["last_heartbeat"] > restarted + 2 * 6.0, "two lost_after periods")
         assert agent(cluster, "n1")["state"] == "ALIVE"
         assert "agent n1 lost" not in (cluster.tmp / "coordinator.log").read_text()
+        job_id = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "1").stdout.strip()
+        cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", f"job {job_id} to run on a poke")
     finally:
         resume(cluster)

@@ -43,44 +43,62 @@ def test_garbage_is_never_an_error(data):
     assert datagram is None or not beacon.authentic(datagram, KEY)
 
 
+ADDRESS = ("10.0.0.1", 7000)
+
+
+def take(book, data, known=lambda name: True):
+    return book.take(data, ADDRESS, lambda name: 0, known)
+
+
 def test_the_book_takes_each_registrations_beacon_once_and_forgets_earlier_registrations():
-    secret = beacon.new_key()
-    book = BeaconBook(secret)
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, KEY), ("10.0.0.1", 5)) is None  # a key it never gave
+    book = BeaconBook(beacon.new_key())
+    assert take(book, beacon.encode(beacon.BEACON, "n1", 1, 0, KEY)) is None  # a key it never gave
     key, nonce = book.enroll("n1")
     first = beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce)
-    assert book.take(first, ("10.0.0.1", 5)).name == "n1"
-    assert book.take(first, ("10.0.0.1", 5)) is None  # a replay
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 2, 0, KEY, nonce), ("10.0.0.1", 5)) is None  # another key
-    assert book.take(beacon.encode(beacon.BEACON, "n2", 2, 0, key, nonce), ("10.0.0.1", 5)) is None  # n1's key for n2
-    assert book.take(beacon.encode(beacon.POKE, "n1", 3, 0, key, nonce), ("10.0.0.1", 5)) is None  # not a beacon
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 3, 0, key, nonce), ("10.0.0.1", 5)) is not None
+    taken = take(book, first)
+    assert taken.datagram.name == "n1" and taken.counts
+    assert take(book, first) is None  # a replay
+    assert take(book, beacon.encode(beacon.BEACON, "n1", 2, 0, KEY, nonce)) is None  # another key
+    assert take(book, beacon.encode(beacon.BEACON, "n2", 2, 0, key, nonce)) is None  # n1's key for n2
+    assert take(book, beacon.encode(beacon.POKE, "n1", 3, 0, key, nonce)) is None  # not a beacon
+    assert take(book, beacon.encode(beacon.BEACON, "n1", 3, 0, key, nonce)).counts
     book.enroll("n1")  # registered again: the earlier registration proves nothing
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 4, 0, key, nonce), ("10.0.0.1", 5)) is None
+    assert take(book, beacon.encode(beacon.BEACON, "n1", 4, 0, key, nonce)) is None
     book.without("n1")  # ... nor any, once it registers without beacons
-    assert book.take(beacon.encode(beacon.BEACON, "n1", 5, 0, key, nonce), ("10.0.0.1", 5)) is None
+    assert take(book, beacon.encode(beacon.BEACON, "n1", 5, 0, key, nonce)) is None
 
 
-def test_a_restarted_coordinator_takes_beacons_of_registrations_made_before_it_started():
+def test_after_a_restart_a_beacon_counts_once_a_heartbeat_named_its_registration():
     secret = beacon.new_key()
-    key, nonce = BeaconBook(secret).enroll("n1")
+    earlier = BeaconBook(secret)
+    old_key, old_nonce = earlier.enroll("n1")
+    key, nonce = earlier.enroll("n1")  # registered again: the current registration
     restarted = BeaconBook(secret)  # the same secret: it is derived from the cluster's CA key
-    assert restarted.take(beacon.encode(beacon.BEACON, "n1", 9, 0, key, nonce), ("10.0.0.1", 5)) is not None
-    assert restarted.take(beacon.encode(beacon.BEACON, "n1", 9, 0, key, nonce), ("10.0.0.1", 5)) is None  # once
+    captured = take(restarted, beacon.encode(beacon.BEACON, "n1", 50, 0, old_key, old_nonce))
+    assert captured is not None and not captured.counts  # authentic, but maybe a replay: only a poke back
+    poke = beacon.decode(captured.poke)
+    assert poke.kind == beacon.POKE and beacon.authentic(poke, old_key)
+    assert not take(restarted, beacon.encode(beacon.BEACON, "n1", 9, 0, key, nonce)).counts
+    restarted.confirm("n1", nonce)  # its heartbeat, over TLS, names the registration it beacons under
+    assert take(restarted, beacon.encode(beacon.BEACON, "n1", 51, 0, old_key, old_nonce)) is None
+    assert take(restarted, beacon.encode(beacon.BEACON, "n1", 9, 0, key, nonce)) is None  # taken before: once
+    assert take(restarted, beacon.encode(beacon.BEACON, "n1", 10, 0, key, nonce)).counts
     other = BeaconBook(beacon.new_key())  # another cluster's coordinator
-    assert other.take(beacon.encode(beacon.BEACON, "n1", 10, 0, key, nonce), ("10.0.0.1", 5)) is None
+    assert take(other, beacon.encode(beacon.BEACON, "n1", 11, 0, key, nonce)) is None
+    assert take(BeaconBook(secret), beacon.encode(beacon.BEACON, "n1", 12, 0, key, nonce),
+                known=lambda name: False) is None  # a name it never heard of: no key derived
 
 
 def test_pokes_go_where_the_agent_beacons_from_and_count_up():
     book = BeaconBook()
     key, nonce = book.enroll("n1")
     assert book.poke("n1", 5) is None  # never beaconed: nowhere to send it
-    book.take(beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce), ("10.0.0.1", 7000))
+    take(book, beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
     pokes = [book.poke("n1", 5), book.poke("n1", 6)]
-    assert [p[1] for p in pokes] == [("10.0.0.1", 7000)] * 2
+    assert [p[1] for p in pokes] == [ADDRESS] * 2
     decoded = [beacon.decode(p[0]) for p in pokes]
-    assert [(d.kind, d.counter, d.version) for d in decoded] == [(beacon.POKE, 1, 5), (beacon.POKE, 2, 6)]
-    assert all(beacon.authentic(d, key) for d in decoded)
+    assert [(d.kind, d.version) for d in decoded] == [(beacon.POKE, 5), (beacon.POKE, 6)]
+    assert decoded[0].counter < decoded[1].counter and all(beacon.authentic(d, key) for d in decoded)
 
 
 class _Agents:
@@ -101,8 +119,9 @@ class _Agents:
 def service_and_agent():
     made = []
 
-    def make(agents):
-        service = BeaconService("127.0.0.1", 0, agents.on_seen, lambda name: agents.versions.get(name, 0)).start()
+    def make(agents, secret=None):
+        service = BeaconService("127.0.0.1", 0, agents.on_seen, lambda name: agents.versions.get(name, 0),
+                                secret=secret).start()
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.settimeout(10)
         sock.connect(("127.0.0.1", service.port))
@@ -138,7 +157,7 @@ def test_a_lost_agent_that_beacons_is_poked_to_register_again(service_and_agent)
     key, nonce = service.book.enroll("n1")
     sock.send(beacon.encode(beacon.BEACON, "n1", 1, 4, key, nonce))
     poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
-    assert poke.version == 5  # beyond what it has: it heartbeats, and learns it must register
+    assert poke.kind == beacon.POKE and beacon.authentic(poke, key)  # it heartbeats, and learns it must register
 
 
 def test_work_changes_poke_every_agent_that_beacons(service_and_agent):
@@ -152,6 +171,17 @@ def test_work_changes_poke_every_agent_that_beacons(service_and_agent):
     service.poke(["n1", "n2", "unknown"])
     poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
     assert (poke.name, poke.version) == ("n1", 1)
+
+
+def test_a_restarted_service_pokes_beacons_from_before_and_counts_them_once_confirmed(service_and_agent):
+    agents = _Agents({"n1": 0})
+    service, sock = service_and_agent(agents, secret=b"s" * 32)
+    key, nonce = BeaconBook(b"s" * 32).enroll("n1")  # the coordinator before the restart, same secret
+    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
+    assert beacon.decode(sock.recv(beacon.MAX_DATAGRAM)).kind == beacon.POKE and agents.seen == []
+    service.book.confirm("n1", nonce)
+    sock.send(beacon.encode(beacon.BEACON, "n1", 2, 0, key, nonce))
+    assert agents.event.wait(10) and agents.seen == ["n1"]
 
 
 def _live(name, beacons):
@@ -196,9 +226,9 @@ def test_an_agent_beacons_to_the_service_and_a_poke_wakes_its_heartbeat_loop(ser
         assert not wake.is_set()  # nothing new for it
         agents.versions["n1"] = 1
         service.poke(["n1"])
-        assert wake.wait(10) and sender.pokes == 1
+        assert wake.wait(10) and sender.pokes >= 1  # (each beacon until it fetches the work is poked again)
         wake.clear()
-        sender.version = 1  # its heartbeat fetched the work: later beacons carry version 1
+        sender.fetched(1, 0)  # its heartbeat fetched the work: later beacons carry version 1
         sender.configure(BeaconPlan("127.0.0.1", service.port, *service.book.enroll("n1"), 0.05))  # registered again
         agents.event.clear()
         assert agents.event.wait(10)  # the new key's beacons are taken

@@ -556,20 +556,22 @@ class StartTask(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., working_dir: _Optional[str] = ..., workers: _Optional[_Iterable[_Union[WorkerProcess, _Mapping]]] = ..., startup_timeout: _Optional[float] = ..., failure_grace: _Optional[float] = ..., store_port: _Optional[int] = ..., attempt: _Optional[int] = ..., store_secret: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results", "usage")
+    __slots__ = ("agent", "running", "port_results", "leased_jobs", "probe_results", "usage", "beacon_nonce")
     AGENT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     PORT_RESULTS_FIELD_NUMBER: _ClassVar[int]
     LEASED_JOBS_FIELD_NUMBER: _ClassVar[int]
     PROBE_RESULTS_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    BEACON_NONCE_FIELD_NUMBER: _ClassVar[int]
     agent: str
     running: _containers.RepeatedCompositeFieldContainer[RunningTask]
     port_results: _containers.RepeatedCompositeFieldContainer[PortCheckResult]
     leased_jobs: _containers.RepeatedScalarFieldContainer[str]
     probe_results: _containers.RepeatedCompositeFieldContainer[ProbeResult]
     usage: NodeUsage
-    def __init__(self, agent: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., port_results: _Optional[_Iterable[_Union[PortCheckResult, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., probe_results: _Optional[_Iterable[_Union[ProbeResult, _Mapping]]] = ..., usage: _Optional[_Union[NodeUsage, _Mapping]] = ...) -> None: ...
+    beacon_nonce: bytes
+    def __init__(self, agent: _Optional[str] = ..., running: _Optional[_Iterable[_Union[RunningTask, _Mapping]]] = ..., port_results: _Optional[_Iterable[_Union[PortCheckResult, _Mapping]]] = ..., leased_jobs: _Optional[_Iterable[str]] = ..., probe_results: _Optional[_Iterable[_Union[ProbeResult, _Mapping]]] = ..., usage: _Optional[_Union[NodeUsage, _Mapping]] = ..., beacon_nonce: _Optional[bytes] = ...) -> None: ...
 
 class CheckScrapeTokenRequest(_message.Message):
     __slots__ = ("agent", "token")
@@ -632,7 +634,7 @@ class PortCheckResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., busy_ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe", "stop_grace", "dump_stacks", "preempt", "work_version")
+    __slots__ = ("reregister", "check_ports", "start", "stop_jobs", "heartbeat_interval", "probe", "stop_grace", "dump_stacks", "preempt", "work_version", "beacon_port")
     class StopGraceEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -650,6 +652,7 @@ class HeartbeatResponse(_message.Message):
     DUMP_STACKS_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
     WORK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BEACON_PORT_FIELD_NUMBER: _ClassVar[int]
     reregister: bool
     check_ports: _containers.RepeatedCompositeFieldContainer[PortCheck]
     start: _containers.RepeatedCompositeFieldContainer[StartTask]
@@ -660,7 +663,8 @@ class HeartbeatResponse(_message.Message):
     dump_stacks: _containers.RepeatedScalarFieldContainer[str]
     preempt: _containers.RepeatedScalarFieldContainer[str]
     work_version: int
-    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ..., dump_stacks: _Optional[_Iterable[str]] = ..., preempt: _Optional[_Iterable[str]] = ..., work_version: _Optional[int] = ...) -> None: ...
+    beacon_port: int
+    def __init__(self, reregister: _Optional[bool] = ..., check_ports: _Optional[_Iterable[_Union[PortCheck, _Mapping]]] = ..., start: _Optional[_Iterable[_Union[StartTask, _Mapping]]] = ..., stop_jobs: _Optional[_Iterable[str]] = ..., heartbeat_interval: _Optional[float] = ..., probe: _Optional[_Iterable[_Union[Probe, _Mapping]]] = ..., stop_grace: _Optional[_Mapping[str, float]] = ..., dump_stacks: _Optional[_Iterable[str]] = ..., preempt: _Optional[_Iterable[str]] = ..., work_version: _Optional[int] = ..., beacon_port: _Optional[int] = ...) -> None: ...
 
 class WaitForWorkRequest(_message.Message):
     __slots__ = ("agent", "seen", "wait_ms")

@@ -33,6 +33,18 @@ def loss_seconds(cluster, name):
     return time.monotonic() - stopped
 
 
+def start_on_beacons(cluster, name):
+    cluster.start_agent(name, "--slots", "1")
+    cluster.wait_agents(name)
+    cluster.wait_for(lambda: agent(cluster, name)["liveness"] == "beacons", f"{name}'s first beacon")
+
+
+def run_one_slot_job(cluster):
+    """With heartbeats minutes apart, only a poke starts it within the wait."""
+    job_id = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "1").stdout.strip()
+    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", f"job {job_id} to run on a poke")
+
+
 def resume(cluster):
     for process in cluster.agents.values():
         if process.poll() is None:
@@ -44,16 +56,13 @@ def test_beacons_keep_a_node_alive_and_pokes_bring_its_work_between_heartbeats(l
     # poke can start a job on it within the minute.
     cluster = local_cluster(["--heartbeat-interval", "120"])
     try:
-        cluster.start_agent("n1", "--slots", "1")
-        cluster.wait_agents("n1")
-        cluster.wait_for(lambda: agent(cluster, "n1")["liveness"] == "beacons", "n1's first beacon")
+        start_on_beacons(cluster, "n1")
         first = agent(cluster, "n1")["last_heartbeat"]
         cluster.wait_for(lambda: agent(cluster, "n1")["last_heartbeat"] > first + 3 * 6.0, "three lost_after periods")
         assert agent(cluster, "n1")["state"] == "ALIVE"
         assert "agent n1 lost" not in (cluster.tmp / "coordinator.log").read_text()
 
-        job_id = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "1").stdout.strip()
-        cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", f"job {job_id} to run on a poke")
+        run_one_slot_job(cluster)
 
         print(f"beacon node lost {loss_seconds(cluster, 'n1'):.1f} s after it stopped (--lost-after 6)")
     finally:
@@ -97,9 +106,7 @@ def test_forged_beacons_from_another_user_keep_no_stopped_node_alive(local_clust
     cluster = local_cluster()
     forger = None
     try:
-        cluster.start_agent("n1", "--slots", "1")
-        cluster.wait_agents("n1")
-        cluster.wait_for(lambda: agent(cluster, "n1")["liveness"] == "beacons", "n1's first beacon")
+        start_on_beacons(cluster, "n1")
         port = re.search(r"liveness beacons on UDP port (\d+)", (cluster.tmp / "coordinator.log").read_text()).group(1)
         forger = subprocess.Popen([*NOBODY, sys.executable, "-c", FORGER, port, "n1", REPO],
                                   stderr=open(tmp_path / "forger.log", "w"))
@@ -118,9 +125,7 @@ def test_a_restarted_coordinator_keeps_nodes_on_beacons_alive(local_cluster):
     # the node alive past --lost-after, and keep it on beacons (not on 2 s heartbeats).
     cluster = local_cluster(["--heartbeat-interval", "120"])
     try:
-        cluster.start_agent("n1", "--slots", "1")
-        cluster.wait_agents("n1")
-        cluster.wait_for(lambda: agent(cluster, "n1")["liveness"] == "beacons", "n1's first beacon")
+        start_on_beacons(cluster, "n1")
         address = cluster.address
         cluster.coordinator.terminate()
         cluster.coordinator.wait(timeout=30)
@@ -130,7 +135,6 @@ def test_a_restarted_coordinator_keeps_nodes_on_beacons_alive(local_cluster):
         cluster.wait_for(lambda: agent(cluster, "n1")["last_heartbeat"] > restarted + 2 * 6.0, "two lost_after periods")
         assert agent(cluster, "n1")["state"] == "ALIVE"
         assert "agent n1 lost" not in (cluster.tmp / "coordinator.log").read_text()
-        job_id = cluster.cli("launch", "--detach", "--slots", "1", "--", SLEEPER, "1").stdout.strip()
-        cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", f"job {job_id} to run on a poke")
+        run_one_slot_job(cluster)
     finally:
         resume(cluster)

@@ -155,6 +155,7 @@ class StateCollector:
                 slots, gpus = held.get(alloc.agent, (0, 0))
                 held[alloc.agent] = (slots + alloc.slots, gpus + len(alloc.gpus))
             usage = dict(core.usage)
+            on_beacons = len(core.liveness.beaconing)
         jobs = core.store.jobs(ACTIVE_STATES)  # under the store's own lock, not the core's
 
         by_state = GaugeMetricFamily("tfdist_jobs", "Jobs not ended, by state and mode.", labels=["state", "mode"])
@@ -172,7 +173,9 @@ class StateCollector:
         states.add_metric(["alive"], sum(1 for a in agents if not a[1]))
         states.add_metric(["lost"], sum(1 for a in agents if a[1]))
         yield states
-        age = GaugeMetricFamily("tfdist_agent_heartbeat_age_seconds", "Seconds since each agent's last heartbeat.",
+        yield GaugeMetricFamily("tfdist_agents_on_beacons", "Live agents whose UDP beacons prove them alive (the "
+                                "others heartbeat at least three times per --lost-after).", value=on_beacons)
+        age = GaugeMetricFamily("tfdist_agent_heartbeat_age_seconds", "Seconds since each agent's last heartbeat or beacon.",
                                 labels=["node"])
         slots = GaugeMetricFamily("tfdist_node_slots", "Each node's slots, held by jobs or free.",
                                   labels=["node", "state"])

@@ -143,6 +143,7 @@ def test_prometheus_scrapes_the_coordinator_and_agents_during_a_real_job(tmp_pat
         examples = query(web, "tfdist_job_examples_per_second")[0][1]
         assert 0 < steps < 100 and examples == pytest.approx(16 * steps, rel=0.5)
         assert any(v > 0 for _, v in query(web, 'tfdist_rpc_duration_seconds_count{method="Heartbeat"}'))
+        assert [v for _, v in query(web, "tfdist_agents_on_beacons")] == [2]  # both nodes beacon
     finally:
         if job:
             cluster.cli("cancel", job)

@@ -179,6 +179,7 @@ def test_the_coordinators_metrics(cluster):
     assert series(text, "tfdist_jobs")['{mode="mwms",state="STARTING"}'] == 1
     assert series(text, "tfdist_queue_length") == {"": 0.0}
     assert series(text, "tfdist_agents") == {'{state="alive"}': 1.0, '{state="lost"}': 0.0}
+    assert series(text, "tfdist_agents_on_beacons") == {"": 0.0}  # it registered without beacons
     assert series(text, "tfdist_heartbeats_total")[""] >= 1
     assert series(text, "tfdist_node_slots") == {'{node="g1",state="held"}': 1.0, '{node="g1",state="free"}': 1.0}
     assert series(text, "tfdist_node_gpus") == {'{node="g1",state="held"}': 1.0, '{node="g1",state="free"}': 1.0}

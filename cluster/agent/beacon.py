@@ -35,7 +35,7 @@ class BeaconSender:
         self.version = 0  # of the work last received (heartbeat answers set it)
         self._counter = 0  # of this registration's beacons: it goes on when the socket is made again
         self._last_poke = 0  # the counter of the last poke taken (the coordinator's are clock-based)
-        self.sent = self.pokes = 0
+        self.pokes = 0  # pokes taken
 
     def configure(self, plan: BeaconPlan | None) -> None:
         """A new registration's beacons (None: the coordinator offers none)."""
@@ -95,7 +95,6 @@ class BeaconSender:
                     try:
                         sock.sendto(beacon.encode(beacon.BEACON, self.name, self._counter, self.version, plan.key,
                                                   plan.nonce), address)
-                        self.sent += 1
                     except OSError as e:  # e.g. refused: nothing listens there now; the next one may reach it
                         log.debug("beacon not sent: %s", e)
                     next_beacon = now + plan.interval

@@ -55,7 +55,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         elif self.beacons is not None:
             self.beacons.book.without(record.name)
         self.core.register(record, tuple(running_from_pb(t) for t in request.running),
-                           tuple(request.leased_jobs), self.clock(), beacons=beacons)
+                           tuple(request.leased_jobs), self.clock())
         self.core.metrics_addresses[record.name] = request.agent.metrics_address
         response.heartbeat_interval = self.core.liveness.interval(record.name)
         return response

@@ -42,7 +42,6 @@ class _Peer:
 class Taken:
     datagram: beacon.Datagram
     counts: bool  # False: a registration not confirmed since this coordinator started (poke it to heartbeat)
-    poke: bytes  # a poke back to where it came from, under its key
 
 
 class BeaconBook:
@@ -84,11 +83,10 @@ class BeaconBook:
                                       last_counter=same.last_counter if same else 0,
                                       address=same.address if same else None, pokes=peer.pokes if peer else 0)
 
-    def take(self, data: bytes, address: tuple, version: Callable[[str], int],
-             known: Callable[[str], bool] = lambda name: True) -> Taken | None:
-        """The beacon in `data` if it is authentic and newer than any taken under its registration, with a
-        poke back carrying `version(name)`; None for anything else (no state is kept for it). `known`:
-        names worth a key derivation (an unknown name costs one dictionary lookup)."""
+    def take(self, data: bytes, address: tuple, known: Callable[[str], bool] = lambda name: True) -> Taken | None:
+        """The beacon in `data` if it is authentic and newer than any taken under its registration (a poke
+        then goes back where it came from, under its key); None for anything else (no state is kept for
+        it). `known`: names worth a key derivation (an unknown name costs one dictionary lookup)."""
         datagram = beacon.decode(data)
         if datagram is None or datagram.kind != beacon.BEACON:
             return None
@@ -110,8 +108,7 @@ class BeaconBook:
                                                      pokes=peer.pokes if peer else 0)
             peer.last_counter = max(peer.last_counter, datagram.counter)
             peer.address = address
-            poke = beacon.encode(beacon.POKE, name, peer.next_poke(), version(name), peer.key, peer.nonce)
-            return Taken(datagram, peer.confirmed, poke)
+            return Taken(datagram, peer.confirmed)
 
     def poke(self, name: str, version: int) -> tuple[bytes, tuple] | None:
         """(the poke's bytes, where to send them), or None for an agent that never beaconed."""
@@ -156,7 +153,7 @@ class BeaconService:
         self.port = self._sock.getsockname()[1] if self._sock else 0  # 0: no beacons (agents heartbeat)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._receive_loop, name="beacons", daemon=True)
-        self.received = 0  # beacons taken (for the metrics and the benchmark)
+        self.received = 0  # beacons counted as signs of life
 
     def start(self) -> "BeaconService":
         if self._sock is None:
@@ -204,13 +201,15 @@ class BeaconService:
                 log.exception("a beacon from %s failed", address)
 
     def _take(self, data: bytes, address: tuple) -> None:
-        taken = self.book.take(data, address, self._version, self._known)
+        taken = self.book.take(data, address, self._known)
         if taken is None:
             return
+        name = taken.datagram.name
         if not taken.counts:  # from before this coordinator started: its heartbeat must confirm it first
-            self._send((taken.poke, address))
+            self._send(self.book.poke(name, self._version(name)))
             return
         self.received += 1
-        alive = self._seen(taken.datagram.name, self._clock())
-        if not alive or self._version(taken.datagram.name) > taken.datagram.version:
-            self._send((taken.poke, address))  # behind (a poke was lost), or it must register again
+        alive = self._seen(name, self._clock())
+        version = self._version(name)
+        if not alive or version > taken.datagram.version:  # behind (a poke was lost), or it must register again
+            self._send(self.book.poke(name, version))

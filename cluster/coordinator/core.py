@@ -106,10 +106,9 @@ class CoordinatorCore:
                 self.agent_board.bump(changed)
 
     # ---------------------------------------------------------------- agents
-    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
-                 beacons: bool = False) -> None:
-        """An agent (re)joins, saying what it runs and which jobs' ports it holds. `beacons`: it will prove
-        it is alive with beacons (until the first arrives, its heartbeats do)."""
+    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float) -> None:
+        """An agent (re)joins, saying what it runs and which jobs' ports it holds (on heartbeats until its
+        first beacon arrives, if it beacons)."""
         if not record.name or record.slots < 1:
             raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
         if record.gpus and len(record.gpus) != record.slots:
@@ -118,7 +117,7 @@ class CoordinatorCore:
             self.store.upsert_agent(record, now)
             previous = self.agents.get(record.name)
             agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
-                              leased=set(leased), attempts={j.job_id: j.attempt for j in running}, beacons=beacons)
+                              leased=set(leased), attempts={j.job_id: j.attempt for j in running})
             self.agents[record.name] = agent
             self.lifecycle.node_changed(record.name)
             self.liveness.gone(record.name)

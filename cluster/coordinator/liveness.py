@@ -47,7 +47,7 @@ class Liveness:
         if not agent.beaconing:  # its first beacon (since it registered, or since this coordinator started)
             with self.lock:
                 if not agent.lost and self.agents.get(name) is agent:
-                    agent.beacons = agent.beaconing = True
+                    agent.beaconing = True
                     self.beaconing.add(name)
                     self.update()
         return True

@@ -32,8 +32,7 @@ class AgentLive:
     running: dict = dataclasses.field(default_factory=dict)  # job id -> ranks that joined
     attempts: dict = dataclasses.field(default_factory=dict)  # job id -> which run of it the agent runs
     leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
-    beacons: bool = False  # it asked for liveness beacons when it registered
-    beaconing: bool = False  # ... and one arrived since: its heartbeats need not prove it alive
+    beaconing: bool = False  # a beacon of its arrived since it registered: its heartbeats need not prove it alive
 
     @property
     def name(self) -> str:

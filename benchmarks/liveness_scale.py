@@ -31,12 +31,15 @@ from benchmarks.coordinator_scale import SLOTS_PER_NODE, SimulatedCluster, agent
 LOST_AFTER = 6.0  # the coordinator's default
 
 
-def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old_every, sent):
+def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old_every, sent, nice=0):
     """One simulated-agent process: its agents register (every `old_every`-th without beacons), then beacon
     and heartbeat as real ones do until `stop_at`; once `silence` is set, its `victims` send
     nothing more. `victims`: names. `sent`: (beacons, heartbeats, registrations again after a loss) sent, all
-    processes together."""
+    processes together. `nice`: below the coordinator (on a real cluster agents run on other machines)."""
     import grpc
+
+    if nice:
+        os.nice(nice)
 
     from cluster.shared import beacon
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -47,7 +50,8 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
     sock.setblocking(False)
     host = address.rsplit(":", 1)[0]
     agents = [{"name": c.name, "auth": as_agent(c), "old": bool(old_every) and i % old_every == 0, "key": None,
-               "counter": 0, "version": 0, "interval": 1.0, "beacon_every": 1.5, "port": 0, "epoch": 0}
+               "counter": 0, "version": 0, "interval": 1.0, "beacon_every": 1.5, "port": 0, "epoch": 0,
+               "last_poke": 0, "in_flight": False, "again": False}
               for i, c in enumerate(credentials)]
     index = {a["name"]: i for i, a in enumerate(agents)}
     victim_indices = {index[name] for name in victims if name in index}
@@ -92,13 +96,21 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
             except (BlockingIOError, ConnectionRefusedError):
                 break
             i = index.get(poke.name) if poke else None
-            if i is not None and poke.version > agents[i]["version"] and i not in quiet:
-                heapq.heappush(due, (0.0, "h", i, agents[i]["epoch"]))
+            if i is not None and poke.counter > agents[i]["last_poke"] and i not in quiet:  # a fresh poke wakes it
+                agents[i]["last_poke"] = poke.counter
+                if agents[i]["in_flight"]:  # one heartbeat at a time, as a real agent's loop: then one more
+                    agents[i]["again"] = True
+                else:
+                    heapq.heappush(due, (0.0, "h", i, agents[i]["epoch"]))
         still = []
         for i, future in pending:
             if not future.done():
                 still.append((i, future))
                 continue
+            agents[i]["in_flight"] = False
+            if agents[i]["again"]:
+                agents[i]["again"] = False
+                heapq.heappush(due, (0.0, "h", i, agents[i]["epoch"]))
             try:
                 answer = future.result()
             except grpc.RpcError:
@@ -132,9 +144,10 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
             else:
                 if when > 0.0:  # a poke's heartbeat keeps the agent's schedule
                     heapq.heappush(due, (now + a["interval"], "h", i, epoch))
-                if i not in quiet:
-                    pending.append((i, stub.Heartbeat.future(pb.HeartbeatRequest(agent=a["name"]), timeout=60,
-                                                             **a["auth"])))
+                if i not in quiet and not a["in_flight"]:
+                    a["in_flight"] = True
+                    pending.append((i, stub.Heartbeat.future(pb.HeartbeatRequest(
+                        agent=a["name"], beacon_nonce=a["nonce"] if a["key"] else b""), timeout=60, **a["auth"])))
                     heartbeats += 1
         if beacons or heartbeats:
             with sent.get_lock():

@@ -89,9 +89,10 @@ def http_address(listen: str, http: str | None) -> str | None:
 
 
 def run_coordinator(args) -> int:
-    from cluster.coordinator.daemon import CoordinatorServer, Settings
+    from cluster.coordinator.daemon import CoordinatorServer, Settings, freeze_after_full_collections
 
     daemon_umask()  # what it creates is the user's alone; workers get the user's umask back (gang.py)
+    freeze_after_full_collections()  # thousands of agents: a full collection walks only what is new
     stop = _stop_on_signal()
     _setup_daemon_logging(args.verbosity)
     private_dir(args.state_dir)

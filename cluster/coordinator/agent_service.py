@@ -78,6 +78,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             if request.beacon_nonce and self.beacons is not None and self.beacons.port:
                 self.beacons.book.confirm(request.agent, request.beacon_nonce)  # over TLS: its beacons count
                 work.beacon_port = self.beacons.port
+                self.beacons.fetched(request.agent, version)
         return work_to_pb(work, self.core.liveness.interval(request.agent))
 
     @guard

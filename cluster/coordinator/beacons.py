@@ -22,6 +22,10 @@ from cluster.shared import beacon
 log = logging.getLogger("tfdist.coordinator")
 RECEIVE_TIMEOUT = 0.5  # how often the thread looks whether it must stop
 RECEIVE_BUFFER = 4 << 20  # bytes (the kernel caps it at net.core.rmem_max)
+# A node poked and not yet heard fetching is poked again only this many seconds later: its heartbeat
+# fetches the newest work anyway (a submit and its cancel bring one heartbeat, not two), and a beacon
+# sent before its heartbeat returned does not poke it again. A poke lost on the way: the next beacon.
+REPOKE_AFTER = 1.0
 
 
 @dataclasses.dataclass
@@ -32,6 +36,7 @@ class _Peer:
     last_counter: int = 0  # of the beacons taken: a replay (or an older datagram) proves nothing
     address: tuple | None = None  # where its last beacon came from (pokes go there)
     pokes: int = 0  # the counter of the pokes sent to it (clock-based: above any an earlier run sent)
+    poked_at: float | None = None  # (monotonic) when the poke it has not fetched after went; None: none
 
     def next_poke(self) -> int:
         self.pokes = max(self.pokes + 1, time.time_ns() // 1000)
@@ -53,8 +58,8 @@ class BeaconBook:
     of life. It gets a poke back, and the agent's heartbeat, over TLS, names the nonce it beacons under
     (`confirm`): from then on only that registration's beacons count, each counter once."""
 
-    def __init__(self, secret: bytes | None = None):
-        self._secret = secret or beacon.new_key()
+    def __init__(self, secret: bytes | None = None, clock: Callable[[], float] = time.monotonic):
+        self._secret, self._clock = secret or beacon.new_key(), clock
         self._lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
 
@@ -81,7 +86,8 @@ class BeaconBook:
             same = peer if peer is not None and peer.nonce == nonce else None
             self._peers[name] = _Peer(beacon.registration_key(self._secret, name, nonce), nonce,
                                       last_counter=same.last_counter if same else 0,
-                                      address=same.address if same else None, pokes=peer.pokes if peer else 0)
+                                      address=same.address if same else None, pokes=peer.pokes if peer else 0,
+                                      poked_at=same.poked_at if same else None)
 
     def take(self, data: bytes, address: tuple, known: Callable[[str], bool] = lambda name: True) -> Taken | None:
         """The beacon in `data` if it is authentic and newer than any taken under its registration (a poke
@@ -111,12 +117,24 @@ class BeaconBook:
             return Taken(datagram, peer.confirmed)
 
     def poke(self, name: str, version: int) -> tuple[bytes, tuple] | None:
-        """(the poke's bytes, where to send them), or None for an agent that never beaconed."""
+        """(the poke's bytes, where to send them); None for an agent that never beaconed, or one poked less
+        than REPOKE_AFTER ago that has not fetched its work since (its coming heartbeat gets the newest)."""
+        now = self._clock()
         with self._lock:
             peer = self._peers.get(name)
             if peer is None or peer.address is None or not peer.key:
                 return None
+            if peer.poked_at is not None and now - peer.poked_at < REPOKE_AFTER:
+                return None
+            peer.poked_at = now
             return beacon.encode(beacon.POKE, name, peer.next_poke(), version, peer.key, peer.nonce), peer.address
+
+    def fetched(self, name: str) -> None:
+        """`name`'s heartbeat was answered: a change from now on pokes it at once."""
+        with self._lock:
+            peer = self._peers.get(name)
+            if peer is not None:
+                peer.poked_at = None
 
 
 def _bind(host: str, port: int) -> socket.socket | None:
@@ -175,6 +193,14 @@ class BeaconService:
         """Tells each agent that beaconed that its work moved (the agent board's listener)."""
         for name in names:
             self._send(self.book.poke(name, self._version(name)))
+
+    def fetched(self, name: str, version: int) -> None:
+        """`name` was answered its work as of `version`: poked again if it moved since (a change while its
+        poke was outstanding sent none)."""
+        self.book.fetched(name)
+        now = self._version(name)
+        if now > version:
+            self._send(self.book.poke(name, now))
 
     def _send(self, poke: tuple[bytes, tuple] | None) -> None:
         if poke is None or self._sock is None:

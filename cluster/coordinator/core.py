@@ -327,8 +327,9 @@ class CoordinatorCore:
     def check_agents(self, now: float) -> None:
         """Declares silent agents lost (failing their jobs) and fails jobs whose start-up is overdue or
         whose ranks stopped making progress. Called periodically."""
+        silent = reconcile.lost_agents(list(self.agents.values()), now, self.settings.lost_after)  # no lock: reads
         with self._event():
-            for name, silence in reconcile.lost_agents(self.agents.values(), now, self.settings.lost_after):
+            for name, silence in reconcile.still_silent(self.agents, silent, now, self.settings.lost_after):
                 self.agents[name].lost = True
                 self.lifecycle.node_changed(name)
                 self.usage.pop(name, None)

@@ -7,6 +7,7 @@ everything else they learn over gRPC.
 
 from __future__ import annotations
 
+from cluster.coordinator.heap import freeze_after_full_collections
 from cluster.coordinator.server import CoordinatorServer
 from cluster.coordinator.values import Settings
 from cluster.shared.model import AgentRecord, JobState
@@ -25,4 +26,4 @@ def latest_paused_job(server: CoordinatorServer) -> str | None:
     return paused[-1].id if paused else None
 
 
-__all__ = ["CoordinatorServer", "Settings", "alive_agents", "latest_paused_job"]
+__all__ = ["CoordinatorServer", "Settings", "alive_agents", "freeze_after_full_collections", "latest_paused_job"]

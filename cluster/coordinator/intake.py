@@ -18,14 +18,14 @@ from cluster.shared.model import JobSpec, JobState
 class Intake:
     def __init__(self, store: StateStore, lifecycle: JobLifecycle, settings: Settings, telemetry: Telemetry):
         self.store, self.lifecycle, self.settings, self.telemetry = store, lifecycle, settings, telemetry
-        self.admissions = admission.Admissions()  # its answers, per size and mode, while the nodes stay
+        self.admissions = admission.Admissions()  # its answers, per size and mode, while the node sizes stay
 
     def submit(self, spec: JobSpec, now: float, owner: str) -> tuple[str, str]:
         """(job id, state after scheduling); BadRequest when the cluster could never hold the job."""
         known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
         if known is not None:
             return known.id, known.state.value
-        refusal = self.admissions.refusal(spec, self.lifecycle.agents_version, self.lifecycle.nodes)
+        refusal = self.admissions.refusal(spec, self.lifecycle.live.index.sizes)
         if refusal:
             raise BadRequest(refusal)
         seq = max(self.store.next_job_seq(), self.settings.first_job_seq)

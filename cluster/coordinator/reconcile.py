@@ -88,6 +88,16 @@ def lost_agents(agents: Iterable[AgentLive], now: float, lost_after: float) -> l
             if not a.lost and now - a.last_heartbeat > lost_after]
 
 
+def still_silent(agents: Mapping[str, AgentLive], silent: Iterable[tuple[str, float]], now: float,
+                 lost_after: float) -> list[tuple[str, float]]:
+    """Of `silent` (lost_agents' answer, found by a scan of every agent made without the coordinator's lock,
+    so that a submission never waits for it), those still live and silent now, under the lock: not heard
+    from meanwhile, nor registered again."""
+    found = [(name, agents.get(name)) for name, _ in silent]
+    return [(name, now - a.last_heartbeat) for name, a in found
+            if a is not None and not a.lost and now - a.last_heartbeat > lost_after]
+
+
 def heartbeat_interval(alive: int, settings: Settings, beacons: bool = False) -> float:
     """Agents heartbeat every `heartbeat_interval` seconds, stretched so that all `alive` of them together
     send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per call). An

@@ -24,7 +24,7 @@ from typing import Iterable, Sequence
 
 from cluster.coordinator import wait_reasons
 from cluster.coordinator.capacity import Capacity, Node, NodeIndex  # noqa: F401 (Node: its home was here)
-from cluster.coordinator.sizes import achievable_sizes  # noqa: F401 (its home was here)
+from cluster.coordinator.sizes import achievable_from_counts, achievable_sizes  # noqa: F401 (its home was here)
 from tfdist.errors import UserError
 
 
@@ -64,33 +64,41 @@ def describe_sizes(largest: int, multi: set[int], show: int = 8) -> str:
 
 
 def check_feasible(slots: int, nodes: Sequence[Node]) -> None:
-    """Raises InfeasibleJob, naming the sizes that would fit, if no placement could ever exist. Its work is
-    bounded by the cluster (the sum of the nodes' slots), whatever `slots` is."""
-    if not nodes:
+    """check_feasible_sizes for a list of nodes."""
+    check_feasible_sizes(slots, size_counts(nodes))
+
+
+def size_counts(nodes: Sequence[Node]) -> dict[int, int]:
+    """How many of the nodes there are of each size (slots)."""
+    by_size: dict[int, int] = defaultdict(int)
+    for n in nodes:
+        by_size[n.slots] += 1
+    return dict(by_size)
+
+
+def check_feasible_sizes(slots: int, sizes: Mapping[int, int]) -> None:
+    """Raises InfeasibleJob, naming the sizes that would fit, if no placement could ever exist on live nodes
+    of these `sizes` (size -> how many nodes, busy or not). Its work is bounded by the distinct sizes and
+    their sum, whatever `slots` is and however many nodes there are."""
+    sizes = {s: c for s, c in sizes.items() if c > 0}
+    if not sizes:
         raise InfeasibleJob("no agents are registered: start `tfdist agent` on the nodes first")
-    largest = max(n.slots for n in nodes)
+    largest = max(sizes)
     if slots <= largest:
         return
     # The smallest fitting size above `slots`, if any, is at most one node further.
-    largest, multi = achievable_sizes((n.slots for n in nodes), limit=slots + largest)
+    largest, multi = achievable_from_counts(sizes, limit=slots + largest)
     if slots in multi:
         return
     below = max((s for s in multi if s < slots), default=largest)
     above = min((s for s in multi if s > slots), default=None)
     nearest = " or ".join(str(s) for s in (below, above) if s is not None)
-    shape = _cluster_shape(nodes)
+    shape = ", ".join(f"{c} node{'s' if c > 1 else ''} of {s} slot{'s' if s > 1 else ''}"
+                      for s, c in sorted(sizes.items(), reverse=True))
     raise InfeasibleJob(
         f"slots_per_trial={slots} can never be scheduled on this cluster ({shape}): a job larger than one node "
         f"takes whole nodes, so its slots must be a sum of whole nodes. Sizes that fit: "
         f"{describe_sizes(largest, multi)}. Nearest: {nearest}.")
-
-
-def _cluster_shape(nodes: Sequence[Node]) -> str:
-    by_size: dict[int, int] = defaultdict(int)
-    for n in nodes:
-        by_size[n.slots] += 1
-    return ", ".join(f"{c} node{'s' if c > 1 else ''} of {s} slot{'s' if s > 1 else ''}"
-                     for s, c in sorted(by_size.items(), reverse=True))
 
 
 class BlockedReasons(Mapping):

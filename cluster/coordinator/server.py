@@ -16,6 +16,7 @@ import grpc
 from cluster.coordinator import metrics, views
 from cluster.coordinator.agent_service import WATCH_THREADS, AgentServicer
 from cluster.coordinator.beacons import BeaconService
+from cluster.coordinator.heap import HeapThaw
 from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.coordinator.metrics import global_batch_size
 from cluster.coordinator.core import CoordinatorCore, Settings
@@ -242,6 +243,7 @@ class CoordinatorServer:
                 raise
         self._stop = threading.Event()
         self._checker = threading.Thread(target=self._check_loop, daemon=True)
+        self.heap = HeapThaw()  # what the daemon's freeze_after_full_collections froze: cycles among it, now and then
 
     @property
     def local_address(self) -> str:
@@ -271,6 +273,7 @@ class CoordinatorServer:
     def _check_loop(self) -> None:
         interval = min(1.0, self.core.settings.lost_after / 4)
         while not self._stop.wait(interval):
+            self.heap.tick()
             try:
                 self.core.check_agents(time.time())
             except TfdistError as e:  # e.g. the disk is full: one line, the next round retries

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cluster.coordinator import reconcile
-from cluster.coordinator.beacons import BeaconBook, BeaconService
+from cluster.coordinator.beacons import REPOKE_AFTER, BeaconBook, BeaconService
 from cluster.coordinator.liveness import Liveness
 from cluster.coordinator.values import AgentLive, Settings
 from cluster.shared import beacon
@@ -94,11 +94,29 @@ def test_pokes_go_where_the_agent_beacons_from_and_count_up():
     key, nonce = book.enroll("n1")
     assert book.poke("n1", 5) is None  # never beaconed: nowhere to send it
     take(book, beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
-    pokes = [book.poke("n1", 5), book.poke("n1", 6)]
+    pokes = [book.poke("n1", 5)]
+    book.fetched("n1")  # its heartbeat was answered: the next change pokes it at once
+    pokes.append(book.poke("n1", 6))
     assert [p[1] for p in pokes] == [ADDRESS] * 2
     decoded = [beacon.decode(p[0]) for p in pokes]
     assert [(d.kind, d.version) for d in decoded] == [(beacon.POKE, 5), (beacon.POKE, 6)]
     assert decoded[0].counter < decoded[1].counter and all(beacon.authentic(d, key) for d in decoded)
+
+
+def test_a_node_with_a_poke_outstanding_is_not_poked_again_until_it_fetches_or_a_while_passed():
+    """A submit and its cancel a few ms apart bring the node one heartbeat (it fetches the newest work),
+    not two; a poke lost on the way is sent again REPOKE_AFTER later, on the node's next beacon."""
+    now = [100.0]
+    book = BeaconBook(clock=lambda: now[0])
+    key, nonce = book.enroll("n1")
+    take(book, beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
+    assert book.poke("n1", 1) is not None
+    now[0] += 0.01
+    assert book.poke("n1", 2) is None  # outstanding: its coming heartbeat gets version 2 anyway
+    now[0] += REPOKE_AFTER
+    assert beacon.decode(book.poke("n1", 2)[0]).version == 2  # never fetched: lost on the way
+    book.fetched("n1")
+    assert book.poke("n1", 3) is not None  # fetched since: a new change pokes at once
 
 
 class _Agents:
@@ -171,6 +189,25 @@ def test_work_changes_poke_every_agent_that_beacons(service_and_agent):
     service.poke(["n1", "n2", "unknown"])
     poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM))
     assert (poke.name, poke.version) == ("n1", 1)
+
+
+def test_a_change_while_a_poke_is_outstanding_is_poked_once_the_older_work_is_fetched(service_and_agent):
+    agents = _Agents({"n1": 0})
+    service, sock = service_and_agent(agents)
+    key, nonce = service.book.enroll("n1")
+    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
+    assert agents.event.wait(10)
+    agents.versions["n1"] = 1
+    service.poke(["n1"])
+    assert beacon.decode(sock.recv(beacon.MAX_DATAGRAM)).version == 1
+    agents.versions["n1"] = 2  # the job is canceled before the node fetched: no second poke now ...
+    service.poke(["n1"])
+    service.fetched("n1", 2)  # ... its heartbeat came after the change: nothing more to tell
+    service.fetched("n1", 1)  # (had it come before: it fetched version 1, and is poked for 2 at once)
+    assert beacon.decode(sock.recv(beacon.MAX_DATAGRAM)).version == 2
+    sock.settimeout(0.2)
+    with pytest.raises(socket.timeout):
+        sock.recv(beacon.MAX_DATAGRAM)  # exactly one datagram after the first poke
 
 
 def test_a_restarted_service_pokes_beacons_from_before_and_counts_them_once_confirmed(service_and_agent):

@@ -620,3 +620,20 @@ def test_a_retried_log_batch_near_the_limit_does_not_say_it_was_cut(core, nodes)
     core.push_logs(agent, job_id, batch, source="a/1", first_seq=1)
     core.push_logs(agent, job_id, batch, source="a/1", first_seq=1)  # the same batch again (a retry)
     assert [l.text for l in core.store.logs(job_id, limit=100)] == [f"line {i}" for i in range(1, 7)]
+
+
+def test_a_submission_asks_the_node_sizes_not_every_node(core, nodes):
+    """Admission reads how many live nodes there are of each size: a cluster's 10,000 nodes are not walked
+    for a submission, even right after a node joined or left."""
+    def walked(*args, **kwargs):
+        raise AssertionError("a submission walked every node")
+
+    core.lifecycle.nodes = walked
+    assert core.submit(spec(4), 1.0)[1] == JobState.STARTING.value  # two nodes of 2
+    with pytest.raises(BadRequest, match="slots_per_trial=3 can never be scheduled"):
+        core.submit(spec(3), 1.0)
+    Node(core, "a3", slots=1).register()  # a node of another size joins: 2 + 1 fits now
+    assert core.submit(spec(3), 2.0)[0]
+    core.check_agents(100.0)  # every node lost
+    with pytest.raises(BadRequest, match="no agents are registered"):
+        core.submit(spec(1), 100.0)

@@ -2,7 +2,6 @@
 
 from cluster.coordinator import admission, exits, leases, reconcile, watchdogs
 from cluster.coordinator.policy import Outcome
-from cluster.coordinator.scheduler import Node
 from cluster.coordinator.values import AgentLive, Lookup, Settings
 from cluster.coordinator.work import work_for
 from cluster.shared.config import ExperimentConfig
@@ -84,12 +83,23 @@ def test_lookup_computes_each_key_once_and_only_when_asked():
 # ---------------------------------------------------------------- admission
 def test_admission_refuses_with_the_message_users_see():
     spec = job(slots=3).spec
-    refused = admission.admit(spec, [Node("a1", 2, 2), Node("a2", 2, 2)])
+    refused = admission.admit(spec, {2: 2})  # two nodes of 2 slots
     assert not refused.admitted and "slots_per_trial=3 can never be scheduled" in refused.refusal
-    assert "no agents are registered" in admission.admit(spec, []).refusal
-    single = admission.admit(job(slots=4, mode="mirrored").spec, [Node("a1", 2, 0), Node("a2", 2, 2)])
+    assert "(2 nodes of 2 slots)" in refused.refusal
+    assert "no agents are registered" in admission.admit(spec, {}).refusal
+    assert "no agents are registered" in admission.admit(spec, {4: 0}).refusal
+    single = admission.admit(job(slots=4, mode="mirrored").spec, {2: 2})
     assert single.refusal.startswith("distribution mode mirrored runs one process on one node, but slots_per_trial=4")
-    assert admission.admit(job(slots=4).spec, [Node("a1", 2, 0), Node("a2", 2, 2)]).admitted
+    assert admission.admit(job(slots=4).spec, {2: 2}).admitted
+
+
+def test_admissions_follow_the_node_sizes_not_the_node_count():
+    admissions = admission.Admissions()
+    three = job(slots=3).spec
+    assert "can never be scheduled" in admissions.refusal(three, {2: 2})
+    assert admissions.refusal(three, {2: 2, 1: 1}) == ""  # a 1-slot node joined: 2+1 fits now
+    assert "can never be scheduled" in admissions.refusal(three, {2: 10_000})  # only the sizes count
+    assert admissions.refusal(job(slots=20_000).spec, {2: 10_000}) == ""
 
 
 def test_admission_returns_a_retried_submission_as_it_is():
@@ -134,6 +144,11 @@ def test_released_and_lost_agents():
     lost_already = agent("a3", last=0.0)
     lost_already.lost = True
     assert reconcile.lost_agents([quiet, lost, lost_already], now=12.0, lost_after=6.0) == [("a2", 12.0)]
+    # The scan ran without the lock: under it, an agent heard from meanwhile or registered again is not lost.
+    silent = [("a2", 12.0), ("a4", 12.0), ("a5", 12.0), ("gone", 12.0)]
+    heard, again = agent("a4", last=11.0), agent("a5", last=12.5)
+    table = {"a2": lost, "a4": heard, "a5": again}
+    assert reconcile.still_silent(table, silent, now=13.0, lost_after=6.0) == [("a2", 13.0)]
 
 
 # ---------------------------------------------------------------- ports and probes

@@ -74,7 +74,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         version = self.core.agent_board.version(request.agent)  # before: a later change is poked again
         work = self.core.heartbeat(report_from_pb(request), self.clock())
         if work is not None:
-            work.version = version
+            work.version = work.version or version  # a heartbeat that changed anything: as of its end
             if request.beacon_nonce and self.beacons is not None and self.beacons.port:
                 self.beacons.book.confirm(request.agent, request.beacon_nonce)  # over TLS: its beacons count
                 work.beacon_port = self.beacons.port

@@ -11,7 +11,8 @@ from the durable state, never from messages a restart could lose.
 What to do is decided by pure functions, each in its module: an agent's work (work.py), admission
 (admission.py), a node's report or silence (reconcile.py), port checks and probes (leases.py), a
 worker's exit (exits.py), the watchdogs (watchdogs.py), outcomes and failures (policy.py), the
-scheduler and placement; a job's transitions are applied by its JobLifecycle (lifecycle.py).
+scheduler and placement; a job's transitions are applied by its JobLifecycle (lifecycle.py), a node's
+handshake answers by Handshake (handshake.py).
 """
 
 from __future__ import annotations
@@ -23,17 +24,18 @@ import logging
 import threading
 from typing import Iterable, Mapping, Sequence
 
-from cluster.coordinator import exits as exits_lib, leases, policy, reconcile, watchdogs
+from cluster.coordinator import exits as exits_lib, policy, reconcile, watchdogs
 from cluster.coordinator import work as work_lib
 from cluster.coordinator.allocations import AllocationTable
-from cluster.coordinator.lifecycle import JobLifecycle, with_live
+from cluster.coordinator.lifecycle import JobLifecycle
 from cluster.coordinator.liveness import Liveness
 from cluster.coordinator.metrics import Telemetry, Throughput
+from cluster.coordinator.handshake import Handshake
 from cluster.coordinator.intake import Intake
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
-from cluster.shared.work import AgentReport, NodeUsage, ProbeFailure, RunningJob, Work
+from cluster.shared.work import AgentReport, NodeUsage, RunningJob, Work
 from cluster.shared.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
                                   WorkerExit)
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
@@ -43,6 +45,11 @@ from tfdist.errors import PermissionDeniedError
 log = logging.getLogger("tfdist.coordinator")
 
 MAX_LOG_LINE = 16384  # a backstop: agents already cut lines at 8 KiB, saying so
+
+
+@dataclasses.dataclass
+class EventEnd:
+    version: int = 0  # the agent's work version as the event ended (`_event(version_of=...)`)
 
 
 class CoordinatorCore:
@@ -65,6 +72,7 @@ class CoordinatorCore:
         self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)
         self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.run, settings, self.telemetry)
         self.intake = Intake(store, self.lifecycle, settings, self.telemetry)
+        self.handshake = Handshake(store, self.allocs, self.lifecycle, self.run, settings)
         with self._event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.run.start_clock[job.id] = now
@@ -78,14 +86,17 @@ class CoordinatorCore:
         return collections.ChainMap(self.run.waiting, self.run.joining)
 
     @contextlib.contextmanager
-    def _event(self, durable: bool = False):
+    def _event(self, durable: bool = False, version_of: str = ""):
         """One event: under the lock, in one transaction; the cache follows a rollback. `durable`: the
         transaction is on disk before the event returns, synced after the lock is let go (group commit:
-        events waiting together share one fsync, and the next event need not wait for it)."""
+        events waiting together share one fsync, and the next event need not wait for it). The changed
+        agents' versions move before the lock is let go; `version_of`: an agent whose version then the
+        yielded EventEnd gets (the work a heartbeat answers, and the version that covers it exactly)."""
+        end = EventEnd()
         with self.lock:
             try:
                 with self.store.transaction():
-                    yield
+                    yield end
             except BaseException:
                 self.allocs.reload()
                 self.lifecycle.reload_queue()
@@ -94,7 +105,8 @@ class CoordinatorCore:
                 raise
             touched = set(self.run.touched)
             self.run.touched.clear()
-            changed, self.allocs.changed = self.allocs.changed, set()
+            changed, self.allocs.changed = self.agent_board.advance(self.allocs.changed), set()
+            end.version = self.agent_board.version(version_of) if version_of else 0
             mark = self.store.commits
         try:
             if durable:
@@ -103,7 +115,7 @@ class CoordinatorCore:
             if touched:
                 self.board.bump(touched)
             if changed:
-                self.agent_board.bump(changed)
+                self.agent_board.announce(changed)
 
     # ---------------------------------------------------------------- agents
     def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float) -> None:
@@ -138,7 +150,7 @@ class CoordinatorCore:
             # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
             agent.last_heartbeat = now
             return Work()
-        with self._event():
+        with self._event(version_of=name) as event:
             agent = self.agents.get(name)
             if agent is None or agent.lost:
                 return None
@@ -153,11 +165,13 @@ class CoordinatorCore:
                                             self.run.left_training.setdefault(job.job_id, set()), job, now)
                     self.throughput.note(job.job_id, self.run.progress[job.job_id])
             for job_id, busy in report.port_results.items():
-                self._port_result(job_id, name, list(busy), now)
+                self.handshake.port_result(job_id, name, list(busy), now)
             for job_id, failures in report.probe_results.items():
-                self._probe_result(job_id, name, failures, now)
+                self.handshake.probe_result(job_id, name, failures, now)
             self._reconcile(agent, now, came_back=False)
-            return self._work_for(agent)
+            work = self._work_for(agent)
+        work.version = event.version  # its own change included: it is not poked for it
+        return work
 
     def _attempt(self, job_id: str) -> int | None:
         job = self.store.job(job_id)
@@ -198,33 +212,6 @@ class CoordinatorCore:
         for job_id in dump:
             self.run.dump_to[job_id].discard(agent.name)  # asked once
         return work
-
-    def _port_result(self, job_id: str, agent: str, busy: list[int], now: float) -> None:
-        excluded = self.run.excluded_ports.get((job_id, agent), set()) | set(busy)
-        decision = leases.port_answer(self.allocs.get(job_id, agent), self.allocs.of_job(job_id), busy, excluded,
-                                      self.lifecycle.ports_in_use(agent, job_id), self.settings.port_range)
-        if decision is None:
-            return  # a repeated or late answer
-        if busy:
-            self.run.excluded_ports[(job_id, agent)] = excluded
-        if decision.state is not None:
-            self.allocs.update(job_id, agent, state=decision.state)
-        elif decision.outcome is not None:
-            self.lifecycle.fail(job_id, now, decision.outcome)
-        else:
-            # No peer has probed yet: probes wait until every node of the job holds its ports.
-            self.allocs.update(job_id, agent, ports=decision.ports)
-            self.run.plans.pop(job_id, None)
-            job = self.store.job(job_id)
-            self.store.update_job(job_id, now, f"ports {busy} busy on {agent}; leased {list(decision.ports)} instead",
-                                  placement=with_live(job.placement, self.allocs.of_job(job_id)))
-
-    def _probe_result(self, job_id: str, agent: str, failures: Sequence[ProbeFailure], now: float) -> None:
-        answer = leases.probe_answer(self.allocs.get(job_id, agent), self.allocs.of_job(job_id), failures)
-        if isinstance(answer, policy.Outcome):
-            self.lifecycle.fail(job_id, now, answer)
-        elif answer is not None:
-            self.allocs.update(job_id, agent, state=answer)
 
     def report_exit(self, agent: str, job_id: str, exit_: WorkerExit, now: float) -> None:
         with self._event():

@@ -148,6 +148,11 @@ class ChangeBoard:
             return self._versions.get(key, 0)
 
     def bump(self, keys: Iterable[str]) -> None:
+        self.announce(self.advance(keys))
+
+    def advance(self, keys: Iterable[str]) -> list[str]:
+        """The keys' versions move (the coordinator does it under its lock, so versions follow its events'
+        order); waiters and listeners hear of it at `announce`."""
         with self._cond:
             keys = list(keys)
             for k in keys:
@@ -156,6 +161,10 @@ class ChangeBoard:
                 self._versions.move_to_end(k)
             while len(self._versions) > self._limit:
                 self._versions.popitem(last=False)
+        return keys
+
+    def announce(self, keys: list[str]) -> None:
+        with self._cond:
             self._cond.notify_all()
         for listener in self.listeners:  # after the commit: a failing listener must not fail the event
             try:

@@ -637,3 +637,16 @@ def test_a_submission_asks_the_node_sizes_not_every_node(core, nodes):
     core.check_agents(100.0)  # every node lost
     with pytest.raises(BadRequest, match="no agents are registered"):
         core.submit(spec(1), 100.0)
+
+
+def test_a_heartbeat_that_changes_its_node_answers_the_version_that_covers_its_own_change(core, nodes):
+    """The node's own heartbeat released its canceled job: its answer already says so, so the version it
+    carries covers that change (a poke for it would only bring another heartbeat); any later change is above."""
+    job_id = core.submit(spec(2), 1.0)[0]
+    assert [a.agent for a in core.allocs.of_job(job_id)] == ["a1"]
+    core.cancel(job_id, 2.0)
+    before = core.agent_board.version("a1")
+    work = core.heartbeat(AgentReport("a1", (), ()), 3.0)  # runs nothing: the allocation is released
+    assert core.allocs.of_job(job_id) == () and work.version == core.agent_board.version("a1") > before
+    core.submit(spec(2), 4.0)
+    assert core.agent_board.version("a1") > work.version  # placed again: above what it was answered

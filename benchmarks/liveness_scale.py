@@ -41,6 +41,7 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
     if nice:
         os.nice(nice)
 
+    from cluster.agent.loops import jittered
     from cluster.shared import beacon
     from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
     from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
@@ -72,7 +73,7 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
         now = time.monotonic()
         if a["key"]:
             heapq.heappush(due, (now, "b", i, a["epoch"]))
-        heapq.heappush(due, (now + a["interval"], "h", i, a["epoch"]))
+        heapq.heappush(due, (now + jittered(a["interval"]), "h", i, a["epoch"]))
 
     pending = []  # (agent index, heartbeat future)
     first_time = set(range(len(agents)))  # not yet registered once (ready once empty)
@@ -143,7 +144,7 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
                     beacons += 1
             else:
                 if when > 0.0:  # a poke's heartbeat keeps the agent's schedule
-                    heapq.heappush(due, (now + a["interval"], "h", i, epoch))
+                    heapq.heappush(due, (now + jittered(a["interval"]), "h", i, epoch))
                 if i not in quiet and not a["in_flight"]:
                     a["in_flight"] = True
                     pending.append((i, stub.Heartbeat.future(pb.HeartbeatRequest(

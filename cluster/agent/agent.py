@@ -25,7 +25,7 @@ import grpc
 
 from cluster.agent.beacon import BeaconSender
 from cluster.agent.edge import CoordinatorLink
-from cluster.agent.loops import ship_loop, watch_loop
+from cluster.agent.loops import jittered, ship_loop, watch_loop
 from cluster.agent.job_run import JobRun
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.metrics_endpoint import NodeCollector, NodeMetrics
@@ -139,7 +139,7 @@ class Agent:
                 _say(log.warning, self._unreachable.failed(time.monotonic(), e))  # at once, then less often
                 urgent = False
             if not urgent:
-                self._wake.wait(self.heartbeat_interval)
+                self._wake.wait(jittered(self.heartbeat_interval))
             self._wake.clear()
 
     def wake(self) -> None:

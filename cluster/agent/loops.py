@@ -1,9 +1,10 @@
 """The agent's helper threads besides the heartbeat loop: the work long poll (for agents without beacons)
-and the shipping of the workers' output, exits and metric rows."""
+and the shipping of the workers' output, exits and metric rows; and the heartbeat loop's jitter."""
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from typing import Callable
 
@@ -15,6 +16,14 @@ from cluster.shared.rpc import ClientError
 log = logging.getLogger("tfdist.agent")
 WATCH_WAIT = 10.0  # seconds one WaitForWork long poll may be held by the coordinator
 WATCH_BACKOFF = 30.0  # seconds of heartbeats alone when the coordinator had no waiting slot
+HEARTBEAT_JITTER = 0.2  # each wait is up to this fraction shorter than the interval, at random
+
+
+def jittered(interval: float, draw: Callable[[], float] = random.random) -> float:
+    """The wait before the next heartbeat: the interval, less up to a fifth at random. Agents that registered
+    together (a cluster's start, a coordinator's restart) drift apart instead of heartbeating in waves of
+    thousands; never longer than the interval, so a node on heartbeats alone still fits three in lost_after."""
+    return interval * (1.0 - HEARTBEAT_JITTER * draw())
 
 
 def watch_loop(link: CoordinatorLink, stop: threading.Event, wake: threading.Event,

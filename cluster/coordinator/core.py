@@ -33,6 +33,7 @@ from cluster.coordinator.metrics import Telemetry, Throughput
 from cluster.coordinator.handshake import Handshake
 from cluster.coordinator.intake import Intake
 from cluster.coordinator.store import StateStore
+from cluster.coordinator.user_first import UserFirst
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
 from cluster.shared.work import AgentReport, NodeUsage, RunningJob, Work
@@ -57,6 +58,7 @@ class CoordinatorCore:
         self.store = store
         self.settings = settings
         self.lock = threading.RLock()
+        self.user_first = UserFirst()  # users' actions before agents' heartbeats (user_first.py)
         self.board = ChangeBoard()  # per job: wakes log followers
         self.agent_board = ChangeBoard()  # per agent: wakes its WaitForWork (new work on its node)
         # After a restart every known agent gets a full grace period to re-attach: lost_after, plus the longest
@@ -150,6 +152,7 @@ class CoordinatorCore:
             # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
             agent.last_heartbeat = now
             return Work()
+        self.user_first.agent_turn()
         with self._event(version_of=name) as event:
             agent = self.agents.get(name)
             if agent is None or agent.lost:
@@ -294,7 +297,7 @@ class CoordinatorCore:
         return self._act(job_ref, now, self.lifecycle.resume)  # a new attempt, from its latest checkpoint
 
     def _act(self, job_ref: str, now: float, act) -> str:  # the user's action on a job: its state after
-        with self._event():
+        with self.user_first.user(), self._event():
             job = self.store.job(self.resolve_job_id(job_ref))
             act(job, now)
             return self.store.job(job.id).state.value

@@ -88,8 +88,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @guard
     def SubmitJob(self, request, context, principal):
         spec = jobspec.from_pb(request.spec)
-        job_id, state = self.submissions.submit(spec, principal.name) if self.submissions else \
-            self.core.submit(spec, self.clock(), owner=principal.name)
+        with self.core.user_first.user():  # queued and stored before the nodes' heartbeats take the lock
+            job_id, state = self.submissions.submit(spec, principal.name) if self.submissions else \
+                self.core.submit(spec, self.clock(), owner=principal.name)
         return pb.SubmitJobResponse(job_id=job_id, state=state)
 
     @guard

@@ -15,3 +15,14 @@ def test_unreachable_is_said_at_once_then_at_growing_intervals_then_when_back():
     assert said.answered(501.0) is None  # said once
     assert said.failed(600.0, "refused").startswith("coordinator unreachable (refused)")  # a new outage: at once
     assert said.failed(601.0, "refused") is None
+
+
+def test_heartbeat_waits_are_jittered_below_the_interval():
+    """Agents that registered together drift apart; none waits longer than its interval (three heartbeats
+    still fit in lost_after for a node on heartbeats alone)."""
+    from cluster.agent.loops import HEARTBEAT_JITTER, jittered
+
+    assert jittered(10.0, draw=lambda: 0.0) == 10.0
+    assert jittered(10.0, draw=lambda: 0.999) > 10.0 * (1 - HEARTBEAT_JITTER)
+    waits = [jittered(10.0) for _ in range(1000)]
+    assert all(8.0 < w <= 10.0 for w in waits) and len(set(waits)) > 900

@@ -279,7 +279,7 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
         from benchmarks.liveness_scale import LOST_AFTER, beaconing_agents
 
         ctx = multiprocessing.get_context("spawn")
-        sent = ctx.Array("q", 3)  # beacons, heartbeats, registrations again
+        sent = ctx.Array("q", 4)  # beacons, heartbeats, registrations again, pokes taken
         main = functools.partial(beaconing_agents, silence=ctx.Event(), victims=frozenset(), old_every=0, sent=sent,
                                  nice=AGENTS_NICE)
         cluster = SimulatedCluster(agents, processes=processes, lost_after=LOST_AFTER, agent_main=main)
@@ -294,7 +294,7 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
         time.sleep(cpu_window)
         cpu = (cpu_seconds(cluster.coord.pid) - c0) / (time.monotonic() - t0)
         rss_idle = rss_mib(cluster.coord.pid)
-        c0, t0, h0 = cpu_seconds(cluster.coord.pid), time.monotonic(), sent[1] if sent else 0
+        c0, t0, h0, k0 = cpu_seconds(cluster.coord.pid), time.monotonic(), *((sent[1], sent[3]) if sent else (0, 0))
         per_round, placed = [], 0
         for r in range(rounds):  # on the same cluster: one noisy second on this machine moves one round's p99
             before = sent[1] if sent else 0
@@ -303,7 +303,7 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
                               ((sent[1] - before) / jobs) if sent else 0.0))
             placed += placed_now
         loop_cpu, loop_wall = cpu_seconds(cluster.coord.pid) - c0, time.monotonic() - t0
-        heartbeats = (sent[1] - h0) if sent else None
+        heartbeats, pokes = ((sent[1] - h0), (sent[3] - k0)) if sent else (None, None)
         rss_after_jobs = rss_mib(cluster.coord.pid)
         return {"agents_registered": registered, "coordinator_cpu_cores": round(cpu, 3),
                 "coordinator_rss_mib": round(rss_idle, 1), "coordinator_rss_after_jobs_mib": round(rss_after_jobs, 1),
@@ -314,7 +314,8 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
                 "jobs": jobs, "rounds": rounds, "placed_at_once": placed,
                 "coordinator_cpu_ms_per_job": round(1000 * loop_cpu / (jobs * rounds), 2),
                 "coordinator_cpu_cores_during_jobs": round(loop_cpu / loop_wall, 3),
-                "heartbeats_per_job": heartbeats and round(heartbeats / (jobs * rounds), 1)}
+                "heartbeats_per_job": heartbeats and round(heartbeats / (jobs * rounds), 1),
+                "pokes_per_job": pokes and round(pokes / (jobs * rounds), 1)}
     finally:
         cluster.close()
 

@@ -34,8 +34,8 @@ LOST_AFTER = 6.0  # the coordinator's default
 def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old_every, sent, nice=0):
     """One simulated-agent process: its agents register (every `old_every`-th without beacons), then beacon
     and heartbeat as real ones do until `stop_at`; once `silence` is set, its `victims` send
-    nothing more. `victims`: names. `sent`: (beacons, heartbeats, registrations again after a loss) sent, all
-    processes together. `nice`: below the coordinator (on a real cluster agents run on other machines)."""
+    nothing more. `victims`: names. `sent`: (beacons, heartbeats, registrations again after a loss, pokes
+    taken) sent, all processes together. `nice`: below the coordinator (on a real cluster agents run on other machines)."""
     import grpc
 
     if nice:
@@ -91,6 +91,7 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
                         ready.release()
             except grpc.RpcError:
                 waiting.append(item[0])
+        pokes = 0
         while True:  # pokes: heartbeat now
             try:
                 poke = beacon.decode(sock.recv(beacon.MAX_DATAGRAM + 1))
@@ -99,6 +100,7 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
             i = index.get(poke.name) if poke else None
             if i is not None and poke.counter > agents[i]["last_poke"] and i not in quiet:  # a fresh poke wakes it
                 agents[i]["last_poke"] = poke.counter
+                pokes += 1
                 if agents[i]["in_flight"]:  # one heartbeat at a time, as a real agent's loop: then one more
                     agents[i]["again"] = True
                 else:
@@ -150,10 +152,11 @@ def beaconing_agents(address, credentials, stop_at, ready, silence, victims, old
                     pending.append((i, stub.Heartbeat.future(pb.HeartbeatRequest(
                         agent=a["name"], beacon_nonce=a["nonce"] if a["key"] else b""), timeout=60, **a["auth"])))
                     heartbeats += 1
-        if beacons or heartbeats:
+        if beacons or heartbeats or pokes:
             with sent.get_lock():
                 sent[0] += beacons
                 sent[1] += heartbeats
+                sent[3] += pokes
         time.sleep(max(0.0, min(0.01, (due[0][0] if due else now + 0.01) - time.monotonic())))
 
 
@@ -166,7 +169,7 @@ def listed(client):
 def one_run(agents, mode, window, settle, victims, processes):
     """`mode`: "beacons" (every 20th agent on heartbeats alone) or "heartbeats" (all of them)."""
     ctx = multiprocessing.get_context("spawn")
-    silence, sent = ctx.Event(), ctx.Array("q", 3)
+    silence, sent = ctx.Event(), ctx.Array("q", 4)
     old_every = 20 if mode == "beacons" else 1
     per = agents // processes
     victim_names = frozenset(f"sim{i:04d}" for i in range(victims))  # the first process's first agents

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import select
 import socket
 import threading
 import time
@@ -21,6 +22,10 @@ from cluster.shared import beacon
 
 log = logging.getLogger("tfdist.coordinator")
 RECEIVE_TIMEOUT = 0.5  # how often the thread looks whether it must stop
+# Beacons are taken in batches: at 10,000 agents (6,700 a second) one wake-up, and one hand-over of
+# Python's GIL, per datagram took the lock-holding thread's turn thousands of times a second.
+BATCH_EVERY = 0.005  # seconds
+MOST_AT_ONCE = 4096  # datagrams a batch takes before it looks whether to stop
 RECEIVE_BUFFER = 4 << 20  # bytes (the kernel caps it at net.core.rmem_max)
 # A node poked and not yet heard fetching is poked again only this many seconds later: its heartbeat
 # fetches the newest work anyway (a submit and its cancel bring one heartbeat, not two), and a beacon
@@ -177,7 +182,7 @@ class BeaconService:
         if self._sock is None:
             log.warning("no UDP port for liveness beacons: agents prove they are alive with heartbeats")
         else:
-            self._sock.settimeout(RECEIVE_TIMEOUT)
+            self._sock.setblocking(False)  # waits in select; a full send buffer drops a poke (the next beacon's brings it)
             self._thread.start()
             log.info("liveness beacons on UDP port %d", self.port)
         return self
@@ -213,12 +218,25 @@ class BeaconService:
     def _receive_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                data, address = self._sock.recvfrom(beacon.MAX_DATAGRAM + 1)
-            except socket.timeout:
-                continue
-            except OSError as e:
+                readable, _, _ = select.select([self._sock], [], [], RECEIVE_TIMEOUT)
+            except (OSError, ValueError) as e:  # closed under it: the service is stopping
                 if self._stop.is_set():
                     return
+                log.debug("beacon socket: %s", e)
+                self._stop.wait(RECEIVE_TIMEOUT)
+                continue
+            if readable:
+                self._drain()
+                self._stop.wait(BATCH_EVERY)
+
+    def _drain(self) -> None:
+        """Takes the beacons waiting in the kernel, up to MOST_AT_ONCE."""
+        for _ in range(MOST_AT_ONCE):
+            try:
+                data, address = self._sock.recvfrom(beacon.MAX_DATAGRAM + 1)
+            except BlockingIOError:
+                return
+            except OSError as e:  # e.g. an ICMP error reported on the socket: the next datagram is taken
                 log.debug("beacon socket: %s", e)
                 continue
             try:

@@ -325,7 +325,7 @@ def main():
     parser.add_argument("--agents", default="1000,3000,10000",
                         help="simulated cluster sizes, comma-separated: the curve (adaptive heartbeats)")
     parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=5,
                         help="rounds of --jobs jobs on each cluster: p50/p99 are the medians of the rounds'")
     parser.add_argument("--runs", type=int, default=3, help="runs of the pure scheduler")
     parser.add_argument("--forced", action="store_true",

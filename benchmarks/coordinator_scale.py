@@ -289,12 +289,14 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
     try:
         client = cluster.client
         registered = len(client.call(client.coordinator.ListAgents, pb.ListAgentsRequest()).agents)
-        time.sleep(5)  # every agent is heartbeating at its interval
+        # Every agent heartbeats at its final interval once it has heartbeated once since the last one
+        # registered: the longest interval is the heartbeat budget's (250/s: 40 s at 10,000 agents).
+        time.sleep(max(5.0, agents / 250.0))
         c0, t0 = cpu_seconds(cluster.coord.pid), time.monotonic()
         time.sleep(cpu_window)
         cpu = (cpu_seconds(cluster.coord.pid) - c0) / (time.monotonic() - t0)
         rss_idle = rss_mib(cluster.coord.pid)
-        c0, t0, h0, k0 = cpu_seconds(cluster.coord.pid), time.monotonic(), *((sent[1], sent[3]) if sent else (0, 0))
+        c0, t0, h0, k0, r0 = cpu_seconds(cluster.coord.pid), time.monotonic(), *((sent[1], sent[3], sent[2]) if sent else (0, 0, 0))
         per_round, placed = [], 0
         for r in range(rounds):  # on the same cluster: one noisy second on this machine moves one round's p99
             before = sent[1] if sent else 0
@@ -303,7 +305,7 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
                               ((sent[1] - before) / jobs) if sent else 0.0))
             placed += placed_now
         loop_cpu, loop_wall = cpu_seconds(cluster.coord.pid) - c0, time.monotonic() - t0
-        heartbeats, pokes = ((sent[1] - h0), (sent[3] - k0)) if sent else (None, None)
+        heartbeats, pokes, again = ((sent[1] - h0), (sent[3] - k0), (sent[2] - r0)) if sent else (None, None, None)
         rss_after_jobs = rss_mib(cluster.coord.pid)
         return {"agents_registered": registered, "coordinator_cpu_cores": round(cpu, 3),
                 "coordinator_rss_mib": round(rss_idle, 1), "coordinator_rss_after_jobs_mib": round(rss_after_jobs, 1),
@@ -315,7 +317,8 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
                 "coordinator_cpu_ms_per_job": round(1000 * loop_cpu / (jobs * rounds), 2),
                 "coordinator_cpu_cores_during_jobs": round(loop_cpu / loop_wall, 3),
                 "heartbeats_per_job": heartbeats and round(heartbeats / (jobs * rounds), 1),
-                "pokes_per_job": pokes and round(pokes / (jobs * rounds), 1)}
+                "pokes_per_job": pokes and round(pokes / (jobs * rounds), 1),
+                "agents_registered_again": again}  # lost meanwhile: a simulating process starved (it must be 0)
     finally:
         cluster.close()
 

@@ -134,8 +134,17 @@ class BeaconBook:
             peer.poked_at = now
             return beacon.encode(beacon.POKE, name, peer.next_poke(), version, peer.key, peer.nonce), peer.address
 
+    def fetching(self, name: str) -> None:
+        """`name` heartbeats now: its answer carries what changes meanwhile (its own report's changes too),
+        so those poke it not; `fetched` once it is answered."""
+        now = self._clock()
+        with self._lock:
+            peer = self._peers.get(name)
+            if peer is not None:
+                peer.poked_at = now
+
     def fetched(self, name: str) -> None:
-        """`name`'s heartbeat was answered: a change from now on pokes it at once."""
+        """`name`'s heartbeat was answered (or its poke never left): a change from now on pokes it at once."""
         with self._lock:
             peer = self._peers.get(name)
             if peer is not None:
@@ -197,32 +206,35 @@ class BeaconService:
     def poke(self, names: Iterable[str]) -> None:
         """Tells each agent that beaconed that its work moved (the agent board's listener)."""
         for name in names:
-            self._send(self.book.poke(name, self._version(name)))
+            self._send(name, self.book.poke(name, self._version(name)))
 
     def fetched(self, name: str, version: int) -> None:
         """`name` was answered its work as of `version`: poked again if it moved since (a change while its
-        poke was outstanding sent none)."""
+        poke was outstanding, or while it heartbeated, sent none)."""
         self.book.fetched(name)
         now = self._version(name)
         if now > version:
-            self._send(self.book.poke(name, now))
+            self._send(name, self.book.poke(name, now))
 
-    def _send(self, poke: tuple[bytes, tuple] | None) -> None:
+    def _send(self, name: str, poke: tuple[bytes, tuple] | None) -> None:
         if poke is None or self._sock is None:
             return
         try:
             self._sock.sendto(*poke)
-        except OSError as e:  # unreachable now: the next beacon is poked again
+        except OSError as e:  # unreachable now, or the send buffer full: the next change or beacon pokes again
+            self.book.fetched(name)
             log.debug("poke to %s failed: %s", poke[1], e)
 
     def _receive_loop(self) -> None:
+        waiting = select.poll()  # not select.select: a busy coordinator's descriptors pass 1,024
+        waiting.register(self._sock, select.POLLIN)
         while not self._stop.is_set():
             try:
-                readable, _, _ = select.select([self._sock], [], [], RECEIVE_TIMEOUT)
+                readable = waiting.poll(RECEIVE_TIMEOUT * 1000)
             except (OSError, ValueError) as e:  # closed under it: the service is stopping
                 if self._stop.is_set():
                     return
-                log.debug("beacon socket: %s", e)
+                log.warning("beacon socket: %s", e)
                 self._stop.wait(RECEIVE_TIMEOUT)
                 continue
             if readable:
@@ -236,9 +248,9 @@ class BeaconService:
                 data, address = self._sock.recvfrom(beacon.MAX_DATAGRAM + 1)
             except BlockingIOError:
                 return
-            except OSError as e:  # e.g. an ICMP error reported on the socket: the next datagram is taken
+            except OSError as e:  # the socket closed under it (stopping): back to waiting
                 log.debug("beacon socket: %s", e)
-                continue
+                return
             try:
                 self._take(data, address)
             except Exception:  # keep the thread: the next beacon is taken
@@ -250,10 +262,10 @@ class BeaconService:
             return
         name = taken.datagram.name
         if not taken.counts:  # from before this coordinator started: its heartbeat must confirm it first
-            self._send(self.book.poke(name, self._version(name)))
+            self._send(name, self.book.poke(name, self._version(name)))
             return
         self.received += 1
         alive = self._seen(name, self._clock())
         version = self._version(name)
         if not alive or version > taken.datagram.version:  # behind (a poke was lost), or it must register again
-            self._send(self.book.poke(name, version))
+            self._send(name, self.book.poke(name, version))

@@ -60,7 +60,7 @@ class CoordinatorCore:
         self.lock = threading.RLock()
         self.user_first = UserFirst()  # users' actions before agents' heartbeats (user_first.py)
         self.board = ChangeBoard()  # per job: wakes log followers
-        self.agent_board = ChangeBoard()  # per agent: wakes its WaitForWork (new work on its node)
+        self.agent_board = ChangeBoard(limit=None)  # per agent (all: pokes compare with it): wakes its WaitForWork
         # After a restart every known agent gets a full grace period to re-attach: lost_after, plus the longest
         # heartbeat interval it may have been given (its beacons count again once a heartbeat confirms them).
         records = store.agents()

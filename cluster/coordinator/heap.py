@@ -35,6 +35,11 @@ def freeze_after_full_collections() -> None:
             gc.callbacks.append(_freeze_survivors)
 
 
+def freezing() -> bool:
+    """Whether freeze_after_full_collections is on in this process."""
+    return _freeze_survivors in gc.callbacks
+
+
 def stop_freezing() -> None:
     """Undoes freeze_after_full_collections, and thaws what it froze."""
     with _installed:
@@ -44,18 +49,19 @@ def stop_freezing() -> None:
 
 
 class HeapThaw:
-    """Thaws the frozen heap every `every` seconds so reference cycles among old objects are collected;
-    `tick()` is called often (the coordinator's check loop). `unfreeze`: gc's (a test may count calls)."""
+    """Thaws the frozen heap every `every` seconds so reference cycles among old objects are collected, while
+    freeze_after_full_collections is on (a program that froze its own heap is left alone); `tick()` is called
+    often (the coordinator's check loop). `unfreeze`, `on`: gc's and freezing (a test may fake them)."""
 
     def __init__(self, every: float = THAW_EVERY, clock: Callable[[], float] = time.monotonic,
-                 unfreeze: Callable[[], None] = gc.unfreeze):
-        self.every, self.clock, self._unfreeze = every, clock, unfreeze
+                 unfreeze: Callable[[], None] = gc.unfreeze, on: Callable[[], bool] = freezing):
+        self.every, self.clock, self._unfreeze, self._on = every, clock, unfreeze, on
         self._thawed_at = clock()
 
     def tick(self) -> bool:
         """Whether it thawed now."""
         now = self.clock()
-        if now - self._thawed_at < self.every:
+        if now - self._thawed_at < self.every or not self._on():
             return False
         self._unfreeze()
         self._thawed_at = now

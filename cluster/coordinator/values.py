@@ -126,10 +126,11 @@ class ChangeBoard:
     Versions come from one counter, so a key's never repeats, and it starts at the clock in microseconds,
     so a restarted coordinator's are above its predecessor's (an agent's beacons carry the version it has
     seen, and it takes only pokes above it). The board keeps the `limit` keys bumped last (jobs come and
-    go: 100,000 of them must not grow it). A key it forgot reads 0, which differs from any version a
+    go: 100,000 of them must not grow it; None: every key, for the agents, whose pokes rely on it). A key
+    it forgot reads 0, which differs from any version a
     waiter saw: the waiter wakes once, reads, and waits again."""
 
-    def __init__(self, limit: int = 8_192):
+    def __init__(self, limit: int | None = 8_192):
         self._cond = threading.Condition()
         self._versions: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._counter = time.time_ns() // 1000
@@ -159,7 +160,7 @@ class ChangeBoard:
                 self._counter += 1
                 self._versions[k] = self._counter
                 self._versions.move_to_end(k)
-            while len(self._versions) > self._limit:
+            while self._limit is not None and len(self._versions) > self._limit:
                 self._versions.popitem(last=False)
         return keys
 

@@ -650,3 +650,11 @@ def test_a_heartbeat_that_changes_its_node_answers_the_version_that_covers_its_o
     assert core.allocs.of_job(job_id) == () and work.version == core.agent_board.version("a1") > before
     core.submit(spec(2), 4.0)
     assert core.agent_board.version("a1") > work.version  # placed again: above what it was answered
+
+
+def test_the_agent_board_forgets_no_agent(core):
+    """Pokes compare an agent's version with what it was answered: a forgotten one (0) would never be poked
+    again after a suppressed poke. The job board forgets (jobs come and go); the agent board does not."""
+    core.agent_board.bump(f"n{i}" for i in range(10_000))
+    core.board.bump(f"j{i}" for i in range(10_000))
+    assert core.agent_board.version("n0") > 0 and core.board.version("j0") == 0

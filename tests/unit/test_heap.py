@@ -36,7 +36,7 @@ def _freeze_survivors_installed():
 
 def test_the_heap_is_thawed_every_so_often():
     now, thawed = [0.0], []
-    thaw = HeapThaw(every=600.0, clock=lambda: now[0], unfreeze=lambda: thawed.append(now[0]))
+    thaw = HeapThaw(every=600.0, clock=lambda: now[0], unfreeze=lambda: thawed.append(now[0]), on=lambda: True)
     now[0] = 599.0
     assert not thaw.tick()
     now[0] = 600.0
@@ -45,3 +45,10 @@ def test_the_heap_is_thawed_every_so_often():
     assert not thaw.tick()
     now[0] = 1200.0
     assert thaw.tick() and thawed == [600.0, 1200.0]
+
+
+def test_a_heap_frozen_by_someone_else_is_left_alone():
+    """An embedded coordinator (freezing not turned on) never thaws its host program's own gc.freeze()."""
+    thawed = []
+    thaw = HeapThaw(every=1.0, clock=lambda: 1000.0, unfreeze=lambda: thawed.append(1))
+    assert not thaw.tick() and thawed == []

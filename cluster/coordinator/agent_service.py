@@ -71,23 +71,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     @guard
     def Heartbeat(self, request, context, principal):
-        beacons = self.beacons if request.beacon_nonce and self.beacons is not None and self.beacons.port else None
-        if beacons is not None:
-            beacons.book.fetching(request.agent)  # what changes while it heartbeats pokes it only if not answered
-        answered = 0
-        try:
-            version = self.core.agent_board.version(request.agent)  # before: a later change is poked again
-            work = self.core.heartbeat(report_from_pb(request), self.clock())
-            if work is not None:
-                work.version = answered = work.version or version  # one that changed anything: as of its end
-                if beacons is not None:
-                    beacons.book.confirm(request.agent, request.beacon_nonce)  # over TLS: its beacons count
-                    work.beacon_port = beacons.port
-        finally:
-            if beacons is not None and answered:
-                beacons.fetched(request.agent, answered)  # a change it was not answered: poked now
-            elif beacons is not None:
-                beacons.book.fetched(request.agent)  # no work answered: its next beacon shows what it lacks
+        version = self.core.agent_board.version(request.agent)  # before: a later change is poked again
+        work = self.core.heartbeat(report_from_pb(request), self.clock())
+        if work is not None:
+            work.version = work.version or version  # a heartbeat that changed anything: as of its end
+            if request.beacon_nonce and self.beacons is not None and self.beacons.port:
+                self.beacons.book.confirm(request.agent, request.beacon_nonce)  # over TLS: its beacons count
+                work.beacon_port = self.beacons.port
+                self.beacons.fetched(request.agent, version)
         return work_to_pb(work, self.core.liveness.interval(request.agent))
 
     @guard

@@ -134,15 +134,6 @@ class BeaconBook:
             peer.poked_at = now
             return beacon.encode(beacon.POKE, name, peer.next_poke(), version, peer.key, peer.nonce), peer.address
 
-    def fetching(self, name: str) -> None:
-        """`name` heartbeats now: its answer carries what changes meanwhile (its own report's changes too),
-        so those poke it not; `fetched` once it is answered."""
-        now = self._clock()
-        with self._lock:
-            peer = self._peers.get(name)
-            if peer is not None:
-                peer.poked_at = now
-
     def fetched(self, name: str) -> None:
         """`name`'s heartbeat was answered (or its poke never left): a change from now on pokes it at once."""
         with self._lock:

@@ -191,12 +191,18 @@ def test_work_changes_poke_every_agent_that_beacons(service_and_agent):
     assert (poke.name, poke.version) == ("n1", 1)
 
 
-def test_a_change_while_a_poke_is_outstanding_is_poked_once_the_older_work_is_fetched(service_and_agent):
+def _one_beaconing_node(service_and_agent):
+    """A service, and node n1 whose first beacon it took (its work versions: agents.versions)."""
     agents = _Agents({"n1": 0})
     service, sock = service_and_agent(agents)
     key, nonce = service.book.enroll("n1")
     sock.send(beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
     assert agents.event.wait(10)
+    return agents, service, sock
+
+
+def test_a_change_while_a_poke_is_outstanding_is_poked_once_the_older_work_is_fetched(service_and_agent):
+    agents, service, sock = _one_beaconing_node(service_and_agent)
     agents.versions["n1"] = 1
     service.poke(["n1"])
     assert beacon.decode(sock.recv(beacon.MAX_DATAGRAM)).version == 1
@@ -211,11 +217,7 @@ def test_a_change_while_a_poke_is_outstanding_is_poked_once_the_older_work_is_fe
 
 
 def test_a_failed_poke_send_leaves_nothing_outstanding(service_and_agent):
-    agents = _Agents({"n1": 0})
-    service, sock = service_and_agent(agents)
-    key, nonce = service.book.enroll("n1")
-    sock.send(beacon.encode(beacon.BEACON, "n1", 1, 0, key, nonce))
-    assert agents.event.wait(10)
+    agents, service, sock = _one_beaconing_node(service_and_agent)
     service._sock = _SendBufferFull(service._sock)  # the send fails: no poke is left outstanding ...
     agents.versions["n1"] = 7
     service.poke(["n1"])

@@ -296,16 +296,17 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
         time.sleep(cpu_window)
         cpu = (cpu_seconds(cluster.coord.pid) - c0) / (time.monotonic() - t0)
         rss_idle = rss_mib(cluster.coord.pid)
-        c0, t0, h0, k0, r0 = cpu_seconds(cluster.coord.pid), time.monotonic(), *((sent[1], sent[3], sent[2]) if sent else (0, 0, 0))
+        counted = (lambda: list(sent)) if sent else (lambda: [0, 0, 0, 0])  # beacons, heartbeats, again, pokes
+        c0, t0, start = cpu_seconds(cluster.coord.pid), time.monotonic(), counted()
         per_round, placed = [], 0
         for r in range(rounds):  # on the same cluster: one noisy second on this machine moves one round's p99
-            before = sent[1] if sent else 0
+            before = counted()[1]
             latencies, placed_now, _ = submit_latencies(client, jobs, seed + r)
             per_round.append((1000 * statistics.median(latencies), 1000 * p99(latencies),
-                              ((sent[1] - before) / jobs) if sent else 0.0))
+                              (counted()[1] - before) / jobs))
             placed += placed_now
         loop_cpu, loop_wall = cpu_seconds(cluster.coord.pid) - c0, time.monotonic() - t0
-        heartbeats, pokes, again = ((sent[1] - h0), (sent[3] - k0), (sent[2] - r0)) if sent else (None, None, None)
+        _, heartbeats, again, pokes = (b - a for a, b in zip(start, counted()))
         rss_after_jobs = rss_mib(cluster.coord.pid)
         return {"agents_registered": registered, "coordinator_cpu_cores": round(cpu, 3),
                 "coordinator_rss_mib": round(rss_idle, 1), "coordinator_rss_after_jobs_mib": round(rss_after_jobs, 1),
@@ -316,9 +317,9 @@ def bench_cluster(agents, jobs, seed, processes=4, cpu_window=10.0, fixed_interv
                 "jobs": jobs, "rounds": rounds, "placed_at_once": placed,
                 "coordinator_cpu_ms_per_job": round(1000 * loop_cpu / (jobs * rounds), 2),
                 "coordinator_cpu_cores_during_jobs": round(loop_cpu / loop_wall, 3),
-                "heartbeats_per_job": heartbeats and round(heartbeats / (jobs * rounds), 1),
-                "pokes_per_job": pokes and round(pokes / (jobs * rounds), 1),
-                "agents_registered_again": again}  # lost meanwhile: a simulating process starved (it must be 0)
+                "heartbeats_per_job": round(heartbeats / (jobs * rounds), 1) if sent else None,
+                "pokes_per_job": round(pokes / (jobs * rounds), 1) if sent else None,
+                "agents_registered_again": again if sent else None}  # lost meanwhile: a simulating process starved (it must be 0)
     finally:
         cluster.close()
 

@@ -35,7 +35,7 @@ def admit(spec: JobSpec, sizes: Mapping[int, int], known_submission: Job | None 
         scheduler.check_feasible_sizes(spec.slots, sizes)
     except scheduler.InfeasibleJob as e:
         return Admission(refusal=str(e))
-    largest = max((size for size, count in sizes.items() if count > 0), default=0)
+    largest = max(size for size, count in sizes.items() if count > 0)  # some node lives: it was feasible
     if modes.planner(spec.distribution_mode).single_node and spec.slots > largest:
         return Admission(refusal=f"distribution mode {spec.distribution_mode} runs one process on one node, but "
                                  f"slots_per_trial={spec.slots} is more than the largest node ({largest} slots); "

@@ -182,7 +182,7 @@ class BeaconService:
         if self._sock is None:
             log.warning("no UDP port for liveness beacons: agents prove they are alive with heartbeats")
         else:
-            self._sock.setblocking(False)  # waits in select; a full send buffer drops a poke (the next beacon's brings it)
+            self._sock.setblocking(False)  # waits in poll; a poke a full send buffer drops is sent again later
             self._thread.start()
             log.info("liveness beacons on UDP port %d", self.port)
         return self

@@ -173,7 +173,7 @@ class CoordinatorCore:
                 self.handshake.probe_result(job_id, name, failures, now)
             self._reconcile(agent, now, came_back=False)
             work = self._work_for(agent)
-        work.version = event.version  # its own change included: it is not poked for it
+        work.version = event.version  # the version its answer covers, its own change included
         return work
 
     def _attempt(self, job_id: str) -> int | None:

@@ -93,9 +93,7 @@ def still_silent(agents: Mapping[str, AgentLive], silent: Iterable[tuple[str, fl
     """Of `silent` (lost_agents' answer, found by a scan of every agent made without the coordinator's lock,
     so that a submission never waits for it), those still live and silent now, under the lock: not heard
     from meanwhile, nor registered again."""
-    found = [(name, agents.get(name)) for name, _ in silent]
-    return [(name, now - a.last_heartbeat) for name, a in found
-            if a is not None and not a.lost and now - a.last_heartbeat > lost_after]
+    return lost_agents([a for name, _ in silent if (a := agents.get(name)) is not None], now, lost_after)
 
 
 def heartbeat_interval(alive: int, settings: Settings, beacons: bool = False) -> float:

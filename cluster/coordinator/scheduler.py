@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Iterable, Sequence
 
@@ -68,12 +68,9 @@ def check_feasible(slots: int, nodes: Sequence[Node]) -> None:
     check_feasible_sizes(slots, size_counts(nodes))
 
 
-def size_counts(nodes: Sequence[Node]) -> dict[int, int]:
+def size_counts(nodes: Sequence[Node]) -> Counter[int]:
     """How many of the nodes there are of each size (slots)."""
-    by_size: dict[int, int] = defaultdict(int)
-    for n in nodes:
-        by_size[n.slots] += 1
-    return dict(by_size)
+    return Counter(n.slots for n in nodes)
 
 
 def check_feasible_sizes(slots: int, sizes: Mapping[int, int]) -> None:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter
 from typing import Iterable, Mapping
 
 
 def achievable_sizes(node_sizes: Iterable[int], limit: int = 4096) -> tuple[int, set[int]]:
     """(largest single node, sums of whole nodes larger than it, up to `limit`): see achievable_from_counts."""
-    counts: dict[int, int] = defaultdict(int)
-    for size in node_sizes:
-        counts[size] += 1
-    return achievable_from_counts(counts, limit)
+    return achievable_from_counts(Counter(node_sizes), limit)
 
 
 def achievable_from_counts(counts: Mapping[int, int], limit: int = 4096) -> tuple[int, set[int]]:

@@ -641,7 +641,7 @@ def test_a_submission_asks_the_node_sizes_not_every_node(core, nodes):
 
 def test_a_heartbeat_that_changes_its_node_answers_the_version_that_covers_its_own_change(core, nodes):
     """The node's own heartbeat released its canceled job: its answer already says so, so the version it
-    carries covers that change (a poke for it would only bring another heartbeat); any later change is above."""
+    carries covers that change (its beacons then show it up to date); any later change is above."""
     job_id = core.submit(spec(2), 1.0)[0]
     assert [a.agent for a in core.allocs.of_job(job_id)] == ["a1"]
     core.cancel(job_id, 2.0)

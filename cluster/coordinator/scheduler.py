@@ -155,7 +155,7 @@ class BlockedReasons(Mapping):
                 for name, _ in assignment.nodes:
                     holders[name] = (*holders.get(name, ()), wait_reasons.Holder(assignment.job_id))
             around = dataclasses.replace(self._around, holders=holders)
-        return wait_reasons.QueueReasons(list(self._cap.nodes.values()), self._cap.reserved_for, around,
+        return wait_reasons.QueueReasons(self._cap.nodes_now(), self._cap.reserved_for, around,
                                          max((job.slots for job in self._blocked), default=0))
 
 

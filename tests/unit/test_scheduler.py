@@ -123,6 +123,23 @@ def test_a_round_over_the_index_decides_as_one_over_the_list_and_leaves_the_inde
     assert after == before  # the round changed its own copies of the buckets, not the index's
 
 
+class NotWalked(dict):
+    """A table of nodes that may be read by name but not walked or copied whole."""
+
+    def _walked(self, *args):
+        raise AssertionError("a submission's round walked every node of the cluster")
+
+    __iter__ = keys = values = items = copy = _walked
+
+
+def test_a_round_reads_the_nodes_it_places_on_and_walks_none_of_the_others():
+    index = NodeIndex([Node(f"n{i:05d}", 8, 8) for i in range(10_000)])
+    index.nodes = NotWalked(index.nodes)
+    decision = schedule(index, [PendingJob("j0", 3), PendingJob("j1", 16)])
+    assert decision.assignments == (Assignment("j0", (("n00000", 3),)), Assignment("j1", (("n00001", 8), ("n00002", 8))))
+    assert index.nodes["n00000"].free_slots == 8  # the round's changes are its own
+
+
 def test_the_index_follows_a_node_through_its_changes():
     index = NodeIndex([Node("a", 8, 8), Node("b", 8, 8)])
     index.put(Node("a", 8, 2))  # a job took 6 slots

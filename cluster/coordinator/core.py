@@ -21,7 +21,6 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import threading
 from typing import Iterable, Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, policy, reconcile, watchdogs
@@ -33,7 +32,7 @@ from cluster.coordinator.metrics import Telemetry, Throughput
 from cluster.coordinator.handshake import Handshake
 from cluster.coordinator.intake import Intake
 from cluster.coordinator.store import StateStore
-from cluster.coordinator.user_first import UserFirst
+from cluster.coordinator.user_first import UserFirst, UserFirstLock
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         RunCache, Settings)
 from cluster.shared.work import AgentReport, NodeUsage, RunningJob, Work
@@ -57,7 +56,7 @@ class CoordinatorCore:
     def __init__(self, store: StateStore, settings: Settings = Settings(), now: float = 0.0):
         self.store = store
         self.settings = settings
-        self.lock = threading.RLock()
+        self.lock = UserFirstLock()  # a user's action takes it before agents' events (user_first.py)
         self.user_first = UserFirst()  # users' actions before agents' heartbeats (user_first.py)
         self.board = ChangeBoard()  # per job: wakes log followers
         self.agent_board = ChangeBoard(limit=None)  # per agent (all: pokes compare with it): wakes its WaitForWork
@@ -88,14 +87,15 @@ class CoordinatorCore:
         return collections.ChainMap(self.run.waiting, self.run.joining)
 
     @contextlib.contextmanager
-    def _event(self, durable: bool = False, version_of: str = ""):
+    def _event(self, durable: bool = False, version_of: str = "", user: bool = False):
         """One event: under the lock, in one transaction; the cache follows a rollback. `durable`: the
         transaction is on disk before the event returns, synced after the lock is let go (group commit:
         events waiting together share one fsync, and the next event need not wait for it). The changed
         agents' versions move before the lock is let go; `version_of`: an agent whose version then the
-        yielded EventEnd gets (the work a heartbeat answers, and the version that covers it exactly)."""
+        yielded EventEnd gets (the work a heartbeat answers, and the version that covers it exactly).
+        `user`: a user's action, which takes the lock before any waiting agent's event."""
         end = EventEnd()
-        with self.lock:
+        with self.lock.for_user() if user else self.lock:
             try:
                 with self.store.transaction():
                     yield end
@@ -279,7 +279,7 @@ class CoordinatorCore:
         for spec, _ in submissions:
             spec.to_json()  # the stored form, made outside the lock (its cost grows with the spec, up to the limits)
         answers: list[tuple[str, str] | BadRequest] = []
-        with self._event(durable=True):
+        with self._event(durable=True, user=True):
             for spec, owner in submissions:
                 try:
                     answers.append(self.intake.submit(spec, now, owner))
@@ -297,7 +297,7 @@ class CoordinatorCore:
         return self._act(job_ref, now, self.lifecycle.resume)  # a new attempt, from its latest checkpoint
 
     def _act(self, job_ref: str, now: float, act) -> str:  # the user's action on a job: its state after
-        with self.user_first.user(), self._event():
+        with self.user_first.user(), self._event(user=True):
             job = self.store.job(self.resolve_job_id(job_ref))
             act(job, now)
             return self.store.job(job.id).state.value

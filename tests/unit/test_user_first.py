@@ -6,9 +6,11 @@ import pytest
 
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.coordinator.store import SqliteStore
-from cluster.coordinator.user_first import UserFirst
-from cluster.shared.model import Address, AgentRecord
+from cluster.coordinator.user_first import UserFirst, UserFirstLock
+from cluster.shared.config import ExperimentConfig
+from cluster.shared.model import Address, AgentRecord, JobSpec
 from cluster.shared.work import AgentReport
+from tfdist.errors import InternalError
 
 
 def _wait_until(predicate, what):
@@ -53,3 +55,67 @@ def test_agents_wait_at_most_the_bound_however_long_users_keep_coming():
         first.agent_turn()  # returns after the bound, though a user action is still in flight
     first.agent_turn()  # nobody in flight: at once
     assert first.agents_waiting == 0
+
+
+def test_a_submission_takes_the_lock_before_heartbeats_that_waited_for_it_longer(core, monkeypatch):
+    for name in ("a2", "a3", "a4"):
+        core.register(AgentRecord(name, 2, (Address("198.18.0.9", 24),)), (), (), 0.0)
+    order, transaction = [], core.store.transaction
+
+    def noted(*args, **kwargs):
+        order.append(threading.current_thread().name)
+        return transaction(*args, **kwargs)
+    monkeypatch.setattr(core.store, "transaction", noted)
+    spec = JobSpec(ExperimentConfig(name="t", entrypoint=("true",), slots_per_trial=2, distribution_mode="mwms"),
+                   working_dir="/w")
+    answers = []
+    with core.lock:  # an event in progress; heartbeats that change state arrive, then a submission
+        beats = [threading.Thread(target=core.heartbeat, args=(AgentReport(n, (), ("9-zz",)), 2.0), name=n)
+                 for n in ("a1", "a2", "a3")]
+        for t in beats:
+            t.start()
+        _wait_until(lambda: core.lock._others_waiting == 3, "three heartbeats wait for the lock")
+        submit = threading.Thread(target=lambda: answers.append(core.submit(spec, 3.0)), name="user")
+        submit.start()
+        _wait_until(lambda: core.lock._users_waiting == 1, "the submission waits for the lock")
+    for t in [submit, *beats]:
+        t.join(10)
+    assert set(order) == {"user", "a1", "a2", "a3"}
+    last_users = max(i for i, who in enumerate(order) if who == "user")
+    assert last_users < min(i for i, who in enumerate(order) if who != "user")  # the submission's event first
+    assert answers and answers[0][1] == "STARTING"
+
+
+def test_the_lock_goes_to_a_waiting_user_before_agents_that_waited_longer():
+    lock, order = UserFirstLock(), []
+
+    def take(who, user):
+        with lock.for_user() if user else lock:
+            order.append(who)
+
+    lock.acquire()  # a heartbeat holds it
+    agents = [threading.Thread(target=take, args=(f"agent{i}", False)) for i in range(3)]
+    for t in agents:
+        t.start()
+    _wait_until(lambda: lock._others_waiting == 3, "three agents' events wait for the lock")
+    user = threading.Thread(target=take, args=("user", True))
+    user.start()
+    _wait_until(lambda: lock._users_waiting == 1, "the user's action waits for the lock")
+    lock.release()
+    for t in [user, *agents]:
+        t.join(10)
+    assert order[0] == "user" and sorted(order[1:]) == ["agent0", "agent1", "agent2"]
+
+
+def test_the_lock_is_reentrant_and_refuses_a_release_by_another_thread():
+    lock = UserFirstLock()
+    with lock:
+        with lock.for_user():  # the holder again: no wait
+            pass
+        failed = []
+        other = threading.Thread(target=lambda: failed.append(pytest.raises(InternalError, lock.release)))
+        other.start()
+        other.join(10)
+        assert failed
+    with lock.for_user():  # let go: free again
+        pass

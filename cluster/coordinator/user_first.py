@@ -22,6 +22,7 @@ import threading
 from tfdist.errors import InternalError
 
 AGENT_WAIT_MOST = 0.05  # seconds: a burst of submissions never starves agents for longer
+USERS_IN_A_ROW = 8  # turns of the lock given to users while others wait, before one goes to the others
 
 
 class UserFirst:
@@ -59,7 +60,7 @@ class UserFirst:
 class UserFirstLock:
     """A reentrant lock that, when let go, goes to a waiting user's action (`for_user`) before any other
     waiter. `with lock:` takes it as anything else does (agents' events, listings, the check loop): that
-    waits while a user's action waits."""
+    waits while a user's action waits, but never longer than USERS_IN_A_ROW users' turns."""
 
     def __init__(self):
         self._mutex = threading.Lock()
@@ -69,6 +70,8 @@ class UserFirstLock:
         self._depth = 0
         self._users_waiting = 0
         self._others_waiting = 0
+        self._users_in_a_row = 0  # turns given to users while others waited
+        self._others_turn = False  # the next turn is an other's, though users wait
 
     def acquire(self, user: bool = False) -> None:
         me = threading.get_ident()
@@ -78,17 +81,29 @@ class UserFirstLock:
                 return
             if user:
                 self._users_waiting += 1
-                try:
-                    self._for_users.wait_for(lambda: self._owner is None)
-                finally:
-                    self._users_waiting -= 1
+                self._wait(self._for_users, lambda: self._owner is None and not self._others_turn)
+                self._users_waiting -= 1
             else:
                 self._others_waiting += 1
-                try:
-                    self._for_others.wait_for(lambda: self._owner is None and not self._users_waiting)
-                finally:
-                    self._others_waiting -= 1
+                self._wait(self._for_others,
+                           lambda: self._owner is None and (self._others_turn or not self._users_waiting))
+                self._others_waiting -= 1
+                self._others_turn, self._users_in_a_row = False, 0
             self._owner, self._depth = me, 1
+
+    def _wait(self, condition: threading.Condition, ready) -> None:
+        """Waits (the mutex held) until `ready()`; interrupted, it leaves the lock's count and passes on a
+        turn it may have been given."""
+        try:
+            condition.wait_for(ready)
+        except BaseException:
+            if condition is self._for_users:
+                self._users_waiting -= 1
+            else:
+                self._others_waiting -= 1
+            if self._owner is None:
+                self._hand_over()
+            raise
 
     def release(self) -> None:
         with self._mutex:
@@ -98,10 +113,19 @@ class UserFirstLock:
             if self._depth:
                 return
             self._owner = None
-            if self._users_waiting:
-                self._for_users.notify()
-            elif self._others_waiting:
-                self._for_others.notify()
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Wakes who takes the free lock next: a user, unless others waited through USERS_IN_A_ROW turns."""
+        if self._users_waiting and not (self._others_waiting and self._users_in_a_row >= USERS_IN_A_ROW):
+            self._users_in_a_row += 1 if self._others_waiting else 0
+            self._others_turn = False
+            self._for_users.notify()
+        elif self._others_waiting:
+            self._others_turn, self._users_in_a_row = bool(self._users_waiting), 0
+            self._for_others.notify()
+        else:
+            self._others_turn = False
 
     def __enter__(self) -> "UserFirstLock":
         self.acquire()

@@ -6,7 +6,7 @@ import pytest
 
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.coordinator.store import SqliteStore
-from cluster.coordinator.user_first import UserFirst, UserFirstLock
+from cluster.coordinator.user_first import USERS_IN_A_ROW, UserFirst, UserFirstLock
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.model import Address, AgentRecord, JobSpec
 from cluster.shared.work import AgentReport
@@ -105,6 +105,50 @@ def test_the_lock_goes_to_a_waiting_user_before_agents_that_waited_longer():
     for t in [user, *agents]:
         t.join(10)
     assert order[0] == "user" and sorted(order[1:]) == ["agent0", "agent1", "agent2"]
+
+
+def test_others_get_the_lock_after_a_bounded_run_of_users_however_many_wait():
+    lock, order = UserFirstLock(), []
+
+    def take(who, user):
+        with lock.for_user() if user else lock:
+            order.append(who)
+
+    lock.acquire()
+    other = threading.Thread(target=take, args=("other", False))
+    other.start()
+    _wait_until(lambda: lock._others_waiting == 1, "the other waits")
+    users = [threading.Thread(target=take, args=(f"user{i}", True)) for i in range(USERS_IN_A_ROW + 3)]
+    for t in users:
+        t.start()
+    _wait_until(lambda: lock._users_waiting == len(users), "the users wait")
+    lock.release()
+    for t in [other, *users]:
+        t.join(10)
+    assert len(order) == len(users) + 1 and order.index("other") == USERS_IN_A_ROW
+
+
+def test_a_user_interrupted_while_given_the_lock_passes_it_on():
+    lock, order = UserFirstLock(), []
+    lock.acquire()
+    other = threading.Thread(target=lambda: (lock.acquire(), order.append("other"), lock.release()), daemon=True)
+    other.start()
+    _wait_until(lambda: lock._others_waiting == 1, "the other waits")
+    given = lock._for_users.wait_for
+
+    def interrupted(ready):
+        given(ready)  # the lock's turn came to it...
+        raise KeyboardInterrupt  # ...and it was interrupted before it took it
+
+    lock._for_users.wait_for = interrupted
+    user = threading.Thread(target=lambda: order.append(pytest.raises(KeyboardInterrupt, lock.acquire, True)),
+                            daemon=True)
+    user.start()
+    _wait_until(lambda: lock._users_waiting == 1, "the user waits")
+    lock.release()
+    for t in (user, other):
+        t.join(10)
+    assert order[-1] == "other" and lock._users_waiting == lock._others_waiting == 0
 
 
 def test_the_lock_is_reentrant_and_refuses_a_release_by_another_thread():

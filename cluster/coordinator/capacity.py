@@ -36,7 +36,8 @@ class Capacity:
     def __init__(self, nodes: Sequence[Node] = ()):
         self._shared: set[tuple[str, int]] = set()  # buckets still shared with a NodeIndex (copied on write)
         self._live: NodeIndex | None = None  # the NodeIndex this round reads, if any...
-        self._taken: dict[str, Node] = {}  # ...and the nodes this round changed (the index's stay as they are)
+        self._taken: dict[str, Node] = {}  # ...the nodes this round changed (the index's stay as they are)...
+        self._read: dict[str, Node] = {}  # ...and each as the round read it from the index
         self.nodes: MutableMapping[str, Node] = {n.name: n for n in nodes}
         self.largest = max((n.slots for n in nodes), default=0)
         self.by_free: dict[int, list[str]] = defaultdict(list)
@@ -69,6 +70,8 @@ class Capacity:
 
     def take(self, name: str, used: int) -> None:
         n = self.nodes[name]
+        if self._live is not None:
+            self._read.setdefault(name, n)
         self._unindex(n)
         self.nodes[name] = n = dataclasses.replace(n, free_slots=n.free_slots - used)
         self._index(n)
@@ -113,14 +116,22 @@ class Capacity:
     def nodes_now(self) -> list[Node]:
         """Every node with its free slots after this round, for a waiting job's reason: asked after the
         round, perhaps without the coordinator's lock. Over a NodeIndex: its nodes now (anything freed or
-        joined since the round started a newer one), with the slots this round took."""
+        joined since the round started a newer one), with the slots this round took from those the index
+        still holds as the round read them (once placed, the index has them itself)."""
         if self._live is None:
             return list(self.nodes.values())
-        return [self._taken.get(n.name, n) for n in self._live.snapshot()]
+        return [self._taken[n.name] if self._read.get(n.name) is n else n for n in self._live.snapshot()]
+
+    def _all_nodes(self) -> Iterable[Node]:
+        """Every node as this round sees it (under the coordinator's lock): over a NodeIndex, a walk of
+        its table with this round's changes, not of a ChainMap (which would merge both first)."""
+        if self._live is None:
+            return self.nodes.values()
+        return [self._taken.get(name, n) for name, n in self._live.nodes.items()]
 
     def reservation(self, slots: int) -> list[str]:
         """The nodes a blocked job of `slots` will use once they drain: the emptiest that can hold it."""
-        candidates = [n for n in self.nodes.values() if n.name not in self.reserved_for]
+        candidates = [n for n in self._all_nodes() if n.name not in self.reserved_for]
         if slots <= self.largest:
             big_enough = [n for n in candidates if n.slots >= slots]
             return [max(big_enough, key=lambda n: (n.free_slots, n.name)).name] if big_enough else []

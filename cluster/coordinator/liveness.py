@@ -4,10 +4,10 @@ UDP blocked) heartbeats are the sign of life and come at least three times per `
 
 from __future__ import annotations
 
-import threading
 from typing import Callable, Mapping
 
 from cluster.coordinator import reconcile
+from cluster.coordinator.user_first import UserFirstLock
 from cluster.coordinator.values import AgentLive, Settings
 
 
@@ -16,7 +16,7 @@ class Liveness:
     many agents are alive; `lock`: the core's (taken only when an agent starts or stops beaconing)."""
 
     def __init__(self, agents: Mapping[str, AgentLive], live_count: Callable[[], int], settings: Settings,
-                 lock: threading.RLock):
+                 lock: UserFirstLock):
         self.agents, self.live_count, self.settings, self.lock = agents, live_count, settings, lock
         self.beaconing: set[str] = set()  # live agents whose beacons prove them alive
         self.update()

@@ -140,6 +140,15 @@ def test_a_round_reads_the_nodes_it_places_on_and_walks_none_of_the_others():
     assert index.nodes["n00000"].free_slots == 8  # the round's changes are its own
 
 
+def test_a_rounds_view_for_reasons_shows_a_node_changed_since_as_it_is_now():
+    index = NodeIndex([Node("a", 8, 8), Node("b", 8, 8)])
+    cap = index.capacity()
+    cap.take("a", 8)  # the round placed a job there; the index is as it was
+    assert sorted(cap.nodes_now(), key=lambda n: n.name) == [Node("a", 8, 0), Node("b", 8, 8)]
+    index.put(Node("a", 4, 0))  # then a re-registered smaller (no new round)
+    assert sorted(cap.nodes_now(), key=lambda n: n.name) == [Node("a", 4, 0), Node("b", 8, 8)]
+
+
 def test_the_index_follows_a_node_through_its_changes():
     index = NodeIndex([Node("a", 8, 8), Node("b", 8, 8)])
     index.put(Node("a", 8, 2))  # a job took 6 slots

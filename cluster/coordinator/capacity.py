@@ -192,7 +192,7 @@ class NodeIndex:
         """A round's view: the index's buckets, shared until the round changes one (then copied)."""
         cap = Capacity()
         cap._live = self
-        cap.nodes = ChainMap(cap._taken, self.nodes)  # what the round changes goes in the firsts
+        cap.nodes = ChainMap(cap._taken, self.nodes)  # the round writes to its own map, reads through
         cap.largest = max(self.sizes, default=0)
         cap.by_free = defaultdict(list, self.by_free)
         cap.idle_by_size = defaultdict(list, self.idle_by_size)

@@ -26,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from benchmarks.coordinator_scale import SLOTS_PER_NODE, SimulatedCluster, agent_channel, as_agent, cpu_seconds, rss_mib  # noqa: E402
+from benchmarks.simulated_cluster import SLOTS_PER_NODE, SimulatedCluster, agent_channel, as_agent, cpu_seconds, rss_mib  # noqa: E402
 
 LOST_AFTER = 6.0  # the coordinator's default
 

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from benchmarks.compare import print_measures, save_json  # noqa: E402
-from benchmarks.coordinator_scale import SimulatedCluster, rss_mib  # noqa: E402
+from benchmarks.simulated_cluster import SimulatedCluster, rss_mib  # noqa: E402
 from benchmarks.submit_burst import spec_message  # noqa: E402
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from benchmarks.compare import print_measures, save_json  # noqa: E402
-from benchmarks.coordinator_scale import SLOTS_PER_NODE, SimulatedCluster, cpu_seconds, rss_mib  # noqa: E402
+from benchmarks.simulated_cluster import SLOTS_PER_NODE, SimulatedCluster, cpu_seconds, rss_mib  # noqa: E402
 
 
 def spec_message(slots: int, tag: str):

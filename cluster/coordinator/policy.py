@@ -112,20 +112,27 @@ def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterab
                    missing[0])
 
 
+REPORT_SLACK = 1.0  # seconds one rank's last progress report may trail another's (written late, read at heartbeats)
+
+
 def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now: float, timeout: float,
             node_of_rank: Mapping[int, str] | None = None) -> Outcome | None:
     """The step watchdog's decision. `progress`: rank -> (last step, when it was reported); `ranks`: the
     ranks watched (in training now). Once any rank has reported, every watched rank must report within
     `timeout` seconds of its last report (one that never reported counts from the job's first report).
-    Of the ranks silent past it, the one behind the others is named: one that never reported, else the
-    lowest step (in a synchronous job the others wait for it one step later), else the longest silent."""
+    Of the ranks silent past it (or within REPORT_SLACK of it), the one behind the others is named: one
+    that never reported, else the lowest step (in a synchronous job the others wait for it one step
+    later), else the longest silent."""
     if not progress:
         return None
     first = min(t for _, t in progress.values())
-    overdue = [(*progress.get(r, (None, first)), r) for r in ranks if now - progress.get(r, (None, first))[1] > timeout]
-    if not overdue:
+    silent = {r: now - progress.get(r, (None, first))[1] for r in ranks}
+    if not any(for_ > timeout for for_ in silent.values()):
         return None
-    step, since, rank = min(overdue, key=lambda o: (o[0] is not None, o[0] or 0, o[1], o[2]))
+    # The rank behind may have written its last step a moment after the others did theirs (a report within
+    # 0.5 s of the last is written late: tfdist/progress.py), so ranks nearly overdue are candidates too.
+    candidates = [(*progress.get(r, (None, first)), r) for r, for_ in silent.items() if for_ > timeout - REPORT_SLACK]
+    step, since, rank = min(candidates, key=lambda o: (o[0] is not None, o[0] or 0, o[1], o[2]))
     where = f"after step {step}" if step is not None else "before its first step"
     node = (node_of_rank or {}).get(rank)
     on = f" on node {node}" if node else ""

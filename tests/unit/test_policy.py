@@ -98,5 +98,10 @@ def test_the_step_watchdog_names_the_rank_silent_the_longest():
     # A rank that never reported counts from the job's first report.
     never = stalled({0: (5, 100.0)}, [0, 1, 2], 111.0, 10)
     assert never.rank == 1 and "before its first step" in never.message
+    # Measured under load: the rank that hung wrote its last step a moment after the rank that waits for it
+    # (a report within 0.5 s of the last is written late); it is still the one named, not the one waiting.
+    late = stalled({0: (4, 100.0), 1: (3, 100.4)}, [0, 1], 110.2, 10)
+    assert late.rank == 1 and "after step 3" in late.message
+    assert stalled({0: (4, 100.0), 1: (9, 109.0)}, [0, 1], 110.2, 10).rank == 0  # one that moved since is not named
     # Only the ranks that train are watched (ps mode: the chief).
     assert stalled({0: (5, 100.0)}, [0], 105.0, 10) is None

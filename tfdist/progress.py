@@ -19,7 +19,7 @@ MIN_INTERVAL = 0.5  # seconds between writes: the watchdog counts in seconds, st
 
 _lock = threading.Lock()
 _last_write = 0.0
-_pending: int | None = None  # a step reported within MIN_INTERVAL of the last write: written by the flusher
+_pending: tuple[int, float] | None = None  # (step, when reached) reported within MIN_INTERVAL of the last write
 _flusher: threading.Thread | None = None
 _wake = threading.Event()
 _trained = 0  # training batches `fit` finished in this process (the step its automatic reports give)
@@ -28,7 +28,8 @@ _trained = 0  # training batches `fit` finished in this process (the step its au
 def report_progress(step: int) -> None:
     """Says this rank finished training step `step`. Cheap: at most one small file write per 0.5 s; a step
     reported sooner is written by a background thread when the interval is up, so the last step a rank
-    reached is what the watchdog sees (it names the rank behind the others) even if it then hangs."""
+    reached is what the watchdog sees (it names the rank behind the others) even if it then hangs, dated
+    when it was reached (the file's mtime, which the agent reads as the step's age)."""
     global _last_write, _pending
     path = os.environ.get(envvars.PROGRESS_FILE)
     if not path:
@@ -39,7 +40,7 @@ def report_progress(step: int) -> None:
             _write(path, step)
             _last_write, _pending = now, None
             return
-        _pending = int(step)
+        _pending = (int(step), time.time())
         _start_flusher()
     _wake.set()
 
@@ -71,10 +72,12 @@ def still_alive() -> None:
     report_progress(_trained)
 
 
-def _write(path: str, step: int) -> None:
+def _write(path: str, step: int, reached: float | None = None) -> None:
     try:
         with open(path, "w") as f:
             f.write(f"{int(step)}\n")
+        if reached is not None:  # written late: dated when the step was reached
+            os.utime(path, (reached, reached))
     except OSError:  # the run's directory is gone (it is ending): a report never breaks training
         pass
 
@@ -100,7 +103,7 @@ def _flush_loop() -> None:
                 if due <= 0:
                     path = os.environ.get(envvars.PROGRESS_FILE)
                     if path:
-                        _write(path, _pending)
+                        _write(path, *_pending)
                     _last_write, _pending = time.monotonic(), None
                     break
             time.sleep(due)

@@ -114,24 +114,17 @@ class Capacity:
         return [(name, self.nodes[name].slots) for name in names] if names else None
 
     def nodes_now(self) -> list[Node]:
-        """Every node with its free slots after this round, for a waiting job's reason: asked after the
-        round, perhaps without the coordinator's lock. Over a NodeIndex: its nodes now (anything freed or
+        """Every node with its free slots after this round (during the round too: its reservations), and for
+        a waiting job's reason, asked after the round, perhaps without the coordinator's lock. Over a NodeIndex: its nodes now (anything freed or
         joined since the round started a newer one), with the slots this round took from those the index
         still holds as the round read them (once placed, the index has them itself)."""
         if self._live is None:
             return list(self.nodes.values())
         return [self._taken[n.name] if self._read.get(n.name) is n else n for n in self._live.snapshot()]
 
-    def _all_nodes(self) -> Iterable[Node]:
-        """Every node as this round sees it (under the coordinator's lock): over a NodeIndex, a walk of
-        its table with this round's changes, not of a ChainMap (which would merge both first)."""
-        if self._live is None:
-            return self.nodes.values()
-        return [self._taken.get(name, n) for name, n in self._live.nodes.items()]
-
     def reservation(self, slots: int) -> list[str]:
         """The nodes a blocked job of `slots` will use once they drain: the emptiest that can hold it."""
-        candidates = [n for n in self._all_nodes() if n.name not in self.reserved_for]
+        candidates = [n for n in self.nodes_now() if n.name not in self.reserved_for]  # not a walk of the ChainMap
         if slots <= self.largest:
             big_enough = [n for n in candidates if n.slots >= slots]
             return [max(big_enough, key=lambda n: (n.free_slots, n.name)).name] if big_enough else []

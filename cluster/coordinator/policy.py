@@ -112,7 +112,7 @@ def startup_overdue(size: int, allocations: Sequence[Allocation], joined: Iterab
                    missing[0])
 
 
-REPORT_SLACK = 1.0  # seconds one rank's last progress report may trail another's (written late, read at heartbeats)
+REPORT_SLACK = 1.0  # seconds one rank's report may seem to trail another's (nodes' heartbeats arrive unevenly)
 
 
 def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now: float, timeout: float,
@@ -127,11 +127,12 @@ def stalled(progress: Mapping[int, tuple[int, float]], ranks: Sequence[int], now
         return None
     first = min(t for _, t in progress.values())
     silent = {r: now - progress.get(r, (None, first))[1] for r in ranks}
-    if not any(for_ > timeout for for_ in silent.values()):
+    if not any(seconds > timeout for seconds in silent.values()):
         return None
-    # The rank behind may have written its last step a moment after the others did theirs (a report within
-    # 0.5 s of the last is written late: tfdist/progress.py), so ranks nearly overdue are candidates too.
-    candidates = [(*progress.get(r, (None, first)), r) for r, for_ in silent.items() if for_ > timeout - REPORT_SLACK]
+    # The rank behind may seem to have reported a moment after the others (each node's report is dated by
+    # its heartbeat's arrival, less the age it gives), so ranks nearly overdue are candidates too.
+    candidates = [(*progress.get(r, (None, first)), r) for r, seconds in silent.items()
+                  if seconds > timeout - REPORT_SLACK]
     step, since, rank = min(candidates, key=lambda o: (o[0] is not None, o[0] or 0, o[1], o[2]))
     where = f"after step {step}" if step is not None else "before its first step"
     node = (node_of_rank or {}).get(rank)

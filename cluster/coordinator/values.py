@@ -127,8 +127,8 @@ class ChangeBoard:
     so a restarted coordinator's are above its predecessor's (an agent's beacons carry the version it has
     seen, and it takes only pokes above it). The board keeps the `limit` keys bumped last (jobs come and
     go: 100,000 of them must not grow it; None: every key, for the agents, whose pokes rely on it). A key
-    it forgot reads 0, which differs from any version a
-    waiter saw: the waiter wakes once, reads, and waits again."""
+    it forgot reads 0, which differs from any version a waiter saw: the waiter wakes once, reads, and
+    waits again."""
 
     def __init__(self, limit: int | None = 8_192):
         self._cond = threading.Condition()

@@ -47,11 +47,13 @@ def test_the_last_step_reached_is_written_even_if_the_rank_then_hangs(tmp_path, 
     monkeypatch.setattr(progress, "_last_write", 0.0)
     for step in range(1, 6):  # five steps in a few milliseconds: one write now, the last one by the flusher
         progress.report_progress(step)
+    reached = time.time()
     assert path.read_text() == "1\n"
     deadline = time.monotonic() + 10
     while path.read_text() != "5\n" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert path.read_text() == "5\n"
+    assert path.stat().st_mtime <= reached  # dated when step 5 was reached, not when the flusher wrote it
     progress.left_training()
     assert not path.exists()
     progress.left_training()  # twice: nothing to remove

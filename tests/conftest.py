@@ -170,6 +170,16 @@ class LocalCluster:
         stop_processes([self.coordinator, *self.agents.values()])
 
 
+@pytest.fixture(scope="session")
+def other_user_python():
+    """A Python another local user (nobody) can run tfdist's code with: tests/other_user.py says why."""
+    from tests.other_user import OtherUserPython
+
+    python = OtherUserPython()
+    yield python
+    python.close()
+
+
 @pytest.fixture
 def local_cluster(tmp_path, marker):
     made = []

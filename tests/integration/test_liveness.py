@@ -17,7 +17,6 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.timeout(240)]
 SLEEPER = os.path.join(REPO, "tests", "multihost", "sleeper.py")
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
 
 
 def agent(cluster, name):
@@ -91,7 +90,6 @@ def test_agents_on_beacons_and_on_heartbeats_share_a_cluster(local_cluster):
 
 FORGER = """
 import os, socket, sys, time
-sys.path.insert(0, sys.argv[3])
 from cluster.shared import beacon
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for counter in range(1, 100000):
@@ -101,15 +99,15 @@ for counter in range(1, 100000):
 """
 
 
-def test_forged_beacons_from_another_user_keep_no_stopped_node_alive(local_cluster, tmp_path):
+def test_forged_beacons_from_another_user_keep_no_stopped_node_alive(local_cluster, tmp_path, other_user_python):
     assert os.geteuid() == 0, "acting as another user (setpriv) needs root, as make test runs"
     cluster = local_cluster()
     forger = None
     try:
         start_on_beacons(cluster, "n1")
         port = re.search(r"liveness beacons on UDP port (\d+)", (cluster.tmp / "coordinator.log").read_text()).group(1)
-        forger = subprocess.Popen([*NOBODY, sys.executable, "-c", FORGER, port, "n1", REPO],
-                                  stderr=open(tmp_path / "forger.log", "w"))
+        forger = subprocess.Popen(other_user_python.argv("-c", FORGER, port, "n1"), env=other_user_python.env(),
+                                  cwd="/", stderr=open(tmp_path / "forger.log", "w"))
         lost = loss_seconds(cluster, "n1")
         assert forger.poll() is None, (tmp_path / "forger.log").read_text()  # it sent all along
         print(f"n1 lost {lost:.1f} s after it stopped, forged beacons notwithstanding")

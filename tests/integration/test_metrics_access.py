@@ -7,9 +7,10 @@ import subprocess
 
 import pytest
 
+from tests.other_user import NOBODY, runnable_python
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
-# The system's python: the test's venv need not be readable by nobody. Prints the HTTP status, or why none.
+# A Python nobody can run (tests/other_user.py): the clone's venv need not be readable by nobody. Prints the HTTP status, or why none.
 GET = """
 import ssl, sys, urllib.error, urllib.request
 context = ssl.create_default_context(); context.check_hostname = False; context.verify_mode = ssl.CERT_NONE
@@ -36,9 +37,9 @@ def test_another_local_user_cannot_scrape_the_coordinator(local_cluster):
     credentials = os.path.join(cluster.state_dir, "credentials")
     node = Authority.load(credentials).issue("node", "n1")
 
-    assert as_nobody("/usr/bin/python3", "-c", GET, url).stdout.strip() == "401"
-    assert as_nobody("/usr/bin/python3", "-c", GET, url, node.token).stdout.strip() == "403"
-    assert as_nobody("/usr/bin/python3", "-c", GET, url, "tfd1:monitor:nobody:forged").stdout.strip() == "401"
+    assert as_nobody(runnable_python(), "-c", GET, url).stdout.strip() == "401"
+    assert as_nobody(runnable_python(), "-c", GET, url, node.token).stdout.strip() == "403"
+    assert as_nobody(runnable_python(), "-c", GET, url, "tfd1:monitor:nobody:forged").stdout.strip() == "401"
     for secret in (os.path.join(credentials, "secret"), os.environ["TFDIST_RUNTIME_DIR"]):
         assert os.path.exists(secret), secret
         read = as_nobody("/bin/ls", secret) if os.path.isdir(secret) else as_nobody("/bin/cat", secret)

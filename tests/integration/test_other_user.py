@@ -15,15 +15,13 @@ import uuid
 
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli, wait_for
+from tests.conftest import MARKER_VAR, REPO, cli_env, run_cli, wait_for
 
 pytestmark = [pytest.mark.timeout(180)]
 SLEEPER = os.path.join(REPO, "tests", "multihost", "sleeper.py")
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
 
 PROBE = r'''
 import json, os, sys
-sys.path.insert(0, os.environ["REPO"])
 import grpc
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb, cluster_pb2_grpc as pb_grpc
 address, ca = os.environ["ADDRESS"], os.environ["CA_PEM"].encode()
@@ -59,20 +57,18 @@ print(json.dumps(found))
 '''
 
 
-def as_nobody(address: str, ca_pem: str, secrets: list[str]) -> dict:
-    env = {"PATH": "/usr/bin:/bin", "REPO": REPO, "ADDRESS": address, "CA_PEM": ca_pem,
-           "SECRETS": os.pathsep.join(secrets), "GRPC_VERBOSITY": "NONE"}
-    result = subprocess.run([*NOBODY, sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                            timeout=60, cwd="/")
+def as_nobody(python, address: str, ca_pem: str, secrets: list[str]) -> dict:
+    env = python.env(ADDRESS=address, CA_PEM=ca_pem, SECRETS=os.pathsep.join(secrets))
+    result = subprocess.run(python.argv("-c", PROBE), env=env, capture_output=True, text=True, timeout=60, cwd="/")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def nobody_cli(args, marker) -> subprocess.CompletedProcess:
+def nobody_cli(python, args, marker) -> subprocess.CompletedProcess:
     runtime = f"/tmp/tfdist-nobody-{uuid.uuid4().hex}"  # nobody's own runtime dir (its HOME does not exist)
-    env = cli_env(marker, TFDIST_RUNTIME_DIR=runtime, HOME="/nonexistent")
+    env = python.env(TFDIST_RUNTIME_DIR=runtime, **{MARKER_VAR: marker})
     try:
-        return subprocess.run([*NOBODY, sys.executable, "-m", "cluster.client.cli", *args], env=env, cwd="/",
+        return subprocess.run(python.argv("-m", "cluster.client.cli", *args), env=env, cwd="/",
                               capture_output=True, text=True, timeout=60)
     finally:
         subprocess.run(["rm", "-rf", runtime], timeout=30)
@@ -86,7 +82,7 @@ def refused_everything(found: dict) -> None:
     assert all(v == "PermissionError" for k, v in found.items() if k.startswith("read ")), found
 
 
-def test_another_user_cannot_use_a_users_coordinator(local_cluster, marker):
+def test_another_user_cannot_use_a_users_coordinator(local_cluster, marker, other_user_python):
     cluster = local_cluster()
     cluster.start_agent("n1", "--slots", "1")
     cluster.wait_agents("n1")
@@ -96,16 +92,16 @@ def test_another_user_cannot_use_a_users_coordinator(local_cluster, marker):
     published = [os.path.join(runtime, f) for f in os.listdir(runtime) if f.startswith(
         f"coordinator-{cluster.address.rsplit(':', 1)[1]}-")]
     assert len(published) == 1
-    found = as_nobody(cluster.address, ca, [os.path.join(credentials, "secret"), os.path.join(credentials, "ca-key.pem"),
+    found = as_nobody(other_user_python, cluster.address, ca, [os.path.join(credentials, "secret"), os.path.join(credentials, "ca-key.pem"),
                                             published[0], os.path.join(cluster.state_dir, "coordinator.sqlite")])
     refused_everything(found)
-    cli = nobody_cli(["jobs", "--coordinator", cluster.address], marker)
+    cli = nobody_cli(other_user_python, ["jobs", "--coordinator", cluster.address], marker)
     assert cli.returncode == 2 and cli.stderr.startswith(
         f"tfdist: error: no credential for the coordinator at {cluster.address}") and cli.stderr.count("\n") == 1
     assert cluster.json("jobs")["jobs"] == [] and [a["name"] for a in cluster.json("agents")["agents"]] == ["n1"]
 
 
-def test_another_user_cannot_use_a_local_launch(marker, tmp_path):
+def test_another_user_cannot_use_a_local_launch(marker, tmp_path, other_user_python):
     runtime = os.environ["TFDIST_RUNTIME_DIR"]
     before = set(os.listdir(runtime))
     launch = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "1", "--", SLEEPER,
@@ -116,7 +112,7 @@ def test_another_user_cannot_use_a_local_launch(marker, tmp_path):
         mine = [f for f in set(os.listdir(runtime)) - before if f.endswith(f"-{launch.pid}.json")]
         assert len(mine) == 1
         credential = json.loads(open(os.path.join(runtime, mine[0])).read())
-        found = as_nobody(credential["coordinator"], credential["ca_pem"], [os.path.join(runtime, mine[0])])
+        found = as_nobody(other_user_python, credential["coordinator"], credential["ca_pem"], [os.path.join(runtime, mine[0])])
         refused_everything(found)
         shown = run_cli(["jobs", "--json", "--coordinator", credential["coordinator"]], marker, timeout=60)
         assert shown.returncode == 0, shown.stderr  # this user's other terminal needs no flag but the address

@@ -6,16 +6,15 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.conftest import cli_env
+from tests.other_user import NOBODY, runnable_python
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(300)]
 VICTIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "store_victim.py")
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
 ATTACK = """
 import http.client, sys
 host, port = sys.argv[1].rsplit(":", 1)
@@ -47,7 +46,7 @@ def test_another_user_on_the_other_host_cannot_read_or_poison_the_store(make_clu
         listening = subprocess.run(["ip", "netns", "exec", hosts["a1"].ns, "ss", "-ltnH", f"sport = :{port}"],
                                    capture_output=True, text=True, timeout=30).stdout.split()
         assert f"{hosts['a1'].ip}:{port}" in listening and f"0.0.0.0:{port}" not in listening, listening
-        attack = subprocess.run(["ip", "netns", "exec", hosts["a2"].ns, *NOBODY, sys.executable, "-c", ATTACK,
+        attack = subprocess.run(["ip", "netns", "exec", hosts["a2"].ns, *NOBODY, runnable_python(), "-c", ATTACK,
                                  store], capture_output=True, text=True, timeout=60, env=cli_env(cluster.marker))
         statuses = [line.split()[2] for line in attack.stdout.splitlines()]
         assert statuses == ["403"] * 5, attack.stdout + attack.stderr

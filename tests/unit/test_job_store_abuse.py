@@ -4,7 +4,6 @@ half-open connections and a slowloris client while the job's own requests are st
 
 import os
 import subprocess
-import sys
 import threading
 import time
 
@@ -12,10 +11,10 @@ import pytest
 
 from cluster.agent.job_store import JobStore
 from tests.conftest import MARKER_VAR
+from tests.other_user import NOBODY, runnable_python
 from tfdist.collectives import Collectives, store_request
 
 SECRET = "0123456789abcdef" * 4
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
 FLOOD = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fakes", "store_flood.py")
 
 
@@ -45,7 +44,7 @@ def test_another_local_user_without_the_secret_is_refused(store, marker):
         assert done.stdout == "403", (args, done.stdout, done.stderr)
     code = ("import http.client, sys; c = http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]), timeout=10); "
             "c.request('PUT', '/global/rank_0', body=b'evil'); r = c.getresponse(); print(r.status, r.read())")
-    done = as_nobody(marker, sys.executable, "-c", code, str(store.port))
+    done = as_nobody(marker, runnable_python(), "-c", code, str(store.port))
     assert done.stdout.startswith("403 b\"tfdist job store: the request does not carry the job's store secret"), done
     assert store.get("global", "rank_0") == b"10.0.0.1:4242" and store.key_count() == 1 and store.refused == 5
 
@@ -64,7 +63,7 @@ def test_poisoning_a_ranks_keys_without_the_secret_does_not_change_what_the_job_
               "                c.request('PUT', path, body=b'\"poisoned\"'); c.getresponse().read(); c.close()\n"
               "                sent += 1\n"
               "print(sent)\n")
-    attacker = subprocess.Popen([*NOBODY, sys.executable, "-c", poison, str(store.port)], stdout=subprocess.PIPE,
+    attacker = subprocess.Popen([*NOBODY, runnable_python(), "-c", poison, str(store.port)], stdout=subprocess.PIPE,
                                 text=True, env={"PATH": "/usr/bin:/bin", MARKER_VAR: marker})
     try:
         deadline = time.monotonic() + 30
@@ -97,7 +96,7 @@ def test_poisoning_a_ranks_keys_without_the_secret_does_not_change_what_the_job_
 def _flood(marker, store, count, mode, hold=60):
     with open(FLOOD) as f:  # its source, not its path: another user may not read this checkout
         source = f.read()
-    flood = subprocess.Popen([*NOBODY, sys.executable, "-c", source, str(store.port), str(count), mode, str(hold)],
+    flood = subprocess.Popen([*NOBODY, runnable_python(), "-c", source, str(store.port), str(count), mode, str(hold)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env={"PATH": "/usr/bin:/bin", MARKER_VAR: marker})
     opened = flood.stdout.readline().split()  # the flood prints once its connections are open (<= 5 s)

@@ -15,8 +15,8 @@ import pytest
 
 from tfdist.errors import UnsafePathError
 from tfdist.private_files import check_private_dir, open_private, private_dir, read_private, write_private
+from tests.other_user import NOBODY
 
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 
 
 def as_nobody(*argv):

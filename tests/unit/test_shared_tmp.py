@@ -21,10 +21,9 @@ from cluster.agent.gang import Gang, WorkerLaunch
 from cluster.agent.leftovers import GroupsFile, dead_agents_groups
 from cluster.agent.ports import lease_dir, lease_exact, lease_for_job, lease_range
 from tests.conftest import LocalCluster, cli_env, run_cli
+from tests.other_user import NOBODY, runnable_python
 from tfdist.errors import UnsafePathError
 
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
-SYSTEM_PYTHON = "/usr/bin/python3"  # the venv's interpreter lives under /root, where nobody cannot go
 UID = os.geteuid()
 
 
@@ -77,7 +76,7 @@ class LockHolder:
             print("held", flush=True)
             sys.stdin.read()
         """)
-        self.proc = subprocess.Popen([*NOBODY, SYSTEM_PYTHON, "-c", code], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([*NOBODY, runnable_python(), "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=cli_env(marker), text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
         assert ready and self.proc.stdout.readline() == "held\n", "nobody's lock holder did not take its locks in 30s"

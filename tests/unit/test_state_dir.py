@@ -19,9 +19,9 @@ from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.store.state_file import LOCK_NAME, StateInUseError, UnreadableStateError
 from cluster.shared.model import JobSpec, JobState, WorkerExit
 from tests.conftest import LocalCluster, run_cli
+from tests.other_user import NOBODY
 from tfdist.errors import UnsafePathError
 
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 
 
 def spec(**fields):

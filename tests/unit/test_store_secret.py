@@ -25,11 +25,11 @@ from cluster.shared.model import Address, Allocation, AllocState, Job, JobSpec, 
 from cluster.shared.modes import NodePlacement, Placement, horovod, mwms
 from cluster.shared.work import Work, work_from_pb, work_to_pb
 from tests.conftest import MARKER_VAR
+from tests.other_user import NOBODY
 from tfdist import envvars
 from tfdist.collectives import store_request
 
 KEY = b"k" * 32
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "--"]
 
 
 def _job(attempt=0, mode="mwms"):

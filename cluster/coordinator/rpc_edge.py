@@ -15,6 +15,15 @@ from cluster.shared.credentials import Authority, Principal
 from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
 
 log = logging.getLogger("tfdist.coordinator")
+MAX_TOKEN_CHARS = 1024  # a longer token is not verified
+NO_CREDENTIAL = ("missing or wrong credential: pass --credentials FILE (or set TFDIST_CREDENTIALS) with a "
+                 "credential this coordinator issued")
+
+
+def authenticate(authority: Authority, metadata) -> Principal | None:
+    """Who a call's token names, or None (no token, too long, or not one `authority` issued)."""
+    token = bearer_token(metadata)
+    return authority.verify(token) if token and len(token) <= MAX_TOKEN_CHARS else None
 
 
 def guard(fn):
@@ -53,11 +62,9 @@ class Gate:
         self.reader = core.store.reader()  # owners are read without the coordinator's lock (log followers)
 
     def check(self, method: str, request, metadata) -> Principal:
-        token = bearer_token(metadata)
-        principal = self.authority.verify(token) if token and len(token) <= 1024 else None
+        principal = authenticate(self.authority, metadata)
         if principal is None:
-            raise UnauthenticatedError("missing or wrong credential: pass --credentials FILE (or set "
-                                       "TFDIST_CREDENTIALS) with a credential this coordinator issued")
+            raise UnauthenticatedError(NO_CREDENTIAL)
         access.decide(method, principal, request, self._owner_of)
         return principal
 

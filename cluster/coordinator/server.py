@@ -18,6 +18,7 @@ from cluster.coordinator.agent_service import WATCH_THREADS, AgentServicer
 from cluster.coordinator.beacons import BeaconService
 from cluster.coordinator.heap import HeapThaw
 from cluster.coordinator.rpc_edge import Gate, guard
+from cluster.coordinator.wire_guard import WireGuard
 from cluster.coordinator.metrics import global_batch_size
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
@@ -204,7 +205,9 @@ class CoordinatorServer:
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0)]
         threads = max_workers + FOLLOWER_THREADS + WATCH_THREADS
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options)
+        # Undecodable requests: a one-line status, and a rate-limited log line (wire_guard).
+        wire = WireGuard(self.authority, lambda method, code: self.core.telemetry.rpc_errors.labels(method, code).inc())
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options, interceptors=[wire])
         gate = Gate(self.authority, self.core)
         self.submissions = SubmitQueue(self.core.submit_batch)  # concurrent submissions share a transaction
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate, submissions=self.submissions),

@@ -41,14 +41,14 @@ def _owner_name(uid: int) -> str:
 def _check_dir_stat(path: str, st: os.stat_result) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePathError(f"{path} is a symlink (made by {_owner_name(st.st_uid)}); tfdist uses only a real "
-                              "directory of its own there: remove it, or point TMPDIR elsewhere")
+                              "directory of its own there: remove it, or choose another directory")
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafePathError(f"{path} is not a directory (made by {_owner_name(st.st_uid)}); remove it, or point "
-                              "TMPDIR elsewhere")
+        raise UnsafePathError(f"{path} is not a directory (made by {_owner_name(st.st_uid)}): tfdist needs a "
+                              "directory there; remove it, or choose another directory")
     if st.st_uid != os.geteuid():
         raise UnsafePathError(f"{path} belongs to {_owner_name(st.st_uid)}, not to you ({_owner_name(os.geteuid())}): "
                               "another user made it first; tfdist will not use it. Remove it (as its owner or "
-                              "root), or point TMPDIR elsewhere")
+                              "root), or choose another directory")
     if st.st_mode & 0o077:
         raise UnsafePathError(f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}, owner "
                               f"{_owner_name(st.st_uid)}); `chmod 700 {path}` or remove it")
@@ -60,8 +60,8 @@ def _check_parent(path: str) -> None:
     st = os.stat(parent)  # a symlinked /tmp is fine: what counts is the directory it leads to
     if st.st_uid not in (0, os.geteuid()):
         raise UnsafePathError(f"{parent} (where tfdist keeps {os.path.basename(path)}) belongs to "
-                              f"{_owner_name(st.st_uid)}, who could replace what tfdist keeps there: point TMPDIR "
-                              "(or the directory option) at a directory of your own")
+                              f"{_owner_name(st.st_uid)}, who could replace what tfdist keeps there: choose a "
+                              "directory of your own")
     if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
         raise UnsafePathError(f"{parent} (where tfdist keeps {os.path.basename(path)}) is writable by every user "
                               f"without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o}): anyone could replace "

@@ -5,9 +5,10 @@ records its workers' process groups in a file of its own (several agents of one 
 machine at once: every `tfdist launch` embeds one called "local"); an agent starting kills the groups
 that dead agents' files name, and only processes that still carry that job's id.
 
-The files live in `$TMPDIR/tfdist-agent-UID`, a private directory (tfdist/private_files.py): one another
-user made first is refused in one line naming it and its owner when the agent starts (GroupsFile), and
-never read: its files name processes to kill."""
+The files live in this user's private directory for agents on this machine (cluster/shared/user_dirs.py),
+under a directory no other user can write to; one that is not the user's own and private is refused in one
+line naming it and its owner when the agent starts (GroupsFile), and never read: its files name processes
+to kill."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ import json
 import logging
 import os
 import signal
-import tempfile
 from typing import Mapping, Sequence
 
+from cluster.shared.user_dirs import machine_dir
 from tfdist import envvars
 from tfdist.errors import UnsafePathError
 from tfdist.private_files import check_private_dir, private_dir, read_private, write_private
@@ -27,7 +28,7 @@ SUFFIX = ".groups.json"
 
 
 def groups_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"tfdist-agent-{os.geteuid()}")
+    return machine_dir("agents")
 
 
 def file_prefix(agent: str) -> str:

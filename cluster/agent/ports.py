@@ -4,7 +4,7 @@ TensorFlow's gRPC server cannot share a port, so a port cannot be held
 open for it. Instead: ports are taken from a range below the kernel's
 ephemeral range (so other programs' `bind(0)` and outgoing connections do
 not land on them), each leased port is held with an flock in a per-user
-directory (private: `lease_dir`) for as long as the job runs (so other tfdist launches skip it),
+directory (private, this machine's: `lease_dir`) for as long as the job runs (so other tfdist launches skip it),
 and each is checked free with a test bind. Before a job starts, its nodes
 probe each other's leased ports (`probe`).
 """
@@ -16,13 +16,13 @@ import fcntl
 import logging
 import os
 import socket
-import tempfile
 import threading
 from typing import Callable
 
+from cluster.shared.user_dirs import machine_dir
 from cluster.shared.work import PROBE_TIMEOUT, ProbeFailure, ProbeTask
 from tfdist.errors import UnsafePathError, UserError
-from tfdist.private_files import open_private, private_dir
+from tfdist.private_files import open_private
 
 log = logging.getLogger("tfdist.agent")
 PORT_RANGE_ENV = "TFDIST_PORT_RANGE"  # "LOW-HIGH", inclusive
@@ -59,10 +59,10 @@ def lease_range(env: dict | None = None) -> tuple[int, int]:
 
 
 def lease_dir() -> str:
-    """The per-user directory of lock files, `$TMPDIR/tfdist-ports-UID`: created 0700, or checked to be
-    this user's own and private (a directory another user made first is refused in one line naming it
-    and its owner: UnsafePathError). Re-created if a temp cleaner removed it."""
-    return private_dir(os.path.join(tempfile.gettempdir(), f"tfdist-ports-{os.geteuid()}"))
+    """This user's directory of lock files on this machine (cluster/shared/user_dirs.py: under a directory
+    only the user can write to, so no other user can make it first): created 0700, or checked to be the
+    user's own and private (UnsafePathError naming it). Re-created if something removed it."""
+    return machine_dir("ports")
 
 
 def _listen(port: int) -> socket.socket | None:

@@ -17,7 +17,8 @@ import time
 
 from cluster.client import doctor_checks as checks
 from cluster.client import doctor_probe, local_runs
-from cluster.shared.auth import find_credential, runtime_dir
+from cluster.shared.auth import find_credential
+from cluster.shared.user_dirs import machine_dir_path, runtime_dir
 from cluster.shared.credentials import CredentialError
 from cluster.shared.rpc import Client, ClientError
 from tfdist.errors import UnsafePathError
@@ -153,8 +154,7 @@ def _outcome(e: ClientError) -> str:
 def probe_dirs() -> list[checks.DirFacts]:
     """The directories a launch or an agent keeps private things in, where they exist."""
     found = []
-    # cluster/agent/ports.py's lease_dir (the agent's side: its path is spelled here, not imported)
-    leases = os.path.join(tempfile.gettempdir(), f"tfdist-ports-{os.geteuid()}")
+    leases = machine_dir_path("ports")  # cluster/agent/ports.py's lease_dir, not created here
     runs = local_runs.runs_dir()  # local launches' jobs, in the user's state dir
     for what, path in (("runtime dir", runtime_dir()), ("port leases", leases),
                        ("state dir", os.path.dirname(runs)), ("local runs", runs)):

@@ -29,10 +29,11 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 from google.protobuf.message import DecodeError
 
-from cluster.shared.auth import published, runtime_dir, user_name
+from cluster.shared.auth import published, user_name
+from cluster.shared.user_dirs import runtime_dir
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client
-from tfdist.errors import UnavailableError
+from tfdist.errors import UnavailableError, UserError
 from tfdist.private_files import check_private_dir, open_private, private_dir, read_private, write_private
 
 RUNS = "local"
@@ -164,8 +165,13 @@ def new_run() -> LocalRun:
     """A fresh run dir, numbered after every existing one (mkdir decides between concurrent launches);
     removes the oldest ended runs beyond KEEP_RUNS first."""
     environ = os.environ
-    private_dir(state_home(environ, os.path.expanduser("~")))
-    root = private_dir(runs_dir(environ))
+    root = runs_dir(environ)
+    try:
+        private_dir(state_home(environ, os.path.expanduser("~")))
+        private_dir(root)
+    except OSError as e:  # no home to write to (a system account): say where, and what to do
+        raise UserError(f"cannot keep this launch's state in {root}: {e.strerror or e}; set XDG_STATE_HOME to a "
+                        "directory of your own, or pass --state-dir DIR") from None
     runs = all_runs()
     prune(runs)
     number = (runs[-1].number if runs else 0) + 1

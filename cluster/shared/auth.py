@@ -23,10 +23,10 @@ import socket
 import grpc
 
 from cluster.shared.credentials import Credential, CredentialError
+from cluster.shared.user_dirs import RUNTIME_ENV, runtime_dir  # noqa: F401 (RUNTIME_ENV: this module's name too)
 from tfdist.private_files import private_dir, read_private
 
 METADATA_KEY = "authorization"
-RUNTIME_ENV = "TFDIST_RUNTIME_DIR"
 CREDENTIALS_ENV = "TFDIST_CREDENTIALS"
 PUBLISHED = re.compile(r"^coordinator-(\d+)-(\d+)\.json$")  # coordinator-PORT-PID.json
 
@@ -80,17 +80,6 @@ def bearer_token(metadata) -> str:
 
 
 # ---------------------------------------------------------------- local coordinators
-
-def runtime_dir() -> str:
-    """This user's private directory for what local coordinators publish: $TFDIST_RUNTIME_DIR,
-    else $XDG_RUNTIME_DIR/tfdist, else ~/.tfdist/runtime."""
-    if os.environ.get(RUNTIME_ENV):
-        return os.environ[RUNTIME_ENV]
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
-        return os.path.join(xdg, "tfdist")
-    return os.path.join(os.path.expanduser("~"), ".tfdist", "runtime")
-
 
 def publish_local(credential: Credential, port: int) -> str:
     """Writes `credential` where this user's `tfdist` commands look; returns the path (remove it on stop)."""

@@ -1,11 +1,16 @@
-"""The agent's per-user temp directories on a machine shared with other users (issue 16, Measured 2):
-`$TMPDIR/tfdist-ports-UID` (port leases) and `$TMPDIR/tfdist-agent-UID` (worker process groups). User nobody
-(setpriv) comes first: pre-creates them, plants symlinks at a lock file and at the `.tmp` file, holds the
-lock files. Each case is one UnsafePathError line naming the directory and nobody, nothing is written
-through a symlink, and a real `tfdist launch` exits with that line, not "no free ports". Also: workers get
-the user's umask, not the daemon's 077."""
+"""A user's own directories on a machine shared with other users (issue 16, Measured 2; issue 30, Measured 2).
+
+Port leases and agents' records of their workers' process groups once lived at fixed names in the shared temp
+directory (`$TMPDIR/tfdist-ports-UID`, `$TMPDIR/tfdist-agent-UID`): tfdist refused one another user made first,
+and so any local user's `mkdir -m 777` stopped every launch and agent of the user it was named for. They now
+live in the user's own runtime directory (cluster/shared/user_dirs.py). User nobody (setpriv) still comes
+first at the old names, plants symlinks and holds the lock files: a launch and an agent run as if nothing
+were there, and nothing is written where nobody chose. Where the runtime directory itself is not the user's
+(pointed at a shared place that nobody got to first), the old guarantees hold: one UnsafePathError line naming
+it and nobody, nothing written through a symlink. Also: workers get the user's umask, not the daemon's 077."""
 
 import fcntl
+import logging
 import os
 import select
 import shutil
@@ -20,11 +25,14 @@ import pytest
 from cluster.agent.gang import Gang, WorkerLaunch
 from cluster.agent.leftovers import GroupsFile, dead_agents_groups
 from cluster.agent.ports import lease_dir, lease_exact, lease_for_job, lease_range
+from cluster.shared import user_dirs
 from tests.conftest import LocalCluster, cli_env, run_cli
 from tests.other_user import NOBODY, runnable_python
 from tfdist.errors import UnsafePathError
 
 UID = os.geteuid()
+OLD_NAMES = (f"tfdist-ports-{UID}", f"tfdist-agent-{UID}")  # where main kept them, in the shared temp directory
+LOCKED = list(range(22000, 22010))  # the lease range of the launches here; nobody holds its old lock files
 
 
 def as_nobody(*argv):
@@ -32,13 +40,19 @@ def as_nobody(*argv):
 
 
 @pytest.fixture
-def shared(monkeypatch):
-    """TMPDIR: a fresh /tmp-like directory (1777, root's) that nobody can reach and write to."""
+def shared(monkeypatch, tmp_path):
+    """TMPDIR: a fresh /tmp-like directory (1777, root's) that nobody can reach and write to. The runtime
+    directory is a private one of the test's (as ~/.tfdist/runtime or $XDG_RUNTIME_DIR/tfdist is).
+    (tmp_path first: pytest's own temp root is chosen before TMPDIR changes.)"""
     path = tempfile.mkdtemp(prefix="tfdist-test-shared-")
     os.chmod(path, 0o1777)
+    runtime = tempfile.mkdtemp(prefix="tfdist-test-runtime-")
     monkeypatch.setattr(tempfile, "tempdir", path)
+    monkeypatch.setenv("TMPDIR", path)
+    monkeypatch.setenv(user_dirs.RUNTIME_ENV, runtime)
     yield path
     shutil.rmtree(path)
+    shutil.rmtree(runtime)
 
 
 @pytest.fixture
@@ -51,8 +65,8 @@ def secret(shared):
     return path
 
 
-def nobody_made(shared, name, mode="777"):
-    path = os.path.join(shared, name)
+def nobody_made(parent, name, mode="777"):
+    path = os.path.join(parent, name)
     as_nobody("mkdir", "-m", mode, path)
     return path
 
@@ -86,48 +100,122 @@ class LockHolder:
         self.proc.wait(timeout=30)
 
 
-# ---------------------------------------------------------------- the lease directory
-def test_a_lease_dir_nobody_made_first_is_refused_not_busy(shared, marker):
-    ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
-    holder = LockHolder(ports_dir, [22000, 22001], marker)
+class OldNamesPlanted:
+    """Everything nobody can do at the old fixed names before the user comes: both directories made (777),
+    symlinks to root's secret at the lock and groups files main would have used, every lock of LOCKED held."""
+
+    def __init__(self, shared, secret, marker):
+        self.ports_dir, self.agent_dir = (nobody_made(shared, name) for name in OLD_NAMES)
+        self.chosen = os.path.join(shared, "chosen-by-nobody")
+        as_nobody("ln", "-s", self.chosen, os.path.join(self.ports_dir, f"{LOCKED[-1] + 1}.lock"))
+        for planted in (f"local.{os.getpid()}.groups.json", "n1.groups.json.tmp"):
+            as_nobody("ln", "-s", secret, os.path.join(self.agent_dir, planted))
+        self.holder = LockHolder(self.ports_dir, LOCKED, marker)
+        self.before = self.contents()
+
+    def contents(self):
+        return {d: sorted(os.listdir(d)) for d in (self.ports_dir, self.agent_dir)}
+
+    def close(self, secret):
+        self.holder.close()
+        assert self.contents() == self.before  # nothing of ours was added where nobody chose
+        assert not os.path.lexists(self.chosen)
+        assert open(secret).read() == "precious" and stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+
+
+@pytest.fixture
+def planted(shared, secret, marker):
+    plants = OldNamesPlanted(shared, secret, marker)
+    yield plants
+    plants.close(secret)
+
+
+# ---------------------------------------------------------------- nobody came first at the old names
+def test_what_nobody_made_at_the_old_names_blocks_no_lease_and_no_record(planted):
+    lease, busy = lease_exact(LOCKED[:2])  # on main: refused (UnsafePathError naming nobody's directory)
     try:
-        with pytest.raises(UnsafePathError) as refused:  # on main: lease_exact said both ports were busy
-            lease_exact([22000, 22001])
-        refusal(refused, ports_dir)
-        assert sorted(os.listdir(ports_dir)) == ["22000.lock", "22001.lock"]  # nothing of ours added
+        assert busy == [] and lease.ports == LOCKED[:2]
+        assert lease_dir() == user_dirs.machine_dir_path("ports")
     finally:
-        holder.close()
+        lease.release()
+    GroupsFile("local").save({"1-7e9c": [13524]})  # on main: refused
+    assert not lease_dir().startswith(tempfile.gettempdir())
 
 
-def test_the_agents_loop_logs_a_lease_dir_made_unsafe_while_it_ran_and_goes_on(shared, caplog):
-    """After the agent's start-up check (a temp cleaner removed the directory, nobody made it again): one
+def test_a_launch_runs_where_nobody_made_the_old_dirs_first(shared, planted, marker):
+    """The measured case: `mkdir -m 777 /tmp/tfdist-agent-0` as nobody, then root's launch exited 125."""
+    result = run_cli(["launch", "--slots", "2", "--", "python", "-c", "pass"], marker, timeout=180,
+                     TMPDIR=shared, TFDIST_PORT_RANGE=f"{LOCKED[0]}-{LOCKED[-1]}")
+    assert result.returncode == 0, result.stderr
+
+
+def test_an_agent_runs_jobs_where_nobody_made_the_old_dirs_first(shared, planted, tmp_path, marker):
+    """The measured case for `tfdist agent` (it exited 1): a real coordinator and agent, a real job."""
+    cluster = LocalCluster(tmp_path, marker, ["--port-range", f"{LOCKED[0]}-{LOCKED[-1]}"])
+    try:
+        cluster.start_agent("n1", "--slots", "1", env={"TMPDIR": shared})
+        cluster.wait_agents("n1")
+        done = cluster.cli("launch", "--slots", "1", "--", "python", "-c", "print('ran')")
+        assert done.returncode == 0 and "ran" in done.stdout, (done.stderr, cluster.logs())
+    finally:
+        cluster.close()
+
+
+# ---------------------------------------------------------------- a runtime directory that is not ours
+def test_a_runtime_dir_nobody_made_first_is_refused_not_busy(shared, monkeypatch, marker):
+    runtime = nobody_made(shared, "runtime")
+    monkeypatch.setenv(user_dirs.RUNTIME_ENV, runtime)
+    with pytest.raises(UnsafePathError) as refused:
+        lease_exact([22000, 22001])
+    refusal(refused, runtime)
+    with pytest.raises(UnsafePathError) as refused:
+        GroupsFile("local")
+    refusal(refused, runtime)
+    assert os.listdir(runtime) == []  # nothing of ours added
+
+
+def test_the_agents_loop_logs_a_lease_dir_made_unsafe_while_it_ran_and_goes_on(shared, monkeypatch, caplog):
+    """After the agent's start-up check (its runtime directory was removed and nobody made it again): one
     error line naming it and nobody, every port reported busy, no exception to end the agent's loop."""
-    ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
+    runtime = nobody_made(shared, "runtime")
+    monkeypatch.setenv(user_dirs.RUNTIME_ENV, runtime)
     lease, busy = lease_for_job("1-a", [22000, 22001])
     assert busy == [22000, 22001] and lease.ports == []
     [record] = [r for r in caplog.records if r.levelname == "ERROR"]
-    assert record.getMessage().startswith(f"job 1-a: cannot lease ports: {ports_dir} belongs to nobody (uid 65534)")
-    assert os.listdir(ports_dir) == []
+    assert record.getMessage().startswith(f"job 1-a: cannot lease ports: {runtime} belongs to nobody (uid 65534)")
+    assert os.listdir(runtime) == []
 
 
-def test_a_symlinked_lock_file_creates_nothing_where_nobody_chose(shared, secret):
-    ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
-    chosen = os.path.join(shared, "chosen-by-nobody")
-    as_nobody("ln", "-s", chosen, os.path.join(ports_dir, "22000.lock"))
-    as_nobody("ln", "-s", secret, os.path.join(ports_dir, "22001.lock"))
+def test_a_groups_file_in_a_dir_that_is_not_ours_is_never_read(shared):
+    """Its process groups would be killed: in a directory that is not ours, nothing is read or removed."""
+    agent_dir = nobody_made(shared, "agents")
+    planted = os.path.join(agent_dir, "local.999999999.groups.json")  # "a dead agent's"
+    as_nobody("sh", "-c", f"echo '{{\"1-a\": [1]}}' > {planted}")
     with pytest.raises(UnsafePathError) as refused:
-        lease_exact([22000, 22001])
-    refusal(refused, ports_dir)
-    assert not os.path.lexists(chosen)  # on main: root created it
-    assert open(secret).read() == "precious" and stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+        dead_agents_groups(agent_dir, "local")
+    refusal(refused, agent_dir)
+    assert os.path.exists(planted)
 
 
+def test_launch_refuses_a_runtime_dir_nobody_made_first_in_one_line(shared, marker):
+    runtime = nobody_made(shared, "runtime")
+    result = run_cli(["launch", "--slots", "1", "--", "python", "-c", "pass"], marker, timeout=120,
+                     TMPDIR=shared, TFDIST_RUNTIME_DIR=runtime)
+    assert result.returncode == 125 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()  # a warning that other terminals will not find it, then the error
+    assert all(line.startswith("tfdist: ") for line in lines), lines
+    assert lines[-1].startswith(f"tfdist: error: {runtime} belongs to nobody (uid 65534)"), lines
+    assert os.listdir(runtime) == []
+
+
+# ---------------------------------------------------------------- our own directories
 def test_our_own_lease_dir_is_0700_its_locks_0600_and_a_symlink_in_it_is_not_followed(shared):
     low, high = lease_range()
     lease, busy = lease_exact([high])
     try:
-        directory = os.path.join(shared, f"tfdist-ports-{UID}")
-        assert lease_dir() == directory and stat.S_IMODE(os.lstat(directory).st_mode) == 0o700
+        directory = lease_dir()
+        assert directory == os.path.join(os.environ[user_dirs.RUNTIME_ENV], "machines", user_dirs._host(), "ports")
+        assert stat.S_IMODE(os.lstat(directory).st_mode) == 0o700
         lock = os.path.join(directory, f"{high}.lock")
         assert busy or stat.S_IMODE(os.lstat(lock).st_mode) == 0o600
     finally:
@@ -141,32 +229,9 @@ def test_our_own_lease_dir_is_0700_its_locks_0600_and_a_symlink_in_it_is_not_fol
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-# ---------------------------------------------------------------- the agent's directory
-def test_an_agent_dir_nobody_made_first_is_refused_and_the_tmp_symlink_not_written(shared, secret):
-    agent_dir = nobody_made(shared, f"tfdist-agent-{UID}")
-    pid = os.getpid()
-    for planted in (f"local.{pid}.groups.json.tmp", f"local.{pid}.groups.json"):  # the temp name main used
-        as_nobody("ln", "-s", secret, os.path.join(agent_dir, planted))
-    with pytest.raises(UnsafePathError) as refused:
-        GroupsFile("local").save({"1-7e9c": [13524]})
-    refusal(refused, agent_dir)
-    assert open(secret).read() == "precious"  # on main: {"1-7e9c": [13524]}
-
-
-def test_a_groups_file_nobody_planted_is_never_read(shared):
-    """Its process groups would be killed: in a directory that is not ours, nothing is read or removed."""
-    agent_dir = nobody_made(shared, f"tfdist-agent-{UID}")
-    planted = os.path.join(agent_dir, "local.999999999.groups.json")  # "a dead agent's"
-    as_nobody("sh", "-c", f"echo '{{\"1-a\": [1]}}' > {planted}")
-    with pytest.raises(UnsafePathError) as refused:
-        dead_agents_groups(agent_dir, "local")
-    refusal(refused, agent_dir)
-    assert os.path.exists(planted)
-
-
 def test_our_agent_dir_is_0700_and_a_symlink_at_the_groups_file_is_replaced(shared, secret):
     groups = GroupsFile("local")
-    assert groups.directory == os.path.join(shared, f"tfdist-agent-{UID}")
+    assert groups.directory == user_dirs.machine_dir_path("agents")
     assert stat.S_IMODE(os.lstat(groups.directory).st_mode) == 0o700
     os.symlink(secret, groups.path)  # only root could, in a 0700 dir of root's
     groups.save({"1-7e9c": [13524]})
@@ -176,32 +241,23 @@ def test_our_agent_dir_is_0700_and_a_symlink_at_the_groups_file_is_replaced(shar
     assert dead_agents_groups(groups.directory, "local") == {}  # our own pid: a running agent's, left alone
 
 
-# ---------------------------------------------------------------- tfdist launch
-def test_launch_refuses_temp_dirs_nobody_made_first_in_one_line(shared, marker):
-    """The measured case: nobody made both directories, planted a symlink at the `.tmp` file and holds
-    the lock files of the whole lease range. On main: `no 2 free ports left ...; widen --port-range`."""
-    ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
-    agent_dir = nobody_made(shared, f"tfdist-agent-{UID}")
-    line = launch_while_nobody_holds_the_locks(shared, ports_dir, marker)
-    assert line.startswith(f"tfdist: error: {agent_dir} belongs to nobody (uid 65534), not to you"), line
-    assert "free ports" not in line and os.listdir(agent_dir) == []
+def test_a_user_with_no_home_gets_a_fresh_private_dir_said_once(shared, secret, monkeypatch, caplog):
+    """A system account (a HOME it cannot create, no runtime directory): its own fresh directory, not a fixed name."""
+    monkeypatch.delenv(user_dirs.RUNTIME_ENV)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    home = os.path.join(secret, "home")  # under a file: not even root can make it
+    monkeypatch.setenv("HOME", home)
+    monkeypatch.setattr(user_dirs, "_fallback", {})
+    with caplog.at_level(logging.WARNING, logger="tfdist"):
+        first, again = lease_dir(), lease_dir()
+    assert first == again and os.path.dirname(first) == shared and os.path.basename(first) not in OLD_NAMES
+    assert stat.S_IMODE(os.lstat(first).st_mode) == 0o700 and os.lstat(first).st_uid == UID
+    [said] = [r.getMessage() for r in caplog.records if "cannot create" in r.getMessage()]
+    assert said.startswith(f"cannot create {home}/.tfdist/runtime/machines/") and first in said
+    shutil.rmtree(first)
 
 
-def launch_while_nobody_holds_the_locks(shared, ports_dir, marker) -> str:
-    """A real `tfdist launch` with TMPDIR=shared while nobody holds every lock file of the lease range in
-    `ports_dir`: it must fail with exit 125 (tfdist's own failure) and one line, no traceback; returns that line."""
-    holder = LockHolder(ports_dir, list(range(22000, 22010)), marker)
-    try:
-        result = run_cli(["launch", "--slots", "2", "--", "python", "-c", "pass"], marker, timeout=120,
-                         TMPDIR=shared, TFDIST_PORT_RANGE="22000-22009")
-    finally:
-        holder.close()
-    assert result.returncode == 125 and "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
-
-
+# ---------------------------------------------------------------- workers' umask
 # ---------------------------------------------------------------- workers' umask
 DAEMON = textwrap.dedent("""
     import os, sys
@@ -238,15 +294,6 @@ def test_a_gang_started_in_process_passes_the_original_umask(marker):
     finally:
         os.umask(old)
     assert lines == [oct(original_umask())] and original_umask() != 0o077
-
-
-
-def test_launch_refuses_a_lease_dir_nobody_made_first_in_one_line(shared, marker):
-    """Only the lease directory is nobody's, its locks held: the launch names it, and leaves nothing behind."""
-    ports_dir = nobody_made(shared, f"tfdist-ports-{UID}")
-    line = launch_while_nobody_holds_the_locks(shared, ports_dir, marker)
-    assert line.startswith(f"tfdist: error: {ports_dir} belongs to nobody (uid 65534)"), line
-    assert sorted(os.listdir(shared)) == [f"tfdist-agent-{UID}", f"tfdist-ports-{UID}"]  # no tfdist-local-* left
 
 
 def umask_of(pid) -> int:

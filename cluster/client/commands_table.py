@@ -181,7 +181,7 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
     _seconds("--startup-timeout", 300.0, "stop the job if a worker has not joined by then (default 300)"),
     arg("--priority", type=bounded(limits.MIN_PRIORITY, limits.MAX_PRIORITY), default=0,
         help=f"higher runs first (default 0; {limits.MIN_PRIORITY:,} to {limits.MAX_PRIORITY:,})"),
-    arg("--detach", action="store_true", help="print the job id and return (needs --coordinator or --slurm)"),
+    arg("--detach", action="store_true", help="print the job id and return (needs a coordinator that outlives the launch: --coordinator, $TFDIST_COORDINATOR or a --credentials file naming one; or --slurm)"),
     arg("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a new local run in "
                                            "$XDG_STATE_HOME/tfdist/local, which `tfdist jobs` lists)"),
     arg("--slurm", metavar="SBATCH_OPTIONS", nargs="?", help=(

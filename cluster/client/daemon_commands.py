@@ -14,6 +14,7 @@ from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV, UsageError
 from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Authority, Credential
 from cluster.shared.limits import MAX_SLOTS
+from cluster.shared.listen import check_listen
 from tfdist.errors import UserError
 from tfdist.private_files import daemon_umask, private_dir
 
@@ -91,6 +92,10 @@ def http_address(listen: str, http: str | None) -> str | None:
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings, freeze_after_full_collections
 
+    check_listen("--listen", args.listen)  # before anything starts: one line for `:7474`, `127.1:7475`
+    if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):
+        raise UsageError(f"tfdist coordinator: --state-dir {args.state_dir} is not a directory: give a directory "
+                         "(made if missing, mode 0700), e.g. ~/.tfdist/coordinator")
     daemon_umask()  # what it creates is the user's alone; workers get the user's umask back (gang.py)
     freeze_after_full_collections()  # thousands of agents: a full collection walks only what is new
     stop = _stop_on_signal()
@@ -148,7 +153,8 @@ def run_agent(args) -> int:
                          f"coordinator's host with `tfdist credentials DIR --node {name}` (or set {CREDENTIALS_ENV})")
     coordinator = args.coordinator or credential.coordinator
     if not coordinator:
-        raise UsageError(f"tfdist agent: --coordinator HOST:PORT is required (or set {COORDINATOR_ENV})")
+        raise UsageError(f"tfdist agent: no coordinator: {args.credentials or 'the credential'} names none; pass "
+                         f"--coordinator HOST:PORT (or set {COORDINATOR_ENV})")
     try:
         agent = Agent(coordinator, name=name, slots=args.slots, credential=credential,
                       metrics_listen=getattr(args, "metrics_listen", None), beacons=getattr(args, "beacons", True))

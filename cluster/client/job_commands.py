@@ -39,12 +39,15 @@ def launch_job(args) -> int:
                          "(tfdist launch --slots 2 -- python train.py) or set `entrypoint` in --config")
     if args.sbatch_options is not None:
         return _launch_on_slurm(args, config)
-    if args.detach and not args.coordinator:
-        raise UsageError("tfdist launch: --detach needs --coordinator or --slurm (an embedded coordinator ends "
-                         "with launch)")
+    # The coordinator, in the one order every client command uses (cluster/shared/auth.py find_credential):
+    # --coordinator, $TFDIST_COORDINATOR, the credential's own (--credentials, $TFDIST_CREDENTIALS). Not the
+    # runtime directory: without any of them a launch runs its own embedded coordinator.
     coordinator, credential = args.coordinator or None, None  # TFDIST_COORDINATOR="": none
     if coordinator or args.credentials:
         coordinator, credential = find_credential(coordinator, args.credentials)
+    if args.detach and not coordinator:
+        raise UsageError("tfdist launch: --detach needs a coordinator that outlives the launch: --coordinator "
+                         "HOST:PORT, $TFDIST_COORDINATOR, or a --credentials file that names one; or --slurm")
     return launch(config, coordinator=coordinator, credential=credential, detach=args.detach,
                   startup_timeout=args.startup_timeout, state_dir=args.state_dir, priority=args.priority,
                   view=ViewOptions(verbose=args.verbose, all_ranks=args.all_ranks))
@@ -72,8 +75,9 @@ def _launch_on_slurm(args, config: ExperimentConfig) -> int:
 # ---------------------------------------------------------------- asking the coordinator (or Slurm)
 
 def on_slurm(args) -> bool:
-    """--slurm, or no coordinator given on a machine with a Slurm client configured (a login node)."""
-    if args.coordinator:
+    """--slurm, or no coordinator given (nor a credential, which names one) on a machine with a Slurm client
+    configured (a login node)."""
+    if args.coordinator or getattr(args, "credentials", None):
         return bool(args.slurm)
     configured = os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")
     return args.slurm or bool(configured and shutil.which("scontrol"))

@@ -22,6 +22,7 @@ from cluster.coordinator.wire_guard import WireGuard
 from cluster.coordinator.metrics import global_batch_size
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
+from cluster.shared.listen import bind_failure
 from cluster.shared.metrics_http import MetricsEndpoint
 from cluster.shared.work import usage_to_pb
 from cluster.shared.model import Allocation, JobState
@@ -214,6 +215,7 @@ class CoordinatorServer:
                                                   self.server)
         agents = AgentServicer(self.core, gate)
         pb_grpc.add_AgentServiceServicer_to_server(agents, self.server)
+        bind_error = None
         try:
             _check_port_free(listen)  # before gRPC, whose C core would print a line of its own
             if plaintext:
@@ -221,12 +223,13 @@ class CoordinatorServer:
             else:
                 tls = grpc.ssl_server_credentials([(self.authority.key_pem, self.authority.cert_pem)])
                 self.port = self.server.add_secure_port(listen, tls)
-        except (RuntimeError, OSError):  # grpc raises "Failed to bind to address ..."
+        except OSError as e:  # in use, or not an address of this machine
+            self.port, bind_error = 0, e
+        except RuntimeError:  # grpc raises "Failed to bind to address ..."
             self.port = 0
         if self.port == 0:
             self.store.close()
-            raise UserError(f"cannot listen on {listen}: the address is in use (another coordinator?) or not on this "
-                            "machine; choose another --listen HOST:PORT")
+            raise bind_failure("--listen", listen, bind_error)
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
         # Liveness beacons on the same port number, UDP (another: said in RegisterResponse).

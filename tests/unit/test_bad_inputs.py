@@ -148,4 +148,13 @@ def test_a_port_in_use_is_one_line(tmp_path, marker, coordinator):
     line = one_line(run_cli(["coordinator", "--listen", server.address, "--state-dir", str(tmp_path / "other")],
                             marker, timeout=60, cwd=str(tmp_path)))
     assert line == (f"tfdist: error: cannot listen on {server.address}: the address is in use (another "
-                    "coordinator?) or not on this machine; choose another --listen HOST:PORT")
+                    "coordinator?); choose another --listen HOST:PORT, or stop what listens there")
+
+
+def test_an_address_of_another_machine_is_one_line_saying_so(tmp_path, marker):
+    """Issue 30, Measured 5: every failed bind read "the address is in use"."""
+    line = one_line(run_cli(["coordinator", "--listen", "192.0.2.1:7477", "--state-dir", str(tmp_path / "state")],
+                            marker, timeout=60, cwd=str(tmp_path)))  # TEST-NET-1: never this machine's
+    assert line == ("tfdist: error: cannot listen on 192.0.2.1:7477: it is not an address of this machine; choose "
+                    "another --listen HOST:PORT, e.g. 127.0.0.1:7477 (this machine only) or 0.0.0.0:7477 (every "
+                    "interface)")

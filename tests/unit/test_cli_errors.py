@@ -40,6 +40,18 @@ from tests.conftest import run_cli
      "`tfdist credentials DIR --user NAME` (or --node NAME)"),
     (["agent", "--coordinator", "127.0.0.1:1", "--slots", "0"], None,
      "tfdist agent: --slots must be at least 1, got 0"),
+    (["coordinator", "--listen", ":7474", "--state-dir", "state"], None,  # issue 30: "the address is in use"
+     "tfdist: error: --listen ':7474' names no host: give 127.0.0.1:7474 (this machine only) or 0.0.0.0:7474 "
+     "(every interface)"),
+    (["coordinator", "--listen", "127.1:7475", "--state-dir", "state"], None,
+     "tfdist: error: --listen '127.1:7475': 127.1 is not an IPv4 address written in full (gRPC reads no shorthand "
+     "such as 127.1): give e.g. 127.0.0.1:7475 (this machine only) or 0.0.0.0:7475 (every interface)"),
+    (["coordinator", "--listen", "127.0.0.1:99999", "--state-dir", "state"], None,  # it served on some port
+     "tfdist: error: --listen '127.0.0.1:99999' is not HOST:PORT with a port from 0 to 65535 (got '99999'): give "
+     "e.g. 127.0.0.1:7470 (this machine only) or 0.0.0.0:7470 (every interface)"),
+    (["coordinator", "--listen", "127.0.0.1:0", "--state-dir", "c.yaml"], "a file, not a directory\n",
+     "tfdist coordinator: --state-dir c.yaml is not a directory: give a directory (made if missing, mode 0700), "
+     "e.g. ~/.tfdist/coordinator"),  # issue 30: it said "point TMPDIR elsewhere"
     (["lunch"], None,
      "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'jobs', "
      "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'dashboard', 'agents', 'doctor', "
@@ -60,3 +72,20 @@ def test_one_clear_line_and_exit_2(tmp_path, marker, args, config, expected):
 def test_help_lists_launch(marker):
     result = run_cli(["--help"], marker, timeout=60)
     assert result.returncode == 0 and "launch" in result.stdout
+
+
+def test_a_credential_keeps_commands_off_slurm(monkeypatch, tmp_path):
+    """A login node with Slurm configured: `tfdist jobs` alone asks Slurm, but a credential names a coordinator
+    (the order of docs/cluster.md), and only --slurm sends such a command to Slurm."""
+    import argparse
+
+    from cluster.client.job_commands import on_slurm
+
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    ask = lambda **given: on_slurm(argparse.Namespace(**{"coordinator": None, "credentials": None, "slurm": False,
+                                                         **given}))
+    assert ask() is True
+    assert ask(credentials="user-alice.json") is False  # on main: Slurm answered
+    assert ask(coordinator="10.0.0.1:7470") is False
+    assert ask(credentials="user-alice.json", slurm=True) is True

@@ -52,7 +52,8 @@ def watch_loop(link: CoordinatorLink, stop: threading.Event, wake: threading.Eve
 
 
 def ship_loop(outbox: Outbox, metrics: MetricsTail, stop: threading.Event) -> None:
-    """Sends the workers' lines, exits and metric rows to the coordinator as they come."""
+    """Sends the workers' lines, exits and metric rows to the coordinator as they come; while the outbox backs
+    off (the coordinator's disk full, the coordinator away) it waits, and nothing is sent meanwhile anyway."""
     while not stop.is_set():
         try:
             metrics.read()
@@ -60,6 +61,10 @@ def ship_loop(outbox: Outbox, metrics: MetricsTail, stop: threading.Event) -> No
         except ClientError as e:
             log.debug("shipping deferred: %s", e)
             stop.wait(1.0)
+            continue
+        held = outbox.backing_off()
+        if held > 0:
+            stop.wait(held)
             continue
         outbox.wake.wait(0.1)
         outbox.wake.clear()

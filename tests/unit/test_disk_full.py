@@ -2,9 +2,7 @@
 room for answers RESOURCE_EXHAUSTED naming the state dir, changes nothing, loses no acknowledged job, and
 the coordinator goes on answering; once there is room again it takes jobs as before.
 
-A real coordinator process keeps its state on a real 2 MiB tmpfs, mounted in a mount namespace of its own
-(unshare; the test runs as root, as CI does), so nothing outside the test sees the mount and it goes with
-the namespace. The test reaches the files through /proc/PID/root."""
+A real coordinator process keeps its state on a real 2 MiB tmpfs (tests/private_tmpfs.py)."""
 
 import os
 import signal
@@ -21,11 +19,9 @@ from cluster.shared.model import JobSpec
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client, ClientError
 from tests.conftest import cli_env, stop_processes
+from tests.private_tmpfs import PrivateTmpfs
 from tfdist.errors import ResourceExhaustedError
 
-# Mounts a tmpfs at argv[1] in this (new) mount namespace, says so, then holds the namespace until stdin closes.
-KEEPER = ("import subprocess, sys; subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=2m,mode=0700', 'tmpfs', "
-          "sys.argv[1]], check=True); print('mounted', flush=True); sys.stdin.read()")
 
 
 def spec(i):
@@ -38,33 +34,23 @@ class Namespace:
 
     def __init__(self, tmp_path, marker):
         self.tmp, self.marker = tmp_path, marker
-        self.mount = str(tmp_path / "disk")
-        os.mkdir(self.mount)
-        self.keeper = subprocess.Popen(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", KEEPER,
-                                        self.mount], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                       env=cli_env(marker))
-        assert self.keeper.stdout.readline() == "mounted\n", "the tmpfs was not mounted (the test needs root)"
+        self.disk = PrivateTmpfs(str(tmp_path / "disk"), "2m", marker)
+        self.mount, self.seen = self.disk.mount, self.disk.seen
         self.state_dir = os.path.join(self.mount, "state")
         self.coordinator = None
 
-    def seen(self, path: str) -> str:
-        """Where this process sees a path of the namespace."""
-        return f"/proc/{self.keeper.pid}/root{path}"
-
     def start_coordinator(self) -> str:
-        self.coordinator = subprocess.Popen(
-            ["nsenter", "--target", str(self.keeper.pid), "--mount", "--", sys.executable, "-m", "cluster.client.cli",
-             "coordinator", "--listen", "127.0.0.1:0", "--state-dir", self.state_dir, "--credentials-dir",
-             str(self.tmp / "credentials")], env=cli_env(self.marker), stdout=subprocess.PIPE, text=True,
-            stderr=open(self.tmp / "coordinator.log", "a"))
+        self.coordinator = subprocess.Popen(self.disk.inside(
+            [sys.executable, "-m", "cluster.client.cli", "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+             self.state_dir, "--credentials-dir", str(self.tmp / "credentials")]), env=cli_env(self.marker),
+            stdout=subprocess.PIPE, text=True, stderr=open(self.tmp / "coordinator.log", "a"))
         banner = self.coordinator.stdout.readline()
         assert " listening on " in banner, (self.tmp / "coordinator.log").read_text()
         return banner.split(" listening on ")[1].split()[0]
 
     def close(self):
         stop_processes([self.coordinator])
-        self.keeper.stdin.close()
-        self.keeper.wait(timeout=30)
+        self.disk.close()
 
 
 @pytest.fixture
@@ -133,8 +119,8 @@ def test_the_store_on_a_full_disk_raises_resource_exhausted_and_keeps_every_comm
               "s.close()\n"
               "print(json.dumps({'done': done, 'said': said, 'seen': seen}))\n")
     path = os.path.join(disk.state_dir, "coordinator.sqlite")
-    ran = subprocess.run(["nsenter", "--target", str(disk.keeper.pid), "--mount", "--", sys.executable, "-c", script,
-                          path], env=cli_env(disk.marker), capture_output=True, text=True, timeout=120)
+    ran = subprocess.run(disk.disk.inside([sys.executable, "-c", script, path]), env=cli_env(disk.marker),
+                         capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     import json
 

@@ -148,7 +148,7 @@ class Outbox:
         self.dropped = 0  # items refused by the coordinator and dropped, over the agent's life
         self.lost = 0  # items dropped to the bounds, over the agent's life
         self.backoff = Backoff()
-        self._delays: dict[str, _Delay] = {}  # jobs whose output is delayed (the shipping thread's own)
+        self._delays: dict[str, _Delay] = {}  # jobs whose output is delayed (under the lock: forget() too)
         self.wake = threading.Event()
 
     # ---------------------------------------------------------------- adding
@@ -176,13 +176,18 @@ class Outbox:
                 any(j == job_id for j, _ in self._exits)
 
     def _add(self, queues: dict, kind: str, job_id: str, item) -> None:
-        """Under the lock: queues `item`; over MAX_HELD_BYTES the job's own oldest items go."""
+        """Under the lock: queues `item`; over MAX_HELD_BYTES the oldest items of the queue holding the most
+        go (the job that filled the memory pays, not one that just printed its first line)."""
         queue = queues.get(job_id)
         if queue is None:
             queue = queues[job_id] = _Queue(self._carried.pop((kind, job_id), 1))
         self._held_bytes += queue.add(item)
-        while self._held_bytes > MAX_HELD_BYTES and len(queue.items) > 1:
-            self._held_bytes -= queue.drop_oldest()
+        while self._held_bytes > MAX_HELD_BYTES:
+            largest = max((q for q in (*self._logs.values(), *self._metrics.values()) if len(q.items) > 1),
+                          key=lambda q: q.bytes, default=None)
+            if largest is None:
+                break
+            self._held_bytes -= largest.drop_oldest()
 
     def forget(self, job_id: str) -> None:
         with self._lock:
@@ -190,9 +195,9 @@ class Outbox:
                 queue = queues.pop(job_id, None)
                 if queue is not None:
                     self._carried[(kind, job_id)] = queue.next_seq
-                    self._held_bytes -= queue.bytes
                     if queue.items:  # the drain gave up (agent.DRAIN_LIMIT) or the agent stops
                         log.warning("job %s: dropping %d unsent %s", job_id, len(queue.items), kind)
+                    self._held_bytes -= queue.sent(queue.next_seq)  # a batch in flight then frees nothing twice
             while len(self._carried) > 20_000:
                 self._carried.popitem(last=False)
             self._delays.pop(job_id, None)
@@ -217,10 +222,11 @@ class Outbox:
             self._held(e)
             return
         now = self.clock()
-        for job_id, delay in list(self._delays.items()):
+        with self._lock:
+            delivered, self._delays = self._delays, {}
+        for job_id, delay in delivered.items():
             log.info("job %s: delayed output delivered: %d items, %.1f s after the coordinator first could "
                      "not take them", job_id, delay.delivered, now - delay.since)
-        self._delays.clear()
 
     def _held(self, error: ClientError) -> None:
         """A transient answer: back off, and say once per job and outage that its output is delayed."""
@@ -233,19 +239,21 @@ class Outbox:
                     held[job_id] += len(queue.items)
             for job_id, _ in self._exits:
                 held[job_id] += 1
-        for job_id, count in held.items():
-            if count and job_id not in self._delays:
+            newly = [job_id for job_id, count in held.items() if count and job_id not in self._delays]
+            for job_id in newly:
                 self._delays[job_id] = _Delay(now)
-                log.warning("job %s: output delayed: the coordinator could not take it (%s); holding %d items "
-                            "and sending them in order once it can (retrying in %.1f s, then less often)",
-                            job_id, error, count, self.backoff.delay)
+        for job_id in newly:
+            log.warning("job %s: output delayed: the coordinator could not take it (%s); holding %d items and "
+                        "sending them in order once it can (retrying in %.1f s, then less often)",
+                        job_id, error, held[job_id], self.backoff.delay)
         log.debug("shipping held for %.1f s: %s", self.backoff.delay, error)
 
     def _delivered(self, job_id: str, count: int) -> None:
         self.backoff = Backoff()
-        delay = self._delays.get(job_id)
-        if delay is not None:
-            delay.delivered += count
+        with self._lock:
+            delay = self._delays.get(job_id)
+            if delay is not None:
+                delay.delivered += count
 
     def _ship_exits(self) -> None:
         while True:  # after the logs: a job's last lines arrive before its exit

@@ -145,11 +145,11 @@ def lease_exact(ports: list[int]) -> tuple[PortLease, list[int]]:
 
 def lease_for_job(job_id: str, ports: list[int]) -> tuple[PortLease, list[int]]:
     """lease_exact for the agent's loop, which checked `lease_dir()` when it started: a lease directory
-    made unsafe since (a temp cleaner removed it, another user made it again) is one error line in the
-    agent's log and every port reported busy, never an exception that would end the loop."""
+    made unsafe or unusable since is one error line in the agent's log and every port reported busy, never
+    an exception that would end the loop."""
     try:
         return lease_exact(ports)
-    except UnsafePathError as e:
+    except (UnsafePathError, OSError) as e:  # OSError: the directory went away under the lease, a full disk
         log.error("job %s: cannot lease ports: %s", job_id, e)
         return PortLease(), list(ports)
 

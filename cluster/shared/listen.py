@@ -24,7 +24,11 @@ def check_listen(flag: str, listen: str) -> tuple[str, int]:
         shown = port if sep else listen
         raise UserError(f"{flag} {listen!r} is not HOST:PORT with a port from 0 to 65535 (got {shown!r}): give "
                         f"e.g. {EXAMPLES.format(port=7470)}")
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    bracketed = host.startswith("[") and host.endswith("]")
+    bare = host[1:-1] if bracketed else host
+    if ":" in bare and not bracketed:
+        raise UserError(f"{flag} {listen!r}: an IPv6 address goes in brackets before its port: give e.g. "
+                        f"[{bare}]:{port}")
     if not bare:
         raise UserError(f"{flag} {listen!r} names no host: give {EXAMPLES.format(port=int(port))}")
     try:
@@ -45,8 +49,12 @@ def check_listen(flag: str, listen: str) -> tuple[str, int]:
 
 def bind_failure(flag: str, listen: str, error: OSError | None) -> UserError:
     """The one line for a bind that failed after check_listen passed: in use, or not this machine's."""
+    port = listen.rpartition(":")[2]
     if error is not None and error.errno == errno.EADDRNOTAVAIL:
         return UserError(f"cannot listen on {listen}: it is not an address of this machine; choose another "
-                         f"{flag} HOST:PORT, e.g. {EXAMPLES.format(port=listen.rpartition(':')[2])}")
+                         f"{flag} HOST:PORT, e.g. {EXAMPLES.format(port=port)}")
+    if error is not None and error.errno == errno.EACCES:
+        return UserError(f"cannot listen on {listen}: ports below 1024 need root (or CAP_NET_BIND_SERVICE); "
+                         f"choose a port from 1024 up, e.g. {EXAMPLES.format(port=7470)}")
     return UserError(f"cannot listen on {listen}: the address is in use (another coordinator?); choose another "
                      f"{flag} HOST:PORT, or stop what listens there")

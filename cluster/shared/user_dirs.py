@@ -7,10 +7,13 @@ So each directory here sits under one the user alone can write to:
 
     runtime_dir()        $TFDIST_RUNTIME_DIR, else $XDG_RUNTIME_DIR/tfdist (the login's tmpfs, this machine's
                          alone), else ~/.tfdist/runtime: what local coordinators publish (cluster/shared/auth.py)
-    machine_dir(what)    runtime_dir()/machines/HOST/WHAT: this machine's port leases (cluster/agent/ports.py)
-                         and agents' records of their workers (cluster/agent/leftovers.py). Per host, since a
-                         home directory may be one and the same on every node (NFS): a lease or a process
-                         group means something on one machine only.
+    machine_dir(what)    ~/.tfdist/machines/HOST/WHAT ($TFDIST_RUNTIME_DIR/machines/HOST/WHAT where that is
+                         set): this machine's port leases (cluster/agent/ports.py) and agents' records of their
+                         workers (cluster/agent/leftovers.py). Not under $XDG_RUNTIME_DIR: an agent started
+                         from cron, nohup or a service has none, and logind removes it at logout, and every
+                         process of the user on the machine must share these. Per host, since a home directory
+                         may be one and the same on every node (NFS): a lease or a process group means
+                         something on one machine only.
 
 A user with no home to write to (a system account: HOME=/nonexistent) and no runtime directory gets a fresh
 private directory of its own instead (mkdtemp, once per process, said once in the log): its leases and records
@@ -49,9 +52,14 @@ def _host() -> str:
     return socket.gethostname().replace(os.sep, "_") or "localhost"
 
 
+def _machines_root() -> str:
+    """The user's own directory that machine directories live under (made private before anything in it)."""
+    return os.environ.get(RUNTIME_ENV) or os.path.join(os.path.expanduser("~"), ".tfdist")
+
+
 def machine_dir_path(what: str) -> str:
     """Where machine_dir(what) is, without creating it (tfdist doctor shows it)."""
-    return os.path.join(runtime_dir(), "machines", _host(), what)
+    return os.path.join(_machines_root(), "machines", _host(), what)
 
 
 def machine_dir(what: str) -> str:
@@ -61,15 +69,19 @@ def machine_dir(what: str) -> str:
     path = machine_dir_path(what)
     with _fallback_lock:
         if path in _fallback:
-            return _fallback[path]
+            return private_dir(_fallback[path])  # checked again: something may have removed it since
         try:
-            private_dir(runtime_dir())  # the user's own, so that no one else can make what lies under it
+            private_dir(_machines_root())  # the user's own, so that no one else can make what lies under it
             return private_dir(path)
         except UnsafePathError:
             raise
         except OSError as e:
-            fresh = _fallback[path] = tempfile.mkdtemp(prefix=f"tfdist-{what}-")  # 0700, a name nobody chose
-            log.warning("cannot create %s (%s); using %s for this process. Set %s (or XDG_RUNTIME_DIR) to a "
-                        "directory of your own so tfdist's processes on this machine share it", path,
-                        e.strerror or e, fresh, RUNTIME_ENV)
+            try:
+                fresh = _fallback[path] = tempfile.mkdtemp(prefix=f"tfdist-{what}-")  # 0700, a name nobody chose
+            except OSError as again:
+                raise UnsafePathError(f"cannot create {path} ({e.strerror or e}) nor a private directory in "
+                                      f"{tempfile.gettempdir()} ({again.strerror or again}): set {RUNTIME_ENV} to a "
+                                      "directory of your own") from None
+            log.warning("cannot create %s (%s); using %s for this process. Set %s to a directory of your own so "
+                        "tfdist's processes on this machine share it", path, e.strerror or e, fresh, RUNTIME_ENV)
             return fresh

@@ -121,6 +121,8 @@ def test_a_full_disk_delays_a_chatty_jobs_output_and_loses_no_line(cluster, tmp_
         f"{len(missing)} of {len(expected)} printed lines missing (first: {missing[:3]}); "
         f"{len(texts)} stored; not printed: {[t for t in texts if t not in set(expected)][:3]}")
     log = agent_log(cluster)
-    assert log.count(f"job {job_id}: output delayed") == 1, log[-3000:]
-    assert f"job {job_id}: delayed output delivered" in log, log[-3000:]
+    # Once per outage: SQLite may find room in space it already holds and take a batch meanwhile, which
+    # ends that outage; whatever the count, the last delay was followed by its delivery.
+    delayed, delivered = f"job {job_id}: output delayed", f"job {job_id}: delayed output delivered"
+    assert log.count(delayed) >= 1 and log.rfind(delivered) > log.rfind(delayed), log[-3000:]
     assert "dropped a log line" not in log

@@ -44,15 +44,18 @@ def hidden_run(hidden: list[str], argv: list[str], env: dict) -> subprocess.Comp
                            os.pathsep.join(hidden), *argv], env=env, capture_output=True, text=True, timeout=90)
 
 
-def what_a_private_clone_hides() -> list[str]:
-    """The checkout, its venv (wherever it lives) and root's home: what a 0700 parent keeps from others."""
+def what_a_private_clone_hides(other_user_python) -> list[str]:
+    """The checkout, its venv (wherever it lives) and root's home: what a 0700 parent keeps from others.
+    Never a directory holding the copies another user is given, nor a system one."""
+    keep = other_user_python.root + os.sep
     paths = sorted(p for p in {REPO, sys.prefix, os.path.expanduser("~")}
-                   if os.path.isdir(p) and not p.startswith(("/usr", "/tmp")) and p != "/")
+                   if os.path.isdir(p) and p not in ("/", "/usr") and not keep.startswith(p + os.sep))
+    assert REPO in paths, f"the copies for another user ({keep}) lie inside the checkout {REPO}: set TMPDIR elsewhere"
     return [p for p in paths if not any(p.startswith(q + os.sep) for q in paths)]  # one mount hides what is under it
 
 
 def test_another_user_runs_tfdist_with_the_clone_and_its_venv_hidden(other_user_python):
-    hidden = what_a_private_clone_hides()
+    hidden = what_a_private_clone_hides(other_user_python)
     done = hidden_run(hidden, other_user_python.argv("-c", USES_TFDIST), other_user_python.env())
     assert done.returncode == 0 and done.stdout.startswith("imported"), (hidden, done.stdout, done.stderr)
     cli = hidden_run(hidden, other_user_python.argv("-m", "cluster.client.cli", "--help"), other_user_python.env())
@@ -63,8 +66,11 @@ def test_the_clones_own_python_is_what_the_hiding_takes_away(other_user_python):
     """The control: the way the three tests failed, the venv's interpreter and the checkout on the path, as
     nobody with the clone hidden. If this passed, the check above would prove nothing."""
     env = dict(other_user_python.env(), PYTHONPATH=REPO)
-    done = hidden_run(what_a_private_clone_hides(), [*NOBODY, sys.executable, "-c", USES_TFDIST], env)
+    done = hidden_run(what_a_private_clone_hides(other_user_python), [*NOBODY, sys.executable, "-c", USES_TFDIST],
+                      env)
     assert done.returncode != 0, done.stdout
+    assert f"failed to execute {sys.executable}: No such file or directory" in done.stderr or \
+        "ModuleNotFoundError" in done.stderr, done.stderr  # hidden, not some other failure (a mount's)
 
 
 def test_every_test_acting_as_another_user_goes_through_tests_other_user():
@@ -78,7 +84,7 @@ def test_every_test_acting_as_another_user_goes_through_tests_other_user():
             text = open(path).read()
             if re.search(r"""["']setpriv["']""", text):
                 offenders.append(f"{path}: spells setpriv's command (use tests.other_user.NOBODY)")
-            if re.search(r"NOBODY\s*,\s*sys\.executable", text):
+            if re.search(r"(NOBODY\s*,|as_nobody\()\s*sys\.executable", text):
                 offenders.append(f"{path}: runs the clone's interpreter as nobody (use runnable_python or "
                                  "OtherUserPython)")
     assert not offenders, "\n".join(offenders)

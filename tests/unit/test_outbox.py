@@ -218,6 +218,24 @@ def test_the_byte_bound_drops_the_oldest_and_the_log_says_how_many_once(outbox, 
     assert len(messages(caplog, logging.WARNING, f"dropped {lost:,} log lines")) == 1
 
 
+def test_over_the_byte_bound_the_job_holding_the_most_pays_not_the_one_that_prints_next(
+        outbox, coordinator, clock, monkeypatch):
+    """A chatty job fills the bound during an outage; a quiet job printing after it keeps all its lines (the
+    review's case: it kept only its newest line, and the chatty job 85 of its own)."""
+    monkeypatch.setattr(outbox_module, "MAX_HELD_BYTES", 100 * 64)
+    coordinator.failing = grpc.StatusCode.RESOURCE_EXHAUSTED
+    for i in range(300):
+        outbox.line("chatty", 0, "stdout", f"line {i:04d} " + "x" * 30)
+    quiet = [f"q{i}" for i in range(5)]
+    for text in quiet:
+        outbox.line("quiet", 0, "stdout", text)
+    retry(outbox, clock)
+    coordinator.failing = None
+    retry(outbox, clock)
+    assert coordinator.lines["quiet"] == quiet
+    assert coordinator.lines["chatty"][0].startswith("tfdist: agent n1 dropped ")
+
+
 def test_what_the_bound_drops_of_a_batch_in_flight_counts_as_lost_only_if_that_batch_fails(
         outbox, coordinator, clock, monkeypatch):
     """The job prints on while a batch is on its way: the oldest items a bound drops are then that batch's own."""

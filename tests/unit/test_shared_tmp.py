@@ -93,7 +93,10 @@ class LockHolder:
         self.proc = subprocess.Popen([*NOBODY, runnable_python(), "-c", code], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=cli_env(marker), text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 30)
-        assert ready and self.proc.stdout.readline() == "held\n", "nobody's lock holder did not take its locks in 30s"
+        if not (ready and self.proc.stdout.readline() == "held\n"):
+            self.proc.kill()  # not left waiting on its stdin
+            self.proc.wait(timeout=30)
+            raise AssertionError("nobody's lock holder did not take its locks in 30s")
 
     def close(self):
         self.proc.stdin.close()
@@ -244,7 +247,7 @@ def test_our_agent_dir_is_0700_and_a_symlink_at_the_groups_file_is_replaced(shar
 def test_a_user_with_no_home_gets_a_fresh_private_dir_said_once(shared, secret, monkeypatch, caplog):
     """A system account (a HOME it cannot create, no runtime directory): its own fresh directory, not a fixed name."""
     monkeypatch.delenv(user_dirs.RUNTIME_ENV)
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", tempfile.mkdtemp(dir=shared))  # not used: a login's, gone at logout
     home = os.path.join(secret, "home")  # under a file: not even root can make it
     monkeypatch.setenv("HOME", home)
     monkeypatch.setattr(user_dirs, "_fallback", {})
@@ -253,7 +256,9 @@ def test_a_user_with_no_home_gets_a_fresh_private_dir_said_once(shared, secret, 
     assert first == again and os.path.dirname(first) == shared and os.path.basename(first) not in OLD_NAMES
     assert stat.S_IMODE(os.lstat(first).st_mode) == 0o700 and os.lstat(first).st_uid == UID
     [said] = [r.getMessage() for r in caplog.records if "cannot create" in r.getMessage()]
-    assert said.startswith(f"cannot create {home}/.tfdist/runtime/machines/") and first in said
+    assert said.startswith(f"cannot create {home}/.tfdist/machines/") and first in said
+    shutil.rmtree(first)
+    assert lease_dir() == first and os.path.isdir(first)  # made again where it was, still private
     shutil.rmtree(first)
 
 

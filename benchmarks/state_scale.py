@@ -21,6 +21,7 @@ sys.path.insert(0, REPO)
 from cluster.coordinator.store import SqliteStore  # noqa: E402
 from cluster.coordinator.store.retention import Pruner, Retention  # noqa: E402
 from cluster.shared.credentials import Authority  # noqa: E402
+from cluster.shared.experiment import ExperimentConfig  # noqa: E402
 from cluster.shared.model import JobSpec, JobState  # noqa: E402
 from cluster.shared.rpc import Client  # noqa: E402
 
@@ -28,9 +29,10 @@ from cluster.shared.rpc import Client  # noqa: E402
 def build(path: str, small: int, big: int) -> float:
     started = time.monotonic()
     store = SqliteStore(path)
-    plain = JobSpec.from_dict({"entrypoint": ["python", "train.py"], "slots": 2, "name": "sweep"})
-    heavy = JobSpec.from_dict({"entrypoint": ["python", "train.py"], "slots": 2, "name": "heavy",
-                               "environment": {"BLOB": "v" * 65536}})
+    plain = JobSpec(ExperimentConfig(name="sweep", entrypoint=("python", "train.py"), slots_per_trial=2,
+                                     distribution_mode="mwms"))
+    heavy = JobSpec(ExperimentConfig(name="heavy", entrypoint=("python", "train.py"), slots_per_trial=2,
+                                     distribution_mode="mwms", environment_variables={"BLOB": "v" * 65536}))
     seq = 0
     for count, spec in ((small, plain), (big, heavy)):
         for start in range(0, count, 5000):

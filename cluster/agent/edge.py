@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import grpc
 
 from cluster.agent.beacon import BeaconPlan
 from cluster.shared.model import AgentRecord
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
-from cluster.shared.rpc import Client, ClientError
+from cluster.shared.rpc import Client
 from cluster.shared.work import AgentReport, RunningJob, Work, registration_to_pb, report_to_pb, work_from_pb
 
 
@@ -57,13 +56,8 @@ class CoordinatorLink:
         request.beacon_nonce = beacon_nonce
         return work_from_pb(self.client.call(self.client.agents.Heartbeat, request))
 
-    def wait_for_work(self, seen: int, wait: float) -> WorkNotice | None:
-        """Long polls for new work; None from a coordinator too old to have WaitForWork."""
-        try:
-            response = self.client.call(self.client.agents.WaitForWork, pb.WaitForWorkRequest(
-                agent=self.agent, seen=seen, wait_ms=int(wait * 1000)), timeout=wait + 10)
-        except ClientError as e:
-            if e.code == grpc.StatusCode.UNIMPLEMENTED:
-                return None
-            raise
+    def wait_for_work(self, seen: int, wait: float) -> WorkNotice:
+        """Long polls for new work."""
+        response = self.client.call(self.client.agents.WaitForWork, pb.WaitForWorkRequest(
+            agent=self.agent, seen=seen, wait_ms=int(wait * 1000)), timeout=wait + 10)
         return WorkNotice(response.version, response.held)

@@ -42,8 +42,6 @@ def watch_loop(link: CoordinatorLink, stop: threading.Event, wake: threading.Eve
         except ClientError:
             stop.wait(max(interval(), 1.0))
             continue
-        if notice is None:
-            return  # an older coordinator: heartbeats alone
         if notice.version != seen:
             seen = notice.version
             wake.set()

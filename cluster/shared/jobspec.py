@@ -13,7 +13,6 @@ and to `JobConfig`; tests/unit/test_jobspec.py walks every field and fails on on
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Any, Mapping
@@ -85,8 +84,6 @@ class JobSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
         """From the stored form; trusted (it was validated when submitted), so not checked again."""
-        if "config" not in data:
-            return _from_legacy_dict(data)
         return from_pb(json_format.ParseDict(data, pb.JobSpec()), validate=False)
 
 
@@ -252,21 +249,3 @@ def _value_from_pb(value: pb.Value) -> Any:
 
 def _map_from_pb(message: pb.ValueMap) -> dict[str, Any]:
     return {key: _value_from_pb(message.fields[key]) for key in message.fields}
-
-
-# ---------------------------------------------------------------- state written before the codec
-
-def _from_legacy_dict(data: Mapping[str, Any]) -> JobSpec:
-    """A job stored by a coordinator before the config moved into the spec (flat fields, JSON in strings)."""
-    optimizations = json.loads(data.get("optimizations_json") or "{}")
-    config = ExperimentConfig(
-        name=data.get("name") or job_name(tuple(data.get("entrypoint") or ())),
-        entrypoint=tuple(data.get("entrypoint") or ()),
-        slots_per_trial=int(data.get("slots", 1)), distribution_mode=data.get("distribution_mode") or "mwms",
-        num_ps=data.get("num_ps", 1), evaluator=data.get("evaluator", False),
-        hyperparameters=json.loads(data.get("hyperparameters_json") or "{}"),
-        environment_variables=dict(data.get("environment") or {}), max_restarts=data.get("max_restarts", 0),
-        step_timeout=float(data.get("step_timeout", 0.0)), checkpoint_storage=data.get("checkpoint_storage", ""),
-        **{k: v for k, v in optimizations.items() if k in {f.name for f in wire_fields()}}, slots_given=True)
-    return JobSpec(config, data.get("mode_reason", ""), data.get("priority", 0), data.get("working_dir", ""),
-                   data.get("startup_timeout", 0.0), data.get("submission_id", ""))

@@ -63,12 +63,3 @@ def test_a_user_mistake_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, ar
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # and no local runs
     assert main(argv) == 2
     assert capsys.readouterr().err == message
-
-
-def test_batch_scripts_written_before_the_move_still_run():
-    """A queued or requeued Slurm job runs the script an earlier tfdist wrote: `python -m cluster.cli ...`."""
-    import subprocess
-    import sys
-
-    result = subprocess.run([sys.executable, "-m", "cluster.cli", "--help"], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0 and result.stdout.startswith("usage: tfdist"), result.stderr

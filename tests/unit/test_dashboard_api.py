@@ -12,13 +12,13 @@ from cluster.shared import jobspec
 from cluster.shared.credentials import Principal
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import ClientError, JobList
+from tests.specs import flat_spec
 
 ALICE, BOB = Principal("user", "alice"), Principal("user", "bob")
 
 
 def spec(**extra):
-    return jobspec.to_pb(jobspec.JobSpec.from_dict({"entrypoint": ["python", "train.py"], "slots": 1,
-                                                    "name": "train", **extra}))
+    return jobspec.to_pb(flat_spec(["python", "train.py"], 1, name="train", **extra))
 
 
 class Coordinator:

@@ -13,9 +13,10 @@ from cluster.shared import jobspec
 from cluster.shared.credentials import Principal
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import JobList
+from tests.specs import flat_spec
 
 TOKEN = "the-token-" + "x" * 30
-SPEC = jobspec.to_pb(jobspec.JobSpec.from_dict({"entrypoint": ["true"], "slots": 1, "name": "train"}))
+SPEC = jobspec.to_pb(flat_spec(["true"], 1, name="train"))
 
 
 class Coordinator:

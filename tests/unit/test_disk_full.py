@@ -15,18 +15,16 @@ import pytest
 from cluster.coordinator.store import SqliteStore
 from cluster.shared import jobspec
 from cluster.shared.credentials import Authority
-from cluster.shared.model import JobSpec
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client, ClientError
 from tests.conftest import cli_env, stop_processes
 from tests.private_tmpfs import PrivateTmpfs
 from tfdist.errors import ResourceExhaustedError
-
+from tests.specs import flat_spec
 
 
 def spec(i):
-    return jobspec.to_pb(JobSpec.from_dict({"entrypoint": ["true"], "slots": 1, "name": f"job{i}",
-                                            "environment": {"BLOB": "v" * 60_000}}))
+    return jobspec.to_pb(flat_spec(["true"], 1, name=f"job{i}", environment={"BLOB": "v" * 60_000}))
 
 
 class Namespace:
@@ -103,14 +101,14 @@ def test_the_store_on_a_full_disk_raises_resource_exhausted_and_keeps_every_comm
     """The same in-process: the store's own error, whichever write of a transaction meets the full disk."""
     script = ("import json, sys\n"
               "from cluster.coordinator.store import SqliteStore\n"
-              "from cluster.shared.model import JobSpec\n"
+              "from tests.specs import flat_spec\n"
               "from tfdist.errors import ResourceExhaustedError\n"
               "s = SqliteStore(sys.argv[1])\n"
               "done, said = [], ''\n"
               "for i in range(1, 200):\n"
               "    try:\n"
-              "        s.insert_job(f'{i}-a', i, JobSpec.from_dict({'entrypoint': ['x'], 'slots': 1, "
-              "'environment': {'B': 'b' * 60000}}), 0.0, 'submitted')\n"
+              "        s.insert_job(f'{i}-a', i, flat_spec(['x'], 1, environment={'B': 'b' * 60000}), 0.0, "
+              "'submitted')\n"
               "        done.append(i)\n"
               "    except ResourceExhaustedError as e:\n"
               "        said = str(e)\n"
@@ -138,11 +136,10 @@ def test_a_full_disk_is_recognised_from_sqlites_own_code(tmp_path):
     done = []
     with pytest.raises(ResourceExhaustedError, match="disk is full"):
         for i in range(1, 50):
-            s.insert_job(f"{i}-a", i, JobSpec.from_dict({"entrypoint": ["x"], "slots": 1,
-                                                         "environment": {"B": "b" * 60000}}), 0.0, "s")
+            s.insert_job(f"{i}-a", i, flat_spec(["x"], 1, environment={"B": "b" * 60000}), 0.0, "s")
             done.append(i)
     assert done and [j.seq for j in s.jobs()] == done and not s._db.in_transaction
     s._db.execute("PRAGMA max_page_count=1073741823")
-    s.insert_job("99-a", 99, JobSpec.from_dict({"entrypoint": ["x"], "slots": 1}), 0.0, "s")
+    s.insert_job("99-a", 99, flat_spec(["x"], 1), 0.0, "s")
     assert [j.seq for j in s.jobs()] == [*done, 99]
     s.close()

@@ -153,20 +153,6 @@ def test_bad_values_from_the_wire_get_the_configs_messages():
             jobspec.from_pb(jobspec.to_pb(bad))
 
 
-def test_jobs_stored_before_the_codec_are_read():
-    legacy = {"entrypoint": ["python", "t.py"], "slots": 2, "name": "old", "distribution_mode": "horovod",
-              "hyperparameters_json": '{"global_batch_size": 8}', "environment": {"A": "1"}, "max_restarts": 1,
-              "priority": 2, "working_dir": "/w", "startup_timeout": 9.0, "submission_id": "s", "num_ps": 1,
-              "evaluator": False, "optimizations_json": '{"gradient_compression": "fp16", "aggregation_frequency": 2}',
-              "mode_reason": "r", "step_timeout": 30.0, "checkpoint_storage": "/ck"}
-    spec = jobspec.JobSpec.from_dict(legacy)
-    assert (spec.name, spec.slots, spec.distribution_mode, spec.priority, spec.submission_id) == \
-        ("old", 2, "horovod", 2, "s")
-    assert spec.config.hyperparameters == {"global_batch_size": 8}
-    assert (spec.config.gradient_compression, spec.config.aggregation_frequency) == ("fp16", 2)
-    assert (spec.config.environment_variables, spec.step_timeout, spec.checkpoint_storage) == ({"A": "1"}, 30.0, "/ck")
-
-
 def test_the_json_people_read_has_every_field_and_json_types_only():
     """`tfdist job --json` (docs/json.md): every wire field once, under its own key or in `config`;
     environment names only; numbers as numbers."""

@@ -15,14 +15,15 @@ from cluster.client.usage import UsageError
 from cluster.coordinator import views
 from cluster.coordinator.server import MAX_MESSAGE_BYTES, CoordinatorServer
 from cluster.coordinator.store import SqliteStore
-from cluster.shared.model import JobSpec, JobState, LogLine, WorkerExit
+from cluster.shared.model import JobState, LogLine, WorkerExit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client, ClientError
 from tests.conftest import LocalCluster
+from tests.specs import flat_spec
 
 
 def spec(**fields):
-    return JobSpec.from_dict({"entrypoint": ["x"], "slots": 1, **fields})
+    return flat_spec(**{"entrypoint": ["x"], "slots": 1, **fields})
 
 
 def fill(store, n, state=JobState.SUCCEEDED, first=1, **fields):

@@ -17,15 +17,16 @@ import pytest
 
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.store.state_file import LOCK_NAME, StateInUseError, UnreadableStateError
-from cluster.shared.model import JobSpec, JobState, WorkerExit
+from cluster.shared.model import JobState, WorkerExit
 from tests.conftest import LocalCluster, run_cli
 from tests.other_user import NOBODY
 from tfdist.errors import UnsafePathError
+from tests.specs import flat_spec
 
 
 
 def spec(**fields):
-    return JobSpec.from_dict({"entrypoint": ["x"], "slots": 1, **fields})
+    return flat_spec(**{"entrypoint": ["x"], "slots": 1, **fields})
 
 
 def one_line(result) -> str:
@@ -248,25 +249,6 @@ def test_tfdist_jobs_works_over_rows_that_cannot_be_read(tmp_path, marker):
         assert log.count("job 2-a: a row of table jobs") == 1 and log.count("job 3-a: a row of table jobs") == 1, log
     finally:
         cluster.close()
-
-
-def test_an_old_state_file_without_the_mark_is_migrated_and_its_jobs_get_no_owner(tmp_path):
-    path = str(tmp_path / "old.sqlite")
-    db = sqlite3.connect(path)
-    db.executescript("""
-CREATE TABLE jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
-  priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL, started_at REAL, ended_at REAL,
-  message TEXT NOT NULL DEFAULT '', exit_code INTEGER);
-INSERT INTO jobs VALUES ('1-aa', 1, '{"slots": 1, "entrypoint": ["x"]}', 'QUEUED', 0, 1, 0, NULL, NULL, '', NULL);
-""")
-    db.close()
-    s = SqliteStore(path)
-    assert s.job("1-aa").owner == "" and s.next_job_seq() == 2
-    s.insert_job("2-bb", 2, spec(), 1.0, "submitted", owner="bob")
-    s.close()
-    s = SqliteStore(path)
-    assert [(j.id, j.owner) for j in s.jobs()] == [("1-aa", ""), ("2-bb", "bob")]
-    s.close()
 
 
 def test_a_state_file_another_program_holds_locked_is_one_line_naming_that(tmp_path):

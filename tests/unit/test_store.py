@@ -8,8 +8,9 @@ import threading
 import pytest
 
 from cluster.coordinator.store import MemoryStore, SqliteStore
-from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, JobSpec, JobState,
+from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Checkpoint, Gpu, JobState,
                                   LogLine, MetricRow, WorkerExit)
+from tests.specs import flat_spec
 
 
 @pytest.fixture(params=["sqlite-file", "sqlite-memory", "memory"])
@@ -22,7 +23,7 @@ def store(request, tmp_path):
 
 def spec(**fields):
     """Through the stored form's codec, so the tests do not depend on how JobSpec is built."""
-    return JobSpec.from_dict({"entrypoint": ["x"], "slots": 2, **fields})
+    return flat_spec(**{"entrypoint": ["x"], "slots": 2, **fields})
 
 
 def out(text, rank=0, seq=0):

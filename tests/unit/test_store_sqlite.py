@@ -1,6 +1,6 @@
 """What only the SQLite store promises, beyond the contract of test_store.py: the state survives the process
-(a reopen, a kill -9 in the middle of an event), older state files are migrated in place, and the job spec is
-stored through its codec (`JobSpec.to_json()`)."""
+(a reopen, a kill -9 in the middle of an event), a state file of another version is refused (nothing is
+migrated: no release had another layout), and the job spec is stored through its codec (`JobSpec.to_json()`)."""
 
 import json
 import sqlite3
@@ -9,13 +9,16 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from cluster.coordinator.store import SqliteStore
-from cluster.shared.model import (AgentRecord, Address, Allocation, AllocState, Gpu, JobSpec, JobState, LogLine,
-                                  WorkerExit)
+from cluster.coordinator.store.state_file import UnreadableStateError
+from cluster.shared.model import AgentRecord, Address, Gpu, JobSpec, JobState, LogLine
+from tests.specs import flat_spec
 
 
 def spec(**fields):
-    return JobSpec.from_dict({"entrypoint": ["x"], "slots": 2, **fields})
+    return flat_spec(**{"entrypoint": ["x"], "slots": 2, **fields})
 
 
 def test_survives_reopen(tmp_path):
@@ -54,9 +57,10 @@ def test_a_kill_in_the_middle_of_an_event_leaves_none_of_it(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from cluster.coordinator.store import SqliteStore
-        from cluster.shared.model import Allocation, JobSpec, JobState, LogLine
+        from cluster.shared.model import Allocation, JobState, LogLine
+        from tests.specs import flat_spec
         s = SqliteStore({path!r})
-        s.insert_job("j", 1, JobSpec.from_dict({{"entrypoint": ["x"], "slots": 2}}), 0.0, "submitted")
+        s.insert_job("j", 1, flat_spec(["x"], 2), 0.0, "submitted")
         s.append_logs("j", [LogLine(0, "stdout", "committed", 0.0)])
         with s.transaction():
             s.update_job("j", 1.0, "placed", state=JobState.STARTING)
@@ -157,45 +161,23 @@ def test_a_submission_id_is_found_through_its_index_not_a_scan(tmp_path):
     s.close()
 
 
-def test_first_release_state_files_are_migrated(tmp_path):
-    path = str(tmp_path / "old.sqlite")
-    db = sqlite3.connect(path)
-    db.executescript("""
-CREATE TABLE jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
-  priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL, started_at REAL, ended_at REAL,
-  message TEXT NOT NULL DEFAULT '', exit_code INTEGER);
-CREATE TABLE allocations (job_id TEXT NOT NULL, agent TEXT NOT NULL, node_rank INTEGER NOT NULL,
-  slots INTEGER NOT NULL, address TEXT NOT NULL, ports TEXT NOT NULL, state TEXT NOT NULL,
-  PRIMARY KEY (job_id, agent));
-INSERT INTO jobs VALUES ('1-aa', 1, '{"slots": 1, "entrypoint": ["x"]}', 'STARTING', 0, 1, 0, NULL, NULL, '', NULL);
-INSERT INTO allocations VALUES ('1-aa', 'n1', 0, 1, '127.0.0.1', '[29500]', 'PREPARING');
-""")
-    db.commit()
+def test_a_state_file_of_another_version_is_refused_in_one_line(tmp_path):
+    """No release had another layout: nothing is migrated, and a development build's file is never half-read."""
+    unmarked = str(tmp_path / "unmarked.sqlite")  # before the mark: tfdist's tables, application id 0
+    db = sqlite3.connect(unmarked)
+    db.executescript("CREATE TABLE jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL);")
     db.close()
-    s = SqliteStore(path)
-    assert s.allocations("1-aa") == [Allocation("1-aa", "n1", 0, 1, "127.0.0.1", (29500,), (), AllocState.LEASING)]
-    job = s.job("1-aa")
-    assert job.placement == () and job.attempt == 0 and job.preemptible is False and job.spec.entrypoint == ("x",)
-    s.close()
-
-
-def test_exits_keyed_before_restarts_are_rekeyed_by_attempt(tmp_path):
-    path = str(tmp_path / "old.sqlite")
-    db = sqlite3.connect(path)
-    db.executescript("""
-CREATE TABLE exits (job_id TEXT NOT NULL, rank INTEGER NOT NULL, agent TEXT NOT NULL, exit_code INTEGER NOT NULL,
-  last_lines TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL DEFAULT '', tolerated INTEGER NOT NULL DEFAULT 0,
-  PRIMARY KEY (job_id, rank));
-INSERT INTO exits VALUES ('j', 1, 'n1', 3, '["boom"]', 2.0, '', 0);
-""")
-    db.commit()
+    newer = str(tmp_path / "newer.sqlite")  # marked, another schema version
+    SqliteStore(newer).close()
+    db = sqlite3.connect(newer)
+    db.execute("PRAGMA user_version=3")
     db.close()
-    s = SqliteStore(path)
-    assert s.exits("j") == [WorkerExit(1, "n1", 3, ("boom",), 2.0)]
-    assert s.record_exit("j", WorkerExit(1, "n2", 0, (), 5.0, attempt=1)) is True  # the same rank, a new run
-    assert s.record_exit("j", WorkerExit(1, "n1", 3, (), 2.0)) is False
-    s.close()
-    assert [e.attempt for e in SqliteStore(path).exits("j")] == [0, 1]  # reopening migrates nothing twice
+    for path, version in ((unmarked, 0), (newer, 3)):
+        with pytest.raises(UnreadableStateError) as refused:
+            SqliteStore(path)
+        assert str(refused.value) == (f"state file {path} was written by another version of tfdist (schema {version}, "
+                                      "this one reads 2); move it away to start with no jobs, or run the tfdist that "
+                                      "wrote it")
 
 
 def test_a_failed_fsync_is_said_honestly_and_never_retried(tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ from cluster.coordinator.store.group_commit import GroupCommit, sync_error
 from cluster.coordinator.store.retention import Pruner, Retention
 from cluster.coordinator.store.sqlite_rows import BadRows, alloc_to_json, one_job, read_logs, readable_jobs
 from cluster.coordinator.store.sqlite_prune import prune_finished, purge_output
-from cluster.coordinator.store.sqlite_schema import create_or_migrate
+from cluster.coordinator.store.sqlite_schema import create_schema
 from cluster.coordinator.store.state_file import (StateDirLock, check_ours, create_state, describe_open_error,
                                                   disk_full, existing_state)
 from cluster.shared.model import (AgentRecord, Address, Allocation, Checkpoint, Gpu, Job, JobSpec, JobState, LogLine,
@@ -73,17 +73,17 @@ class SqliteStore(StateStore):
     def _open(self) -> sqlite3.Connection:
         if self.path == ":memory:":
             db = _connect(self.path)
-            create_or_migrate(db)
+            create_schema(db)
             return db
         db = None
         try:
             if not existing_state(self.path):
-                create_state(self.path, create_or_migrate)
+                create_state(self.path, create_schema)
             db = _connect(self.path)
             check_ours(db, self.path)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            create_or_migrate(db)
+            create_schema(db)  # a write: another program holding the file locked is found now, not at the first job
             return db
         except (sqlite3.Error, OSError) as e:
             if db is not None:

@@ -11,7 +11,6 @@ import sqlite3
 import threading
 from typing import Any, Callable, Iterable
 
-from cluster.coordinator.store.sqlite_schema import OLD_ALLOC_STATES
 from cluster.shared.model import Allocation, AllocState, Job, JobSpec, JobState, LogLine
 from tfdist.errors import TfdistError
 
@@ -47,12 +46,11 @@ def alloc_to_json(a: Allocation) -> dict:
 
 
 def alloc_from(job_id: str, d: Any) -> Allocation:
-    state = OLD_ALLOC_STATES.get(d["state"], d["state"])
-    gpus = d["gpus"] if "gpus" in d.keys() else "[]"
+    gpus = d["gpus"]
     return Allocation(job_id=job_id, agent=d["agent"], node_rank=d["node_rank"], slots=d["slots"],
                       address=d["address"], ports=tuple(d["ports"] if isinstance(d["ports"], list)
                                                         else json.loads(d["ports"])),
-                      gpus=tuple(gpus if isinstance(gpus, list) else json.loads(gpus)), state=AllocState(state))
+                      gpus=tuple(gpus if isinstance(gpus, list) else json.loads(gpus)), state=AllocState(d["state"]))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,15 +1,16 @@
-"""The SQLite store's tables, and the migrations that bring state files of older releases up to them.
+"""The SQLite store's tables.
 
-A state file tfdist made carries APPLICATION_ID in its header (`PRAGMA application_id`): what tells it from
-another program's SQLite database. Files of releases before the mark have id 0 and only tables of TABLES:
-they are migrated and marked."""
+A state file tfdist made carries APPLICATION_ID in its header (`PRAGMA application_id`), what tells it from
+another program's SQLite database, and SCHEMA_VERSION (`PRAGMA user_version`). No release had another layout,
+so there is nothing to migrate: a file of another version (a development build's) is refused in one line
+(state_file.check_ours), never half-read."""
 
 from __future__ import annotations
 
 import sqlite3
 
 APPLICATION_ID = 0x74664453  # "tfDS": a tfdist coordinator's state
-SCHEMA_VERSION = 2  # PRAGMA user_version: 2 adds the owner, the retention tables and the seq indexes
+SCHEMA_VERSION = 2  # PRAGMA user_version of every state file tfdist 0.1 writes
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -19,7 +20,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   id TEXT PRIMARY KEY, seq INTEGER NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
   priority INTEGER NOT NULL, slots INTEGER NOT NULL, submitted_at REAL NOT NULL,
   started_at REAL, ended_at REAL, message TEXT NOT NULL DEFAULT '', exit_code INTEGER,
-  placement TEXT NOT NULL DEFAULT '[]', submission_id TEXT, failed_rank INTEGER, owner TEXT NOT NULL DEFAULT '');
+  placement TEXT NOT NULL DEFAULT '[]', submission_id TEXT, failed_rank INTEGER, owner TEXT NOT NULL DEFAULT '',
+  attempt INTEGER NOT NULL DEFAULT 0, restarts INTEGER NOT NULL DEFAULT 0, preempt_requested INTEGER NOT NULL DEFAULT 0,
+  preempted_step INTEGER, preemptible INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE TABLE IF NOT EXISTS allocations (
   job_id TEXT NOT NULL, agent TEXT NOT NULL, node_rank INTEGER NOT NULL, slots INTEGER NOT NULL,
@@ -47,50 +50,21 @@ CREATE TABLE IF NOT EXISTS shipped (
 CREATE TABLE IF NOT EXISTS pruned (job_id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
-# After the columns are migrated (an older file lacks `owner` until then).
+# Every table a tfdist state file holds (sqlite_sequence: SQLite's own, for AUTOINCREMENT).
+TABLES = frozenset({"agents", "jobs", "allocations", "exits", "checkpoints", "events", "metrics", "logs", "shipped",
+                    "pruned", "meta", "sqlite_sequence"})
 INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission ON jobs(submission_id)
+  WHERE submission_id IS NOT NULL AND submission_id != '';
 CREATE INDEX IF NOT EXISTS jobs_seq ON jobs(seq);
 CREATE INDEX IF NOT EXISTS jobs_state_seq ON jobs(state, seq);
 CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
 """
-# Every table a tfdist state file may hold (sqlite_sequence: SQLite's own, for AUTOINCREMENT; exits_v1: a
-# migration that was interrupted).
-TABLES = frozenset({"agents", "jobs", "allocations", "exits", "checkpoints", "events", "metrics", "logs", "shipped",
-                    "pruned", "meta", "sqlite_sequence", "exits_v1"})
-
-# Columns added after the first release: (table, column, declaration).
-MIGRATIONS = (
-    ("jobs", "placement", "TEXT NOT NULL DEFAULT '[]'"),
-    ("jobs", "submission_id", "TEXT"),
-    ("agents", "gpus", "TEXT NOT NULL DEFAULT '[]'"),
-    ("allocations", "gpus", "TEXT NOT NULL DEFAULT '[]'"),
-    ("exits", "reason", "TEXT NOT NULL DEFAULT ''"),
-    ("jobs", "failed_rank", "INTEGER"),
-    ("exits", "tolerated", "INTEGER NOT NULL DEFAULT 0"),
-    ("jobs", "attempt", "INTEGER NOT NULL DEFAULT 0"),
-    ("jobs", "restarts", "INTEGER NOT NULL DEFAULT 0"),
-    ("jobs", "preempt_requested", "INTEGER NOT NULL DEFAULT 0"),
-    ("jobs", "preempted_step", "INTEGER"),
-    ("jobs", "preemptible", "INTEGER NOT NULL DEFAULT 0"),
-    ("jobs", "owner", "TEXT NOT NULL DEFAULT ''"),
-)
-# Allocation states of the first release, by what they meant.
-OLD_ALLOC_STATES = {"PREPARING": "LEASING", "READY": "LEASED"}
 
 
-def create_or_migrate(db: sqlite3.Connection) -> None:
-    """The tables, and the columns and states added after the first release brought into older state
-    files in place."""
+def create_schema(db: sqlite3.Connection) -> None:
+    """The tables and indexes (those missing: a no-op on a file that has them), and the file's marks."""
     db.executescript(SCHEMA)
-    for table, column, decl in MIGRATIONS:
-        columns = {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}
-        if column not in columns:
-            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-    _migrate_exits(db)
-    for old, new in OLD_ALLOC_STATES.items():
-        db.execute("UPDATE allocations SET state=? WHERE state=?", (new, old))
-    db.execute("CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission ON jobs(submission_id) "
-               "WHERE submission_id IS NOT NULL AND submission_id != ''")
     db.executescript(INDEXES)
     db.execute(f"PRAGMA application_id={APPLICATION_ID}")
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -98,19 +72,3 @@ def create_or_migrate(db: sqlite3.Connection) -> None:
 
 def tables(db: sqlite3.Connection) -> set[str]:
     return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
-def _migrate_exits(db: sqlite3.Connection) -> None:
-    """Exits were keyed (job, rank) before restarts: rebuilt keyed (job, attempt, rank), rows kept."""
-    columns = {r["name"]: r["pk"] for r in db.execute("PRAGMA table_info(exits)")}
-    if columns.get("attempt"):
-        return
-    db.executescript(
-        "BEGIN; ALTER TABLE exits RENAME TO exits_v1;"
-        "CREATE TABLE exits (job_id TEXT NOT NULL, rank INTEGER NOT NULL, agent TEXT NOT NULL, "
-        "exit_code INTEGER NOT NULL, last_lines TEXT NOT NULL, time REAL NOT NULL, reason TEXT NOT NULL DEFAULT '',"
-        " tolerated INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0, "
-        "PRIMARY KEY (job_id, attempt, rank));"
-        "INSERT INTO exits(job_id, rank, agent, exit_code, last_lines, time, reason, tolerated) "
-        "SELECT job_id, rank, agent, exit_code, last_lines, time, reason, tolerated FROM exits_v1;"
-        "DROP TABLE exits_v1; COMMIT;")

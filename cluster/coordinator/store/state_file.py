@@ -23,7 +23,7 @@ import sqlite3
 import stat
 from typing import Callable
 
-from cluster.coordinator.store.sqlite_schema import APPLICATION_ID, TABLES, tables
+from cluster.coordinator.store.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION, TABLES, tables
 from tfdist.errors import UnsafePathError, UserError
 from tfdist.private_files import FILE_MODE, open_private, private_dir
 
@@ -191,9 +191,14 @@ def disk_full(e: BaseException) -> bool:
 def check_ours(db: sqlite3.Connection, path: str) -> None:
     """Refuses an SQLite database another program made (read before anything is written to it)."""
     app = db.execute("PRAGMA application_id").fetchone()[0]
+    version = db.execute("PRAGMA user_version").fetchone()[0]
     found = tables(db)
-    if app == APPLICATION_ID or (app == 0 and found and found <= TABLES):  # ours, or an older release's
+    if app == APPLICATION_ID and version == SCHEMA_VERSION:
         return
+    if app == APPLICATION_ID or (app == 0 and found and found <= TABLES):  # a development build's, before the mark
+        raise UnreadableStateError(f"state file {path} was written by another version of tfdist (schema "
+                                   f"{version}, this one reads {SCHEMA_VERSION}); move it away to start with no "
+                                   "jobs, or run the tfdist that wrote it")
     what = f"application id {app:#x}" if app else f"tables {', '.join(sorted(found)) or 'none'}"
     raise UnreadableStateError(f"state file {path} is an SQLite database of another program ({what}), not tfdist's "
                                "state; move it away, or choose another --state-dir")

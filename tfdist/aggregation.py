@@ -3,7 +3,7 @@ once, so collectives fall k-fold; each update then averages k x global batch exa
 batch, logged). Under Horovod, Keras 3's own gradient accumulation does it (tfdist.horovod's all-reduce
 sits in the update, which runs every k-th step); under MWMS, whose all-reduce TensorFlow refuses inside
 Keras's conditional update, tfdist's train function chooses between two compiled steps in Python
-(tfdist/aggregation_mwms.py).
+(tfdist/aggregation_mwms.py). Each mode says which (`aggregate_gradients`, tfdist/modes/).
 
     optimizer = tfdist.aggregate_gradients(keras.optimizers.SGD(0.1))   # before compile
 """
@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import os
 
-from tfdist import aggregation_mwms, envvars
+from tfdist import envvars
 from tfdist.errors import LaunchEnvironmentError
+from tfdist.modes import worker_mode
 from tfdist.runtime import current
 
 log = logging.getLogger("tfdist")
@@ -47,11 +48,7 @@ def aggregate_gradients(optimizer, frequency: int | None = None):
         raise ValueError("aggregate_gradients() must run before the optimizer is built: call it before "
                          "model.fit or optimizer.build")
     ctx = current()
-    if ctx.distribution == "mwms":
-        aggregation_mwms.install()
-        setattr(optimizer, aggregation_mwms.MARK, k)
-    else:
-        optimizer.gradient_accumulation_steps = k
+    worker_mode(ctx.distribution).aggregate_gradients(optimizer, k)
     if ctx.is_chief:
         batch = ctx.effective_global_batch_size
         effective = f"{k} x {batch} = {k * batch} examples" if batch else f"{k} x the global batch"

@@ -9,7 +9,8 @@ preemption).
 
 `tfdist.callbacks.Checkpoint` does this for `model.fit`. Every rank calls `save_checkpoint`
 (MultiWorkerMirroredStrategy needs every worker in a save); only the chief's copy is kept, the
-others write to temporary paths that are removed at once. The chief records the checkpoint only
+others write to temporary paths that are removed at once (in modes whose chief saves alone, its mode's
+`every_rank_saves`, they write nothing). The chief records the checkpoint only
 after it is completely written, so a restart never reads half a checkpoint.
 """
 
@@ -26,6 +27,7 @@ from tfdist import envvars
 from tfdist.context import CheckpointInfo
 from tfdist.errors import TfdistError
 from tfdist.metrics import CHECKPOINT_RECORD, report_record
+from tfdist.modes import worker_mode
 from tfdist.runtime import current_or_env
 
 __all__ = ["CheckpointError", "CheckpointInfo", "checkpoint_dir", "latest", "restore_checkpoint", "save_checkpoint"]
@@ -84,8 +86,8 @@ def save_checkpoint(checkpoint, step: int, ctx=None, directory: str | None = Non
     recorded with the job. Returns the path on the chief, None elsewhere."""
     ctx = ctx or current_or_env()
     root = checkpoint_dir(directory)
-    if not ctx.is_chief and ctx.distribution in ("horovod", "ps"):
-        return None  # each Horovod rank holds a full copy; in ps mode only the chief runs this
+    if not ctx.is_chief and not worker_mode(ctx.distribution).every_rank_saves:
+        return None  # e.g. each Horovod rank holds a full copy; in ps mode only the chief runs this
     if ctx.is_chief:
         os.makedirs(root, exist_ok=True)
         path = checkpoint.write(os.path.join(root, f"{PREFIX}-{step}"))

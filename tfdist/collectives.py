@@ -12,7 +12,8 @@ the agent that started it) as the first segment of its path. A store that refuse
 at one of its limits, is one error naming why (`StoreSecretError`, `StoreLimitError`); a store that does
 not answer, or has no room for another connection, is retried for a bounded time (`STORE_PATIENCE`).
 
-In ps mode only the chief runs the script past `tfdist.init()`, so collectives are refused there.
+A mode whose ranks do not all run the script (ps: only the chief runs it past `tfdist.init()`) builds its
+collectives with a `refusal` (tfdist/modes/): every call then says why it cannot work.
 """
 
 from __future__ import annotations
@@ -88,9 +89,12 @@ def _unwrap(value: Any) -> Any:
 
 class Collectives:
     def __init__(self, store: str | None, rank: int, size: int, mode: str = "", timeout: float = DEFAULT_TIMEOUT,
-                 secret: str | None = None):
-        """`secret`: the store's (None: TFDIST_STORE_SECRET of this process's environment)."""
+                 secret: str | None = None, refusal: str | None = None):
+        """`mode`: the name of the job's mode; `secret`: the store's (None: TFDIST_STORE_SECRET of this
+        process's environment); `refusal`: why the mode's ranks cannot all take part, in its words (None: they
+        can)."""
         self.rank, self.size, self.mode, self.timeout = rank, size, mode, timeout
+        self.refusal = refusal
         self._store = store
         self._secret = secret
         self._calls = 0
@@ -126,9 +130,8 @@ class Collectives:
 
     # ---------------------------------------------------------------- internals
     def _next(self, what: str) -> int:
-        if self.mode == "ps":
-            raise CollectiveError(f"ctx.{what}() needs every rank to call it, but in ps mode only the chief runs "
-                                  "your script (worker and ps tasks serve the chief inside tfdist.init())")
+        if self.refusal:
+            raise CollectiveError(f"ctx.{what}() needs every rank to call it, but {self.refusal}")
         if not self._store:
             raise CollectiveError(f"ctx.{what}(): this job has no store (TFDIST_STORE is not set); start it with "
                                   "`tfdist launch`")

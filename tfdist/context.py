@@ -2,8 +2,9 @@
 
 `context_from_env` builds one from the environment the launcher set, with no side effects (nothing
 is created, logged or written); with no such environment it is the single-process context (rank 0 of
-size 1, `single_process()`), so scripts run unchanged under plain `python train.py`. The process-wide
-part (`tfdist.init()`, the strategy, `tfdist.current()`) is tfdist/runtime.py.
+size 1, `single_process()`), so scripts run unchanged under plain `python train.py`. Every mode reads the
+same environment; what differs by mode (here, its collectives) is asked of the mode (tfdist/modes/). The
+process-wide part (`tfdist.init()`, the strategy, `tfdist.current()`) is tfdist/runtime.py.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from tfdist import batching, envvars, preemption
+from tfdist import batching, envvars, modes, preemption
 from tfdist.collectives import Collectives
 from tfdist.errors import LaunchEnvironmentError
 
@@ -182,7 +183,7 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
         per_replica, per_worker = sizes.per_replica, sizes.per_worker
 
     job_id = env.get(envvars.JOB_ID, "local")
-    distribution = env.get(envvars.DISTRIBUTION, "mwms")
+    distribution = env.get(envvars.DISTRIBUTION, modes.DEFAULT)
     return DistributedContext(
         job_id=job_id,
         rank=rank,
@@ -201,7 +202,7 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
         gpus=_env_gpus(env),
         role=env.get(envvars.ROLE, "worker"),
         cluster_info=_env_cluster(env, job_id, size),
-        collectives=Collectives(env.get(envvars.STORE), rank, size, distribution),
+        collectives=modes.worker_mode(distribution).collectives(env.get(envvars.STORE), rank, size),
     )
 
 

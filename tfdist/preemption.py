@@ -26,6 +26,7 @@ from tfdist import envvars
 from tfdist.collectives import StoreLimitError, StoreSecretError, store_request
 from tfdist.errors import UnavailableError
 from tfdist.metrics import PREEMPTED_RECORD, PREEMPTIBLE_RECORD, report_record
+from tfdist.modes import mode_of_env
 
 log = logging.getLogger("tfdist")
 
@@ -37,7 +38,8 @@ ACK_TIMEOUT = 120.0  # seconds the chief waits for every rank to learn the stop 
 class Preemption:
     def __init__(self, store: str | None, rank: int, size: int, margin: int = 1, peers: bool = True,
                  ack_timeout: float = ACK_TIMEOUT):
-        """`peers`: other ranks run the training loop too (False in ps mode: only the chief does)."""
+        """`peers`: other ranks run the training loop too (False where the mode's chief alone runs the
+        script, as in ps mode)."""
         self.store, self.rank, self.size, self.margin = store, rank, size, max(1, margin)
         self.peers = peers and size > 1
         self.ack_timeout = ack_timeout
@@ -155,10 +157,10 @@ def current() -> Preemption:
     global _current
     if _current is None:
         env = os.environ
-        mode = env.get(envvars.DISTRIBUTION, "")
         _current = Preemption(env.get(envvars.STORE), int(env.get(envvars.RANK, "0")),
                               int(env.get(envvars.SIZE, "1")),
-                              margin=int(env.get(envvars.AGGREGATION_FREQUENCY, "1") or 1), peers=mode != "ps")
+                              margin=int(env.get(envvars.AGGREGATION_FREQUENCY, "1") or 1),
+                              peers=mode_of_env(env).every_rank_runs_script)
     return _current
 
 

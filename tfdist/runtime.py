@@ -1,8 +1,9 @@
 """The worker's process-wide runtime: `tfdist.init()` joins the job once (the strategy, the exit barrier,
 the launcher's ready signal) and `tfdist.current()` returns the context it made.
 
-The context values themselves are tfdist/context.py; this module only holds the one per process.
-Importing it is cheap: TensorFlow is imported by `init()`.
+The context values themselves are tfdist/context.py, and what joining means in each mode is the mode's
+(tfdist/modes/); this module only holds the one context per process. Importing it is cheap: TensorFlow is
+imported by `init()`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Mapping
 
 from tfdist import envvars
 from tfdist.context import DistributedContext, context_from_env
+from tfdist.modes import worker_mode
 
 log = logging.getLogger("tfdist")
 
@@ -37,14 +39,9 @@ def init(default_hparams: Mapping[str, Any] | None = None) -> DistributedContext
     warning = ctx.batch_remainder_warning
     if warning and ctx.is_chief:
         log.warning(warning)
-    from tfdist import strategy as strategy_lib  # imports TensorFlow: only init() may
-
-    if ctx.distribution == "ps" and ctx.role in ("worker", "ps"):
-        strategy_lib.serve_forever(ctx, on_ready=_signal_ready)  # never returns: the chief drives this task
-    strategy = strategy_lib.make_strategy(ctx)
+    # The mode imports TensorFlow (its framework) here: only init() may. A ps worker or ps task never returns.
+    strategy = worker_mode(ctx.distribution).join(ctx, _signal_ready)
     ctx = dataclasses.replace(ctx, strategy=strategy)
-    if ctx.distribution == "mwms" and ctx.size > 1:
-        strategy_lib.register_exit_barrier(ctx.is_chief)
     _signal_ready()
     _current = ctx
     return ctx

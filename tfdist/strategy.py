@@ -1,89 +1,28 @@
-"""Picks the tf.distribute strategy for a context. Imports TensorFlow."""
+"""The TensorFlow pieces the worker modes (tfdist/modes/) share: the strategy of a process on its own, its
+devices, the check that a strategy drives the launched slots, and the exit barrier. Imports TensorFlow, so
+only a mode's `make_strategy` or `join` (run by tfdist.init()) imports this module."""
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
-import signal
 import sys
 import time
 
 import tensorflow as tf
 
-from tfdist.compat import keras_mwms, keras_ps, tf_keras_logs
-from tfdist.compat.keras_horovod import import_horovod
-from tfdist.context import DistributedContext
+from tfdist.compat import tf_keras_logs
 from tfdist.errors import LaunchEnvironmentError
+from tfdist.modes.base import Process
 
 log = logging.getLogger("tfdist")
 
 
-SINGLE_NODE_MODES = ("mirrored", "central_storage", "one_device")
-
-
-def make_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
-    """The strategy of the context's mode, checked against the slots the job was launched with."""
-    if ctx.distribution == "ps":
-        return _parameter_server_strategy(ctx)
-    if ctx.distribution == "horovod":
-        return _horovod(ctx)
-    strategy = _collective_strategy(ctx)
-    check_replicas(ctx, strategy)
-    return strategy
-
-
-def _collective_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
-    if ctx.distribution in SINGLE_NODE_MODES:
-        return _single_node_strategy(ctx)
-    if ctx.size > 1:
-        if ctx.distribution != "mwms":
-            raise LaunchEnvironmentError(f"distribution mode {ctx.distribution!r} is not supported by this tfdist")
-        keras_mwms.apply()
-        tf_keras_logs.apply()  # tf_keras's bar: the mean over workers, not their sum
-        # Reads TF_CONFIG; blocks until every worker of the job has joined.
-        return tf.distribute.MultiWorkerMirroredStrategy()
+def one_process_strategy(ctx: Process) -> tf.distribute.Strategy:
+    """A process that needs no other: MirroredStrategy over its slots, or the default strategy for one."""
     if ctx.local_slots > 1:
-        tf_keras_logs.apply()
+        tf_keras_logs.apply()  # tf_keras's bar: the mean over replicas, not their sum
         return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
-
-
-def _parameter_server_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
-    """The chief's ParameterServerStrategy (it connects to every worker and ps task); the evaluator
-    trains nothing and gets the default strategy."""
-    if ctx.role == "evaluator":
-        return tf.distribute.get_strategy()
-    if ctx.role != "chief":
-        raise LaunchEnvironmentError(f"rank {ctx.rank}: ps mode has no role {ctx.role!r}")
-    if "keras" in sys.modules:  # imported before init(): refuse its variables now (else when it loads)
-        keras_ps.apply()
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    return tf.distribute.ParameterServerStrategy(resolver)
-
-
-def serve_forever(ctx: DistributedContext, on_ready) -> None:
-    """A ps mode worker or ps task: runs its TF server for the chief until stopped (SIGTERM)."""
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    server = tf.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type, task_index=resolver.task_id,
-                                  protocol=resolver.rpc_layer or "grpc", start=True)
-    # TensorFlow's servers never return from join(); the chief's end is what stops this task.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    on_ready()
-    log.info("rank %d serves as %s %d for the chief; it runs until the chief is done", ctx.rank, resolver.task_type,
-             resolver.task_id)
-    while server is not None:  # the reference keeps the server up
-        time.sleep(3600)
-
-
-def _horovod(ctx: DistributedContext) -> tf.distribute.Strategy:
-    """Horovod needs no tf.distribute strategy: each process is one replica; gradients are averaged by
-    tfdist.horovod's tape or optimizer. Returns the default strategy after `hvd.init()`."""
-    hvd = import_horovod()
-    hvd.init()
-    if hvd.size() != ctx.size or hvd.rank() != ctx.rank:
-        raise LaunchEnvironmentError(f"Horovod says rank {hvd.rank()} of {hvd.size()} but tfdist launched rank "
-                                     f"{ctx.rank} of {ctx.size}; check HOROVOD_* variables set outside tfdist")
     return tf.distribute.get_strategy()
 
 
@@ -104,24 +43,15 @@ def local_devices(count: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(count)]
 
 
-def _single_node_strategy(ctx: DistributedContext) -> tf.distribute.Strategy:
-    """One process drives every slot: mirrored, central_storage or one_device."""
-    devices = local_devices(ctx.local_slots)
-    if ctx.distribution == "one_device":
-        return tf.distribute.OneDeviceStrategy(devices[0])
-    if ctx.distribution == "central_storage":
-        return tf.distribute.experimental.CentralStorageStrategy(compute_devices=devices, parameter_device="/cpu:0")
-    return tf.distribute.MirroredStrategy(devices)
-
-
-def check_replicas(ctx: DistributedContext, strategy: tf.distribute.Strategy) -> None:
-    """The strategy must drive exactly the slots the job was launched with."""
+def check_replicas(ctx: Process, strategy: tf.distribute.Strategy) -> tf.distribute.Strategy:
+    """The strategy must drive exactly the slots the job was launched with; returns it."""
     replicas = strategy.num_replicas_in_sync
     if replicas != ctx.num_slots:
         raise LaunchEnvironmentError(
             f"rank {ctx.rank}: the strategy has {replicas} replicas in sync but the job was launched with "
             f"{ctx.num_slots} slots. Check TF_CONFIG and the devices visible to this process "
             "(CUDA_VISIBLE_DEVICES), or launch with --slots matching them.")
+    return strategy
 
 
 EXIT_BARRIER_TIMEOUT_MS = 30_000

@@ -7,6 +7,7 @@ import pytest
 from cluster.agent.job_store import JobStore
 from tfdist.collectives import CollectiveError, Collectives
 from tfdist.errors import UnavailableError
+from tfdist.modes import worker_mode
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def test_size_one_returns_at_once_and_misuse_is_one_clear_error(store):
         alone.allgather(object())
     with pytest.raises(CollectiveError, match="the limit is 1048576. Send small values"):
         alone.broadcast("x" * (1 << 20))
-    ps = Collectives(f"127.0.0.1:{store.port}", 0, 4, "ps")
+    ps = worker_mode("ps").collectives(f"127.0.0.1:{store.port}", 0, 4)  # its ranks do not all run the script
     with pytest.raises(CollectiveError, match=r"^ctx.barrier\(\) needs every rank to call it, but in ps mode only "
                                               "the chief runs your script"):
         ps.barrier()

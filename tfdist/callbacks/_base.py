@@ -5,14 +5,14 @@ import os
 
 import tensorflow as tf
 
-from tfdist import envvars
+from tfdist.modes import mode_of_env
 
 Callback = tf.keras.callbacks.Callback
 
 
 def batch_hooks_allowed() -> bool:
     """False in ps mode: tf_keras runs no batch-level callbacks under ParameterServerStrategy."""
-    return os.environ.get(envvars.DISTRIBUTION) != "ps"
+    return mode_of_env(os.environ).batch_callbacks
 
 
 def received(name: str, value) -> str:

@@ -24,6 +24,7 @@ from tfdist import envvars
 from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
 from tfdist.event_files import this_jobs_event_dir
 from tfdist.metrics import report_metrics
+from tfdist.modes import worker_mode
 from tfdist.runtime import current
 
 MAX_BATCH_REPORTS_PER_SECOND = 50  # a fast model reporting every batch stays a few rows a second
@@ -93,7 +94,7 @@ class MetricsReporter(Callback):
         ctx = current()
         self._step = int(self.model.optimizer.iterations.numpy())  # the global step, in every mode
         values = {k: float(v) for k, v in (logs or {}).items() if _number(v)}
-        if self.average and ctx.size > 1 and ctx.distribution != "ps":
+        if self.average and ctx.size > 1 and worker_mode(ctx.distribution).every_rank_runs_script:
             everyone = ctx.allgather(values)
             values = {k: sum(v[k] for v in everyone) / len(everyone) for k in values if all(k in v for v in everyone)}
         if not ctx.is_chief or not values:

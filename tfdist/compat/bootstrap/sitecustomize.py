@@ -7,7 +7,8 @@ tfdist's compatibility fixes too, each applied when the module it fixes finishes
 - SIGUSR1 prints every thread's Python stack (faulthandler), for the step watchdog;
 - `keras` and `tf_keras`: `fit` reports its step progress to the step watchdog (compat/keras_progress.py).
 Nothing else is imported at start-up. TFDIST_KERAS_PATCH=0 turns the fixes off (not the ps refusal nor the progress
-reports). An environment's own sitecustomize still runs.
+reports). An environment's own sitecustomize still runs. What a mode adds (the ps refusal, Horovod's fix and
+its missing-package line) is the mode's entry in tfdist/modes/startup.py, read here by path.
 """
 
 import importlib.abc
@@ -16,7 +17,19 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_MODE = os.environ.get("TFDIST_DISTRIBUTION", "")
+
+
+def _startup_of_mode():
+    """The start-up steps of this worker's mode (tfdist/modes/startup.py, loaded by its path: importing the
+    tfdist package here would slow every worker's start)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "modes", "startup.py")
+    spec = importlib.util.spec_from_file_location("_tfdist_mode_startup", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.startup_of(os.environ.get("TFDIST_DISTRIBUTION", ""))
+
+
+_STARTUP = _startup_of_mode()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -51,14 +64,16 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-class _MissingHorovod(importlib.abc.MetaPathFinder):  # its hint is tfdist.compat.HOROVOD_INSTALL_HINT
-    """Last on the path in horovod mode: `import horovod` that nothing else found fails with the fix."""
+class _MissingPackage(importlib.abc.MetaPathFinder):
+    """Last on the path where the mode needs a package: its `import` that nothing else found fails with the fix."""
+
+    def __init__(self, package, why):
+        self._package, self._why = package, why
 
     def find_spec(self, name, path=None, target=None):
-        if name == "horovod":
-            raise ModuleNotFoundError(
-                f"No module named 'horovod': Horovod is not installed for {sys.executable}; run `tfdist build-horovod` "
-                "(it builds horovod 0.28.1 for this TensorFlow, Gloo only; `make horovod` in a checkout)", name=name)
+        if name == self._package:
+            raise ModuleNotFoundError(f"No module named '{name}': {self._why.format(python=sys.executable)}",
+                                      name=name)
         return None
 
 
@@ -73,7 +88,7 @@ def _fix_keras(module):
         from tfdist.compat import keras_mwms
 
         keras_mwms.apply()
-    if _MODE == "ps":  # a refusal, not a patch: TFDIST_KERAS_PATCH does not turn it off
+    if _STARTUP.refuse_keras_3:  # a refusal, not a patch: TFDIST_KERAS_PATCH does not turn it off
         from tfdist.compat import keras_ps
 
         keras_ps.apply()
@@ -107,14 +122,14 @@ def _chain_to_the_environments_own() -> None:
             sys.modules["sitecustomize"] = mine
 
 
-if (_PATCH or _MODE == "ps" or _PROGRESS) and "keras" not in sys.modules:
+if (_PATCH or _STARTUP.refuse_keras_3 or _PROGRESS) and "keras" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("keras", _fix_keras))
 if _PROGRESS and "tf_keras" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("tf_keras", _report_fit_progress))
-if _PATCH and _MODE == "horovod" and "horovod.tensorflow" not in sys.modules:
+if _PATCH and _STARTUP.fix_horovod and "horovod.tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("horovod.tensorflow", _fix_horovod))
-if _MODE == "horovod":
-    sys.meta_path.append(_MissingHorovod())
+if _STARTUP.explain_missing:
+    sys.meta_path.append(_MissingPackage(*_STARTUP.explain_missing))
 if _PROGRESS:
     # The step watchdog asks a stalled job's workers for their stacks with SIGUSR1 (into the job's logs).
     import faulthandler

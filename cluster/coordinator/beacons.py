@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import select
 import socket
 import threading
@@ -175,6 +176,9 @@ class BeaconService:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         self.port = self._sock.getsockname()[1] if self._sock else 0  # 0: no beacons (agents heartbeat)
         self._stop = threading.Event()
+        # stop() writes here so the receiving thread leaves its poll at once, not after RECEIVE_TIMEOUT (which
+        # every local launch paid on its way out)
+        self._wake_read, self._wake_write = os.pipe()
         self._thread = threading.Thread(target=self._receive_loop, name="beacons", daemon=True)
         self.received = 0  # beacons counted as signs of life
 
@@ -189,10 +193,16 @@ class BeaconService:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._wake_write >= 0:
+            os.write(self._wake_write, b"x")
         if self._thread.is_alive():
             self._thread.join(RECEIVE_TIMEOUT * 4)
         if self._sock is not None:
             self._sock.close()
+        for fd in (self._wake_read, self._wake_write):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_read = self._wake_write = -1
 
     def poke(self, names: Iterable[str]) -> None:
         """Tells each agent that beaconed that its work moved (the agent board's listener)."""
@@ -219,9 +229,10 @@ class BeaconService:
     def _receive_loop(self) -> None:
         waiting = select.poll()  # not select.select: a busy coordinator's descriptors pass 1,024
         waiting.register(self._sock, select.POLLIN)
+        waiting.register(self._wake_read, select.POLLIN)
         while not self._stop.is_set():
             try:
-                readable = waiting.poll(RECEIVE_TIMEOUT * 1000)
+                readable = [fd for fd, _ in waiting.poll(RECEIVE_TIMEOUT * 1000) if fd != self._wake_read]
             except (OSError, ValueError) as e:  # closed under it: the service is stopping
                 if self._stop.is_set():
                     return

@@ -310,3 +310,21 @@ def test_the_change_board_forgets_old_keys_and_never_repeats_a_version():
     assert board.version("j1") == 0 and board.wait("j1", seen, 0.0) == 0  # a waiter on it wakes, once
     board.bump(["j1"])
     assert board.version("j1") > board.version("j4") > seen  # never a version seen before
+
+
+def test_stopping_the_service_wakes_its_thread_instead_of_waiting_out_its_poll(monkeypatch):
+    """Every coordinator stops its beacon service on the way out (each local launch paid it): the receiving
+    thread noticed only at its next poll timeout. With that timeout made 60 s, the thread still ends at once."""
+    import threading
+
+    from cluster.coordinator import beacons
+
+    monkeypatch.setattr(beacons, "RECEIVE_TIMEOUT", 60.0)
+    service = beacons.BeaconService("127.0.0.1", 0, lambda name, now: True, lambda name: 0).start()
+    assert service.port and service._thread.is_alive()
+    stopping = threading.Thread(target=service.stop, daemon=True)
+    stopping.start()
+    service._thread.join(10)  # a bound far below the poll's 60 s
+    assert not service._thread.is_alive(), "the beacon thread waited out its poll"
+    stopping.join(10)
+    service.stop()  # twice is harmless

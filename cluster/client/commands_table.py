@@ -6,16 +6,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib
 import ipaddress
 import os
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from cluster.client import credentials_commands, daemon_commands, doctor, horovod_build, job_commands, \
-    tensorboard_command
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV
 from cluster.shared import limits
 from cluster.shared.config import DISTRIBUTION_MODES
+
+
+def _handler(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The handler `name` of cluster.client.MODULE, imported when its command runs, not when the parser is
+    built: `tfdist --version` and each command load only what they use (a local launch paid for the
+    doctor's, the credentials' and the daemons' imports)."""
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(f"cluster.client.{module}"), name)(args)
+
+    run.__qualname__ = run.__name__ = f"{module}.{name}"
+    return run
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -166,7 +176,7 @@ def _seconds(flag: str, default: float, help: str | None = None) -> Arg:
 
 # ---------------------------------------------------------------- the commands
 
-LAUNCH = Command("launch", "run a training job", job_commands.launch_job, description=(
+LAUNCH = Command("launch", "run a training job", _handler("job_commands", "launch_job"), description=(
     "Run COMMAND as a distributed job and follow it. Without --coordinator, an embedded coordinator "
     "and a local agent run it on this machine (one worker per slot), and the job stays among your local runs "
     "(`tfdist jobs`, `tfdist resume ID`). `train.py ARGS` runs with tfdist's own Python, and so does a bare "
@@ -197,7 +207,8 @@ LAUNCH = Command("launch", "run a training job", job_commands.launch_job, descri
         help="the command each worker runs; default: the config's entrypoint"),
 ))
 
-COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon_commands.run_coordinator, args=(
+COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", _handler("daemon_commands", "run_coordinator"),
+                             args=(
     arg("--listen", default="127.0.0.1:7470", metavar="HOST:PORT",
         help="address to serve on (default 127.0.0.1:7470); TLS, and every call needs a credential"),
     arg("--http", metavar="HOST:PORT|off",
@@ -224,7 +235,7 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", daemon
     VERBOSITY,
 ))
 
-AGENT = Command("agent", "run a node agent", daemon_commands.run_agent, args=(
+AGENT = Command("agent", "run a node agent", _handler("daemon_commands", "run_agent"), args=(
     *CLIENT,
     SLOTS.but(help="CPU worker slots (default: the node's GPU count)"),
     arg("--name", help="node name (default: the name in its node credential, else the host name)"),
@@ -241,7 +252,7 @@ AGENT = Command("agent", "run a node agent", daemon_commands.run_agent, args=(
 
 CREDENTIALS_COMMAND = Command(
     "credentials", "make a cluster's CA and certificate, and credentials for nodes and users",
-    credentials_commands.make_credentials, description=(
+    _handler("credentials_commands", "make_credentials"), description=(
         "Makes DIR the cluster's credentials directory if it is not one yet (a CA, the coordinator's TLS "
         "certificate, a secret; or your site's certificates with --site-cert/--site-key/--site-ca), then writes "
         "one credential file per --node/--user/--admin/--monitor into DIR/issued (or -o FILE for one). Give "
@@ -272,38 +283,40 @@ COMMANDS: tuple[Command, ...] = (
     CREDENTIALS_COMMAND,
     Command("jobs", "list jobs (without --coordinator: your local runs; without a selection: every active job and "
                     "the newest 20 finished)",
-            job_commands.list_jobs, (
+            _handler("job_commands", "list_jobs"), (
                 *CLIENT, JSON, SLURM_JOBS,
                 arg("--all", action="store_true", help="every job the coordinator keeps"),
                 arg("--state", action="append", metavar="STATE",
                     help="only jobs in STATE (repeatable, or comma-separated: --state running,queued)"),
                 arg("--limit", type=integer, metavar="N", help="the newest N jobs (of the selection)"))),
-    Command("job", "show one job: state, placement, why it waits, how it ended", job_commands.show_job,
+    Command("job", "show one job: state, placement, why it waits, how it ended", _handler("job_commands", "show_job"),
             (*CLIENT, JOB_ID, JSON)),
     Command("logs", "print a job's output: every line on stdout, a worker's stderr marked `[rank=N stderr]`",
-            job_commands.print_logs, (
+            _handler("job_commands", "print_logs"), (
         *CLIENT, JOB_ID, arg("-f", "--follow", action="store_true", help="keep printing until the job ends"),
         arg("--rank", type=bounded(-1, limits.MAX_RANK), default=-1, help="only this rank"), SLURM_JOBS,
         OneOf((JSON.but(help="JSON Lines: one object per line, progress updates included (docs/json.md)"),
                arg("--quiet", action="store_true", help="what `tfdist launch` shows: TensorFlow's start-up lines, "
                                                         "harmless warnings and other ranks' progress bars hidden"))))),
-    Command("cancel", "cancel a job", job_commands.cancel_job, (*CLIENT, JOB_ID, SLURM_JOBS)),
-    Command("preempt", "stop a job's workers at a common step, save, and pause the job", job_commands.preempt_job,
+    Command("cancel", "cancel a job", _handler("job_commands", "cancel_job"), (*CLIENT, JOB_ID, SLURM_JOBS)),
+    Command("preempt", "stop a job's workers at a common step, save, and pause the job",
+            _handler("job_commands", "preempt_job"),
             (*CLIENT, JOB_ID)),
-    Command("resume", "run a paused job again from its latest checkpoint", job_commands.resume_job,
+    Command("resume", "run a paused job again from its latest checkpoint", _handler("job_commands", "resume_job"),
             (*CLIENT, JOB_ID, VERBOSE.but(help="a local job: as launch's --verbose"),
              ALL_RANKS.but(help="a local job: as launch's --all-ranks")),
             description="Runs paused job ID again from its latest checkpoint. A local job (your local runs, "
                         "without --coordinator) whose launch has ended runs again on this machine with its slots, "
                         "followed as `tfdist launch` follows it, with its exit codes."),
-    Command("metrics", "print a job's metric history (table, --json, --csv, --plot)", job_commands.print_metrics, (
+    Command("metrics", "print a job's metric history (table, --json, --csv, --plot)",
+            _handler("job_commands", "print_metrics"), (
         *CLIENT, JOB_ID, arg("--name", default="", help="only this metric"),
         OneOf((JSON.but(help="JSON Lines: one object per step and rank (docs/json.md)"),
                arg("--csv", action="store_true", help="CSV: step, rank, then one column per metric"))),
         arg("--plot", metavar="FILE.png", help="also draw every metric against the step into a PNG "
                                                "(needs matplotlib: pip install 'tfdist[plot]')"))),
     Command("tensorboard", "serve a job's TensorBoard event files (pip install 'tfdist[tensorboard]')",
-            tensorboard_command.serve, (
+            _handler("tensorboard_command", "serve"), (
                 *CLIENT, JOB_ID,
                 arg("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only; "
                                                         "every page needs the login link's token)"),
@@ -326,9 +339,9 @@ COMMANDS: tuple[Command, ...] = (
                         "metric curves, checkpoints and failures, and cancel/preempt/resume for your own jobs. It "
                         "asks the coordinator with your credential, as `tfdist jobs` does, and prints a login link "
                         "(its token is the only way in); Ctrl-C or SIGTERM stops it."),
-    Command("agents", "list agents", job_commands.list_agents, (*CLIENT, JSON)),
+    Command("agents", "list agents", _handler("job_commands", "list_agents"), (*CLIENT, JSON)),
     Command("doctor", "check this node before a long run: TensorFlow, Keras, GPUs, Horovod, ports, the coordinator",
-            doctor.run_doctor, (
+            _handler("doctor", "run_doctor"), (
                 *CLIENT,  # with either, the coordinator is checked: it answers and accepts the credential
                 arg("--python", metavar="PYTHON", help="the Python your workers run (default: tfdist's own, the one "
                                                        "`python` means in `tfdist launch`)"),
@@ -344,7 +357,7 @@ COMMANDS: tuple[Command, ...] = (
                         "reachable with your credential (with --coordinator or --credentials), and tfdist's "
                         "directories private. Each problem says its fix; exit 0 when there is none, 1 otherwise."),
     Command("build-horovod", "build horovod 0.28.1 for a Python's TensorFlow (Gloo only; about 2 minutes, once)",
-            horovod_build.build_horovod, (
+            _handler("horovod_build", "build_horovod"), (
                 arg("--python", metavar="PYTHON", help="the Python to build for and install into (default: tfdist's "
                                                        "own, the one `python` means in `tfdist launch`)"),
                 arg("--check", action="store_true", help="only say whether this build is installed (exit 0) or not "

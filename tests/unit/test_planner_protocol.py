@@ -1,9 +1,7 @@
 """Every distribution mode is a `Planner`: the type checker holds each registered planner to the protocol
 (through `PLANNERS: dict[str, Planner]`), and each plan carries the success rule its planner declares."""
 
-import importlib.util
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -13,8 +11,8 @@ from cluster.client.launch import check_worker_needs
 from cluster.shared.config import DISTRIBUTION_MODES, parse_config
 from cluster.shared.modes import PLANNERS, JobPlan, NodePlacement, Placement, SuccessRule
 from tfdist.errors import UserError
+from tests.mypy_check import registry_errors
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Two planners that break the protocol, registered the way modes/__init__.py registers the real ones.
 BROKEN_PLANNERS = textwrap.dedent('''\
@@ -53,19 +51,7 @@ BROKEN_PLANNERS = textwrap.dedent('''\
 def test_mypy_holds_every_registered_planner_to_the_protocol_and_refuses_a_broken_one(tmp_path):
     """One mypy run over cluster/shared/modes (must be clean) and a module of broken planners (must not be):
     the second half proves the first can fail."""
-    if importlib.util.find_spec("mypy") is None:
-        pytest.fail("mypy is not installed: it comes with the test extra (pip install -e '.[test]')")
-    broken = tmp_path / "broken_planners.py"
-    broken.write_text(BROKEN_PLANNERS)
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent", "--no-error-summary",
-         "--cache-dir", str(tmp_path / "mypy-cache"), os.path.join("cluster", "shared", "modes"), str(broken)],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
-    errors = [line for line in result.stdout.splitlines() if ": error: " in line]
-    ours = [line for line in errors if not line.startswith(str(broken))]
-    assert not ours, "mypy found errors in cluster/shared/modes:\n" + "\n".join(ours)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert [line.split(": error: ")[1] for line in errors] == [
+    assert registry_errors(os.path.join("cluster", "shared", "modes"), BROKEN_PLANNERS, tmp_path) == [
         'Dict entry 0 has incompatible type "str": "WrongPlanSignature"; expected "str": "Planner"  [dict-item]',
         'Dict entry 1 has incompatible type "str": "NoWorkerNeeds"; expected "str": "Planner"  [dict-item]']
 

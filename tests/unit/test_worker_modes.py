@@ -3,7 +3,6 @@ registered mode to the protocol, the registry has every mode the control plane c
 is what tfdist did before by name, and no module outside tfdist/modes/ names or compares a mode."""
 
 import ast
-import importlib.util
 import os
 import pathlib
 import subprocess
@@ -17,6 +16,7 @@ from tfdist import checkpointing, context_from_env
 from tfdist.collectives import CollectiveError
 from tfdist.errors import LaunchEnvironmentError
 from tfdist.modes import DEFAULT, WORKER_MODES, Unsupported, mode_of_env, startup, worker_mode
+from tests.mypy_check import registry_errors
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "tfdist" / "compat" / "bootstrap"
@@ -67,19 +67,7 @@ BROKEN_MODES = textwrap.dedent('''\
 def test_mypy_holds_every_registered_mode_to_the_protocol_and_refuses_a_broken_one(tmp_path):
     """One mypy run over tfdist/modes (must be clean) and a module of broken modes (must not be): the second
     half proves the first can fail."""
-    if importlib.util.find_spec("mypy") is None:
-        pytest.fail("mypy is not installed: it comes with the test extra (pip install -e '.[test]')")
-    broken = tmp_path / "broken_modes.py"
-    broken.write_text(BROKEN_MODES)
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent", "--no-error-summary",
-         "--cache-dir", str(tmp_path / "mypy-cache"), os.path.join("tfdist", "modes"), str(broken)],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
-    errors = [line for line in result.stdout.splitlines() if ": error: " in line]
-    ours = [line for line in errors if not line.startswith(str(broken))]
-    assert not ours, "mypy found errors in tfdist/modes:\n" + "\n".join(ours)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert [line.split(": error: ")[1] for line in errors] == [
+    assert registry_errors(os.path.join("tfdist", "modes"), BROKEN_MODES, tmp_path) == [
         'Dict entry 0 has incompatible type "str": "NoSaversSaid"; expected "str": "WorkerMode"  [dict-item]',
         'Dict entry 1 has incompatible type "str": "StrategyWithoutContext"; expected "str": "WorkerMode"  '
         '[dict-item]']

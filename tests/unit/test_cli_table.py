@@ -63,3 +63,17 @@ def test_a_user_mistake_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, ar
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))  # and no local runs
     assert main(argv) == 2
     assert capsys.readouterr().err == message
+
+
+def test_every_commands_handler_resolves_though_it_is_imported_only_when_run():
+    """Handlers are imported when their command runs (commands_table._handler): a misspelt one would fail only
+    then. Each must name a function that exists."""
+    import importlib
+
+    from cluster.client.commands_table import COMMANDS
+
+    for command in COMMANDS:
+        module, _, name = command.handler.__qualname__.partition(".")
+        if module == "_dashboard":
+            continue  # a function of commands_table itself
+        assert callable(getattr(importlib.import_module(f"cluster.client.{module}"), name)), command.name

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 from cluster.agent.beacon import BeaconPlan
 from cluster.shared.model import AgentRecord
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb

@@ -177,8 +177,9 @@ class BeaconService:
         self.port = self._sock.getsockname()[1] if self._sock else 0  # 0: no beacons (agents heartbeat)
         self._stop = threading.Event()
         # stop() writes here so the receiving thread leaves its poll at once, not after RECEIVE_TIMEOUT (which
-        # every local launch paid on its way out)
-        self._wake_read, self._wake_write = os.pipe()
+        # every local launch paid on its way out); only where there is a thread to wake
+        self._wake_read, self._wake_write = os.pipe() if self._sock is not None else (-1, -1)
+        self._stopping = threading.Lock()  # one stop() closes the descriptors, however many threads call it
         self._thread = threading.Thread(target=self._receive_loop, name="beacons", daemon=True)
         self.received = 0  # beacons counted as signs of life
 
@@ -192,17 +193,18 @@ class BeaconService:
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._wake_write >= 0:
-            os.write(self._wake_write, b"x")
-        if self._thread.is_alive():
-            self._thread.join(RECEIVE_TIMEOUT * 4)
-        if self._sock is not None:
-            self._sock.close()
-        for fd in (self._wake_read, self._wake_write):
-            if fd >= 0:
-                os.close(fd)
-        self._wake_read = self._wake_write = -1
+        with self._stopping:
+            self._stop.set()
+            if self._wake_write >= 0:
+                os.write(self._wake_write, b"x")
+            if self._thread.is_alive():
+                self._thread.join(RECEIVE_TIMEOUT * 4)
+            if self._sock is not None:
+                self._sock.close()
+            for fd in (self._wake_read, self._wake_write):
+                if fd >= 0:
+                    os.close(fd)
+            self._wake_read = self._wake_write = -1
 
     def poke(self, names: Iterable[str]) -> None:
         """Tells each agent that beaconed that its work moved (the agent board's listener)."""
@@ -229,10 +231,11 @@ class BeaconService:
     def _receive_loop(self) -> None:
         waiting = select.poll()  # not select.select: a busy coordinator's descriptors pass 1,024
         waiting.register(self._sock, select.POLLIN)
-        waiting.register(self._wake_read, select.POLLIN)
+        wake = self._wake_read
+        waiting.register(wake, select.POLLIN)
         while not self._stop.is_set():
             try:
-                readable = [fd for fd, _ in waiting.poll(RECEIVE_TIMEOUT * 1000) if fd != self._wake_read]
+                readable = [fd for fd, _ in waiting.poll(RECEIVE_TIMEOUT * 1000) if fd != wake]
             except (OSError, ValueError) as e:  # closed under it: the service is stopping
                 if self._stop.is_set():
                     return

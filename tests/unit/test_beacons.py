@@ -328,3 +328,37 @@ def test_stopping_the_service_wakes_its_thread_instead_of_waiting_out_its_poll(m
     assert not service._thread.is_alive(), "the beacon thread waited out its poll"
     stopping.join(10)
     service.stop()  # twice is harmless
+
+
+def test_stop_from_several_threads_at_once_closes_each_descriptor_once():
+    """The review's case: three simultaneous stops double-wrote and double-closed the wake pipe (EBADF, and a
+    close could hit a descriptor reused meanwhile). A service that never bound holds no pipe at all."""
+    import os
+    import threading
+
+    from cluster.coordinator import beacons
+
+    def open_fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    for _ in range(20):
+        service = beacons.BeaconService("127.0.0.1", 0, lambda name, now: True, lambda name: 0).start()
+        errors = []
+
+        def stop():
+            try:
+                service.stop()
+            except OSError as e:  # noqa: PERF203 (the failure under test)
+                errors.append(e)
+
+        stoppers = [threading.Thread(target=stop) for _ in range(3)]
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join(30)
+        assert not errors, errors
+    unbound = beacons.BeaconService("192.0.2.1", 0, lambda name, now: True, lambda name: 0)  # not this machine's
+    assert unbound.port == 0 and unbound._wake_read == -1
+    unbound.stop()
+    assert open_fds() == before

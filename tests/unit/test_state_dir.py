@@ -212,6 +212,24 @@ def damage(path):
     db.close()
 
 
+def test_a_spec_that_is_json_but_no_job_spec_is_a_row_skipped_not_a_store_that_fails(tmp_path, caplog):
+    """The layout before the spec codec (`{"slots": 1, ...}`, which no release wrote and nothing reads any more):
+    its job is reported once and skipped; the coordinator, which lists jobs as it starts, still starts."""
+    path = str(tmp_path / "c.sqlite")
+    s = SqliteStore(path)
+    for i in (1, 2):
+        s.insert_job(f"{i}-a", i, spec(name=f"job{i}"), float(i), "submitted")
+    s.close()
+    db = sqlite3.connect(path)
+    db.execute("""UPDATE jobs SET spec='{"slots": 1, "entrypoint": ["x"]}' WHERE id='2-a'""")
+    db.commit()
+    db.close()
+    s = SqliteStore(path)
+    assert [j.id for j in s.jobs()] == ["1-a"] and s.job("2-a") is None
+    s.close()
+    assert sum("2-a" in r.getMessage() for r in caplog.records) == 1, [r.getMessage() for r in caplog.records]
+
+
 def test_rows_that_cannot_be_read_are_skipped_and_reported_once(tmp_path, caplog):
     path = str(tmp_path / "c.sqlite")
     damage(path)

@@ -11,14 +11,16 @@ import sqlite3
 import threading
 from typing import Any, Callable, Iterable
 
+from google.protobuf import json_format
+
 from cluster.shared.model import Allocation, AllocState, Job, JobSpec, JobState, LogLine
 from tfdist.errors import TfdistError
 
 log = logging.getLogger("tfdist.coordinator")
 Query = Callable[[str, tuple], list[sqlite3.Row]]
 # What decoding a damaged row raises: bad JSON, an unknown state, a missing or mistyped field, a spec
-# its codec refuses.
-ROW_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, TfdistError)
+# its codec refuses (json_format.Error: JSON that is no job spec, e.g. a layout no release wrote).
+ROW_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, TfdistError, json_format.Error)
 TERMINAL = tuple(s.value for s in JobState if s.terminal)
 
 

@@ -189,7 +189,8 @@ def disk_full(e: BaseException) -> bool:
 
 
 def check_ours(db: sqlite3.Connection, path: str) -> None:
-    """Refuses an SQLite database another program made (read before anything is written to it)."""
+    """Refuses an SQLite database another program made, or one of another tfdist schema version (nothing is
+    migrated); read before anything is written to it."""
     app = db.execute("PRAGMA application_id").fetchone()[0]
     version = db.execute("PRAGMA user_version").fetchone()[0]
     found = tables(db)

@@ -117,9 +117,22 @@ def test_launch_forwards_sigterm_to_every_worker(tmp_path, marker):
 
 
 def test_launch_exit_code_and_summary_with_plain_processes(tmp_path, marker):
+    # Rank 2 fails only once the others have printed (and flushed): its failure stops them, and under load a
+    # rank still starting up was stopped before its line (a fresh clone's Bazel run lost rank 0's).
     script = tmp_path / "w.py"
-    script.write_text("import os, sys\nprint('hello from', os.environ['TFDIST_RANK'])\n"
-                      "sys.exit(4 if os.environ['TFDIST_RANK'] == '2' else 0)\n")
+    script.write_text(f"""import os, sys, time
+rank = os.environ['TFDIST_RANK']
+print('hello from', rank, flush=True)
+if rank != '2':
+    open(os.path.join({str(tmp_path)!r}, 'printed-' + rank), 'w').close()
+    sys.exit(0)
+deadline = time.monotonic() + 50
+while not all(os.path.exists(os.path.join({str(tmp_path)!r}, 'printed-' + r)) for r in '01'):
+    if time.monotonic() > deadline:
+        sys.exit(9)
+    time.sleep(0.05)
+sys.exit(4)
+""")
     result = run_cli(["launch", "--slots", "3", "--", str(script)], marker, timeout=60)
     assert result.returncode == 4
     assert "[rank=2] hello from 2" in result.stdout and "[rank=0] hello from 0" in result.stdout

@@ -7,8 +7,8 @@ So each directory here sits under one the user alone can write to:
 
     runtime_dir()        $TFDIST_RUNTIME_DIR, else $XDG_RUNTIME_DIR/tfdist (the login's tmpfs, this machine's
                          alone), else ~/.tfdist/runtime: what local coordinators publish (cluster/shared/auth.py)
-    machine_dir(what)    ~/.tfdist/machines/HOST/WHAT, whatever $TFDIST_RUNTIME_DIR says (two processes with
-                         different runtime dirs must still lease ports apart): this machine's port leases (cluster/agent/ports.py) and agents' records of their
+    machine_dir(what)    ~/.tfdist/machines/HOST/WHAT ($TFDIST_RUNTIME_DIR/machines/HOST/WHAT where that is
+                         set): this machine's port leases (cluster/agent/ports.py) and agents' records of their
                          workers (cluster/agent/leftovers.py). Not under $XDG_RUNTIME_DIR: an agent started
                          from cron, nohup or a service has none, and logind removes it at logout, and every
                          process of the user on the machine must share these. Per host, since a home directory
@@ -54,7 +54,7 @@ def _host() -> str:
 
 def _machines_root() -> str:
     """The user's own directory that machine directories live under (made private before anything in it)."""
-    return os.path.join(os.path.expanduser("~"), ".tfdist")
+    return os.environ.get(RUNTIME_ENV) or os.path.join(os.path.expanduser("~"), ".tfdist")
 
 
 def machine_dir_path(what: str) -> str:

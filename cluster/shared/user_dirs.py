@@ -7,21 +7,24 @@ So each directory here sits under one the user alone can write to:
 
     runtime_dir()        $TFDIST_RUNTIME_DIR, else $XDG_RUNTIME_DIR/tfdist (the login's tmpfs, this machine's
                          alone), else ~/.tfdist/runtime: what local coordinators publish (cluster/shared/auth.py)
-    machine_dir(what)    ~/.tfdist/machines/HOST/WHAT ($TFDIST_RUNTIME_DIR/machines/HOST/WHAT where that is
-                         set): this machine's port leases (cluster/agent/ports.py) and agents' records of their
-                         workers (cluster/agent/leftovers.py). Not under $XDG_RUNTIME_DIR: an agent started
-                         from cron, nohup or a service has none, and logind removes it at logout, and every
+    machine_dir(what)    ~/.tfdist/machines/HOST/WHAT, whatever $TFDIST_RUNTIME_DIR says (two processes with
+                         different runtime dirs must still lease ports apart): this machine's port leases
+                         (cluster/agent/ports.py) and agents' records of their workers
+                         (cluster/agent/leftovers.py). Not under $XDG_RUNTIME_DIR: an agent started from cron,
+                         nohup or a service has none, and logind removes it at logout, and every
                          process of the user on the machine must share these. Per host, since a home directory
                          may be one and the same on every node (NFS): a lease or a process group means
                          something on one machine only.
 
-A user with no home to write to (a system account: HOME=/nonexistent) and no runtime directory gets a fresh
-private directory of its own instead (mkdtemp, once per process, said once in the log): its leases and records
-are then its process's alone, but nothing another user made can stop it.
+A user with no home to write to (a system account: HOME=/nonexistent; a home mounted read-only, as in Bazel's
+sandbox, where no lock file could be made and every port read busy) gets a fresh private directory of its own
+instead (mkdtemp, once per process, said once in the log): its leases and records are then its process's
+alone, but nothing another user made can stop it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -54,7 +57,7 @@ def _host() -> str:
 
 def _machines_root() -> str:
     """The user's own directory that machine directories live under (made private before anything in it)."""
-    return os.environ.get(RUNTIME_ENV) or os.path.join(os.path.expanduser("~"), ".tfdist")
+    return os.path.join(os.path.expanduser("~"), ".tfdist")
 
 
 def machine_dir_path(what: str) -> str:
@@ -72,7 +75,10 @@ def machine_dir(what: str) -> str:
             return private_dir(_fallback[path])  # checked again: something may have removed it since
         try:
             private_dir(_machines_root())  # the user's own, so that no one else can make what lies under it
-            return private_dir(path)
+            made = private_dir(path)
+            if not os.access(made, os.W_OK | os.X_OK):  # a read-only home (a sandbox): no lock could be made
+                raise OSError(errno.EROFS, "not writable")
+            return made
         except UnsafePathError:
             raise
         except OSError as e:

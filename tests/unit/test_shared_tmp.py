@@ -46,13 +46,13 @@ def shared(monkeypatch, tmp_path):
     (tmp_path first: pytest's own temp root is chosen before TMPDIR changes.)"""
     path = tempfile.mkdtemp(prefix="tfdist-test-shared-")
     os.chmod(path, 0o1777)
-    runtime = tempfile.mkdtemp(prefix="tfdist-test-runtime-")
+    home = tempfile.mkdtemp(prefix="tfdist-test-home-")  # machine dirs live under the home, ~/.tfdist/machines
     monkeypatch.setattr(tempfile, "tempdir", path)
     monkeypatch.setenv("TMPDIR", path)
-    monkeypatch.setenv(user_dirs.RUNTIME_ENV, runtime)
+    monkeypatch.setenv("HOME", home)
     yield path
     shutil.rmtree(path)
-    shutil.rmtree(runtime)
+    shutil.rmtree(home)
 
 
 @pytest.fixture
@@ -166,8 +166,8 @@ def test_an_agent_runs_jobs_where_nobody_made_the_old_dirs_first(shared, planted
 
 # ---------------------------------------------------------------- a runtime directory that is not ours
 def test_a_runtime_dir_nobody_made_first_is_refused_not_busy(shared, monkeypatch, marker):
-    runtime = nobody_made(shared, "runtime")
-    monkeypatch.setenv(user_dirs.RUNTIME_ENV, runtime)
+    runtime = nobody_made(shared, ".tfdist")  # where ~/.tfdist would be, were the shared directory HOME
+    monkeypatch.setenv("HOME", shared)
     with pytest.raises(UnsafePathError) as refused:
         lease_exact([22000, 22001])
     refusal(refused, runtime)
@@ -180,8 +180,8 @@ def test_a_runtime_dir_nobody_made_first_is_refused_not_busy(shared, monkeypatch
 def test_the_agents_loop_logs_a_lease_dir_made_unsafe_while_it_ran_and_goes_on(shared, monkeypatch, caplog):
     """After the agent's start-up check (its runtime directory was removed and nobody made it again): one
     error line naming it and nobody, every port reported busy, no exception to end the agent's loop."""
-    runtime = nobody_made(shared, "runtime")
-    monkeypatch.setenv(user_dirs.RUNTIME_ENV, runtime)
+    runtime = nobody_made(shared, ".tfdist")  # where ~/.tfdist would be, were the shared directory HOME
+    monkeypatch.setenv("HOME", shared)
     lease, busy = lease_for_job("1-a", [22000, 22001])
     assert busy == [22000, 22001] and lease.ports == []
     [record] = [r for r in caplog.records if r.levelname == "ERROR"]
@@ -201,9 +201,9 @@ def test_a_groups_file_in_a_dir_that_is_not_ours_is_never_read(shared):
 
 
 def test_launch_refuses_a_runtime_dir_nobody_made_first_in_one_line(shared, marker):
-    runtime = nobody_made(shared, "runtime")
+    runtime = nobody_made(shared, ".tfdist")  # where ~/.tfdist would be, were the shared directory HOME
     result = run_cli(["launch", "--slots", "1", "--", "python", "-c", "pass"], marker, timeout=120,
-                     TMPDIR=shared, TFDIST_RUNTIME_DIR=runtime)
+                     TMPDIR=shared, HOME=shared)
     assert result.returncode == 125 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.strip().splitlines()  # a warning that other terminals will not find it, then the error
     assert all(line.startswith("tfdist: ") for line in lines), lines
@@ -217,7 +217,7 @@ def test_our_own_lease_dir_is_0700_its_locks_0600_and_a_symlink_in_it_is_not_fol
     lease, busy = lease_exact([high])
     try:
         directory = lease_dir()
-        assert directory == os.path.join(os.environ[user_dirs.RUNTIME_ENV], "machines", user_dirs._host(), "ports")
+        assert directory == os.path.join(os.environ["HOME"], ".tfdist", "machines", user_dirs._host(), "ports")
         assert stat.S_IMODE(os.lstat(directory).st_mode) == 0o700
         lock = os.path.join(directory, f"{high}.lock")
         assert busy or stat.S_IMODE(os.lstat(lock).st_mode) == 0o600
@@ -246,7 +246,7 @@ def test_our_agent_dir_is_0700_and_a_symlink_at_the_groups_file_is_replaced(shar
 
 def test_a_user_with_no_home_gets_a_fresh_private_dir_said_once(shared, secret, monkeypatch, caplog):
     """A system account (a HOME it cannot create, no runtime directory): its own fresh directory, not a fixed name."""
-    monkeypatch.delenv(user_dirs.RUNTIME_ENV)
+    monkeypatch.delenv(user_dirs.RUNTIME_ENV, raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", tempfile.mkdtemp(dir=shared))  # not used: a login's, gone at logout
     home = os.path.join(secret, "home")  # under a file: not even root can make it
     monkeypatch.setenv("HOME", home)
@@ -321,3 +321,31 @@ def test_daemons_run_with_umask_077_and_their_workers_with_the_users(tmp_path, m
             cluster.close()
     finally:
         os.umask(old)
+
+
+def test_port_leases_are_shared_whatever_the_runtime_dir(shared, monkeypatch, tmp_path):
+    """Two processes of the user with different $TFDIST_RUNTIME_DIR (two test runs, two shells) must lease ports
+    apart: when the lease directory followed it, concurrent runs' TensorFlow servers could not bind their ports."""
+    monkeypatch.setenv(user_dirs.RUNTIME_ENV, str(tmp_path / "one"))
+    first = lease_dir()
+    monkeypatch.setenv(user_dirs.RUNTIME_ENV, str(tmp_path / "two"))
+    assert lease_dir() == first == os.path.join(os.environ["HOME"], ".tfdist", "machines", user_dirs._host(), "ports")
+
+
+def test_a_read_only_home_leases_from_a_fresh_private_dir_not_every_port_busy(shared, marker):
+    """A home that exists but cannot be written (Bazel's sandbox mounts it read-only; a read-only NFS home):
+    the lease directory is there and ours, yet no lock file can be made in it. Every port then read busy and a
+    launch waited out its limit; now the process leases from a fresh private directory, said once."""
+    home = os.environ["HOME"]
+    os.makedirs(user_dirs.machine_dir_path("ports"), mode=0o700)  # made earlier, when the home was writable
+    os.chmod(os.path.join(home, ".tfdist"), 0o700)
+    probe = ("import logging, sys; logging.basicConfig(); from cluster.agent.ports import lease_exact, lease_dir; "
+             "lease, busy = lease_exact([22100]); print(lease_dir(), busy)")
+    script = f"mount --bind -o ro {home} {home} && mount -o remount,bind,ro {home} && exec \"$0\" -c \"$1\""
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, sys.executable,
+                             probe], capture_output=True, text=True, timeout=60, env=cli_env(marker, HOME=home),
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert result.returncode == 0, result.stderr
+    directory, busy = result.stdout.split(maxsplit=1)
+    assert busy.strip() == "[]" and not directory.startswith(home), result.stdout
+    assert result.stderr.count("cannot create") == 1 and "for this process" in result.stderr, result.stderr

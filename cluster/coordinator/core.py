@@ -17,13 +17,12 @@ handshake answers by Handshake (handshake.py).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import logging
 from typing import Iterable, Mapping, Sequence
 
-from cluster.coordinator import exits as exits_lib, policy, reconcile, watchdogs
+from cluster.coordinator import exits as exits_lib, job_machine, policy, reconcile
 from cluster.coordinator import work as work_lib
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle
@@ -33,8 +32,9 @@ from cluster.coordinator.handshake import Handshake
 from cluster.coordinator.intake import Intake
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.user_first import UserFirst, UserFirstLock
+from cluster.coordinator.run_state import Runs
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
-                                        RunCache, Settings)
+                                        Settings)
 from cluster.shared.work import AgentReport, NodeUsage, RunningJob, Work
 from cluster.shared.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
                                   WorkerExit)
@@ -66,25 +66,24 @@ class CoordinatorCore:
         grace = reconcile.heartbeat_interval(len(records), settings, beacons=True)
         self.agents: dict[str, AgentLive] = {r.name: AgentLive(r, now + grace) for r in records}
         self.allocs = AllocationTable(store)
-        self.run = RunCache()
+        self.runs = Runs()  # each active job's run, one value each (run_state.py)
         self.telemetry = Telemetry()  # Prometheus's counters and histograms (cluster/coordinator/metrics.py)
         self.throughput = Throughput()  # running jobs' steps/s, from their ranks' progress
         self.usage: dict[str, NodeUsage] = {}  # agent -> its latest sample (in memory: a restart forgets it)
         self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)
-        self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.run, settings, self.telemetry)
+        self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.runs, settings, self.telemetry)
         self.intake = Intake(store, self.lifecycle, settings, self.telemetry)
-        self.handshake = Handshake(store, self.allocs, self.lifecycle, self.run, settings)
+        self.handshake = Handshake(store, self.allocs, self.lifecycle, self.runs, settings)
         with self._event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
-                self.run.start_clock[job.id] = now
-                self.lifecycle.decide(job.id, now)  # exits recorded by an older version, never decided
+                self.lifecycle.handle(job.id, job_machine.Adopted(), now)
         self.liveness = Liveness(self.agents, lambda: len(self.lifecycle.live.index.nodes), settings, self.lock)
 
     @property
     def waiting(self) -> Mapping[str, str]:
         """Job -> why it waits: a queued job for nodes (the scheduler's last word), a placed one for its
         nodes to start its workers or its ranks to join (the start-up watchdog's)."""
-        return collections.ChainMap(self.run.waiting, self.run.joining)
+        return self.runs.reasons()
 
     @contextlib.contextmanager
     def _event(self, durable: bool = False, version_of: str = "", user: bool = False):
@@ -96,17 +95,16 @@ class CoordinatorCore:
         `user`: a user's action, which takes the lock before any waiting agent's event."""
         end = EventEnd()
         with self.lock.for_user() if user else self.lock:
+            self.runs.begin()
             try:
                 with self.store.transaction():
                     yield end
             except BaseException:
                 self.allocs.reload()
                 self.lifecycle.reload_queue()
-                self.run.plans.clear()
-                self.run.touched.clear()
+                self.runs.rollback()
                 raise
-            touched = set(self.run.touched)
-            self.run.touched.clear()
+            touched = self.runs.commit()
             changed, self.allocs.changed = self.agent_board.advance(self.allocs.changed), set()
             end.version = self.agent_board.version(version_of) if version_of else 0
             mark = self.store.commits
@@ -162,11 +160,10 @@ class CoordinatorCore:
             agent.attempts = {j.job_id: j.attempt for j in report.running}
             agent.leased = leased
             for job in report.running:  # the step watchdog: when each rank last moved, on our clock
-                if (job.progress or job.job_id in self.run.progress) and \
+                if (job.progress or self.runs.get(job.job_id).progress) and \
                         reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
-                    watchdogs.note_progress(self.run.progress.setdefault(job.job_id, {}),
-                                            self.run.left_training.setdefault(job.job_id, set()), job, now)
-                    self.throughput.note(job.job_id, self.run.progress[job.job_id])
+                    self.lifecycle.handle(job.job_id, job_machine.Progress(job), now)
+                    self.throughput.note(job.job_id, dict(self.runs.get(job.job_id).progress))
             for job_id, busy in report.port_results.items():
                 self.handshake.port_result(job_id, name, list(busy), now)
             for job_id, failures in report.probe_results.items():
@@ -192,15 +189,15 @@ class CoordinatorCore:
             Lookup(lambda job_id: self.lifecycle.ranks_on(job_id, agent.name)), came_back)
         for d in decisions:
             if d.action in (reconcile.Action.JOINED, reconcile.Action.STARTED):
-                self.run.joined.setdefault(d.job_id, set()).update(d.joined)
+                self.lifecycle.handle(d.job_id, job_machine.Joined(frozenset(d.joined)), now)
                 if d.action == reconcile.Action.STARTED:
                     self.allocs.update(d.job_id, agent.name, state=AllocState.STARTED)
-                    self.lifecycle.maybe_running(d.job_id, now)
+                    self.lifecycle.handle(d.job_id, job_machine.NodesStarted(), now)
             elif d.action == reconcile.Action.LEASE_AGAIN:
                 self.allocs.set_state(d.job_id, AllocState.LEASING)
                 self.store.update_job(d.job_id, now, d.event)
             else:
-                self.lifecycle.fail(d.job_id, now, d.outcome)
+                self.lifecycle.handle(d.job_id, job_machine.Failed(d.outcome), now)
         # What ended (just now, or before) and the agent no longer holds frees its slots.
         released = reconcile.released(agent, self.allocs.on_agent(agent.name))
         for job_id in released:
@@ -209,11 +206,11 @@ class CoordinatorCore:
             self.lifecycle.schedule(now)
 
     def _work_for(self, agent: AgentLive) -> Work:
-        dump = [job_id for job_id, agents in self.run.dump_to.items() if agent.name in agents]
+        dump = [job_id for job_id, run in self.runs.items() if agent.name in run.dump_to]
         work = work_lib.work_for(agent, self._allocations_of(agent.name), Lookup(self.store.job),
                                  Lookup(self.lifecycle.plan), self.settings, dump)
         for job_id in dump:
-            self.run.dump_to[job_id].discard(agent.name)  # asked once
+            self.lifecycle.handle(job_id, job_machine.StacksAsked(agent.name), 0.0)  # asked once
         return work
 
     def report_exit(self, agent: str, job_id: str, exit_: WorkerExit, now: float) -> None:
@@ -229,9 +226,9 @@ class CoordinatorCore:
             alloc = self.allocs.get(job_id, agent)
             if alloc is not None and alloc.state in (AllocState.LEASED, AllocState.REACHABLE):
                 self.allocs.update(job_id, agent, state=AllocState.STARTED)  # an exit proves the start
-                self.lifecycle.maybe_running(job_id, now)
-            self.run.touched.add(job_id)
-            self.lifecycle.decide(job_id, now)
+                self.lifecycle.handle(job_id, job_machine.NodesStarted(), now)
+            self.runs.touched.add(job_id)
+            self.lifecycle.handle(job_id, job_machine.Exited(), now)
 
     def push_logs(self, agent: str, job_id: str, lines: list[LogLine], source: str = "",
                   first_seq: int = 0) -> None:
@@ -245,7 +242,7 @@ class CoordinatorCore:
             new = self.store.append_logs(job_id, kept, source, first_seq) if kept else 0
             if cut := policy.log_cut(job_id, stored, new, cap, lines[-1].time):
                 self.store.append_logs(job_id, [cut])  # tfdist's own line, outside the agent's numbering
-            self.run.touched.add(job_id)
+            self.runs.touched.add(job_id)
 
     def push_metrics(self, agent: str, job_id: str, rows: list[MetricRow], source: str = "",
                      first_seq: int = 0) -> None:
@@ -288,19 +285,19 @@ class CoordinatorCore:
         return answers
 
     def cancel(self, job_ref: str, now: float) -> str:
-        return self._act(job_ref, now, self.lifecycle.cancel)
+        return self._act(job_ref, now, job_machine.Canceled())
 
     def preempt(self, job_ref: str, now: float) -> str:
-        return self._act(job_ref, now, self.lifecycle.preempt)  # see JobLifecycle.preempt
+        return self._act(job_ref, now, job_machine.PreemptRequested())  # see job_machine.preempt
 
     def resume(self, job_ref: str, now: float) -> str:
-        return self._act(job_ref, now, self.lifecycle.resume)  # a new attempt, from its latest checkpoint
+        return self._act(job_ref, now, job_machine.Resumed())  # a new attempt, from its latest checkpoint
 
-    def _act(self, job_ref: str, now: float, act) -> str:  # the user's action on a job: its state after
+    def _act(self, job_ref: str, now: float, event: job_machine.Event) -> str:  # the user's: its state after
         with self.user_first.user(), self._event(user=True):
-            job = self.store.job(self.resolve_job_id(job_ref))
-            act(job, now)
-            return self.store.job(job.id).state.value
+            job_id = self.resolve_job_id(job_ref)
+            self.lifecycle.handle(job_id, event, now)
+            return self.store.job(job_id).state.value
 
     def resolve_job_id(self, job_ref: str, reader=None) -> str:
         """Accepts a full id or just its number."""
@@ -327,12 +324,11 @@ class CoordinatorCore:
                 self.liveness.gone(name)
                 log.warning("agent %s lost: no heartbeat or beacon for %.1fs", name, silence)
                 for alloc in self.allocs.on_agent(name):
-                    self.lifecycle.fail(alloc.job_id, now, policy.lost(name, silence))
+                    self.lifecycle.handle(alloc.job_id, job_machine.Failed(policy.lost(name, silence)), now)
                     self.lifecycle.free(alloc.job_id, name)
-            for job_id, clock in list(self.run.start_clock.items()):
-                self.lifecycle.check_startup(job_id, clock, now)
-            for job_id in list(self.run.progress):
-                self.lifecycle.check_progress(job_id, now)
+            for job_id, run in self.runs.items():
+                if run.watched:
+                    self.lifecycle.handle(job_id, job_machine.DeadlineCheck(), now)
             self.lifecycle.schedule(now)
 
 

@@ -1,5 +1,5 @@
 """Typed values the coordinator core works with: its settings, what it knows of each agent and of each
-active job in memory, the work a heartbeat answers. No logic beyond that."""
+active job in memory (a job's run: run_state.py), the work a heartbeat answers. No logic beyond that."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Callable, Generic, Iterable, Mapping, TypeVar
+from typing import Callable, Generic, Iterable, TypeVar
 
 from cluster.shared.model import AgentRecord
-from cluster.shared.modes import JobPlan
 from cluster.shared.work import PROBE_TIMEOUT
 from tfdist.errors import NotFoundError, UserError
 
@@ -67,33 +66,6 @@ class Settings:
     # The first job number it gives (a local launch's: after the user's earlier local runs, so that their ids
     # stay apart; cluster/client/local_runs.py).
     first_job_seq: int = 1
-
-
-@dataclasses.dataclass
-class RunCache:
-    """What the coordinator keeps in memory about active jobs besides the store: derived (plans) or not
-    durable (who joined, step progress; after a restart every clock starts afresh). Changed only inside
-    the core's event; a rolled-back event clears `plans` and `touched`."""
-
-    plans: dict[str, JobPlan] = dataclasses.field(default_factory=dict)  # job -> its launch plan (per placement)
-    start_clock: dict[str, float] = dataclasses.field(default_factory=dict)  # job -> when its start-up began
-    joined: dict[str, set[int]] = dataclasses.field(default_factory=dict)  # job -> ranks that joined (agents say)
-    progress: dict[str, dict[int, tuple[int, float]]] = dataclasses.field(default_factory=dict)  # rank -> (step, when)
-    left_training: dict[str, set[int]] = dataclasses.field(default_factory=dict)  # job -> ranks that stopped reporting
-    stalled: dict[str, tuple[object, float]] = dataclasses.field(default_factory=dict)  # job -> (outcome, fail at)
-    dump_to: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # job -> agents yet to dump stacks
-    # queued job -> why it is not placed: the last scheduling round's (scheduler.BlockedReasons, which asks
-    # whether a job still waits, and works a reason out when it is read)
-    waiting: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    joining: dict[str, str] = dataclasses.field(default_factory=dict)  # placed job -> whom its start-up awaits
-    excluded_ports: dict[tuple[str, str], set[int]] = dataclasses.field(default_factory=dict)  # (job, agent) -> busy
-    touched: set[str] = dataclasses.field(default_factory=set)  # jobs whose followers to wake after this event
-
-    def forget(self, job_id: str) -> None:
-        """The job holds no node any more (released): nothing of its run is watched."""
-        for per_job in (self.start_clock, self.plans, self.joined, self.progress, self.stalled, self.dump_to,
-                        self.joining, self.left_training):
-            per_job.pop(job_id, None)
 
 
 K = TypeVar("K")

@@ -367,11 +367,15 @@ def test_an_event_that_fails_midway_changes_nothing(core, nodes, monkeypatch):
     def crash(*a, **k):
         raise RuntimeError("killed between the exit and the outcome")
 
-    monkeypatch.setattr(core.lifecycle, "decide", crash)
+    before = dict(core.runs.items())
+    assert before[job_id].start_clock is not None and before[job_id].plan is not None
+    # The failure comes after the job's state machine replaced its run (released: nothing watched).
+    monkeypatch.setattr(core.lifecycle, "transition", crash)
     with pytest.raises(RuntimeError):
         core.report_exit("a2", job_id, WorkerExit(2, "a2", 9), now=3)
     monkeypatch.undo()
     assert [e.rank for e in core.store.exits(job_id)] == [0]  # the exit was not half-applied
+    assert dict(core.runs.items()) == before  # nor its run: every field as it was
     core.report_exit("a2", job_id, WorkerExit(2, "a2", 9), now=4)  # the agent retries: decided now
     assert job_view(core, job_id).job.message.startswith("rank 2 on node a2 exited with code 9")
 

@@ -35,6 +35,8 @@ ALLOWED_BUILTIN_RAISES: dict[tuple[str, str], str] = {
     # ("cluster/path.py", "ValueError"): "why a builtin is right here (e.g. a protocol that requires it)",
     ("cluster/coordinator/scheduler.py", "KeyError"): "BlockedReasons is a Mapping: its __getitem__ says a job "
                                                       "does not wait with KeyError, as get() and ChainMap expect",
+    ("cluster/coordinator/run_state.py", "KeyError"): "WaitingReasons is a Mapping: its __getitem__ says a job does "
+                                                      "not wait with KeyError, as get() expects",
 }
 
 

@@ -17,6 +17,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import argparse
+import logging
 import sys
 from typing import Sequence
 
@@ -115,7 +116,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry_point() -> None:
     pipes.install()  # before any command's module is imported (they may bind sys.stdout at import)
-    sys.exit(main())
+    code = main()
+    # The command is over and closed what it opened (servers, stores, its workers): what is left is
+    # Python's teardown of every module, 0.09-0.14 s of a local launch (issue 31). Flush what was written
+    # and leave.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # a reader gone, or a stream a command closed
+            pipes.discard(stream)
+    logging.shutdown()
+    os._exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

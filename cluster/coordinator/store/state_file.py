@@ -158,13 +158,22 @@ def create_state(path: str, make: Callable[[sqlite3.Connection], None]) -> None:
             os.unlink(leftover)
         except FileNotFoundError:
             pass
-    os.close(open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL))
-    db = sqlite3.connect(tmp, isolation_level=None)
-    db.row_factory = sqlite3.Row
+    fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     try:
-        make(db)
+        db = sqlite3.connect(tmp, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        try:
+            # Under its temporary name nothing needs each statement on disk (a crash leaves no state file):
+            # one fsync of the whole file before the rename, not one per table (~80 of them: 26 ms here, and
+            # 80-400 ms on a laptop's disk, in every local launch).
+            db.execute("PRAGMA synchronous=OFF")
+            db.execute("PRAGMA journal_mode=MEMORY")
+            make(db)
+        finally:
+            db.close()
+        os.fsync(fd)
     finally:
-        db.close()
+        os.close(fd)
     os.rename(tmp, path)
     dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
     try:

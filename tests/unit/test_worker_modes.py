@@ -229,3 +229,49 @@ def test_a_missing_horovod_in_horovod_mode_names_the_command_that_installs_it():
         f"No module named 'horovod': Horovod is not installed for {sys.executable}; run `tfdist build-horovod` "
         "(it builds horovod 0.28.1 for this TensorFlow, Gloo only; `make horovod` in a checkout)"), result.stderr
     assert _start_up("mwms", code).stdout.strip() == "No module named 'horovod'"
+
+
+NEW_MODE = textwrap.dedent('''
+    import sys
+    import tfdist
+    from tfdist import modes
+    from tfdist.collectives import Collectives
+
+    class Jaxish:
+        """A mode that is not TensorFlow: one module, one registry line, nothing else touched."""
+        name = "jaxish"
+        every_rank_runs_script = True
+        every_rank_saves = False
+        batch_callbacks = True
+
+        def collectives(self, store, rank, size):
+            return Collectives(store, rank, size, self.name)
+
+        def join(self, ctx, signal_ready):
+            return self.make_strategy(ctx)
+
+        def make_strategy(self, ctx):
+            return {"framework": "jaxish", "process_id": ctx.rank, "num_processes": ctx.size}
+
+        def aggregate_gradients(self, optimizer, steps):
+            raise NotImplementedError
+
+    modes.WORKER_MODES["jaxish"] = Jaxish()
+    ctx = tfdist.init()
+    assert ctx.strategy == {"framework": "jaxish", "process_id": 1, "num_processes": 2}, ctx.strategy
+    assert tfdist.save_checkpoint.__module__ == "tfdist.checkpointing"
+    print("tensorflow" in sys.modules, ctx.rank, ctx.size, ctx.is_chief)
+''')
+
+
+def test_a_mode_that_is_not_tensorflow_is_one_module_and_one_registry_line(tmp_path):
+    """What issue 31 asks of the worker side: a mode's knowledge in one place, and a non-TensorFlow mode added
+    without touching the others. A real worker process registers it, joins through tfdist.init() and gets
+    the mode's own strategy object; TensorFlow is never imported."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), TFDIST_DISTRIBUTION="jaxish", TFDIST_RANK="1", TFDIST_SIZE="2",
+               TFDIST_READY_FILE=str(tmp_path / "ready"))
+    env.pop("TF_CONFIG", None)
+    result = subprocess.run([sys.executable, "-c", NEW_MODE], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "1", "2", "False"]
+    assert (tmp_path / "ready").exists()  # init() told the launcher it joined, as in every mode

@@ -1,5 +1,5 @@
 """How each agent proves it is alive, and how often it heartbeats: with beacons (cluster/coordinator/
-beacons.py) a heartbeat only reports and fetches work, so it can come rarely; without them (older agents,
+beacons.py) a heartbeat only reports and fetches work, so it can come rarely; without them (`--no-beacons`,
 UDP blocked) heartbeats are the sign of life and come at least three times per `lost_after`."""
 
 from __future__ import annotations

@@ -38,6 +38,11 @@ def _definition(module: str, name: str) -> ast.AST | None | bool:
             if isinstance(node, ast.AnnAssign) else []
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return True
+        if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets) and isinstance(node.value, ast.Dict):
+            lazy = {k.value: v.value for k, v in zip(node.value.keys, node.value.values)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}  # a package's PEP 562 exports
+            if name in lazy:
+                return _definition(lazy[name], name)
     return None
 
 

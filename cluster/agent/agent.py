@@ -14,10 +14,8 @@ jobs at once instead of waiting on workers that are gone.
 
 from __future__ import annotations
 
-import collections
 import logging
 import secrets
-import tempfile
 import threading
 import time
 
@@ -26,26 +24,23 @@ import grpc
 from cluster.agent.beacon import BeaconSender
 from cluster.agent.edge import CoordinatorLink
 from cluster.agent.loops import jittered, ship_loop, watch_loop
-from cluster.agent.job_run import JobRun
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.metrics_endpoint import NodeCollector, NodeMetrics
-from cluster.agent.metrics_tail import MetricsTail
 from cluster.agent.netinfo import discover_addresses, discover_gpus
+from cluster.agent.node_runs import NodeRuns, Shipping
 from cluster.agent.outbox import Outbox
-from cluster.agent.ports import PortLease, Prober, lease_dir, lease_for_job
-from cluster.agent.start_plan import node_facts, plan_start
+from cluster.agent.ports import Prober, lease_dir
 from cluster.agent.unreachable import Unreachable
 from cluster.agent.usage import UsageSampler
 from cluster.shared.credentials import Credential
-from cluster.shared.model import Address, AgentRecord, Gpu, WorkerExit
+from cluster.shared.model import Address, AgentRecord, Gpu
 from cluster.shared.rpc import Client, ClientError
-from cluster.shared.work import AgentReport, ProbeTask, RunningJob, StartTask, Work
+from cluster.shared.work import AgentReport, ProbeTask, Work
 from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.agent")
 REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 DRAIN_LIMIT = 3600.0  # seconds a finished job's output waits for an unreachable coordinator
-FINISHED_KEPT = 10_000  # runs remembered as finished (a repeated start of one is ignored)
 
 
 def _say(emit, line: str | None) -> None:
@@ -93,14 +88,10 @@ class Agent:
         self.use_beacons = beacons
         self.source = f"{name}/{secrets.token_hex(4)}"  # this agent process, for the coordinator's dedup
         self.outbox = Outbox(self.client, name, self.source)
-        self.metrics = MetricsTail(self.outbox.metric, lambda job, rank, text: self.outbox.line(job, rank, "stderr", text))
-        self._lock = threading.Lock()
-        self._runs: dict[str, JobRun] = {}  # job id -> its run whose workers run or are being reaped
-        # (job id, attempt) of runs that ended here: a repeated start or port check of one is ignored.
-        self._finished: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
-        self._attempts: dict[str, int] = {}  # job id -> the run of it whose ports or workers this agent holds
-        self._port_results: dict[str, tuple[int, ...]] = {}
-        self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
+        self.runs = NodeRuns(name, self.addresses, Shipping(
+            lambda job, rank, stream, text: self.outbox.line(job, rank, stream, text), self.outbox.metric,
+            self.outbox.exit, self._drain, self.outbox.forget), changed=self.wake, started=self._save_groups)
+        self.metrics = self.runs.metrics
         self._stop = threading.Event()
         self._wake = threading.Event()  # heartbeat now
         self.beacons = BeaconSender(name, self._wake, self._stop)
@@ -154,34 +145,21 @@ class Agent:
         self.beacons.wake()
         self._wake.set()
         self.outbox.wake.set()
-        with self._lock:
-            runs = list(self._runs.values())
-            leases = list(self._port_leases.values())
-        for run in runs:
-            run.gang.stop()
-        for lease in leases:
-            lease.release()
+        self.runs.stop_all()
 
     def shutdown(self, timeout: float) -> None:
         """stop(), then waits up to `timeout` for the workers to end (SIGTERM, then SIGKILL after
         the gang's grace period), so they may save what they were doing."""
         self.stop()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._runs:
-                    break
-            time.sleep(0.05)
+        self.runs.wait_idle(timeout)
         self._save_groups()
 
     def running_jobs(self) -> list[str]:
-        with self._lock:
-            return list(self._runs)
+        return self.runs.job_ids()
 
     # ---------------------------------------------------------------- what it measures
     def _worker_pids(self) -> dict[str, list[int]]:
-        with self._lock:
-            return {job_id: run.gang.process_groups() for job_id, run in self._runs.items()}
+        return self.runs.process_groups()
 
     def _serve_metrics(self, certificate: bytes) -> None:
         """Starts /metrics after the first registration, with the certificate the coordinator signed."""
@@ -190,18 +168,9 @@ class Agent:
             lambda: self.heartbeat_failures))
 
     # ---------------------------------------------------------------- talking to the coordinator
-    def _running(self) -> tuple[RunningJob, ...]:
-        now = time.time()
-        with self._lock:
-            return tuple(run.running_job(now) for run in self._runs.values())
-
-    def _leased(self) -> tuple[str, ...]:
-        with self._lock:
-            return tuple(j for j in self._port_leases if j not in self._runs)
-
     def _register(self) -> None:
         record = AgentRecord(self.name, self.slots, tuple(self.addresses), tuple(self.gpus))
-        registration = self.link.register(record, self._running(), self._leased(), self.node_metrics.address(),
+        registration = self.link.register(record, self.runs.running(), self.runs.leased(), self.node_metrics.address(),
                                           self.node_metrics.csr, beacons=self.use_beacons)
         self.heartbeat_interval = registration.heartbeat_interval or 1.0
         self.beacons.configure(registration.beacons)
@@ -213,10 +182,9 @@ class Agent:
 
     def _heartbeat(self) -> bool:
         """One heartbeat; True when there is follow-up to send at once (port checks to answer)."""
-        with self._lock:
-            ports, self._port_results = self._port_results, {}
+        ports = self.runs.take_port_results()
         probes = self._prober.take()
-        work, interval = self.link.heartbeat(AgentReport(self.name, self._running(), self._leased(), ports, probes,
+        work, interval = self.link.heartbeat(AgentReport(self.name, self.runs.running(), self.runs.leased(), ports, probes,
                                                          self.usage.latest), self.beacons.nonce())
         if work is None:
             self._registered = False
@@ -228,136 +196,18 @@ class Agent:
         return bool(work.check_ports)
 
     def _apply(self, work: Work) -> None:
-        for job_id, ports in work.check_ports:
-            self._check_ports(job_id, list(ports), work.attempts.get(job_id, 0))
         for task in work.probes:
             self._start_probe(task)
-        for task in work.start:
-            self._start(task)
-        for job_id in work.preempt:
-            run = self._run_of(job_id)
-            if run is not None and run.request_preemption():
-                log.info("job %s: preemption requested; its workers stop at a common step", job_id)
-        for job_id in work.dump_stacks:
-            run = self._run_of(job_id)
-            if run is not None:
-                log.warning("job %s: the step watchdog asks for every worker's Python stacks", job_id)
-                run.gang.dump_stacks()
-        for job_id in work.stop_jobs:
-            self._stop_job(job_id, work.stop_grace.get(job_id))
-
-    def _run_of(self, job_id: str) -> JobRun | None:
-        with self._lock:
-            return self._runs.get(job_id)
-
-    # ---------------------------------------------------------------- ports
-    def _stop_job(self, job_id: str, grace: float | None = None) -> None:
-        with self._lock:
-            run = self._runs.get(job_id)
-            lease = None if run else self._port_leases.pop(job_id, None)
-        if run:
-            if not run.gang.stopping:
-                log.info("stopping job %s", job_id)
-            run.gang.stop(grace)
-        if lease:
-            lease.release()
-            with self._lock:
-                self._attempts.pop(job_id, None)
-            self._wake.set()
-
-    def _check_ports(self, job_id: str, ports: list[int], attempt: int = 0) -> None:
-        """Leases the ports machine-wide (so no other tfdist job on this machine, with this or
-        another coordinator, takes them), listens on them for the peers' probes, and reports
-        those that are busy."""
-        with self._lock:
-            if job_id in self._runs or (job_id, attempt) in self._finished:
-                return
-            self._attempts[job_id] = attempt
-            old = self._port_leases.pop(job_id, None)
-            if old:
-                old.release()
-            lease, busy = lease_for_job(job_id, ports)
-            if busy:
-                lease.release()
-            else:
-                self._port_leases[job_id] = lease
-            self._port_results[job_id] = tuple(busy)
+        self.runs.apply(work)
 
     def _start_probe(self, task: ProbeTask) -> None:
         """Connects to every peer's leased ports of a job whose ports this node holds."""
-        with self._lock:
-            if task.job_id not in self._port_leases:
-                return
-        self._prober.start(task)
-
-    # ---------------------------------------------------------------- job runs
-    def _start(self, task: StartTask) -> None:
-        with self._lock:
-            if task.job_id in self._runs or (task.job_id, task.attempt) in self._finished:
-                return  # a start repeated before our heartbeat said we run it
-            self._attempts[task.job_id] = task.attempt
-            lease = self._port_leases.get(task.job_id)
-            plan = plan_start(task, node_facts(self.name, self.addresses),
-                              tempfile.mkdtemp(prefix=f"tfdist-{task.job_id}-"))  # ready and metrics files
-            run = JobRun(plan, self._line_sink(task.job_id), self._report_exit)
-            exits = plan.exits
-            if plan.can_start:
-                if lease:
-                    lease.stop_listening()  # the ports are the workers' now
-                exits = run.serve_store()
-                if exits and lease:
-                    lease.release()
-                    self._port_leases.pop(task.job_id, None)
-            if exits:  # every rank failed before any started
-                run.close()
-                for exit_ in exits:
-                    self.outbox.exit(task.job_id, exit_)
-                self._forget_run(task.job_id)
-                return
-            self.metrics.add(task.job_id, plan.metrics_files)
-            self._runs[task.job_id] = run
-        log.info("starting job %s: ranks %s", task.job_id, list(plan.ranks))
-        threading.Thread(target=self._run_job, args=(run,), daemon=True).start()
-
-    def _run_job(self, run: JobRun) -> None:
-        # In this thread: the workers die with it (PDEATHSIG).
-        result = run.run(started=self._save_groups)
-        log.debug("job %s (run %d) on this node: %s", run.job_id, result.attempt, result.state.value)
-        self.metrics.read(final=True, only=run.job_id)  # the last rows, before the files go
-        self._drain(run.job_id)
-        with self._lock:
-            lease = self._port_leases.pop(run.job_id, None)
-            if lease:
-                lease.release()
-            run.close()
-            self.metrics.forget(run.job_id)
-            self._runs.pop(run.job_id, None)
-            self._forget_run(run.job_id)
-        self.outbox.forget(run.job_id)
-        self._save_groups()
-        self._wake.set()  # tell the coordinator at once: the job's slots are free
-
-    def _forget_run(self, job_id: str) -> None:
-        """Under the lock: the job's run ended here; a repeated start of it is ignored."""
-        self._finished[(job_id, self._attempts.pop(job_id, 0))] = None
-        while len(self._finished) > FINISHED_KEPT:
-            self._finished.popitem(last=False)
+        if self.runs.holds_ports(task.job_id):
+            self._prober.start(task)
 
     def _save_groups(self) -> None:
         """The workers' process groups, so a restarted agent can stop what a killed one left."""
-        with self._lock:
-            groups = {j: run.gang.process_groups() for j, run in self._runs.items()}
-        self._groups.save(groups)
-
-    def _line_sink(self, job_id: str):
-        def sink(rank: int, stream: str, line: str) -> None:
-            self.outbox.line(job_id, rank, stream, line)
-        return sink
-
-    def _report_exit(self, job_id: str, exit_: WorkerExit) -> None:
-        # What the worker recorded goes first: a preempted run's step must be known before its exits.
-        self.metrics.read(only=job_id)
-        self.outbox.exit(job_id, exit_)
+        self._groups.save(self.runs.process_groups())
 
     def _drain(self, job_id: str) -> None:
         """Waits until the job's output and exits reached the coordinator (it may be restarting)."""

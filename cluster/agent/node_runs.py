@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from cluster.agent.job_run import JobRun
 from cluster.agent.metrics_tail import MetricsTail
-from cluster.agent.ports import PortLease, lease_for_job
+from cluster.agent.ports import PortLease, lease_for_job, lease_range  # noqa: F401 (the range its leases take)
 from cluster.agent.start_plan import node_facts, plan_start
 from cluster.shared.model import Address, MetricRow, WorkerExit
 from cluster.shared.work import RunningJob, StartTask, Work

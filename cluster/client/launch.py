@@ -26,7 +26,7 @@ from cluster.client.progress_view import QUIET, ViewOptions
 from cluster.shared import jobspec, modes
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
-from tfdist.errors import UnavailableError, UnsafePathError, UserError
+from tfdist.errors import UnsafePathError, UserError
 
 
 def preflight(config: ExperimentConfig) -> None:
@@ -83,40 +83,29 @@ def check_worker_needs(program: str, planner: modes.Planner) -> None:
 
 
 class EmbeddedCluster:
-    """A coordinator and one local agent in this process, on loopback: local mode takes the
-    same path as a cluster."""
+    """A coordinator in this process, on loopback, whose jobs run on this machine through the local engine
+    (cluster/engines/local/: no agent, no heartbeats, no port probes): the same scheduler, waiting reasons,
+    job records, restarts, preemption and resume as a cluster, and the same gRPC service, where this user's
+    other terminals find the launch (`tfdist jobs`, `logs`, `preempt`)."""
 
     def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1):
-        from cluster.agent.daemon import Agent, lease_range
         from cluster.coordinator.daemon import CoordinatorServer, Settings
-        from cluster.shared.model import Address
+        from cluster.engines import EngineOptions, create_engine
+        from cluster.engines.local import lease_range
 
-        # Ports below the ephemeral range; the agent's machine-wide leases keep launches apart. The
-        # coordinator wakes its agent when a job is placed (WaitForWork), so a slow heartbeat costs no
-        # start-up time and leaves the CPU to the workers.
-        settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range(),
-                            first_job_seq=first_job_seq)
+        # Ports below the ephemeral range; machine-wide leases keep launches apart. The node's work is read
+        # the moment it changes, so no interval costs start-up time.
+        settings = Settings(port_range=lease_range(), first_job_seq=first_job_seq)
         # TLS on loopback too, with a fresh authority in memory: another user of this machine can reach the
         # port but holds no credential. This user's other terminals find theirs in the runtime dir.
-        self.server = CoordinatorServer(state_dir, "127.0.0.1:0", settings=settings).start()
+        self.server = CoordinatorServer(state_dir, "127.0.0.1:0", settings=settings,
+                                        engine=create_engine("local", EngineOptions(slots=slots))).start()
         self.credential = self.server.issue("admin", user_name())
         self._published = None
         try:
             self._published = publish_local(self.credential, self.server.port)
         except (OSError, UnsafePathError) as e:  # a convenience for other terminals, not needed to run
             sys.stderr.write(f"tfdist: warning: other terminals will not find this launch's coordinator ({e})\n")
-        try:
-            self.agent = Agent(self.server.address, name="local", credential=self.server.issue("node", "local"),
-                               slots=slots, addresses=[Address("127.0.0.1", 8, "lo")], gpus=[])
-        except BaseException:  # e.g. its temp directories are another user's (UnsafePathError): leave nothing
-            unpublish_local(self._published)
-            self.server.stop()
-            raise
-        self._thread = threading.Thread(target=self.agent.run, daemon=True)
-        self._thread.start()
-        if not self.agent.registered.wait(timeout=30):
-            self.close()
-            raise UnavailableError("the local agent did not register with the embedded coordinator within 30s")
 
     @property
     def address(self) -> str:
@@ -124,8 +113,6 @@ class EmbeddedCluster:
 
     def close(self) -> None:
         unpublish_local(self._published)
-        self.agent.stop()
-        self._thread.join(timeout=10)
         self.server.stop()
 
 

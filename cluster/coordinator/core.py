@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, job_machine, policy, reconcile
 from cluster.coordinator import work as work_lib
@@ -118,9 +118,10 @@ class CoordinatorCore:
                 self.agent_board.announce(changed)
 
     # ---------------------------------------------------------------- agents
-    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float) -> None:
+    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
+                 watched: bool = True) -> None:
         """An agent (re)joins, saying what it runs and which jobs' ports it holds (on heartbeats until its
-        first beacon arrives, if it beacons)."""
+        first beacon arrives, if it beacons). `watched`: lost when silent (False: an engine's own node)."""
         if not record.name or record.slots < 1:
             raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
         if record.gpus and len(record.gpus) != record.slots:
@@ -129,7 +130,7 @@ class CoordinatorCore:
             self.store.upsert_agent(record, now)
             previous = self.agents.get(record.name)
             agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
-                              leased=set(leased), attempts={j.job_id: j.attempt for j in running})
+                              leased=set(leased), attempts={j.job_id: j.attempt for j in running}, watched=watched)
             self.agents[record.name] = agent
             self.lifecycle.node_changed(record.name)
             self.liveness.gone(record.name)
@@ -137,6 +138,16 @@ class CoordinatorCore:
                      record.slots, "GPU" if record.gpu else "CPU", sorted(agent.running) or "nothing")
             self._reconcile(agent, now, came_back=True)
             self.lifecycle.schedule(now)
+
+    # ---------------------------------------------------------------- an engine's host (engine.py)
+    def offer(self, record: AgentRecord, now: float) -> None:
+        self.register(record, (), (), now, watched=False)
+
+    def report(self, report: AgentReport, now: float) -> Work | None:
+        return self.heartbeat(report, now)  # the same report and work as an agent's, read in-process
+
+    def on_work_changed(self, listener: Callable[[Iterable[str]], None]) -> None:
+        self.agent_board.listeners.append(listener)
 
     def heartbeat(self, report: AgentReport, now: float) -> Work | None:
         """Returns the agent's work, or None if it must register again."""

@@ -83,9 +83,10 @@ def released(agent: AgentLive, allocations: Iterable[Allocation]) -> list[str]:
 
 
 def lost_agents(agents: Iterable[AgentLive], now: float, lost_after: float) -> list[tuple[str, float]]:
-    """(agent, seconds it has been silent) for each live agent silent past `lost_after`."""
+    """(agent, seconds it has been silent) for each live agent silent past `lost_after` (an engine's own node,
+    not `watched`, never is: its engine answers for it)."""
     return [(a.name, now - a.last_heartbeat) for a in agents
-            if not a.lost and now - a.last_heartbeat > lost_after]
+            if a.watched and not a.lost and now - a.last_heartbeat > lost_after]
 
 
 def still_silent(agents: Mapping[str, AgentLive], silent: Iterable[tuple[str, float]], now: float,

@@ -20,6 +20,7 @@ from cluster.coordinator.heap import HeapThaw
 from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.coordinator.wire_guard import WireGuard
 from cluster.coordinator.metrics import global_batch_size
+from cluster.coordinator.engine import Engine
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.shared import jobspec
 from cluster.shared.listen import bind_failure
@@ -191,7 +192,9 @@ class CoordinatorServer:
 
     def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", authority: Authority | None = None,
                  settings: Settings = Settings(), max_workers: int = RPC_THREADS, plaintext: bool = False,
-                 http_listen: str | None = None):
+                 http_listen: str | None = None, engine: Engine | None = None):
+        """`engine`: where jobs run besides the agents that register (cluster/coordinator/engine.py); None:
+        agents alone."""
         self.authority = authority or Authority.create(hosts=[listen.rsplit(":", 1)[0].strip("[]")])
         self.plaintext = plaintext
         if not settings.store_key:  # the job stores' secrets: stable for as long as the authority is
@@ -248,6 +251,7 @@ class CoordinatorServer:
                 self.beacons.stop()
                 self.store.close()
                 raise
+        self.engine = engine
         self._stop = threading.Event()
         self._checker = threading.Thread(target=self._check_loop, daemon=True)
         self.heap = HeapThaw()  # what the daemon's freeze_after_full_collections froze: cycles among it, now and then
@@ -274,6 +278,8 @@ class CoordinatorServer:
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.start()
         self._checker.start()
+        if self.engine is not None:
+            self.engine.attach(self.core)
         log.info("coordinator listening on %s", self.address)
         return self
 
@@ -288,7 +294,10 @@ class CoordinatorServer:
             except Exception:  # keep the daemon alive; the next round retries
                 log.exception("agent check failed")
 
-    def stop(self, grace: float = 1.0) -> None:
+    def stop(self, grace: float = 1.0, engine_timeout: float = 10.0) -> None:
+        """`engine_timeout`: how long its engine's workers may take to stop (their grace, then SIGKILL)."""
+        if self.engine is not None:
+            self.engine.close(engine_timeout)  # its workers' last exits still reach the store
         self._stop.set()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()

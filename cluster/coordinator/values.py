@@ -32,6 +32,7 @@ class AgentLive:
     attempts: dict = dataclasses.field(default_factory=dict)  # job id -> which run of it the agent runs
     leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
     beaconing: bool = False  # a beacon of its arrived since it registered: its heartbeats need not prove it alive
+    watched: bool = True  # declared lost when silent; False: an engine's node, whose engine answers for it
 
     @property
     def name(self) -> str:

@@ -3,7 +3,9 @@ functions count: they are how loops hide), and imports run from a side of `clust
 
 Sides: `client/` (the user's terminal), `coordinator/` (the daemon), `agent/` (each node), `slurm/` (inside
 an allocation); `shared/` is what all of them use. A side starts another in-process only through its entry
-point (`cluster.coordinator.daemon`, `cluster.agent.daemon`); everything else crosses over gRPC.
+point (`cluster.coordinator.daemon`, `cluster.agent.daemon`); everything else crosses over gRPC. Engines
+(`engines/`, where a job's processes run) use the seam's protocol and a machine's executor (ENGINE_SEAM) and
+are built by the client; the coordinator's job logic never imports them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ PACKAGES = ("tfdist", "cluster")
 GENERATED = "cluster.shared.protos.tfdist.v1."
 
 ENTRY_POINTS = {"cluster.coordinator.daemon", "cluster.agent.daemon"}
+# What an engine (cluster/engines/) may use of the other sides: the seam's protocol, and a machine's executor.
+ENGINE_SEAM = {"cluster.coordinator.engine", "cluster.agent.node_runs"}
 # side -> the sides (and entry points) its modules may import
 ALLOWED = {
     "tfdist": {"tfdist"},
@@ -26,8 +30,8 @@ ALLOWED = {
     "coordinator": {"coordinator", "shared", "tfdist"},
     "agent": {"agent", "shared", "tfdist"},
     "slurm": {"slurm", "shared", "tfdist", *ENTRY_POINTS},
-    "client": {"client", "shared", "tfdist", "slurm", *ENTRY_POINTS},
-    "cli": {"client"},  # cluster/cli.py: the old `python -m cluster.cli` path of batch scripts already queued
+    "client": {"client", "shared", "tfdist", "slurm", "engines", *ENTRY_POINTS},
+    "engines": {"engines", "shared", "tfdist", *ENGINE_SEAM},
 }
 
 

@@ -1,0 +1,184 @@
+"""The local engine: a job's processes on this machine, started and watched in the coordinator's own process,
+with no agent, no registration, no heartbeats over the network and no port probes (one machine has no peer
+to reach). What `tfdist launch` without --coordinator uses.
+
+It offers one node, `local`, with the launch's slots, and works the way an agent does, level-triggered: its
+work is derived by the coordinator from the durable state (ports to lease, runs to start or stop), read
+in-process when the coordinator says the node's work changed, and carried out by the agent's own executor
+(cluster/agent/node_runs.py: machine-wide port leases, JobRun, the gang). Output, metric rows and exits go
+straight into the coordinator's store, in order: a rank's lines before its exit. While a job runs it reports
+the ranks that joined and their progress every second (the start-up and step watchdogs read them); idle, it
+does nothing at all."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Iterable
+
+from cluster.agent.node_runs import NodeRuns, Shipping
+from cluster.coordinator.engine import EngineHost
+from cluster.shared.model import Address, AgentRecord, LogLine, MetricRow, WorkerExit
+from cluster.shared.work import AgentReport
+from tfdist.errors import InternalError, TfdistError
+
+log = logging.getLogger("tfdist.local")
+NODE = "local"
+LOOPBACK = Address("127.0.0.1", 8, "lo")
+WATCH_INTERVAL = 1.0  # seconds between reports while a job runs: joined ranks and progress for the watchdogs
+SHIP_INTERVAL = 0.05  # seconds a worker's line may wait before it is stored (followers are woken then)
+RETRY = 0.5  # seconds before storing again what the store refused (its disk full): nothing is dropped
+
+
+class LocalEngine:
+    name = "local"
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self._host: EngineHost | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # report now: the node's work changed, or a run ended
+        self._ship_wake = threading.Event()
+        self._queue_lock = threading.Lock()
+        self._ship_lock = threading.Lock()  # held while a batch is being stored: it is still owed until then
+        self._lines: dict[str, list[LogLine]] = {}  # job -> lines not stored yet, in order
+        self._rows: dict[str, list[MetricRow]] = {}
+        self._exits: list[tuple[str, WorkerExit]] = []  # stored after the job's lines and rows
+        self._threads: list[threading.Thread] = []
+        self.runs = NodeRuns(NODE, [LOOPBACK], Shipping(self._line, self._metric, self._exit, self._drain,
+                                                        self._forget), changed=self._wake.set)
+
+    def attach(self, host: EngineHost) -> None:
+        self._host = host
+        host.offer(self._record(), time.time())
+        host.on_work_changed(self._work_changed)
+        for target, name in ((self._work_loop, "local-engine"), (self._ship_loop, "local-shipping")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self, timeout: float) -> None:
+        """Stops every run's workers (SIGTERM, then SIGKILL after their grace) and waits for them, bounded."""
+        self.runs.stop_all()
+        idle = self.runs.wait_idle(timeout)
+        self._stop.set()
+        self._wake.set()
+        self._ship_wake.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        if not idle:
+            log.warning("local engine: workers of %s still running after %.0fs", self.runs.job_ids(), timeout)
+
+    def _work_changed(self, nodes: Iterable[str]) -> None:
+        if NODE in nodes:
+            self._wake.set()
+
+    @property
+    def host(self) -> EngineHost:
+        if self._host is None:
+            raise InternalError("the local engine is not attached to a coordinator")
+        return self._host
+
+    def _record(self) -> AgentRecord:
+        return AgentRecord(NODE, self.slots, (LOOPBACK,), ())
+
+    # ---------------------------------------------------------------- the node's work
+    def _work_loop(self) -> None:
+        while not self._stop.is_set():
+            again = False
+            try:
+                again = self._report_once()
+            except TfdistError as e:  # the store refused (a full disk): the next round tries again
+                log.warning("local engine: %s", e)
+            if not again:
+                self._wake.wait(WATCH_INTERVAL if self.runs.job_ids() else None)
+            self._wake.clear()
+
+    def _report_once(self) -> bool:
+        """One report of what the node runs and holds, and its work carried out; True when there is more to
+        say at once (ports just leased)."""
+        report = AgentReport(NODE, self.runs.running(), self.runs.leased(), self.runs.take_port_results(), {})
+        work = self.host.report(report, time.time())
+        if work is None:  # the coordinator forgot the node (it cannot, in-process; but never run blind)
+            self.host.offer(self._record(), time.time())
+            return True
+        self.runs.apply(work)
+        return bool(work.check_ports)
+
+    # ---------------------------------------------------------------- what the runs produce
+    def _line(self, job_id: str, rank: int, stream: str, text: str) -> None:
+        with self._queue_lock:
+            self._lines.setdefault(job_id, []).append(LogLine(rank, stream, text, time.time()))
+        self._ship_wake.set()
+
+    def _metric(self, job_id: str, row: MetricRow) -> None:
+        with self._queue_lock:
+            self._rows.setdefault(job_id, []).append(row)
+
+    def _exit(self, job_id: str, exit_: WorkerExit) -> None:
+        with self._queue_lock:
+            self._exits.append((job_id, exit_))
+        self._ship_wake.set()
+
+    def _ship_loop(self) -> None:
+        while True:
+            stopping = self._stop.is_set()
+            try:
+                self._ship_once()
+            except TfdistError as e:
+                log.warning("local engine: could not store the workers' output yet: %s", e)
+                self._stop.wait(RETRY)
+                continue
+            if stopping:
+                return
+            self._ship_wake.wait(SHIP_INTERVAL)
+            self._ship_wake.clear()
+
+    def _ship_once(self) -> None:
+        """Lines, then rows, then exits: a rank's last lines and the step it stopped at are stored before the
+        exit that may end the job. What the store refuses stays queued, in order."""
+        with self._ship_lock:
+            self._store_queued()
+
+    def _store_queued(self) -> None:
+        with self._queue_lock:
+            lines, self._lines = self._lines, {}
+            rows, self._rows = self._rows, {}
+            exits, self._exits = self._exits, []
+        try:
+            while lines:
+                job_id, batch = next(iter(lines.items()))
+                self.host.push_logs(NODE, job_id, batch)
+                del lines[job_id]
+            while rows:
+                job_id, metric_rows = next(iter(rows.items()))
+                self.host.push_metrics(NODE, job_id, metric_rows)
+                del rows[job_id]
+            while exits:
+                job_id, exit_ = exits[0]
+                self.host.report_exit(NODE, job_id, exit_, time.time())
+                exits.pop(0)
+        finally:
+            if lines or rows or exits:
+                with self._queue_lock:
+                    for job_id, batch in lines.items():
+                        self._lines[job_id] = batch + self._lines.get(job_id, [])
+                    for job_id, metric_rows in rows.items():
+                        self._rows[job_id] = metric_rows + self._rows.get(job_id, [])
+                    self._exits[:0] = exits
+
+    def _owes(self, job_id: str) -> bool:
+        with self._ship_lock, self._queue_lock:
+            return job_id in self._lines or job_id in self._rows or any(j == job_id for j, _ in self._exits)
+
+    def _drain(self, job_id: str) -> None:
+        """Until what the job's run produced is stored (bounded by the engine's stop)."""
+        while self._owes(job_id) and not self._stop.is_set():
+            self._ship_wake.set()
+            self._stop.wait(0.01)
+
+    def _forget(self, job_id: str) -> None:
+        with self._queue_lock:
+            self._lines.pop(job_id, None)
+            self._rows.pop(job_id, None)

@@ -1,0 +1,113 @@
+"""The Engine seam (cluster/coordinator/engine.py): mypy holds every registered engine to the protocol and the
+core to the host's; the job logic imports no engine; and the local engine runs a real job on a real
+coordinator core (real SQLite, real processes), with no agent and no heartbeat from anything."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import time
+
+import pytest
+
+from cluster.coordinator.core import CoordinatorCore
+from cluster.coordinator.store import SqliteStore
+from cluster.coordinator.values import Settings
+from cluster.engines import ENGINES, EngineOptions, create_engine
+from cluster.shared.model import JobState
+from tests.conftest import wait_for
+from tests.mypy_check import registry_errors
+from tests.specs import flat_spec
+from tests.unit.test_layout import GRAPH
+from tfdist.errors import UserError
+
+BROKEN_ENGINES = textwrap.dedent('''\
+    from typing import Callable
+
+    from cluster.coordinator.core import CoordinatorCore
+    from cluster.coordinator.engine import Engine, EngineHost, EngineOptions
+
+
+    class NeverCloses:
+        name = "never_closes"
+
+        def attach(self, host: EngineHost) -> None:
+            pass
+
+
+    class WantsTheCore:
+        name = "wants_the_core"
+
+        def attach(self, host: CoordinatorCore, slots: int) -> None:
+            pass
+
+        def close(self, timeout: float) -> None:
+            pass
+
+
+    def the_core_is_a_host(core: CoordinatorCore) -> EngineHost:
+        return core
+
+
+    def never_closes(options: EngineOptions) -> NeverCloses:
+        return NeverCloses()
+
+
+    def wants_the_core(options: EngineOptions) -> WantsTheCore:
+        return WantsTheCore()
+
+
+    REGISTRY: dict[str, Callable[[EngineOptions], Engine]] = {"never_closes": never_closes,
+                                                              "wants_the_core": wants_the_core}
+    ''')
+
+
+def test_mypy_holds_every_engine_and_the_core_to_the_seam_and_refuses_broken_ones(tmp_path):
+    errors = registry_errors(os.path.join("cluster", "engines"), BROKEN_ENGINES, tmp_path)
+    assert errors == [  # and none for the_core_is_a_host: CoordinatorCore is what an engine's host must be
+        'Dict entry 0 has incompatible type "str": "Callable[[EngineOptions], NeverCloses]"; expected "str": '
+        '"Callable[[EngineOptions], Engine]"  [dict-item]',
+        'Dict entry 1 has incompatible type "str": "Callable[[EngineOptions], WantsTheCore]"; expected "str": '
+        '"Callable[[EngineOptions], Engine]"  [dict-item]'], errors
+
+
+def test_the_job_logic_imports_no_engine():
+    """The coordinator's modules never import cluster.engines (the daemon's caller hands an engine over)."""
+    crossings = [f"{m} imports {t}" for m, targets in GRAPH.items() if m.startswith("cluster.coordinator")
+                 for t in targets if t.startswith("cluster.engines")]
+    assert not crossings and set(ENGINES) == {"agents", "local"}, crossings
+
+
+def test_an_engine_name_that_is_not_there_is_one_clear_error():
+    with pytest.raises(UserError, match="no engine named 'kubernetes'; the engines are agents, local"):
+        create_engine("kubernetes", EngineOptions())
+
+
+@pytest.fixture
+def core(tmp_path):
+    store = SqliteStore(str(tmp_path / "coordinator.sqlite"))
+    core = CoordinatorCore(store, Settings(port_range=(23000, 23999)), now=time.time())
+    yield core
+    store.close()
+
+
+def test_the_local_engine_runs_a_job_with_no_agent_and_is_never_lost(core, tmp_path, marker, monkeypatch):
+    engine = create_engine("local", EngineOptions(slots=2))
+    engine.attach(core)
+    try:
+        script = "import os; print('rank', os.environ['TFDIST_RANK'], 'of', os.environ['TFDIST_SIZE'])"
+        monkeypatch.setenv("TFDIST_TEST_MARKER", marker)  # the workers carry it: the marker fixture finds leftovers
+        job_id, _ = core.submit(flat_spec((sys.executable, "-c", script), slots=2, working_dir=str(tmp_path)),
+                                now=time.time())
+        wait_for(lambda: core.store.job(job_id).state == JobState.SUCCEEDED, "the job to succeed", timeout=60,
+                 logs=lambda: str(core.store.job(job_id)))
+        texts = sorted(line.text for line in core.store.logs(job_id))
+        assert texts == ["rank 0 of 2", "rank 1 of 2"], texts
+        [node] = core.agents.values()
+        assert node.name == "local" and not node.watched
+        core.check_agents(time.time() + 3600)  # an hour of silence: the engine answers for its node
+        assert not node.lost
+        wait_for(lambda: not core.allocs.all(), "the node to let the job go", timeout=30)
+    finally:
+        engine.close(timeout=10)

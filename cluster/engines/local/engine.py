@@ -27,7 +27,7 @@ log = logging.getLogger("tfdist.local")
 NODE = "local"
 LOOPBACK = Address("127.0.0.1", 8, "lo")
 WATCH_INTERVAL = 1.0  # seconds between reports while a job runs: joined ranks and progress for the watchdogs
-SHIP_INTERVAL = 0.05  # seconds a worker's line may wait before it is stored (followers are woken then)
+SHIP_INTERVAL = 0.1  # seconds a worker's line or metric row may wait before it is stored (as an agent's)
 RETRY = 0.5  # seconds before storing again what the store refused (its disk full): nothing is dropped
 
 
@@ -125,6 +125,7 @@ class LocalEngine:
         while True:
             stopping = self._stop.is_set()
             try:
+                self.runs.metrics.read()  # the workers' rows: metrics, checkpoints, "I check for preemption"
                 self._ship_once()
             except TfdistError as e:
                 log.warning("local engine: could not store the workers' output yet: %s", e)

@@ -178,9 +178,14 @@ class Step:
 
 
 # ---------------------------------------------------------------- the machine
+RUN_ONLY = (Joined, Progress, PortsBusy, Freed, StacksAsked)  # events that change the run alone: no job read
+
+
 def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
     """The job's run after `event`, and what to do, in order. Raises Refused for a user's action that does
     not apply (nothing changed)."""
+    if isinstance(event, RUN_ONLY):
+        return run_step(run, facts.allocations, event, now)
     job = facts.job
     match event:
         case Adopted():
@@ -198,27 +203,10 @@ def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
                     all(a.state == AllocState.STARTED for a in facts.allocations):
                 return Step(run, (SetState(JobState.RUNNING, "every node started its workers", {"started_at": now}),))
             return Step(run)
-        case Joined(ranks):
-            return Step(run.replace(joined=run.joined | ranks))
-        case Progress(report):
-            progress, left = dict(run.progress), set(run.left_training)
-            watchdogs.note_progress(progress, left, report, now)
-            return Step(run.replace(progress=frozen(progress), left_training=frozenset(left)))
         case Exited():
             return decide_exits(facts, run, now)
         case Failed(outcome):
             return fail(facts, run, outcome, now)
-        case PortsBusy(node, ports):
-            excluded = dict(run.excluded_ports)
-            excluded[node] = excluded.get(node, frozenset()) | ports
-            return Step(run.replace(excluded_ports=frozen(excluded), plan=None))
-        case Freed(node):
-            excluded = frozen({n: p for n, p in run.excluded_ports.items() if n != node})
-            if facts.allocations:
-                return Step(run.replace(excluded_ports=excluded), touched=True)
-            return Step(run.replace(plan=None, joined=frozenset(), excluded_ports=excluded), touched=True)
-        case StacksAsked(node):
-            return Step(run.replace(dump_to=run.dump_to - {node}))
         case Canceled():
             if job.terminal:
                 return Step(run)
@@ -234,6 +222,30 @@ def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
         case DeadlineCheck():
             return deadlines(facts, run, now)
     raise InternalError(f"not a job event: {event!r}")
+
+
+def run_step(run: RunState, allocations: tuple[Allocation, ...], event: Event, now: float) -> Step:
+    """A step of RUN_ONLY events, which need nothing of the job but its run and allocations (they come with
+    every heartbeat of a running job: the store is not read for them)."""
+    match event:
+        case Joined(ranks):
+            return Step(run.replace(joined=run.joined | ranks))
+        case Progress(report):
+            progress, left = dict(run.progress), set(run.left_training)
+            watchdogs.note_progress(progress, left, report, now)
+            return Step(run.replace(progress=frozen(progress), left_training=frozenset(left)))
+        case PortsBusy(node, ports):
+            excluded = dict(run.excluded_ports)
+            excluded[node] = excluded.get(node, frozenset()) | ports
+            return Step(run.replace(excluded_ports=frozen(excluded), plan=None))
+        case Freed(node):
+            excluded = frozen({n: p for n, p in run.excluded_ports.items() if n != node})
+            if allocations:
+                return Step(run.replace(excluded_ports=excluded), touched=True)
+            return Step(run.replace(plan=None, joined=frozenset(), excluded_ports=excluded), touched=True)
+        case StacksAsked(node):
+            return Step(run.replace(dump_to=run.dump_to - {node}))
+    raise InternalError(f"not a run-only event: {event!r}")
 
 
 def decide_exits(facts: Facts, run: RunState, now: float) -> Step:

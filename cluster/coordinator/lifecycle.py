@@ -100,6 +100,12 @@ class JobLifecycle:
     def handle(self, job_id: str, event: job_machine.Event, now: float) -> None:
         """One step of the job's state machine (job_machine.py): reads the facts it needs, keeps the run it
         returns and applies its actions, in order. A job the store no longer has keeps no run."""
+        if isinstance(event, job_machine.RUN_ONLY):  # every heartbeat of a running job: no store read
+            result = job_machine.run_step(self.runs.get(job_id), self.allocs.of_job(job_id), event, now)
+            self.runs.put(job_id, result.run)
+            if result.touched:
+                self.runs.touched.add(job_id)
+            return
         job = self.store.job(job_id)
         if job is None:
             self.runs.put(job_id, NOTHING)

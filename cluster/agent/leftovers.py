@@ -1,8 +1,8 @@
 """What a killed agent's workers leave behind, and its cleanup by the next agent of that name.
 
 Workers die with their agent (PR_SET_PDEATHSIG), but what they started may not. Each agent process
-records its workers' process groups in a file of its own (several agents of one name can run on a
-machine at once: every `tfdist launch` embeds one called "local"); an agent starting kills the groups
+records its workers' process groups in a file of its own (several of one name can run on a machine at
+once: every `tfdist launch`'s local engine records as "local"); an agent starting kills the groups
 that dead agents' files name, and only processes that still carry that job's id.
 
 The files live in this user's private directory for agents on this machine (cluster/shared/user_dirs.py),

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from cluster.agent.job_run import JobRun
 from cluster.agent.metrics_tail import MetricsTail
-from cluster.agent.ports import PortLease, lease_for_job, lease_range  # noqa: F401 (the range its leases take)
+from cluster.agent.ports import PortLease, lease_dir, lease_for_job, lease_range  # noqa: F401 (lease_range: re-exported)
 from cluster.agent.start_plan import node_facts, plan_start
 from cluster.shared.model import Address, MetricRow, WorkerExit
 from cluster.shared.work import RunningJob, StartTask, Work
@@ -55,6 +55,7 @@ class NodeRuns:
         self._attempts: dict[str, int] = {}  # job id -> the run of it whose ports or workers this node holds
         self._port_results: dict[str, tuple[int, ...]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
+        lease_dir()  # this user's lease directory: refused now (UnsafePathError) if it is not the user's own
 
     # ---------------------------------------------------------------- what it says
     def running(self) -> tuple[RunningJob, ...]:

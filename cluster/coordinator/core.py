@@ -171,7 +171,9 @@ class CoordinatorCore:
             agent.attempts = {j.job_id: j.attempt for j in report.running}
             agent.leased = leased
             for job in report.running:  # the step watchdog: when each rank last moved, on our clock
-                if (job.progress or self.runs.get(job.job_id).progress) and \
+                held = self.allocs.get(job.job_id, name)
+                if (job.progress or self.runs.get(job.job_id).progress) and held is not None and \
+                        held.state != AllocState.RELEASING and \
                         reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
                     self.lifecycle.handle(job.job_id, job_machine.Progress(job), now)
                     self.throughput.note(job.job_id, dict(self.runs.get(job.job_id).progress))
@@ -217,7 +219,7 @@ class CoordinatorCore:
             self.lifecycle.schedule(now)
 
     def _work_for(self, agent: AgentLive) -> Work:
-        dump = [job_id for job_id, run in self.runs.items() if agent.name in run.dump_to]
+        dump = [job_id for job_id in self.runs.dumping() if agent.name in self.runs.get(job_id).dump_to]
         work = work_lib.work_for(agent, self._allocations_of(agent.name), Lookup(self.store.job),
                                  Lookup(self.lifecycle.plan), self.settings, dump)
         for job_id in dump:

@@ -239,10 +239,10 @@ def run_step(run: RunState, allocations: tuple[Allocation, ...], event: Event, n
             excluded[node] = excluded.get(node, frozenset()) | ports
             return Step(run.replace(excluded_ports=frozen(excluded), plan=None))
         case Freed(node):
+            if not allocations:  # the last node let it go: nothing of this run is kept or watched
+                return Step(NOTHING, touched=True)
             excluded = frozen({n: p for n, p in run.excluded_ports.items() if n != node})
-            if allocations:
-                return Step(run.replace(excluded_ports=excluded), touched=True)
-            return Step(run.replace(plan=None, joined=frozenset(), excluded_ports=excluded), touched=True)
+            return Step(run.replace(excluded_ports=excluded), touched=True)
         case StacksAsked(node):
             return Step(run.replace(dump_to=run.dump_to - {node}))
     raise InternalError(f"not a run-only event: {event!r}")

@@ -56,6 +56,7 @@ class Runs:
 
     def __init__(self):
         self._runs: dict[str, RunState] = {}
+        self._dumping: set[str] = set()  # jobs with nodes yet to be asked for stacks (read on every heartbeat)
         self._before: dict[str, RunState] = {}  # this event's first replaced value of each job
         self._waiting_before: Mapping[str, str] | None = None
         self.waiting: Mapping[str, str] = {}
@@ -67,10 +68,21 @@ class Runs:
     def put(self, job_id: str, run: RunState) -> None:
         if job_id not in self._before:
             self._before[job_id] = self._runs.get(job_id, NOTHING)
+        self._set(job_id, run)
+
+    def _set(self, job_id: str, run: RunState) -> None:
         if run == NOTHING:
             self._runs.pop(job_id, None)
         else:
             self._runs[job_id] = run
+        if run.dump_to:
+            self._dumping.add(job_id)
+        else:
+            self._dumping.discard(job_id)
+
+    def dumping(self) -> list[str]:
+        """Jobs whose stacks some node is yet to be asked for."""
+        return list(self._dumping)
 
     def update(self, job_id: str, **changes) -> RunState:
         run = self.get(job_id).replace(**changes)
@@ -105,10 +117,7 @@ class Runs:
     def rollback(self) -> None:
         """Every run the event replaced is as it was before the event."""
         for job_id, run in self._before.items():
-            if run == NOTHING:
-                self._runs.pop(job_id, None)
-            else:
-                self._runs[job_id] = run
+            self._set(job_id, run)
         if self._waiting_before is not None:
             self.waiting = self._waiting_before
         self.begin()

@@ -279,7 +279,12 @@ class CoordinatorServer:
             self.metrics_endpoint.start()
         self._checker.start()
         if self.engine is not None:
-            self.engine.attach(self.core)
+            try:
+                self.engine.attach(self.core)
+            except BaseException:  # its directories another user's, say: leave nothing running
+                self.engine = None
+                self.stop()
+                raise
         log.info("coordinator listening on %s", self.address)
         return self
 

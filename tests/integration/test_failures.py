@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli
+from tests.conftest import REPO, cli_env, run_cli, wait_for
 
 pytestmark = [pytest.mark.timeout(180)]
 WORKERS = os.path.join(REPO, "tests", "integration", "workers")
@@ -56,6 +56,25 @@ def test_an_agent_restarted_under_its_name_fails_its_job_at_once_and_kills_lefto
                      open(f"/proc/{child}/stat").read().split()[2] == "Z", "the leftover child to be killed")
     cluster.wait_for(lambda: all(a.get("free_slots", 0) == 1 for a in cluster.json("agents")["agents"]), "both slots to be free")
     assert "killed 1 leftover worker process(es)" in (cluster.tmp / "agent-n2.log").read_text()
+
+
+def test_a_killed_launch_leaves_nothing_the_next_launch_does_not_kill(marker, tmp_path):
+    """The local engine records its workers' process groups as the embedded agent did: `kill -9` of a launch
+    takes its workers (PDEATHSIG), not their children; the next launch on this machine kills those."""
+    env = dict(XDG_STATE_HOME=str(tmp_path / "state"))
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--slots", "1", "--", STUBBORN],
+                            env=cli_env(marker, **env), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    assert "child" in line, proc.stderr.read() if proc.poll() is not None else line
+    child = int(line.split()[-1])
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().split()[2] != "Z"
+    again = run_cli(["launch", "--slots", "1", "--", sys.executable, "-c", "pass"], marker, timeout=120, **env)
+    assert again.returncode == 0, again.stderr
+    wait_for(lambda: not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z",
+             "the killed launch's leftover child to be killed by the next launch", timeout=30)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -111,3 +111,19 @@ def test_the_local_engine_runs_a_job_with_no_agent_and_is_never_lost(core, tmp_p
         wait_for(lambda: not core.allocs.all(), "the node to let the job go", timeout=30)
     finally:
         engine.close(timeout=10)
+
+
+def test_closing_the_local_engine_starts_nothing_more(core, tmp_path, marker, monkeypatch):
+    """close() stops the workers; their job fails and, with restarts left, is placed again at once: that run
+    must not start behind the close (its workers would outlive it)."""
+    engine = create_engine("local", EngineOptions(slots=1))
+    engine.attach(core)
+    monkeypatch.setenv("TFDIST_TEST_MARKER", marker)
+    script = "import time; print('up', flush=True); time.sleep(120)"
+    job_id, _ = core.submit(flat_spec((sys.executable, "-c", script), slots=1, working_dir=str(tmp_path),
+                                      max_restarts=5), now=time.time())
+    wait_for(lambda: any(line.text == "up" for line in core.store.logs(job_id)), "the worker to start", timeout=60)
+    engine.close(timeout=20)
+    assert engine.runs.job_ids() == []
+    job = core.store.job(job_id)
+    assert job.restarts >= 1 and job.state in (JobState.QUEUED, JobState.STARTING), job

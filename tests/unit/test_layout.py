@@ -21,7 +21,7 @@ GENERATED = "cluster.shared.protos.tfdist.v1."
 
 ENTRY_POINTS = {"cluster.coordinator.daemon", "cluster.agent.daemon"}
 # What an engine (cluster/engines/) may use of the other sides: the seam's protocol, and a machine's executor.
-ENGINE_SEAM = {"cluster.coordinator.engine", "cluster.agent.node_runs"}
+ENGINE_SEAM = {"cluster.coordinator.engine", "cluster.agent.node_runs", "cluster.agent.leftovers"}
 # side -> the sides (and entry points) its modules may import
 ALLOWED = {
     "tfdist": {"tfdist"},

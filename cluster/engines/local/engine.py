@@ -17,11 +17,12 @@ import threading
 import time
 from typing import Iterable
 
+from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.node_runs import NodeRuns, Shipping
 from cluster.coordinator.engine import EngineHost
 from cluster.shared.model import Address, AgentRecord, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport
-from tfdist.errors import InternalError, TfdistError
+from tfdist.errors import InternalError, NotFoundError, PermissionDeniedError, TfdistError, UserError
 
 log = logging.getLogger("tfdist.local")
 NODE = "local"
@@ -29,6 +30,9 @@ LOOPBACK = Address("127.0.0.1", 8, "lo")
 WATCH_INTERVAL = 1.0  # seconds between reports while a job runs: joined ranks and progress for the watchdogs
 SHIP_INTERVAL = 0.1  # seconds a worker's line or metric row may wait before it is stored (as an agent's)
 RETRY = 0.5  # seconds before storing again what the store refused (its disk full): nothing is dropped
+# What storing a job's output can meet that retrying will not change (the job pruned, or not on this node):
+# that item is dropped, said once, and the rest go on (an agent's outbox does the same).
+REFUSED = (NotFoundError, PermissionDeniedError, UserError)
 
 
 class LocalEngine:
@@ -46,11 +50,17 @@ class LocalEngine:
         self._rows: dict[str, list[MetricRow]] = {}
         self._exits: list[tuple[str, WorkerExit]] = []  # stored after the job's lines and rows
         self._threads: list[threading.Thread] = []
+        self._closing = threading.Event()  # close() began: only stops are carried out, no new start
+        # Its workers' process groups, so the next launch on this machine kills what a killed one left
+        # (workers die with this process; what they started may not: cluster/agent/leftovers.py).
+        self._groups = GroupsFile(NODE)
         self.runs = NodeRuns(NODE, [LOOPBACK], Shipping(self._line, self._metric, self._exit, self._drain,
-                                                        self._forget), changed=self._wake.set)
+                                                        self._forget), changed=self._wake.set,
+                             started=self._save_groups)
 
     def attach(self, host: EngineHost) -> None:
         self._host = host
+        kill_leftovers(self._groups.directory, NODE)
         host.offer(self._record(), time.time())
         host.on_work_changed(self._work_changed)
         for target, name in ((self._work_loop, "local-engine"), (self._ship_loop, "local-shipping")):
@@ -59,9 +69,15 @@ class LocalEngine:
             self._threads.append(thread)
 
     def close(self, timeout: float) -> None:
-        """Stops every run's workers (SIGTERM, then SIGKILL after their grace) and waits for them, bounded."""
-        self.runs.stop_all()
-        idle = self.runs.wait_idle(timeout)
+        """Stops every run's workers (SIGTERM, then SIGKILL after their grace) and waits for them, bounded.
+        From here on no run starts: a job that fails as its workers stop and is placed again meanwhile (it
+        had restarts left) is not started behind the close."""
+        self._closing.set()
+        deadline = time.monotonic() + timeout
+        idle = False
+        while not idle and time.monotonic() < deadline:
+            self.runs.stop_all()  # again each round: a run started just before the close began
+            idle = self.runs.wait_idle(min(0.5, max(0.0, deadline - time.monotonic())))
         self._stop.set()
         self._wake.set()
         self._ship_wake.set()
@@ -69,6 +85,10 @@ class LocalEngine:
             thread.join(timeout=5)
         if not idle:
             log.warning("local engine: workers of %s still running after %.0fs", self.runs.job_ids(), timeout)
+        self._save_groups()
+
+    def _save_groups(self) -> None:
+        self._groups.save(self.runs.process_groups())
 
     def _work_changed(self, nodes: Iterable[str]) -> None:
         if NODE in nodes:
@@ -91,6 +111,10 @@ class LocalEngine:
                 again = self._report_once()
             except TfdistError as e:  # the store refused (a full disk): the next round tries again
                 log.warning("local engine: %s", e)
+                self._stop.wait(RETRY)
+            except Exception:  # noqa: BLE001 - never a silent end: its node is not watched for silence
+                log.exception("local engine: carrying out the node's work failed; trying again")
+                self._stop.wait(RETRY)
             if not again:
                 self._wake.wait(WATCH_INTERVAL if self.runs.job_ids() else None)
             self._wake.clear()
@@ -103,6 +127,10 @@ class LocalEngine:
         if work is None:  # the coordinator forgot the node (it cannot, in-process; but never run blind)
             self.host.offer(self._record(), time.time())
             return True
+        if self._closing.is_set():  # only stops: what is placed now is not started
+            for job_id in work.stop_jobs:
+                self.runs.stop_job(job_id, work.stop_grace.get(job_id))
+            return False
         self.runs.apply(work)
         return bool(work.check_ports)
 
@@ -127,7 +155,12 @@ class LocalEngine:
             try:
                 self.runs.metrics.read()  # the workers' rows: metrics, checkpoints, "I check for preemption"
                 self._ship_once()
-            except TfdistError as e:
+            except Exception as e:  # noqa: BLE001 - the store's disk full, or anything: keep it, try again
+                if not isinstance(e, TfdistError):
+                    log.exception("local engine: storing the workers' output failed")
+                if stopping:
+                    log.warning("local engine: output not stored at shutdown: %s", e)
+                    return
                 log.warning("local engine: could not store the workers' output yet: %s", e)
                 self._stop.wait(RETRY)
                 continue
@@ -150,15 +183,15 @@ class LocalEngine:
         try:
             while lines:
                 job_id, batch = next(iter(lines.items()))
-                self.host.push_logs(NODE, job_id, batch)
+                self._store(job_id, "lines", lambda: self.host.push_logs(NODE, job_id, batch))
                 del lines[job_id]
             while rows:
                 job_id, metric_rows = next(iter(rows.items()))
-                self.host.push_metrics(NODE, job_id, metric_rows)
+                self._store(job_id, "metric rows", lambda: self.host.push_metrics(NODE, job_id, metric_rows))
                 del rows[job_id]
             while exits:
                 job_id, exit_ = exits[0]
-                self.host.report_exit(NODE, job_id, exit_, time.time())
+                self._store(job_id, "exit", lambda: self.host.report_exit(NODE, job_id, exit_, time.time()))
                 exits.pop(0)
         finally:
             if lines or rows or exits:
@@ -168,6 +201,14 @@ class LocalEngine:
                     for job_id, metric_rows in rows.items():
                         self._rows[job_id] = metric_rows + self._rows.get(job_id, [])
                     self._exits[:0] = exits
+
+    @staticmethod
+    def _store(job_id: str, what: str, store) -> None:
+        """Stores one item; one the coordinator refuses for good is dropped, said (the rest go on)."""
+        try:
+            store()
+        except REFUSED as e:
+            log.warning("local engine: job %s's %s dropped: %s", job_id, what, e)
 
     def _owes(self, job_id: str) -> bool:
         with self._ship_lock, self._queue_lock:

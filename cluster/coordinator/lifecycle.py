@@ -45,6 +45,7 @@ class JobLifecycle:
         self.queue = QueueIndex()  # the QUEUED jobs in scheduling order (queue_index.py)
         self.agents_version = 0  # bumped when a node joins, comes back or is lost (node_changed)
         self._last_round: Round | None = None
+        self._in_round = self._round_again = False  # schedule() asked again while a round places (see there)
         self.reload_queue()
         self.live = LiveNodes(agents, allocs)  # the live nodes' free slots, as rounds place onto them
 
@@ -183,7 +184,24 @@ class JobLifecycle:
     # ---------------------------------------------------------------- scheduling
     def schedule(self, now: float, submitted: scheduler.PendingJob | None = None) -> None:
         """A scheduling round over the queue. `submitted`: the one job queued since the last round; when
-        nothing freed or joined since and that round left no free slot it could take, there is no round."""
+        nothing freed or joined since and that round left no free slot it could take, there is no round.
+        Asked during a round (a placement that failed ends its job, whose step asks for a round): that
+        round's other assignments are placed first, once, and then one more round takes what was freed (a
+        nested round placed them too, and the outer one then placed a STARTING job again: InvalidTransition,
+        every such event rolled back)."""
+        if self._in_round:
+            self._round_again = True
+            return
+        self._in_round = True
+        try:
+            self._round(now, submitted)
+            while self._round_again:
+                self._round_again = False
+                self._round(now, None)
+        finally:
+            self._in_round = self._round_again = False
+
+    def _round(self, now: float, submitted: scheduler.PendingJob | None) -> None:
         if not self.queue:
             self.runs.set_waiting({})
             self._last_round = None

@@ -662,3 +662,28 @@ def test_the_agent_board_forgets_no_agent(core):
     core.agent_board.bump(f"n{i}" for i in range(10_000))
     core.board.bump(f"j{i}" for i in range(10_000))
     assert core.agent_board.version("n0") > 0 and core.board.version("j0") == 0
+
+
+def test_a_placement_that_fails_mid_round_leaves_the_rest_of_the_round_placed_once(core, monkeypatch):
+    """A round with two assignments whose first cannot be made concrete (no free ports): that job fails, and
+    its end asks for a round while the first is still placing. A nested round used to place the second job,
+    and the outer one then placed it again (STARTING -> STARTING): the node's heartbeat failed, every time."""
+    from cluster.coordinator import placement
+
+    node = Node(core, "a1", slots=4)
+    node.register(now=0)
+    holder = core.submit(spec(4), now=1)[0]
+    drive([node], 1)
+    first, second = core.submit(spec(2, priority=5), now=2)[0], core.submit(spec(2), now=2)[0]
+    lease = core.lifecycle.lease
+
+    def no_ports_for_the_first(agent, count, job_id, excluded):
+        if job_id == first:
+            raise placement.PlacementError("no free ports (a test's)")
+        return lease(agent, count, job_id, excluded)
+
+    monkeypatch.setattr(core.lifecycle, "lease", no_ports_for_the_first)
+    node.finish(holder, now=3)
+    drive([node], 3)  # the heartbeat that frees the node runs the round
+    assert state(core, first) == JobState.FAILED and "no free ports" in core.store.job(first).message
+    assert state(core, second) == JobState.RUNNING

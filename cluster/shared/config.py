@@ -16,10 +16,9 @@ import re
 import shlex
 from typing import Any, Mapping, Sequence
 
-import yaml
 
 from cluster.shared import hyperparameters, limits
-from cluster.shared.config_file import ConfigFileError, load_yaml, read_text
+from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
 from cluster.shared.job_name import job_name
 from cluster.shared.modes import PLANNERS
@@ -79,7 +78,7 @@ def parse_config(text: str, source: str = "<config>", hparams: Sequence[str] = (
         raw = load_yaml(text)
     except ConfigFileError as e:
         raise ConfigError(f"{source}: {e}") from None
-    except yaml.YAMLError as e:
+    except yaml_errors() as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]

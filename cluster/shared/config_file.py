@@ -5,12 +5,11 @@ cluster/shared/config.py puts the file's name before their messages (as its Conf
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
 from typing import Any
-
-import yaml
 
 from cluster.shared.limits import MAX_CONFIG_BYTES, MAX_YAML_DEPTH, MAX_YAML_EXPANDED
 from tfdist.errors import UserError
@@ -55,68 +54,84 @@ def read_text(path: str) -> str:
                               "UTF-8") from None
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, bounded while composing: nesting deeper than MAX_YAML_DEPTH, an alias to the
-    node that contains it, or a document whose nodes and scalar characters with every alias expanded pass
-    MAX_YAML_EXPANDED are refused. The composed graph shares aliased nodes (the constructor builds each
-    once), so composing stays linear in the text; the bound is on what a reader of the value would walk."""
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self._depth = 0
-        self._expanded = 0
-        self._sizes: dict[int, int] = {}  # id(node) -> its expanded size, once composed
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            node = self.anchors.get(event.anchor)
-            if node is not None:
-                size = self._sizes.get(id(node))
-                if size is None:
-                    raise ConfigFileError(f"line {event.start_mark.line + 1}: alias *{event.anchor} refers to a "
-                                          "node that contains it; a config cannot be recursive")
-                self._grow(size, event)
-            return super().compose_node(parent, index)
-        event = self.peek_event()
-        self._depth += 1
-        if self._depth > MAX_YAML_DEPTH:
-            raise ConfigFileError(f"line {event.start_mark.line + 1}: nested deeper than {MAX_YAML_DEPTH} levels")
-        start = self._expanded
-        self._grow(1 + len(getattr(event, "value", "") or ""), event)
-        node = super().compose_node(parent, index)
-        self._depth -= 1
-        self._sizes[id(node)] = self._expanded - start
-        return node
-
-    def _grow(self, size: int, event) -> None:
-        self._expanded += size
-        if self._expanded > MAX_YAML_EXPANDED:
-            raise ConfigFileError(f"line {event.start_mark.line + 1}: the document expands (aliases included) to "
-                                  f"more than {MAX_YAML_EXPANDED:,} nodes and characters; write it out without "
-                                  "nested aliases")
-
-
-def _construct_int(loader: _BoundedLoader, node) -> int:
-    digits = len(node.value)
-    if digits > MAX_INT_DIGITS:  # Python refuses to convert it anyway (sys.get_int_max_str_digits)
-        raise ConfigFileError(f"line {node.start_mark.line + 1}: a number of {digits:,} digits; tfdist reads at most "
-                              f"{MAX_INT_DIGITS:,} (quote it to keep it as text)")
-    return yaml.SafeLoader.construct_yaml_int(loader, node)
-
-
 MAX_INT_DIGITS = 4_000
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
-# YAML 1.2 (Determined's Go parser) reads `1e-4` as a float; PyYAML's 1.1 rules need a dot (`1.0e-4`) and
-# would hand `learning_rate: 1e-4` to the workers as the text "1e-4". Tried after PyYAML's own rules.
-_BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-                                     list("-+0123456789"))
+
+
+@functools.cache
+def _loader() -> type:
+    """The bounded loader class, made on first use: PyYAML is imported only by what reads YAML (a launch
+    with no config file, `tfdist jobs`... never do; 0.02-0.03 s of each command's start)."""
+    import yaml
+
+    class _BoundedLoader(yaml.SafeLoader):
+        """PyYAML's safe loader, bounded while composing: nesting deeper than MAX_YAML_DEPTH, an alias to the
+        node that contains it, or a document whose nodes and scalar characters with every alias expanded pass
+        MAX_YAML_EXPANDED are refused. The composed graph shares aliased nodes (the constructor builds each
+        once), so composing stays linear in the text; the bound is on what a reader of the value would walk."""
+
+        def __init__(self, stream):
+            super().__init__(stream)
+            self._depth = 0
+            self._expanded = 0
+            self._sizes: dict[int, int] = {}  # id(node) -> its expanded size, once composed
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                node = self.anchors.get(event.anchor)
+                if node is not None:
+                    size = self._sizes.get(id(node))
+                    if size is None:
+                        raise ConfigFileError(f"line {event.start_mark.line + 1}: alias *{event.anchor} refers to a "
+                                              "node that contains it; a config cannot be recursive")
+                    self._grow(size, event)
+                return super().compose_node(parent, index)
+            event = self.peek_event()
+            self._depth += 1
+            if self._depth > MAX_YAML_DEPTH:
+                raise ConfigFileError(f"line {event.start_mark.line + 1}: nested deeper than {MAX_YAML_DEPTH} levels")
+            start = self._expanded
+            self._grow(1 + len(getattr(event, "value", "") or ""), event)
+            node = super().compose_node(parent, index)
+            self._depth -= 1
+            self._sizes[id(node)] = self._expanded - start
+            return node
+
+        def _grow(self, size: int, event) -> None:
+            self._expanded += size
+            if self._expanded > MAX_YAML_EXPANDED:
+                raise ConfigFileError(f"line {event.start_mark.line + 1}: the document expands (aliases included) to "
+                                      f"more than {MAX_YAML_EXPANDED:,} nodes and characters; write it out without "
+                                      "nested aliases")
+
+    def _construct_int(loader: _BoundedLoader, node) -> int:
+        digits = len(node.value)
+        if digits > MAX_INT_DIGITS:  # Python refuses to convert it anyway (sys.get_int_max_str_digits)
+            raise ConfigFileError(f"line {node.start_mark.line + 1}: a number of {digits:,} digits; tfdist reads at "
+                                  f"most {MAX_INT_DIGITS:,} (quote it to keep it as text)")
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+    _BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+    # YAML 1.2 (Determined's Go parser) reads `1e-4` as a float; PyYAML's 1.1 rules need a dot (`1.0e-4`) and
+    # would hand `learning_rate: 1e-4` to the workers as the text "1e-4". Tried after PyYAML's own rules.
+    _BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                                         list("-+0123456789"))
+
+    return _BoundedLoader
+
+
+def yaml_errors() -> type[Exception]:
+    """PyYAML's base error (a document's syntax), for `except config_file.yaml_errors()`: evaluated only when
+    something was raised, so catching it imports nothing up front."""
+    import yaml
+
+    return yaml.YAMLError
 
 
 def load_yaml(text: str) -> Any:
     """yaml.safe_load within the bounds above. Raises yaml.YAMLError (the document's syntax) or
     ConfigFileError (a bound)."""
-    loader = _BoundedLoader(text)
+    loader = _loader()(text)
     try:
         return loader.get_single_data()
     finally:

@@ -19,10 +19,9 @@ import json
 import math
 from typing import Any, Mapping, NoReturn, Sequence
 
-import yaml
 
 from cluster.shared import limits
-from cluster.shared.config_file import ConfigFileError, load_yaml
+from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors
 from tfdist.errors import UserError
 
 SEARCH_TYPES = ("int", "double", "log", "categorical")
@@ -231,7 +230,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     flow = raw.lstrip()[:1] in ("[", "{")
     try:
         value = load_yaml(raw)
-    except (yaml.YAMLError, ConfigFileError) as e:
+    except (yaml_errors(), ConfigFileError) as e:
         if flow:
             problem = getattr(e, "problem", None) or str(e).splitlines()[0]
             raise HyperparameterError(f"--hparam {_clip(text)}: VALUE is not a valid YAML list or mapping "

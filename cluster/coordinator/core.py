@@ -176,7 +176,7 @@ class CoordinatorCore:
                         held.state != AllocState.RELEASING and \
                         reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
                     self.lifecycle.handle(job.job_id, job_machine.Progress(job), now)
-                    self.throughput.note(job.job_id, dict(self.runs.get(job.job_id).progress))
+                    self.throughput.note(job.job_id, self.runs.get(job.job_id).progress)
             for job_id, busy in report.port_results.items():
                 self.handshake.port_result(job_id, name, list(busy), now)
             for job_id, failures in report.probe_results.items():

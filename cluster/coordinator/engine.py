@@ -18,7 +18,7 @@ heartbeats and the AgentService, cluster/coordinator/agent_service.py; Slurm run
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol
 
 from cluster.shared.model import AgentRecord, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport, Work
@@ -58,4 +58,3 @@ class Engine(Protocol):
 class EngineOptions:
     """What `tfdist coordinator --engine NAME` and a local launch know to build an engine with."""
     slots: int = 1  # the local engine's: worker processes on this machine
-    gpus: Sequence[int] = ()

@@ -328,7 +328,7 @@ def deadlines(facts: Facts, run: RunState, now: float) -> Step:
         job, plan = facts.job, facts.plan
         exited = {e.rank for e in facts.exits()} if job.state.active and plan else set()
         check = watchdogs.startup(job, plan, run.joined, exited, facts.allocations, run.start_clock, now,
-                                  job.spec.startup_timeout or facts.startup_timeout)
+                                  facts.startup_timeout)  # the job's own, if it set one, wins there
         if check.outcome is not None:
             failed = fail(facts, run, check.outcome, now)
             return dataclasses.replace(failed, actions=(Count("startup_timeouts"), *failed.actions))

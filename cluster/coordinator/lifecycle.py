@@ -102,10 +102,7 @@ class JobLifecycle:
         """One step of the job's state machine (job_machine.py): reads the facts it needs, keeps the run it
         returns and applies its actions, in order. A job the store no longer has keeps no run."""
         if isinstance(event, job_machine.RUN_ONLY):  # every heartbeat of a running job: no store read
-            result = job_machine.run_step(self.runs.get(job_id), self.allocs.of_job(job_id), event, now)
-            self.runs.put(job_id, result.run)
-            if result.touched:
-                self.runs.touched.add(job_id)
+            self._keep(job_id, job_machine.run_step(self.runs.get(job_id), self.allocs.of_job(job_id), event, now))
             return
         job = self.store.job(job_id)
         if job is None:
@@ -116,11 +113,14 @@ class JobLifecycle:
                                   lambda: self.store.latest_checkpoint(job_id), self.settings.startup_timeout,
                                   self.settings.stack_dump_grace)
         result = job_machine.step(facts, self.runs.get(job_id), event, now)
+        self._keep(job_id, result)
+        for action in result.actions:
+            self._apply(job, action, now)
+
+    def _keep(self, job_id: str, result: job_machine.Step) -> None:
         self.runs.put(job_id, result.run)
         if result.touched:
             self.runs.touched.add(job_id)
-        for action in result.actions:
-            self._apply(job, action, now)
 
     def _apply(self, job: Job, action: job_machine.Action, now: float) -> None:
         match action:

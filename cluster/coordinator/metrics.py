@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -99,7 +99,7 @@ class Throughput:
         self._lock = threading.Lock()
         self._samples: dict[str, collections.deque] = {}
 
-    def note(self, job_id: str, progress: dict[int, tuple[int, float]]) -> None:
+    def note(self, job_id: str, progress: Mapping[int, tuple[int, float]]) -> None:
         """`progress`: rank -> (step, when it moved, coordinator clock)."""
         if not progress:
             return

@@ -48,15 +48,26 @@ def test_first_failure_stops_siblings_and_keeps_last_lines(marker):
     assert result.exit_codes[0] == -signal.SIGTERM and result.exit_codes[2] == -signal.SIGTERM
 
 
-def test_sigterm_ignored_gets_sigkill_after_grace_and_grandchildren_die(marker):
-    stubborn = _py("""
+def test_sigterm_ignored_gets_sigkill_after_grace_and_grandchildren_die(marker, tmp_path):
+    # Rank 1 fails only once rank 0 ignores SIGTERM and has its child (a file says so): under load rank 0's
+    # Python could take over a second to get there, and the stop then found it still taking SIGTERM.
+    ignoring = tmp_path / "ignoring"
+    stubborn = _py(f"""
         import signal, subprocess, sys, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+        open({str(ignoring)!r}, 'w').close()
         print('ready', flush=True)
         time.sleep(600)
     """)
-    gang, _ = _gang([stubborn, _py("import time, sys; time.sleep(1); sys.exit(7)")], marker, stop_grace=1)
+    fails = _py(f"""
+        import os, sys, time
+        deadline = time.monotonic() + 120
+        while not os.path.exists({str(ignoring)!r}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sys.exit(7)
+    """)
+    gang, _ = _gang([stubborn, fails], marker, stop_grace=1)
     gang.start()
     result = gang.run()
     assert result.failure.rank == 1 and result.exit_codes[0] == -signal.SIGKILL

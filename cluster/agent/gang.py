@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -40,13 +42,42 @@ _PR_SET_PDEATHSIG = 1
 
 def _die_with_parent() -> None:
     """In the child: SIGKILL when the thread that started it dies (a killed launcher or agent
-    must not leave workers behind)."""
+    must not leave workers behind). A preexec_fn makes Python fork the whole (large, threaded) parent;
+    `_start_argv` prefers util-linux's setpriv, which sets the same signal after a cheap vfork."""
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """util-linux's setpriv, if it has --pdeathsig (2.33 and later; Debian 12 has 2.38)."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        shown = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if "--pdeathsig" in shown else None
+
+
+def _start_argv(command: Sequence[str], env: Mapping[str, str], cwd: str | None) -> tuple[list[str], Callable | None]:
+    """How to start `command` tied to this thread: through setpriv --pdeathsig (the child is then vforked
+    and execs setpriv, which execs the command: the same pid and process group), else with a preexec_fn.
+    A command that does not resolve here is started directly, so its OSError says why, as before."""
+    wrapper = _setpriv()
+    program = command[0]
+    if os.sep in program:
+        found = os.access(os.path.join(cwd or os.getcwd(), program), os.X_OK)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if wrapper is None or not found:
+        return list(command), _die_with_parent
+    return [wrapper, "--pdeathsig", "KILL", "--", *command], None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,11 +156,12 @@ class Gang:
     def start(self) -> None:
         for w in self.workers:
             self._tails[w.rank] = collections.deque(maxlen=TAIL_LINES)
+            argv, preexec = _start_argv(w.command, w.env, self.cwd)
             try:
                 proc = subprocess.Popen(
-                    list(w.command), env=dict(w.env), cwd=self.cwd, stdin=subprocess.DEVNULL,
+                    argv, env=dict(w.env), cwd=self.cwd, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    preexec_fn=_die_with_parent, umask=original_umask())  # the user's, not a daemon's 077
+                    preexec_fn=preexec, umask=original_umask())  # the user's, not a daemon's 077
             except OSError as e:
                 self.stop()
                 raise LaunchError(f"cannot start rank {w.rank}: {w.command[0]}: {e.strerror}") from None

@@ -6,15 +6,16 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import TextIO
-
-import grpc
+from typing import TYPE_CHECKING, TextIO
 
 from cluster.client import exit_codes
 from cluster.client.progress_view import FULL, QUIET, Renderer, ViewOptions
-from cluster.shared.rpc import Client, ClientError
 from cluster.shared.model import describe_exit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from tfdist.errors import TfdistError
+
+if TYPE_CHECKING:  # a gRPC Client, or a local launch's in-process one (no gRPC imported for it)
+    from cluster.shared.rpc import Client
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELED")
 WAITING = ("QUEUED", "STARTING", "RUNNING")  # states whose waiting_reason says what it waits for (RUNNING: ranks)
@@ -39,8 +40,8 @@ class _Reconnecting:
                 if deadline is not None:
                     self.say("tfdist: reconnected to the coordinator")
                 return result
-            except ClientError as e:
-                if e.code != grpc.StatusCode.UNAVAILABLE or self.patience <= 0:
+            except TfdistError as e:
+                if e.grpc_code != "UNAVAILABLE" or self.patience <= 0:
                     raise
                 if deadline is None:
                     deadline = time.monotonic() + self.patience

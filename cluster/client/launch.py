@@ -13,11 +13,11 @@ import sys
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from cluster.slurm import allocation as slurm
 from cluster.shared.auth import publish_local, unpublish_local, user_name
-from cluster.shared.credentials import Credential
-from cluster.shared.rpc import Client
+from cluster.shared.credentials import Authority, Credential, derived_key, new_secret
 from cluster.shared.commands import other_venv_warning, resolve_command, with_launcher_python
 from cluster.shared.config import ExperimentConfig
 from cluster.client import local_runs
@@ -26,7 +26,10 @@ from cluster.client.progress_view import QUIET, ViewOptions
 from cluster.shared import jobspec, modes
 from tfdist import batching
 from tfdist.compat import HOROVOD_INSTALL_HINT
-from tfdist.errors import UnsafePathError, UserError
+from tfdist.errors import UserError
+
+if TYPE_CHECKING:  # a gRPC Client, or a local launch's in-process one
+    from cluster.shared.rpc import Client
 
 
 def preflight(config: ExperimentConfig) -> None:
@@ -82,38 +85,68 @@ def check_worker_needs(program: str, planner: modes.Planner) -> None:
                                               hint=hint))
 
 
+# Seconds a local launch waits before serving its other terminals over gRPC: importing gRPC and making the
+# TLS authority take the interpreter for ~0.1 s, beside a real job's TensorFlow import rather than in the way
+# of a short job's start and end. Other terminals wait up to local_runs.BUSY_WAIT for it.
+SERVE_AFTER = 0.5
+
+
 class EmbeddedCluster:
-    """A coordinator in this process, on loopback, whose jobs run on this machine through the local engine
+    """A coordinator in this process whose jobs run on this machine through the local engine
     (cluster/engines/local/: no agent, no heartbeats, no port probes): the same scheduler, waiting reasons,
-    job records, restarts, preemption and resume as a cluster, and the same gRPC service, where this user's
-    other terminals find the launch (`tfdist jobs`, `logs`, `preempt`)."""
+    job records, restarts, preemption and resume as a cluster. The launch submits and follows in-process
+    (`client`); a thread beside the job serves it on loopback over gRPC, TLS with a fresh authority in
+    memory, where this user's other terminals find it (`tfdist jobs`, `logs`, `preempt`): another user of
+    this machine can reach the port but holds no credential."""
 
     def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1):
-        from cluster.coordinator.daemon import CoordinatorServer, Settings
+        from cluster.coordinator.daemon import CoordinatorProcess, InProcessClient, Settings
         from cluster.engines import EngineOptions, create_engine
         from cluster.engines.local import lease_range
 
         # Ports below the ephemeral range; machine-wide leases keep launches apart. The node's work is read
         # the moment it changes, so no interval costs start-up time.
-        settings = Settings(port_range=lease_range(), first_job_seq=first_job_seq)
-        # TLS on loopback too, with a fresh authority in memory: another user of this machine can reach the
-        # port but holds no credential. This user's other terminals find theirs in the runtime dir.
-        self.server = CoordinatorServer(state_dir, "127.0.0.1:0", settings=settings,
-                                        engine=create_engine("local", EngineOptions(slots=slots))).start()
-        self.credential = self.server.issue("admin", user_name())
-        self._published = None
-        try:
-            self._published = publish_local(self.credential, self.server.port)
-        except (OSError, UnsafePathError) as e:  # a convenience for other terminals, not needed to run
-            sys.stderr.write(f"tfdist: warning: other terminals will not find this launch's coordinator ({e})\n")
+        secret = new_secret()
+        settings = Settings(port_range=lease_range(), first_job_seq=first_job_seq,
+                            store_key=derived_key(secret, "job store"), counting=False)
+        self.process = CoordinatorProcess(state_dir, settings,
+                                          create_engine("local", EngineOptions(slots=slots))).start()
+        self.client = InProcessClient(self.process.core, user_name())
+        self._front = self._published = None
+        self._front_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._serving = threading.Thread(target=self._serve, args=(secret,), name="tfdist-serve", daemon=True)
+        self._serving.start()
 
-    @property
-    def address(self) -> str:
-        return self.server.address
+    def _serve(self, secret: bytes) -> None:
+        """Serves the coordinator over gRPC (after SERVE_AFTER) and publishes where, for this user's other
+        terminals."""
+        if self._closing.wait(SERVE_AFTER):
+            return
+        try:
+            from cluster.coordinator.daemon import CoordinatorServer
+
+            authority = Authority.create(hosts=["127.0.0.1"], secret=secret)
+            front = CoordinatorServer("", "127.0.0.1:0", authority=authority, process=self.process)
+            with self._front_lock:
+                if self._closing.is_set():
+                    front.stop(0)
+                    return
+                self._front = front.start()
+                self._published = publish_local(front.issue("admin", user_name()), front.port)
+        except Exception as e:  # noqa: BLE001 - a convenience for other terminals, not needed to run
+            if not self._closing.is_set():
+                sys.stderr.write(f"tfdist: warning: other terminals will not find this launch's coordinator ({e})\n")
 
     def close(self) -> None:
-        unpublish_local(self._published)
-        self.server.stop()
+        """Stops serving (not waiting for a server still starting: it stops itself) and the coordinator."""
+        with self._front_lock:
+            self._closing.set()
+            front, published = self._front, self._published
+        unpublish_local(published)
+        if front is not None:
+            front.stop()
+        self.process.close()
 
 
 def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Credential | None, detach: bool,
@@ -152,14 +185,18 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
                 if run:
                     local_runs.remove(run)
                 raise
-            credential = embedded.credential
             if run and not spec.checkpoint_storage:
                 spec = dataclasses.replace(spec, config=dataclasses.replace(
                     spec.config, checkpoint_storage=local_runs.checkpoint_storage(run)))
-        coordinator = embedded.address
     elif credential is None:
         raise UserError(f"no credential for the coordinator at {coordinator}: pass --credentials FILE")
-    client = Client(coordinator, credential)
+    if isinstance(embedded, EmbeddedCluster):
+        client, coordinator = embedded.client, "this machine"
+    else:
+        from cluster.shared.rpc import Client
+
+        coordinator = embedded.address if embedded else coordinator
+        client = Client(coordinator, credential)
     code = None
     try:
         if paused:  # this batch script ran before and its job was preempted: Slurm requeued it
@@ -193,7 +230,7 @@ def resume_local(run: local_runs.LocalRun, job_id: str, slots: int, view: ViewOp
     (the job's slots on this machine) resumes it from its latest checkpoint and follows it as launch does
     (the same signals and exit codes)."""
     embedded = EmbeddedCluster(slots, run.path, first_job_seq=run.number)
-    client = Client(embedded.address, embedded.credential)
+    client = embedded.client
     try:
         printed = last_seq(client, job_id)  # the launch that ran it printed those
         client.resume(job_id)

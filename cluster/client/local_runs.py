@@ -25,16 +25,18 @@ import os
 import shutil
 import sys
 import time
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from google.protobuf.message import DecodeError
 
 from cluster.shared.auth import published, user_name
 from cluster.shared.user_dirs import runtime_dir
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
-from cluster.shared.rpc import Client
 from tfdist.errors import UnavailableError, UserError
 from tfdist.private_files import check_private_dir, open_private, private_dir, read_private, write_private
+
+if TYPE_CHECKING:
+    from cluster.shared.rpc import Client
 
 RUNS = "local"
 RECORD = "job.pb"
@@ -220,6 +222,8 @@ class Connection:
 def connect(run: LocalRun) -> Iterator[Connection]:
     """A client of the run's coordinator: the running launch's, else one started here on the stored state
     (which, when let go, records the job)."""
+    from cluster.shared.rpc import Client
+
     holder = run.holder()
     deadline = time.monotonic() + BUSY_WAIT
     while holder is not None:

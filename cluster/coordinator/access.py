@@ -8,7 +8,7 @@ tests/unit/test_access_matrix.py fails on it), so a new RPC cannot slip past aut
   check: it needs the job's placement.)
 - User RPCs accept user and admin credentials; a user acts on (cancels, preempts, resumes, reads the
   logs and metrics of) only their own jobs, an admin on every job. Job lists and job details are open to
-  every user, with environment values never shown back (server.redact).
+  every user, with environment values never shown back (answers.redact).
 - A monitor credential reads: job lists and details, agents, metrics. It changes nothing and reads no logs
   (logs may hold anything a script prints).
 """

@@ -67,7 +67,7 @@ class CoordinatorCore:
         self.agents: dict[str, AgentLive] = {r.name: AgentLive(r, now + grace) for r in records}
         self.allocs = AllocationTable(store)
         self.runs = Runs()  # each active job's run, one value each (run_state.py)
-        self.telemetry = Telemetry()  # Prometheus's counters and histograms (cluster/coordinator/metrics.py)
+        self.telemetry = Telemetry(settings.counting)  # Prometheus's counters and histograms (metrics.py)
         self.throughput = Throughput()  # running jobs' steps/s, from their ranks' progress
         self.usage: dict[str, NodeUsage] = {}  # agent -> its latest sample (in memory: a restart forgets it)
         self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)

@@ -2,15 +2,30 @@
 
 `tfdist coordinator`, a local launch's embedded cluster and a Slurm batch script start a coordinator
 through this module and nothing else of `cluster.coordinator` (tests/unit/test_layout.py checks it);
-everything else they learn over gRPC.
+everything else they learn over gRPC, or, a local launch, through its in-process client. The gRPC server
+is imported on first use (PEP 562): a local launch starts its coordinator without gRPC or TLS.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cluster.coordinator.heap import freeze_after_full_collections
-from cluster.coordinator.server import CoordinatorServer
+from cluster.coordinator.in_process import InProcessClient
+from cluster.coordinator.process import CoordinatorProcess
 from cluster.coordinator.values import Settings
 from cluster.shared.model import AgentRecord, JobState
+
+if TYPE_CHECKING:
+    from cluster.coordinator.server import CoordinatorServer
+
+
+def __getattr__(name: str):
+    if name == "CoordinatorServer":
+        from cluster.coordinator.server import CoordinatorServer
+
+        return CoordinatorServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def alive_agents(server: CoordinatorServer) -> list[AgentRecord]:
@@ -26,4 +41,5 @@ def latest_paused_job(server: CoordinatorServer) -> str | None:
     return paused[-1].id if paused else None
 
 
-__all__ = ["CoordinatorServer", "Settings", "alive_agents", "freeze_after_full_collections", "latest_paused_job"]
+__all__ = ["CoordinatorProcess", "CoordinatorServer", "InProcessClient", "Settings", "alive_agents",
+           "freeze_after_full_collections", "latest_paused_job"]

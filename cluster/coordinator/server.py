@@ -13,72 +13,28 @@ from concurrent import futures
 
 import grpc
 
-from cluster.coordinator import metrics, views
+from cluster.coordinator import answers, metrics, views
 from cluster.coordinator.agent_service import WATCH_THREADS, AgentServicer
 from cluster.coordinator.beacons import BeaconService
-from cluster.coordinator.heap import HeapThaw
 from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.coordinator.wire_guard import WireGuard
-from cluster.coordinator.metrics import global_batch_size
 from cluster.coordinator.engine import Engine
 from cluster.coordinator.core import CoordinatorCore, Settings
+from cluster.coordinator.process import CoordinatorProcess
 from cluster.shared import jobspec
 from cluster.shared.listen import bind_failure
 from cluster.shared.metrics_http import MetricsEndpoint
 from cluster.shared.work import usage_to_pb
-from cluster.shared.model import Allocation, JobState
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
-from cluster.coordinator.store import SqliteStore
-from cluster.coordinator.store.retention import Retention
 from cluster.coordinator.submissions import SubmitQueue
 from cluster.shared.credentials import Authority, Credential, Principal
-from tfdist.errors import TfdistError, UserError
+from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.coordinator")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 RPC_THREADS = 32  # heartbeats, submissions, queries
 FOLLOWER_THREADS = 64  # long-polling log followers on top; more followers poll without waiting
-
-
-def placement_to_pb(a: Allocation, holding: bool = True) -> pb.Placement:
-    """`holding`: the job holds the node now; a job that does not (queued, paused, ended) shows where it ran,
-    with no state (its recorded one, e.g. LEASING, is stale)."""
-    return pb.Placement(agent=a.agent, node_rank=a.node_rank, slots=a.slots, address=a.address, ports=list(a.ports),
-                        gpus=list(a.gpus), state=a.state.value if holding else "")
-
-
-def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
-    """A job for the wire, its environment values hidden (redact); `summary`: without what a table does not
-    show (placement, exits, metrics, checkpoint)."""
-    job = view.job
-    if summary:
-        view = views.JobView(job, (), waiting_reason=view.waiting_reason)
-    return redact(pb.Job(
-        id=job.id, spec=jobspec.to_pb(job.spec), state=job.state.value, submitted_at=job.submitted_at,
-        started_at=job.started_at or 0, ended_at=job.ended_at or 0, waiting_reason=view.waiting_reason,
-        message=job.message, exit_code=job.exit_code if job.exit_code is not None else -1,
-        failed_rank=job.failed_rank if job.failed_rank is not None else -1,
-        placement=[placement_to_pb(a, job.state in (JobState.STARTING, JobState.RUNNING)) for a in view.placement],
-        exits=[pb.WorkerExit(rank=e.rank, agent=e.agent, exit_code=e.exit_code, last_lines=list(e.last_lines),
-                             reason=e.reason, tolerated=e.tolerated, attempt=e.attempt) for e in view.exits],
-        latest_metrics=[pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time)
-                        for m in view.latest_metrics],
-        attempt=job.attempt, restarts=job.restarts, owner=job.owner,
-        latest_checkpoint=pb.Checkpoint(step=view.latest_checkpoint.step, path=view.latest_checkpoint.path,
-                                        attempt=view.latest_checkpoint.attempt, time=view.latest_checkpoint.time)
-        if view.latest_checkpoint else pb.Checkpoint(step=-1)))
-
-
-HIDDEN = "(hidden)"
-
-
-def redact(job: pb.Job) -> pb.Job:
-    """Environment values never leave the coordinator toward users: names stay, values read "(hidden)"."""
-    env = job.spec.config.environment_variables
-    for key in list(env):
-        env[key] = HIDDEN
-    return job
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -98,29 +54,12 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @guard
     def GetJob(self, request, context, principal):
-        job = job_to_pb(views.job_view(self.core, request.job_id))
-        if job.state == JobState.RUNNING.value:
-            now = self.clock()
-            rate = self.core.throughput.steps_per_second(job.id, now)
-            batch = global_batch_size(self.core.store.job(job.id))
-            job.throughput.CopyFrom(pb.Throughput(steps_per_second=rate, examples_per_second=rate * batch, time=now))
-        return job
+        return answers.job_answer(self.core, request.job_id, self.clock())
 
     @guard
     def ListJobs(self, request, context, principal):
-        """A page of jobs, newest first, at most views.PAGE_JOBS of them and about views.PAGE_BYTES."""
-        page = views.jobs_page(self.core, self.follower.reader, request.states, request.page_token,
-                               request.page_size, request.summary)
-        jobs, size = [], 0
-        for view in page.views:
-            job = job_to_pb(view, request.summary)
-            size += job.ByteSize()
-            if jobs and size > views.PAGE_BYTES:
-                break
-            jobs.append(job)
-        cut = len(jobs) < len(page.views)  # the rest of this page comes with the next
-        return pb.ListJobsResponse(jobs=jobs, total=page.total,
-                                   next_page_token=str(page.views[len(jobs) - 1].job.seq) if cut else page.next_token)
+        return answers.jobs_answer(self.core, self.follower.reader, request.states, request.page_token,
+                                   request.page_size, request.summary)
 
     @guard
     def CancelJob(self, request, context, principal):
@@ -146,8 +85,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         finally:
             if waiting:
                 self.follow_slots.release()
-        return pb.GetLogsResponse(job_ended=ended, lines=[
-            pb.LogLine(seq=l.seq, rank=l.rank, stream=l.stream, text=l.text, time=l.time) for l in lines])
+        return answers.logs_answer(lines, ended)
 
     @guard
     def GetMetrics(self, request, context, principal):
@@ -183,28 +121,41 @@ def _check_port_free(listen: str) -> None:
 
 
 class CoordinatorServer:
-    """The daemon: gRPC server + a thread that declares silent agents lost.
+    """The daemon: a CoordinatorProcess (process.py: store, core, engine, the loop that declares silent agents
+    lost) behind its gRPC server, beacons and /metrics.
 
-    It serves TLS with `authority`'s certificate (a fresh authority, kept in memory, when none is given:
-    a local launch's embedded coordinator) and accepts only credentials that authority issued. Plaintext
-    only with `plaintext=True` (--insecure-plaintext): the caller warns.
+    It serves TLS with `authority`'s certificate (a fresh authority, kept in memory, when none is given)
+    and accepts only credentials that authority issued. Plaintext only with `plaintext=True`
+    (--insecure-plaintext): the caller warns. `process`: serve one already running (a local launch's,
+    served once its job is under way); it stays the caller's to close.
     """
 
     def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", authority: Authority | None = None,
                  settings: Settings = Settings(), max_workers: int = RPC_THREADS, plaintext: bool = False,
-                 http_listen: str | None = None, engine: Engine | None = None):
+                 http_listen: str | None = None, engine: Engine | None = None,
+                 process: CoordinatorProcess | None = None):
         """`engine`: where jobs run besides the agents that register (cluster/coordinator/engine.py); None:
         agents alone."""
         self.authority = authority or Authority.create(hosts=[listen.rsplit(":", 1)[0].strip("[]")])
         self.plaintext = plaintext
-        if not settings.store_key:  # the job stores' secrets: stable for as long as the authority is
-            settings = dataclasses.replace(settings, store_key=self.authority.derived_key("job store"))
         # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
         # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
         sys.setswitchinterval(0.0005)
-        self.store = SqliteStore(f"{state_dir}/coordinator.sqlite" if state_dir != ":memory:" else ":memory:",
-                                 retention=Retention(settings.retention_jobs, settings.retention_days))
-        self.core = CoordinatorCore(self.store, settings, now=time.time())
+        self.owns_process = process is None
+        if process is None:
+            if not settings.store_key:  # the job stores' secrets: stable for as long as the authority is
+                settings = dataclasses.replace(settings, store_key=self.authority.derived_key("job store"))
+            process = CoordinatorProcess(state_dir, settings, engine)
+        self.process = process
+        self.store, self.core = process.store, process.core
+        try:
+            self._serve(listen, max_workers, plaintext, http_listen)
+        except BaseException:
+            if self.owns_process:
+                self.process.close()
+            raise
+
+    def _serve(self, listen: str, max_workers: int, plaintext: bool, http_listen: str | None) -> None:
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0)]
@@ -231,7 +182,6 @@ class CoordinatorServer:
         except RuntimeError:  # grpc raises "Failed to bind to address ..."
             self.port = 0
         if self.port == 0:
-            self.store.close()
             raise bind_failure("--listen", listen, bind_error)
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
@@ -249,12 +199,7 @@ class CoordinatorServer:
             except UserError:
                 self.server.stop(0)
                 self.beacons.stop()
-                self.store.close()
                 raise
-        self.engine = engine
-        self._stop = threading.Event()
-        self._checker = threading.Thread(target=self._check_loop, daemon=True)
-        self.heap = HeapThaw()  # what the daemon's freeze_after_full_collections froze: cycles among it, now and then
 
     @property
     def local_address(self) -> str:
@@ -277,37 +222,23 @@ class CoordinatorServer:
         self.server.start()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.start()
-        self._checker.start()
-        if self.engine is not None:
-            try:
-                self.engine.attach(self.core)
-            except BaseException:  # its directories another user's, say: leave nothing running
-                self.engine = None
-                self.stop()
-                raise
+        try:
+            self.process.start()
+        except BaseException:  # its engine could not attach: leave nothing running
+            self.stop()
+            raise
         log.info("coordinator listening on %s", self.address)
         return self
 
-    def _check_loop(self) -> None:
-        interval = min(1.0, self.core.settings.lost_after / 4)
-        while not self._stop.wait(interval):
-            self.heap.tick()
-            try:
-                self.core.check_agents(time.time())
-            except TfdistError as e:  # e.g. the disk is full: one line, the next round retries
-                log.error("agent check failed: %s", e)
-            except Exception:  # keep the daemon alive; the next round retries
-                log.exception("agent check failed")
-
     def stop(self, grace: float = 1.0, engine_timeout: float = 10.0) -> None:
         """`engine_timeout`: how long its engine's workers may take to stop (their grace, then SIGKILL)."""
-        if self.engine is not None:
-            self.engine.close(engine_timeout)  # its workers' last exits still reach the store
-        self._stop.set()
+        if self.owns_process:
+            self.process.close_engine(engine_timeout)  # its workers' last exits still reach the store
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()
         self.core.agent_board.close()  # held WaitForWork calls answer now
         self.server.stop(grace).wait()
         self.beacons.stop()
         self.submissions.stop()
-        self.store.close()
+        if self.owns_process:
+            self.process.close()

@@ -67,6 +67,7 @@ class Settings:
     # The first job number it gives (a local launch's: after the user's earlier local runs, so that their ids
     # stay apart; cluster/client/local_runs.py).
     first_job_seq: int = 1
+    counting: bool = True  # Prometheus counters for /metrics (False: a local launch's, which nobody scrapes)
 
 
 K = TypeVar("K")

@@ -19,12 +19,14 @@ import ipaddress
 import os
 import re
 import socket
-
-import grpc
+from typing import TYPE_CHECKING
 
 from cluster.shared.credentials import Credential, CredentialError
 from cluster.shared.user_dirs import RUNTIME_ENV, runtime_dir  # noqa: F401 (RUNTIME_ENV: this module's name too)
 from tfdist.private_files import private_dir, read_private
+
+if TYPE_CHECKING:
+    import grpc
 
 METADATA_KEY = "authorization"
 CREDENTIALS_ENV = "TFDIST_CREDENTIALS"
@@ -52,9 +54,12 @@ def is_loopback_listen(address: str) -> bool:
 
 # ---------------------------------------------------------------- channels
 
-def channel(address: str, credential: Credential, options: list) -> grpc.Channel:
+def channel(address: str, credential: Credential, options: list) -> "grpc.Channel":
     """A channel to `address`: TLS trusting only `credential`'s CA (plaintext only for a plaintext credential).
-    Calls on it carry call_metadata(credential)."""
+    Calls on it carry call_metadata(credential). gRPC is imported here, by what connects: a local launch
+    talks to its own coordinator in-process."""
+    import grpc
+
     if credential.plaintext:
         return grpc.insecure_channel(address, options=options)
     if not credential.ca_pem:

@@ -196,6 +196,16 @@ def _certificates(hosts) -> tuple[bytes, bytes, bytes, bytes]:
 
 # ---------------------------------------------------------------- the authority
 
+def new_secret() -> bytes:
+    """An authority's credential secret: its tokens and derived keys come from it."""
+    return secrets.token_bytes(32)
+
+
+def derived_key(secret: bytes, purpose: str) -> bytes:
+    """A key for `purpose` that only the holder of `secret` can compute (Authority.derived_key)."""
+    return hmac.new(secret, f"tfdist {purpose}".encode(), hashlib.sha256).digest()
+
+
 @dataclasses.dataclass(frozen=True)
 class Authority:
     """A cluster's TLS material and credential secret (see the module docstring)."""
@@ -208,9 +218,10 @@ class Authority:
     server_name: str = SERVER_NAME  # "" with a site's certificates: clients check the host name
 
     @classmethod
-    def create(cls, hosts=()) -> "Authority":
+    def create(cls, hosts=(), secret: bytes | None = None) -> "Authority":
+        """`secret`: one made before (new_secret), whose derived keys are already in use."""
         ca, ca_key, cert, key = _certificates(hosts)
-        return cls(ca, cert, key, secrets.token_bytes(32), ca_key)
+        return cls(ca, cert, key, secret or new_secret(), ca_key)
 
     def with_site_tls(self, cert_pem: bytes, key_pem: bytes, ca_pem: bytes) -> "Authority":
         return dataclasses.replace(self, ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem, ca_key_pem=b"",
@@ -225,7 +236,7 @@ class Authority:
 
     def derived_key(self, purpose: str) -> bytes:
         """A key for `purpose` (e.g. the job stores' secrets) that only this authority can compute."""
-        return hmac.new(self.secret, f"tfdist {purpose}".encode(), hashlib.sha256).digest()
+        return derived_key(self.secret, purpose)
 
     # -------------------------------------------------------- on disk
 

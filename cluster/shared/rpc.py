@@ -9,6 +9,7 @@ import grpc
 
 from cluster.shared.auth import call_metadata, channel
 from cluster.shared.credentials import Credential
+from cluster.shared.job_pages import JOBS_PAGE, JobList, walk_pages  # noqa: F401 (JOBS_PAGE, JobList: re-exported)
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from tfdist.errors import TfdistError
@@ -41,17 +42,6 @@ def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClientError(f"the coordinator at {address} did not answer in time", code)
     return ClientError(e.details() or str(code), code)
-
-
-JOBS_PAGE = 500  # jobs asked for per ListJobs call (the coordinator caps what it sends)
-
-
-class JobList(list):
-    """Jobs, oldest first, and how many matched the request in all (`total`)."""
-
-    def __init__(self, jobs=(), total: int = 0):
-        super().__init__(jobs)
-        self.total = total
 
 
 class Client:
@@ -89,23 +79,10 @@ class Client:
     def job(self, job_id: str) -> pb.Job:
         return self.call(self.coordinator.GetJob, pb.GetJobRequest(job_id=job_id))
 
-    def jobs(self, states=(), limit: int = 0, summary: bool = False) -> "JobList":
-        """The jobs (in `states`: names), every one or the newest `limit`, oldest first, walking ListJobs'
-        pages; `.total` says how many matched. `summary`: what a table shows only (no exits, metrics...)."""
-        found: list[pb.Job] = []
-        token, total = "", 0
-        while True:
-            size = min(limit - len(found), JOBS_PAGE) if limit else 0
-            page = self.call(self.coordinator.ListJobs, pb.ListJobsRequest(
-                page_size=size, page_token=token, states=list(states), summary=summary))
-            found.extend(page.jobs)
-            total = page.total
-            if not page.next_page_token or (limit and len(found) >= limit):
-                break
-            if page.next_page_token == token:
-                raise ClientError(f"the coordinator at {self.address} gave the same page twice (page token {token})")
-            token = page.next_page_token
-        return JobList(reversed(found[:limit] if limit else found), total)
+    def jobs(self, states=(), limit: int = 0, summary: bool = False) -> JobList:
+        """The jobs (in `states`: names), every one or the newest `limit`, oldest first (job_pages.py)."""
+        return walk_pages(lambda request: self.call(self.coordinator.ListJobs, request), states, limit, summary,
+                          f"the coordinator at {self.address}")
 
     def cancel(self, job_id: str) -> str:
         return self.call(self.coordinator.CancelJob, pb.CancelJobRequest(job_id=job_id)).state

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings
-from cluster.coordinator.server import job_to_pb
+from cluster.coordinator.answers import job_to_pb
 from cluster.coordinator.views import agents_view, job_view, jobs_view
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig

@@ -176,3 +176,29 @@ def test_a_worker_that_cannot_start_raises_a_tfdist_error(marker, tmp_path):
     with pytest.raises(LaunchError, match="^cannot start rank 0: ") as caught:
         gang.start()
     assert isinstance(caught.value, TfdistError) and (caught.value.exit_code, caught.value.grpc_code) == (1, "INTERNAL")
+
+
+PDEATHSIG_CODE = ("import ctypes, os; v = ctypes.c_int(); ctypes.CDLL('libc.so.6').prctl(2, ctypes.byref(v)); "
+                  "print(v.value, os.getpid(), os.getpgid(0))")  # PR_GET_PDEATHSIG
+
+
+def test_workers_die_with_their_thread_whether_started_through_setpriv_or_a_preexec_fn(marker, monkeypatch):
+    """Each worker has SIGKILL as its parent-death signal and is its own process group, its pid the command's:
+    through util-linux's setpriv (a vfork, not a fork of the whole launcher; what this Debian machine has),
+    and with the preexec_fn where setpriv is missing or the command does not resolve (its OSError says why)."""
+    from cluster.agent import gang as gang_module
+
+    assert gang_module._setpriv() is not None, "util-linux's setpriv (Debian 12: 2.38) is expected on this machine"
+    assert gang_module._start_argv(("python", "-c", "pass"), {"PATH": os.environ["PATH"]}, None)[1] is None
+    assert gang_module._start_argv(("no-such-program-tfdist",), {"PATH": os.environ["PATH"]}, None)[1] is not None
+    for wrapper in ("setpriv", None):
+        if wrapper is None:
+            monkeypatch.setattr(gang_module, "_setpriv", lambda: None)
+        gang, lines = _gang([_py(PDEATHSIG_CODE)] * 2, marker)
+        gang.start()
+        pids = {rank: p.pid for rank, p in gang._procs.items()}
+        assert gang.run().ok
+        for rank, stream, line in lines:
+            signum, pid, group = map(int, line.split())
+            assert (stream, signum, pid, group) == ("stdout", signal.SIGKILL, pids[rank], pids[rank]), (wrapper, line)
+        assert len(lines) == 2

@@ -1,0 +1,58 @@
+"""A local launch's client of the coordinator in its own process: the calls `tfdist launch` makes (submit,
+follow, cancel, preempt, resume, list), answered by the core with the same checks and the same messages as
+the gRPC servicers (request_checks, answers.py), as the user who started the launch. No channel, no TLS, no
+thread hand-off on the way to the workers' start; other terminals still reach the launch over gRPC."""
+
+from __future__ import annotations
+
+import time
+
+from cluster.coordinator import answers, request_checks, views
+from cluster.coordinator.core import CoordinatorCore
+from cluster.shared import jobspec
+from cluster.shared.job_pages import JobList, walk_pages
+from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+
+LONGEST_WAIT = 10.0  # seconds a logs call may wait for lines, as GetLogs allows
+
+
+class InProcessClient:
+    address = "this process"
+
+    def __init__(self, core: CoordinatorCore, owner: str, clock=time.time):
+        self.core, self.owner, self.clock = core, owner, clock
+        self.follower = views.LogFollower(core)
+
+    def submit(self, spec: pb.JobSpec, retry_for: float = 0.0) -> str:
+        """`retry_for`: nothing to retry in-process (the Client's signature)."""
+        request_checks.check("SubmitJob", pb.SubmitJobRequest(spec=spec))
+        with self.core.user_first.user():
+            return self.core.submit(jobspec.from_pb(spec), self.clock(), owner=self.owner)[0]
+
+    def job(self, job_id: str) -> pb.Job:
+        return answers.job_answer(self.core, job_id, self.clock())
+
+    def jobs(self, states=(), limit: int = 0, summary: bool = False) -> JobList:
+        return walk_pages(self._page, states, limit, summary, "this launch's coordinator")
+
+    def _page(self, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
+        request_checks.check("ListJobs", request)
+        return answers.jobs_answer(self.core, self.follower.reader, request.states, request.page_token,
+                                   request.page_size, request.summary)
+
+    def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000,
+             wait: float = 0.0) -> pb.GetLogsResponse:
+        lines, ended = self.follower.logs(job_id, after_seq, rank, min(limit, 5000), min(max(wait, 0.0), LONGEST_WAIT))
+        return answers.logs_answer(lines, ended)
+
+    def cancel(self, job_id: str) -> str:
+        return self.core.cancel(job_id, self.clock())
+
+    def preempt(self, job_id: str) -> str:
+        return self.core.preempt(job_id, self.clock())
+
+    def resume(self, job_id: str) -> str:
+        return self.core.resume(job_id, self.clock())
+
+    def close(self) -> None:
+        """Nothing to close: the launch closes its coordinator."""

@@ -215,6 +215,9 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", _handl
         help="Prometheus /metrics over HTTPS, with the same credentials (a monitor credential is enough); "
              "default: --listen's host, its port + 10 (7480); off: none"),
     arg("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives"),
+    arg("--engine", default="agents", metavar="NAME",
+        help="where jobs run: agents (`tfdist agent` on each node, the default) or local (this machine)"),
+    SLOTS.but(default=1, help="the local engine's worker slots (default 1)"),
     arg("--credentials-dir", metavar="DIR", help="the cluster's CA, certificate and secret from `tfdist credentials` "
                                                  "(default: STATE_DIR/credentials, made on first start)"),
     arg("--insecure-plaintext", action="store_true",

@@ -91,7 +91,11 @@ def http_address(listen: str, http: str | None) -> str | None:
 
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings, freeze_after_full_collections
+    from cluster.engines import EngineOptions, create_engine
 
+    if not 1 <= args.slots <= MAX_SLOTS:
+        raise UsageError(f"tfdist coordinator: --slots {args.slots}: give 1 to {MAX_SLOTS} (the local engine's workers)")
+    engine = create_engine(args.engine, EngineOptions(slots=args.slots))  # an unknown name: one line, nothing started
     check_listen("--listen", args.listen)  # before anything starts: one line for `:7474`, `127.1:7475`
     if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):
         raise UsageError(f"tfdist coordinator: --state-dir {args.state_dir} is not a directory: give a directory "
@@ -112,7 +116,7 @@ def run_coordinator(args) -> int:
                         port_range=args.port_range, subnet=args.subnet,
                         retention_jobs=args.keep_finished_jobs, retention_days=args.keep_days,
                         max_log_lines=args.max_log_lines)
-    server = CoordinatorServer(args.state_dir, args.listen, authority, settings,
+    server = CoordinatorServer(args.state_dir, args.listen, authority, settings, engine=engine,
                                plaintext=args.insecure_plaintext, http_listen=http_address(args.listen, args.http)).start()
     published = publish_local(server.issue("admin", user_name()), server.port)
     transport = "plaintext" if args.insecure_plaintext else "TLS"

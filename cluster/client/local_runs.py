@@ -47,7 +47,6 @@ RECORD_LIMIT = 8 << 20  # a job as GetJob sends it (rpc.MAX_MESSAGE_BYTES)
 KEEP_RUNS = 50  # a new launch removes ended runs older than the newest this many
 ENDED = ("SUCCEEDED", "FAILED", "CANCELED")
 SETTLED = (*ENDED, "PAUSED")  # nothing changes them but a command
-READER_LOST_AFTER = 10.0 ** 7  # seconds: a coordinator reading a stored run never declares its agent lost
 BUSY_WAIT = 10.0  # seconds to wait for another command reading the same run to let it go
 
 
@@ -256,10 +255,10 @@ def published_by(pid: int):
 
 
 def open_stored(path: str):
-    """A coordinator in this process on a run's stored state, on loopback, with no agent."""
+    """A coordinator in this process on a run's stored state, on loopback, with no engine (nothing runs)."""
     from cluster.coordinator.daemon import CoordinatorServer, Settings
 
-    return CoordinatorServer(path, "127.0.0.1:0", settings=Settings(lost_after=READER_LOST_AFTER)).start()
+    return CoordinatorServer(path, "127.0.0.1:0", settings=Settings()).start()  # no engine: no node is watched
 
 
 def job_of(run: LocalRun, summary: bool = False) -> pb.Job | None:

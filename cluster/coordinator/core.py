@@ -1,18 +1,16 @@
 """The coordinator's executor, without gRPC: every method takes typed values and `now`.
 
-Each event (register, heartbeat, exit, submit, cancel, node loss, timeout) is
-applied under one lock in ONE store transaction (`_event`), so a `kill -9` at any
-point leaves all of it or none of it, and every RPC can be retried: a retried
-submit finds its job by submission id, a retried exit or output batch is
-stored once. Agent work is level-triggered: what an agent must do (lease
-ports, probe peers, start workers, stop a job) is derived on every heartbeat
-from the durable state, never from messages a restart could lose.
+Each event (submit, cancel, an exit, output, a node's report or loss, a deadline) is applied under one
+lock in ONE store transaction (`event`), so a `kill -9` at any point leaves all of it or none of it, and
+every RPC can be retried: a retried submit finds its job by submission id, a retried exit or output batch
+is stored once.
 
-What to do is decided by pure functions, each in its module: an agent's work (work.py), admission
-(admission.py), a node's report or silence (reconcile.py), port checks and probes (leases.py), a
-worker's exit (exits.py), the watchdogs (watchdogs.py), outcomes and failures (policy.py), the
-scheduler and placement; a job's transitions are applied by its JobLifecycle (lifecycle.py), a node's
-handshake answers by Handshake (handshake.py).
+This is the job side: the engines (cluster/engines/) hold the nodes' side and send their events through
+`event` and the job machine (the agents engine: registration, heartbeats, liveness, port checks and the
+work it derives, cluster/engines/agents/nodes.py). What to do is decided by pure functions, each in its
+module: admission (admission.py), a worker's exit (exits.py), the watchdogs (watchdogs.py), outcomes and
+failures (policy.py), the scheduler and placement, a job's life (job_machine.py); JobLifecycle
+(lifecycle.py) applies a job's steps.
 """
 
 from __future__ import annotations
@@ -22,22 +20,18 @@ import dataclasses
 import logging
 from typing import Callable, Iterable, Mapping, Sequence
 
-from cluster.coordinator import exits as exits_lib, job_machine, policy, reconcile
-from cluster.coordinator import work as work_lib
+from cluster.coordinator import exits as exits_lib, job_machine, policy
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.lifecycle import JobLifecycle
-from cluster.coordinator.liveness import Liveness
 from cluster.coordinator.metrics import Telemetry, Throughput
-from cluster.coordinator.handshake import Handshake
 from cluster.coordinator.intake import Intake
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.user_first import UserFirst, UserFirstLock
 from cluster.coordinator.run_state import Runs
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         Settings)
-from cluster.shared.work import AgentReport, NodeUsage, RunningJob, Work
-from cluster.shared.model import (AgentRecord, Allocation, AllocState, Job, JobSpec, JobState, LogLine, MetricRow,
-                                  WorkerExit)
+from cluster.shared.work import NodeUsage
+from cluster.shared.model import AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
 from tfdist.metrics import RECORD_PREFIX
 from tfdist.errors import PermissionDeniedError
@@ -49,7 +43,7 @@ MAX_LOG_LINE = 16384  # a backstop: agents already cut lines at 8 KiB, saying so
 
 @dataclasses.dataclass
 class EventEnd:
-    version: int = 0  # the agent's work version as the event ended (`_event(version_of=...)`)
+    version: int = 0  # the node's work version as the event ended (`event(version_of=...)`)
 
 
 class CoordinatorCore:
@@ -59,12 +53,10 @@ class CoordinatorCore:
         self.lock = UserFirstLock()  # a user's action takes it before agents' events (user_first.py)
         self.user_first = UserFirst()  # users' actions before agents' heartbeats (user_first.py)
         self.board = ChangeBoard()  # per job: wakes log followers
-        self.agent_board = ChangeBoard(limit=None)  # per agent (all: pokes compare with it): wakes its WaitForWork
-        # After a restart every known agent gets a full grace period to re-attach: lost_after, plus the longest
-        # heartbeat interval it may have been given (its beacons count again once a heartbeat confirms them).
-        records = store.agents()
-        grace = reconcile.heartbeat_interval(len(records), settings, beacons=True)
-        self.agents: dict[str, AgentLive] = {r.name: AgentLive(r, now + grace) for r in records}
+        self.agent_board = ChangeBoard(limit=None)  # per node (all: pokes compare with it): its work changed
+        # The nodes, by name (lost ones too): those stored, until their engine says more (the agents engine
+        # gives each a grace period to re-attach after a restart).
+        self.agents: dict[str, AgentLive] = {r.name: AgentLive(r, now) for r in store.agents()}
         self.allocs = AllocationTable(store)
         self.runs = Runs()  # each active job's run, one value each (run_state.py)
         self.telemetry = Telemetry(settings.counting)  # Prometheus's counters and histograms (metrics.py)
@@ -73,11 +65,9 @@ class CoordinatorCore:
         self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)
         self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.runs, settings, self.telemetry)
         self.intake = Intake(store, self.lifecycle, settings, self.telemetry)
-        self.handshake = Handshake(store, self.allocs, self.lifecycle, self.runs, settings)
-        with self._event():
+        with self.event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.lifecycle.handle(job.id, job_machine.Adopted(), now)
-        self.liveness = Liveness(self.agents, lambda: len(self.lifecycle.live.index.nodes), settings, self.lock)
 
     @property
     def waiting(self) -> Mapping[str, str]:
@@ -86,13 +76,13 @@ class CoordinatorCore:
         return self.runs.reasons()
 
     @contextlib.contextmanager
-    def _event(self, durable: bool = False, version_of: str = "", user: bool = False):
+    def event(self, durable: bool = False, version_of: str = "", user: bool = False):
         """One event: under the lock, in one transaction; the cache follows a rollback. `durable`: the
         transaction is on disk before the event returns, synced after the lock is let go (group commit:
         events waiting together share one fsync, and the next event need not wait for it). The changed
-        agents' versions move before the lock is let go; `version_of`: an agent whose version then the
+        nodes' versions move before the lock is let go; `version_of`: a node whose version then the
         yielded EventEnd gets (the work a heartbeat answers, and the version that covers it exactly).
-        `user`: a user's action, which takes the lock before any waiting agent's event."""
+        `user`: a user's action, which takes the lock before any waiting node's event (user_first.py)."""
         end = EventEnd()
         with self.lock.for_user() if user else self.lock:
             self.runs.begin()
@@ -117,117 +107,22 @@ class CoordinatorCore:
             if changed:
                 self.agent_board.announce(changed)
 
-    # ---------------------------------------------------------------- agents
-    def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
-                 watched: bool = True) -> None:
-        """An agent (re)joins, saying what it runs and which jobs' ports it holds (on heartbeats until its
-        first beacon arrives, if it beacons). `watched`: lost when silent (False: an engine's own node)."""
-        if not record.name or record.slots < 1:
-            raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
-        if record.gpus and len(record.gpus) != record.slots:
-            raise BadRequest(f"agent {record.name}: {record.slots} slots but {len(record.gpus)} GPUs")
-        with self._event():
-            self.store.upsert_agent(record, now)
-            previous = self.agents.get(record.name)
-            agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
-                              leased=set(leased), attempts={j.job_id: j.attempt for j in running}, watched=watched)
-            self.agents[record.name] = agent
-            self.lifecycle.node_changed(record.name)
-            self.liveness.gone(record.name)
-            log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
-                     record.slots, "GPU" if record.gpu else "CPU", sorted(agent.running) or "nothing")
-            self._reconcile(agent, now, came_back=True)
-            self.lifecycle.schedule(now)
-
-    # ---------------------------------------------------------------- an engine's host (engine.py)
-    def offer(self, record: AgentRecord, now: float) -> None:
-        self.register(record, (), (), now, watched=False)
-
-    def report(self, report: AgentReport, now: float) -> Work | None:
-        return self.heartbeat(report, now)  # the same report and work as an agent's, read in-process
-
+    # ---------------------------------------------------------------- what nodes say (an engine's host)
     def on_work_changed(self, listener: Callable[[Iterable[str]], None]) -> None:
         self.agent_board.listeners.append(listener)
 
-    def heartbeat(self, report: AgentReport, now: float) -> Work | None:
-        """Returns the agent's work, or None if it must register again."""
-        name, leased = report.agent, set(report.leased_jobs)
-        agent = self.agents.get(name)
-        self.telemetry.heartbeats.inc()
-        if report.usage is not None and agent is not None:
-            self.usage[name] = report.usage  # one dict write: atomic, no lock needed
-        if agent is not None and not agent.lost and not report.running and not leased and not report.port_results \
-                and not report.probe_results and not agent.busy and not self.allocs.on_agent(name):
-            # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
-            agent.last_heartbeat = now
-            return Work()
-        self.user_first.agent_turn()
-        with self._event(version_of=name) as event:
-            agent = self.agents.get(name)
-            if agent is None or agent.lost:
-                return None
-            agent.last_heartbeat = now
-            agent.running = {j.job_id: set(j.joined_ranks) for j in report.running}
-            agent.attempts = {j.job_id: j.attempt for j in report.running}
-            agent.leased = leased
-            for job in report.running:  # the step watchdog: when each rank last moved, on our clock
-                held = self.allocs.get(job.job_id, name)
-                if (job.progress or self.runs.get(job.job_id).progress) and held is not None and \
-                        held.state != AllocState.RELEASING and \
-                        reconcile.runs_current(agent, job.job_id, self._attempt(job.job_id)):
-                    self.lifecycle.handle(job.job_id, job_machine.Progress(job), now)
-                    self.throughput.note(job.job_id, self.runs.get(job.job_id).progress)
-            for job_id, busy in report.port_results.items():
-                self.handshake.port_result(job_id, name, list(busy), now)
-            for job_id, failures in report.probe_results.items():
-                self.handshake.probe_result(job_id, name, failures, now)
-            self._reconcile(agent, now, came_back=False)
-            work = self._work_for(agent)
-        work.version = event.version  # the version its answer covers, its own change included
-        return work
-
-    def _attempt(self, job_id: str) -> int | None:
-        job = self.store.job(job_id)
-        return job.attempt if job is not None else None
-
-    def _allocations_of(self, agent: str) -> dict[str, tuple[Allocation, ...]]:
-        """Job -> all of its allocations, for each job holding `agent` (in the agent's order)."""
-        return {a.job_id: self.allocs.of_job(a.job_id) for a in self.allocs.on_agent(agent)}
-
-    def _reconcile(self, agent: AgentLive, now: float, came_back: bool) -> None:
-        """Brings the allocations on `agent` in line with what it says it runs and holds."""
-        decisions = reconcile.reconcile(
-            agent, self._allocations_of(agent.name), Lookup(self._attempt),
-            Lookup(lambda job_id: {e.rank for e in self.lifecycle.exits(job_id)}),
-            Lookup(lambda job_id: self.lifecycle.ranks_on(job_id, agent.name)), came_back)
-        for d in decisions:
-            if d.action in (reconcile.Action.JOINED, reconcile.Action.STARTED):
-                self.lifecycle.handle(d.job_id, job_machine.Joined(frozenset(d.joined)), now)
-                if d.action == reconcile.Action.STARTED:
-                    self.allocs.update(d.job_id, agent.name, state=AllocState.STARTED)
-                    self.lifecycle.handle(d.job_id, job_machine.NodesStarted(), now)
-            elif d.action == reconcile.Action.LEASE_AGAIN:
-                self.allocs.set_state(d.job_id, AllocState.LEASING)
-                self.store.update_job(d.job_id, now, d.event)
-            else:
-                self.lifecycle.handle(d.job_id, job_machine.Failed(d.outcome), now)
-        # What ended (just now, or before) and the agent no longer holds frees its slots.
-        released = reconcile.released(agent, self.allocs.on_agent(agent.name))
-        for job_id in released:
-            self.lifecycle.free(job_id, agent.name)
-        if released:
-            self.lifecycle.schedule(now)
-
-    def _work_for(self, agent: AgentLive) -> Work:
-        dump = [job_id for job_id in self.runs.dumping() if agent.name in self.runs.get(job_id).dump_to]
-        work = work_lib.work_for(agent, self._allocations_of(agent.name), Lookup(self.store.job),
-                                 Lookup(self.lifecycle.plan), self.settings, dump)
-        for job_id in dump:
-            self.lifecycle.handle(job_id, job_machine.StacksAsked(agent.name), 0.0)  # asked once
-        return work
+    def node_lost(self, name: str, outcome: policy.Outcome, now: float) -> None:
+        """Inside an engine's event: the node is gone (its engine says why); its jobs fail and free it."""
+        self.agents[name].lost = True
+        self.lifecycle.node_changed(name)
+        self.usage.pop(name, None)
+        self.telemetry.node_losses.inc()
+        for alloc in self.allocs.on_agent(name):
+            self.lifecycle.handle(alloc.job_id, job_machine.Failed(outcome), now)
+            self.lifecycle.free(alloc.job_id, name)
 
     def report_exit(self, agent: str, job_id: str, exit_: WorkerExit, now: float) -> None:
-        with self._event():
+        with self.event():
             job = self._job_on(agent, job_id)
             report = exits_lib.read_exit(agent, exit_, job, self.lifecycle.plan(job_id), now)
             if not self.store.record_exit(job_id, report.recorded):
@@ -247,7 +142,7 @@ class CoordinatorCore:
                   first_seq: int = 0) -> None:
         if not lines:
             return
-        with self._event():
+        with self.event():
             self._job_on(agent, job_id)
             cap = self.settings.max_log_lines
             stored = self.store.log_count(job_id) if cap else 0
@@ -264,7 +159,7 @@ class CoordinatorCore:
         for row in rows:
             if not row.name or len(row.name) > MAX_METRIC_NAME:
                 raise BadRequest(f"metric name {row.name[:40]!r}... must have 1-{MAX_METRIC_NAME} characters")
-        with self._event():
+        with self.event():
             job = self._job_on(agent, job_id)
             self.store.append_metrics(job_id, [r for r in rows if not r.name.startswith(RECORD_PREFIX)], source,
                                       first_seq)
@@ -289,7 +184,7 @@ class CoordinatorCore:
         for spec, _ in submissions:
             spec.to_json()  # the stored form, made outside the lock (its cost grows with the spec, up to the limits)
         answers: list[tuple[str, str] | BadRequest] = []
-        with self._event(durable=True, user=True):
+        with self.event(durable=True, user=True):
             for spec, owner in submissions:
                 try:
                     answers.append(self.intake.submit(spec, now, owner))
@@ -307,7 +202,7 @@ class CoordinatorCore:
         return self._act(job_ref, now, job_machine.Resumed())  # a new attempt, from its latest checkpoint
 
     def _act(self, job_ref: str, now: float, event: job_machine.Event) -> str:  # the user's: its state after
-        with self.user_first.user(), self._event(user=True):
+        with self.user_first.user(), self.event(user=True):
             job_id = self.resolve_job_id(job_ref)
             self.lifecycle.handle(job_id, event, now)
             return self.store.job(job_id).state.value
@@ -324,21 +219,10 @@ class CoordinatorCore:
         raise NotFound(f"job {job_ref} not found; `tfdist jobs` lists the jobs")
 
     # ---------------------------------------------------------------- watchdogs
-    def check_agents(self, now: float) -> None:
-        """Declares silent agents lost (failing their jobs) and fails jobs whose start-up is overdue or
-        whose ranks stopped making progress. Called periodically."""
-        silent = reconcile.lost_agents(list(self.agents.values()), now, self.settings.lost_after)  # no lock: reads
-        with self._event():
-            for name, silence in reconcile.still_silent(self.agents, silent, now, self.settings.lost_after):
-                self.agents[name].lost = True
-                self.lifecycle.node_changed(name)
-                self.usage.pop(name, None)
-                self.telemetry.node_losses.inc()
-                self.liveness.gone(name)
-                log.warning("agent %s lost: no heartbeat or beacon for %.1fs", name, silence)
-                for alloc in self.allocs.on_agent(name):
-                    self.lifecycle.handle(alloc.job_id, job_machine.Failed(policy.lost(name, silence)), now)
-                    self.lifecycle.free(alloc.job_id, name)
+    def check_deadlines(self, now: float) -> None:
+        """Fails jobs whose start-up is overdue or whose ranks stopped making progress (the job machine's
+        DeadlineCheck). Called periodically, beside each engine's own watch (Engine.tick)."""
+        with self.event():
             for job_id, run in self.runs.items():
                 if run.watched:
                     self.lifecycle.handle(job_id, job_machine.DeadlineCheck(), now)

@@ -1,36 +1,64 @@
-"""The seam between a job's life (the coordinator's state machine, scheduler and store) and where its
-processes run: an `Engine`. The job logic never imports an engine; an engine never decides a job's fate, it
-offers nodes and reports what happens on them.
+"""The seam between a job's life (the coordinator's state machine, scheduler and store: the job side) and
+where its processes run: an `Engine`. The job side never imports an engine; an engine never decides a job's
+fate: it offers nodes, starts and stops what the job side's work says, and reports what happens on them as
+the job machine's events, each inside one of the host's events.
 
-    Engine        name; attach(host): offer its nodes and start watching; close(timeout): stop what it
-                  started (every run's workers, its threads), within the bound
-    EngineHost    what an engine may tell the coordinator (the core implements it): its nodes (`offer`),
-                  a node's state and the work derived for it (`report` -> Work: ports to lease, runs to start
-                  or stop, a preemption to carry), a worker's exit, output lines and metric rows; and a way to
-                  hear that a node's work changed (`on_work_changed`)
+    Engine        name; serve(front): add its own RPC services to the coordinator's gRPC server (before it
+                  starts; the agents engine's AgentService and beacons); attach(host): offer its nodes and
+                  start watching; tick(now): its periodic watch (the agents engine declares silent agents
+                  lost); close(timeout): stop what it started, within the bound
+    EngineHost    the job side as an engine sees it (the core implements it): one event at a time (`event`:
+                  under the lock, one transaction), the node table, allocations, runs and the lifecycle that
+                  takes job machine events, a node's loss, a worker's exit, output lines and metric rows,
+                  and a way to hear that a node's work changed (`on_work_changed`)
 
 Engines, one package each under cluster/engines/ and one line in its ENGINES registry (mypy holds each to
-this protocol: tests/unit/test_engines.py): `agents` (remote agents over gRPC: their work travels with
-heartbeats and the AgentService, cluster/coordinator/agent_service.py; Slurm runs agents through srun) and
-`local` (this machine's processes, no agent: what `tfdist launch` uses). docs/development.md has a skeleton.
+this protocol: tests/unit/test_engines.py): `agents` (remote agents over gRPC, cluster/engines/agents/;
+Slurm runs agents through srun) and `local` (this machine's processes, no agent: what `tfdist launch`
+uses). docs/development.md has a skeleton.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
-from cluster.shared.model import AgentRecord, LogLine, MetricRow, WorkerExit
-from cluster.shared.work import AgentReport, Work
+from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.lifecycle import JobLifecycle
+from cluster.coordinator.metrics import Telemetry, Throughput
+from cluster.coordinator.policy import Outcome
+from cluster.coordinator.run_state import Runs
+from cluster.coordinator.store import StateStore
+from cluster.coordinator.user_first import UserFirst, UserFirstLock
+from cluster.coordinator.values import AgentLive, ChangeBoard, Settings
+from cluster.shared.credentials import Authority
+from cluster.shared.model import LogLine, MetricRow, WorkerExit
+from cluster.shared.work import NodeUsage
+
+ENGINE_THREADS = 64  # the coordinator's server threads for an engine's held calls (agents' WaitForWork)
 
 
 class EngineHost(Protocol):
-    def offer(self, record: AgentRecord, now: float) -> None:
-        """A node of the engine's, with its slots and GPUs. The engine answers for its liveness: it is never
-        declared lost for silence (an agent's node is: it registers, and heartbeats or beacons)."""
+    store: StateStore
+    settings: Settings
+    lock: UserFirstLock  # the event lock; a user's action takes it before any node's event
+    user_first: UserFirst  # a node's event waits its turn behind users' (agent_turn)
+    agents: dict[str, AgentLive]  # the nodes by name, lost ones too
+    agent_board: ChangeBoard  # per node: its work's version
+    allocs: AllocationTable
+    runs: Runs
+    lifecycle: JobLifecycle  # takes the job machine's events: handle(job_id, event, now)
+    telemetry: Telemetry
+    throughput: Throughput
+    usage: dict[str, NodeUsage]
+    metrics_addresses: dict[str, str]
 
-    def report(self, report: AgentReport, now: float) -> Work | None:
-        """What a node runs and holds now; returns its work (None: offer the node again)."""
+    def event(self, durable: bool = False, version_of: str = "", user: bool = False) -> contextlib.AbstractContextManager:
+        """One event: under the lock, in one store transaction; all of it or none of it."""
+
+    def node_lost(self, name: str, outcome: Outcome, now: float) -> None:
+        """Inside an event: the node is gone; its jobs fail (`outcome` says why) and free it."""
 
     def report_exit(self, agent: str, job_id: str, exit_: WorkerExit, now: float) -> None: ...
 
@@ -43,12 +71,30 @@ class EngineHost(Protocol):
         """`listener(nodes)` after each event that changed those nodes' work (outside the coordinator's lock)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Front:
+    """The coordinator's gRPC server, for an engine's own services: added before it starts, each call
+    through `gate` (the credential and role check every RPC passes: rpc_edge.guard)."""
+    server: Any  # grpc.Server
+    gate: Any  # rpc_edge.Gate
+    host: EngineHost
+    authority: Authority
+    address: str  # HOST of the listen address
+    port: int
+
+
 class Engine(Protocol):
     @property
     def name(self) -> str: ...
 
+    def serve(self, front: Front) -> None:
+        """Before the coordinator's server starts: add the engine's own RPC services (or nothing)."""
+
     def attach(self, host: EngineHost) -> None:
         """Called once, when the coordinator starts: offer the nodes, start watching them."""
+
+    def tick(self, now: float) -> None:
+        """About each second, from the coordinator's watchdog loop: the engine's own watch (or nothing)."""
 
     def close(self, timeout: float) -> None:
         """Stop everything it started, within `timeout` seconds (its workers get their grace)."""

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Mapping
 
-from cluster.coordinator import job_machine, leases, placement as placement_lib, scheduler, wait_reasons
+from cluster.coordinator import job_machine, placement as placement_lib, scheduler, wait_reasons
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.capacity import LiveNodes
 from cluster.coordinator.metrics import Telemetry
@@ -245,7 +245,7 @@ class JobLifecycle:
         return True
 
     def lease(self, agent: str, count: int, job_id: str, excluded: set[int]) -> list[int]:
-        return leases.lease(count, self.settings.port_range, self.ports_in_use(agent, job_id), excluded)
+        return placement_lib.choose_ports(count, self.settings.port_range, self.ports_in_use(agent, job_id), excluded)
 
     def ports_in_use(self, agent: str, job_id: str) -> list[int]:
         """The ports the node's other jobs hold."""

@@ -178,7 +178,7 @@ class StateCollector:
                 slots, gpus = held.get(alloc.agent, (0, 0))
                 held[alloc.agent] = (slots + alloc.slots, gpus + len(alloc.gpus))
             usage = dict(core.usage)
-            on_beacons = len(core.liveness.beaconing)
+            on_beacons = sum(1 for a in core.agents.values() if a.beaconing and not a.lost)
         jobs = core.store.jobs(ACTIVE_STATES)  # under the store's own lock, not the core's
 
         by_state = GaugeMetricFamily("tfdist_jobs", "Jobs not ended, by state and mode.", labels=["state", "mode"])

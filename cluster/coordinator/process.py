@@ -1,4 +1,6 @@
-"""The coordinator without its network front: the store, the core, the engine and the watchdog loop.
+"""The coordinator without its network front: the store, the core, the engine and the watchdog loop (each
+second: the engine's own watch, where the agents engine declares silent agents lost, then the jobs'
+deadlines).
 
 `tfdist coordinator` wraps one in its gRPC server (server.py) at once. A local launch starts one alone,
 submits and follows in-process (in_process.py), and serves it over gRPC for its user's other terminals
@@ -50,12 +52,19 @@ class CoordinatorProcess:
         interval = min(1.0, self.core.settings.lost_after / 4)
         while not self._stop.wait(interval):
             self.heap.tick()
-            try:
-                self.core.check_agents(time.time())
-            except TfdistError as e:  # e.g. the disk is full: one line, the next round retries
-                log.error("agent check failed: %s", e)
-            except Exception:  # keep the daemon alive; the next round retries
-                log.exception("agent check failed")
+            now = time.time()
+            engine = self.engine
+            # The engine's first: a node it finds lost names the root cause before a deadline would.
+            for check, what in ((engine.tick if engine is not None else None, "engine's watch"),
+                                (self.core.check_deadlines, "deadline check")):
+                if check is None:
+                    continue
+                try:
+                    check(now)
+                except TfdistError as e:  # e.g. the disk is full: one line, the next round retries
+                    log.error("%s failed: %s", what, e)
+                except Exception:  # keep the daemon alive; the next round retries
+                    log.exception("%s failed", what)
 
     def close_engine(self, timeout: float = 10.0) -> None:
         """Stops the engine's workers (their grace, then SIGKILL, within `timeout`); their last exits still

@@ -14,11 +14,9 @@ from concurrent import futures
 import grpc
 
 from cluster.coordinator import answers, metrics, views
-from cluster.coordinator.agent_service import WATCH_THREADS, AgentServicer
-from cluster.coordinator.beacons import BeaconService
 from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.coordinator.wire_guard import WireGuard
-from cluster.coordinator.engine import Engine
+from cluster.coordinator.engine import ENGINE_THREADS, Engine, Front
 from cluster.coordinator.core import CoordinatorCore, Settings
 from cluster.coordinator.process import CoordinatorProcess
 from cluster.shared import jobspec
@@ -121,8 +119,9 @@ def _check_port_free(listen: str) -> None:
 
 
 class CoordinatorServer:
-    """The daemon: a CoordinatorProcess (process.py: store, core, engine, the loop that declares silent agents
-    lost) behind its gRPC server, beacons and /metrics.
+    """The daemon: a CoordinatorProcess (process.py: store, core, engine, the watchdog loop) behind its gRPC
+    server (the users' Coordinator service, and the engine's own: the agents engine's AgentService and
+    beacons) and /metrics.
 
     It serves TLS with `authority`'s certificate (a fresh authority, kept in memory, when none is given)
     and accepts only credentials that authority issued. Plaintext only with `plaintext=True`
@@ -134,8 +133,8 @@ class CoordinatorServer:
                  settings: Settings = Settings(), max_workers: int = RPC_THREADS, plaintext: bool = False,
                  http_listen: str | None = None, engine: Engine | None = None,
                  process: CoordinatorProcess | None = None):
-        """`engine`: where jobs run besides the agents that register (cluster/coordinator/engine.py); None:
-        agents alone."""
+        """`engine`: where jobs run (cluster/coordinator/engine.py; the agents engine for a cluster); None: no
+        node ever joins (a stored state, read)."""
         self.authority = authority or Authority.create(hosts=[listen.rsplit(":", 1)[0].strip("[]")])
         self.plaintext = plaintext
         # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
@@ -159,7 +158,7 @@ class CoordinatorServer:
         options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.so_reuseport", 0)]
-        threads = max_workers + FOLLOWER_THREADS + WATCH_THREADS
+        threads = max_workers + FOLLOWER_THREADS + ENGINE_THREADS
         # Undecodable requests: a one-line status, and a rate-limited log line (wire_guard).
         wire = WireGuard(self.authority, lambda method, code: self.core.telemetry.rpc_errors.labels(method, code).inc())
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options, interceptors=[wire])
@@ -167,8 +166,6 @@ class CoordinatorServer:
         self.submissions = SubmitQueue(self.core.submit_batch)  # concurrent submissions share a transaction
         pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate, submissions=self.submissions),
                                                   self.server)
-        agents = AgentServicer(self.core, gate)
-        pb_grpc.add_AgentServiceServicer_to_server(agents, self.server)
         bind_error = None
         try:
             _check_port_free(listen)  # before gRPC, whose C core would print a line of its own
@@ -185,11 +182,8 @@ class CoordinatorServer:
             raise bind_failure("--listen", listen, bind_error)
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
-        # Liveness beacons on the same port number, UDP (another: said in RegisterResponse).
-        self.beacons = agents.beacons = BeaconService(host, self.port, self.core.liveness.seen, self.core.agent_board.version,
-                                                      secret=self.authority.derived_key("liveness beacons"),
-                                                      known=self.core.agents.__contains__)
-        self.core.agent_board.listeners.append(self.beacons.poke)
+        if self.owns_process and self.process.engine is not None:  # its own services, e.g. the agents'
+            self.process.engine.serve(Front(self.server, gate, self.core, self.authority, host, self.port))
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:
             try:
@@ -198,7 +192,6 @@ class CoordinatorServer:
                     None if plaintext else (self.authority.cert_pem, self.authority.key_pem), "the coordinator's /metrics")
             except UserError:
                 self.server.stop(0)
-                self.beacons.stop()
                 raise
 
     @property
@@ -217,16 +210,18 @@ class CoordinatorServer:
         return self.authority.verify(token)
 
     def start(self) -> "CoordinatorServer":
-        self.submissions.start()
-        self.beacons.start()
-        self.server.start()
-        if self.metrics_endpoint is not None:
-            self.metrics_endpoint.start()
+        """The engine attaches first (its services answer from the first call), then the server starts."""
         try:
             self.process.start()
         except BaseException:  # its engine could not attach: leave nothing running
-            self.stop()
+            self.server.stop(0)
+            if self.owns_process:
+                self.process.close()
             raise
+        self.submissions.start()
+        self.server.start()
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.start()
         log.info("coordinator listening on %s", self.address)
         return self
 
@@ -238,7 +233,6 @@ class CoordinatorServer:
             self.metrics_endpoint.stop()
         self.core.agent_board.close()  # held WaitForWork calls answer now
         self.server.stop(grace).wait()
-        self.beacons.stop()
         self.submissions.stop()
         if self.owns_process:
             self.process.close()

@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Callable, Generic, Iterable, TypeVar
+from typing import Callable, Generic, Iterable, Protocol, TypeVar
 
 from cluster.shared.model import AgentRecord
 from cluster.shared.work import PROBE_TIMEOUT
@@ -71,7 +71,15 @@ class Settings:
 
 
 K = TypeVar("K")
+K_contra = TypeVar("K_contra", contravariant=True)
+V_co = TypeVar("V_co", covariant=True)
 V = TypeVar("V")
+
+
+class Reads(Protocol[K_contra, V_co]):
+    """What the pure deciders read a table through: `.get` only (a dict, or a Lookup)."""
+
+    def get(self, key: K_contra, /) -> V_co | None: ...
 
 
 class Lookup(Generic[K, V]):

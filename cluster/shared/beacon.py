@@ -1,6 +1,6 @@
 """Liveness beacons: the datagrams that tell the coordinator an agent is alive, and that tell an agent
 it has new work. Pure: encoding, decoding and checking; the sockets are in cluster/agent/beacon.py and
-cluster/coordinator/beacons.py.
+cluster/engines/agents/beacons.py.
 
 Why datagrams: a unary heartbeat costs the coordinator about 0.65 ms of CPU, so 10,000 agents proving
 they are alive three times within --lost-after (6 s) would take 3 cores; a held call per agent (a stream,

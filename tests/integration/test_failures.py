@@ -160,14 +160,14 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
     refuses is narrowed down to it; the rest is stored; the job's log says what was dropped."""
     from cluster.agent.outbox import Outbox
     from cluster.shared.rpc import Client
-    from cluster.coordinator.server import CoordinatorServer
+    from tests.agent_core import AgentsServer
     from cluster.shared import jobspec
     from cluster.shared.config import ExperimentConfig
     from cluster.shared.model import Address, AgentRecord, MetricRow
 
-    server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
+    server = AgentsServer(str(tmp_path), "127.0.0.1:0").start()
     try:
-        server.core.register(AgentRecord("n1", 1, (Address("127.0.0.1", 8),)), (), (), time.time())
+        server.process.engine.nodes.register(AgentRecord("n1", 1, (Address("127.0.0.1", 8),)), (), (), time.time())
         job_id, _ = server.core.submit(jobspec.job_spec(ExperimentConfig(entrypoint=("x",))), time.time())
         client = Client(server.address, server.issue("node", "n1"))
         outbox = Outbox(client, "n1", "n1/test")

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from cluster.shared.rpc import Client
-from cluster.coordinator.server import FOLLOWER_THREADS, RPC_THREADS, CoordinatorServer
+from cluster.coordinator.server import FOLLOWER_THREADS, RPC_THREADS
+from tests.agent_core import AgentsServer
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.timeout(180)]
 
 @pytest.fixture
 def server(tmp_path):
-    s = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
+    s = AgentsServer(str(tmp_path), "127.0.0.1:0").start()
     yield s
     s.stop(grace=0)
 

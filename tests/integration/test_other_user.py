@@ -109,7 +109,13 @@ def test_another_user_cannot_use_a_local_launch(marker, tmp_path, other_user_pyt
                               text=True)
     try:
         assert "tick 0" in launch.stdout.readline()
-        mine = [f for f in set(os.listdir(runtime)) - before if f.endswith(f"-{launch.pid}.json")]
+
+        def published():  # the launch serves other terminals from a thread half a second in (launch.SERVE_AFTER)
+            return [f for f in set(os.listdir(runtime)) - before if f.endswith(f"-{launch.pid}.json")]
+
+        wait_for(lambda: published(), "the launch to publish its coordinator for this user's other terminals",
+                 timeout=60, alive=lambda: launch.poll() is None)
+        mine = published()
         assert len(mine) == 1
         credential = json.loads(open(os.path.join(runtime, mine[0])).read())
         found = as_nobody(other_user_python, credential["coordinator"], credential["ca_pem"], [os.path.join(runtime, mine[0])])

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.auth import call_metadata
@@ -47,7 +47,7 @@ def test_the_table_names_every_rpc_of_the_descriptors():
 
 @pytest.fixture(scope="module")
 def cluster():
-    server = CoordinatorServer(":memory:", "127.0.0.1:0").start()
+    server = AgentsServer(":memory:", "127.0.0.1:0").start()
     node = Client(server.address, server.issue("node", "n1"))
     node.call(node.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(
         name="n1", slots=2, addresses=[pb.Address(ip="127.0.0.1", prefix_len=8)])))
@@ -206,7 +206,7 @@ def test_a_token_is_never_sent_to_a_server_that_fails_verification(cluster):
 
 def test_another_clusters_coordinator_is_not_trusted(cluster):
     server, _, _, _ = cluster
-    impostor = CoordinatorServer(":memory:", "127.0.0.1:0").start()  # its own authority
+    impostor = AgentsServer(":memory:", "127.0.0.1:0").start()  # its own authority
     try:
         client = Client(impostor.address, server.issue("admin", "root"), timeout=5)
         with pytest.raises(ClientError) as err:

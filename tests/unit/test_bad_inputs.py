@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client
 from tests.conftest import run_cli
@@ -114,7 +114,7 @@ def test_every_bad_input_is_one_line(tmp_path, marker, args, config, names):
 
 @pytest.fixture
 def coordinator(tmp_path):
-    server = CoordinatorServer(str(tmp_path / "state"), "127.0.0.1:0").start()
+    server = AgentsServer(str(tmp_path / "state"), "127.0.0.1:0").start()
     node = Client(server.address, server.issue("node", "n1"))
     node.call(node.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(
         name="n1", slots=8, addresses=[pb.Address(ip="127.0.0.1", prefix_len=8)])))

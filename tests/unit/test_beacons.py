@@ -7,9 +7,9 @@ import threading
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cluster.coordinator import reconcile
-from cluster.coordinator.beacons import REPOKE_AFTER, BeaconBook, BeaconService
-from cluster.coordinator.liveness import Liveness
+from cluster.engines.agents import reconcile
+from cluster.engines.agents.beacons import REPOKE_AFTER, BeaconBook, BeaconService
+from cluster.engines.agents.liveness import Liveness
 from cluster.coordinator.values import AgentLive, Settings
 from cluster.shared import beacon
 from cluster.shared.model import AgentRecord
@@ -317,7 +317,7 @@ def test_stopping_the_service_wakes_its_thread_instead_of_waiting_out_its_poll(m
     thread noticed only at its next poll timeout. With that timeout made 60 s, the thread still ends at once."""
     import threading
 
-    from cluster.coordinator import beacons
+    from cluster.engines.agents import beacons
 
     monkeypatch.setattr(beacons, "RECEIVE_TIMEOUT", 60.0)
     service = beacons.BeaconService("127.0.0.1", 0, lambda name, now: True, lambda name: 0).start()
@@ -336,7 +336,7 @@ def test_stop_from_several_threads_at_once_closes_each_descriptor_once():
     import os
     import threading
 
-    from cluster.coordinator import beacons
+    from cluster.engines.agents import beacons
 
     def open_fds():
         return len(os.listdir("/proc/self/fd"))

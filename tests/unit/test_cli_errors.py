@@ -52,6 +52,10 @@ from tests.conftest import run_cli
     (["coordinator", "--listen", "127.0.0.1:0", "--state-dir", "c.yaml"], "a file, not a directory\n",
      "tfdist coordinator: --state-dir c.yaml is not a directory: give a directory (made if missing, mode 0700), "
      "e.g. ~/.tfdist/coordinator"),  # issue 30: it said "point TMPDIR elsewhere"
+    (["coordinator", "--engine", "kubernetes", "--state-dir", "state"], None,
+     "tfdist: error: no engine named 'kubernetes'; the engines are agents, local"),
+    (["coordinator", "--engine", "local", "--slots", "0", "--state-dir", "state"], None,
+     "tfdist coordinator: --slots 0: give 1 to 65536 (the local engine's workers)"),
     (["lunch"], None,
      "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'jobs', "
      "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'dashboard', 'agents', 'doctor', "

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from cluster.coordinator.core import BadRequest, CoordinatorCore, NotFound, Settings
+from tests.agent_core import AgentCore
+from cluster.coordinator.core import BadRequest, NotFound, Settings
 from cluster.coordinator.answers import job_to_pb
 from cluster.coordinator.views import agents_view, job_view, jobs_view
 from cluster.shared import jobspec
@@ -91,7 +92,7 @@ def drive(nodes, now, rounds=8):
 
 @pytest.fixture
 def core(tmp_path):
-    return CoordinatorCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(lost_after=10, port_range=(30000, 30009),
+    return AgentCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(lost_after=10, port_range=(30000, 30009),
                                                                       startup_timeout=60))
 
 
@@ -296,7 +297,7 @@ def test_an_agent_that_comes_back_without_its_workers_fails_their_job_at_once(co
 
 def test_a_coordinator_restart_keeps_what_agents_hold(tmp_path):
     path = str(tmp_path / "c.sqlite")
-    core = CoordinatorCore(SqliteStore(path), Settings(port_range=(30000, 30009)))
+    core = AgentCore(SqliteStore(path), Settings(port_range=(30000, 30009)))
     nodes = [Node(core, "a1"), Node(core, "a2")]
     for n in nodes:
         n.register()
@@ -304,7 +305,7 @@ def test_a_coordinator_restart_keeps_what_agents_hold(tmp_path):
     drive(nodes, 1)
     leased = core.submit(spec(4), now=1)[0]  # waits: the cluster is full
     core.store.close()
-    core = CoordinatorCore(SqliteStore(path), Settings(port_range=(30000, 30009)), now=100)  # kill -9: the file survives
+    core = AgentCore(SqliteStore(path), Settings(port_range=(30000, 30009)), now=100)  # kill -9: the file survives
     for n in nodes:
         n.core = core
         n.register(now=100)  # the agents re-attach with what they run

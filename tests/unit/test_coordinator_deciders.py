@@ -1,9 +1,10 @@
 """The coordinator's pure deciders, on plain values: no gRPC, no store, time passed in."""
 
-from cluster.coordinator import admission, exits, leases, reconcile, watchdogs
+from cluster.coordinator import admission, exits, watchdogs
+from cluster.engines.agents import port_checks, reconcile
 from cluster.coordinator.policy import Outcome
 from cluster.coordinator.values import AgentLive, Lookup, Settings
-from cluster.coordinator.work import work_for
+from cluster.engines.agents.work import work_for
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.model import (Address, AgentRecord, Allocation, AllocState, Job, JobSpec, JobState,
                                   WorkerExit)
@@ -154,22 +155,22 @@ def test_released_and_lost_agents():
 # ---------------------------------------------------------------- ports and probes
 def test_port_answers():
     mine, = allocs(S.LEASING)
-    assert leases.port_answer(mine, (mine,), [], set(), [], (29500, 29510)).state == S.REACHABLE
+    assert port_checks.port_answer(mine, (mine,), [], set(), [], (29500, 29510)).state == S.REACHABLE
     two = allocs(S.LEASING, S.LEASING)
-    assert leases.port_answer(two[0], two, [], set(), [], (29500, 29510)).state == S.LEASED
-    assert leases.port_answer(two[0], two, [29500], {29500}, [29501], (29500, 29510)).ports == (29502, 29503)
-    full = leases.port_answer(mine, (mine,), [29500], {29500}, [], (29500, 29501))
+    assert port_checks.port_answer(two[0], two, [], set(), [], (29500, 29510)).state == S.LEASED
+    assert port_checks.port_answer(two[0], two, [29500], {29500}, [29501], (29500, 29510)).ports == (29502, 29503)
+    full = port_checks.port_answer(mine, (mine,), [29500], {29500}, [], (29500, 29501))
     assert full.outcome.message.startswith("cannot lease ports on a1: no 2 free ports left in 29500-29501")
-    assert leases.port_answer(allocs(S.LEASED)[0], (), [], set(), [], (29500, 29510)) is None  # late answer
+    assert port_checks.port_answer(allocs(S.LEASED)[0], (), [], set(), [], (29500, 29510)) is None  # late answer
 
 
 def test_probe_answers():
     two = allocs(S.LEASED, S.LEASED)
-    assert leases.probe_answer(two[0], two, []) == S.REACHABLE
-    assert leases.probe_answer(two[0], two, [ProbeFailure("a2", "10.0.0.2", 29999, "refused")]) == S.REACHABLE  # stale
-    failed = leases.probe_answer(two[0], two, [ProbeFailure("a2", "10.0.0.2", 29500, "refused")])
+    assert port_checks.probe_answer(two[0], two, []) == S.REACHABLE
+    assert port_checks.probe_answer(two[0], two, [ProbeFailure("a2", "10.0.0.2", 29999, "refused")]) == S.REACHABLE  # stale
+    failed = port_checks.probe_answer(two[0], two, [ProbeFailure("a2", "10.0.0.2", 29500, "refused")])
     assert failed.message.startswith("node a1 cannot reach node a2 at 10.0.0.2:29500: refused.")
-    assert leases.probe_answer(allocs(S.REACHABLE)[0], two, []) is None
+    assert port_checks.probe_answer(allocs(S.REACHABLE)[0], two, []) is None
 
 
 # ---------------------------------------------------------------- a worker's exit

@@ -15,7 +15,7 @@ import pytest
 
 from cluster.coordinator import metrics
 from cluster.coordinator.metrics import Throughput
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.credentials import Authority
@@ -35,7 +35,7 @@ def gpu_usage(count=2, util=0.37):
 
 @pytest.fixture(scope="module")
 def cluster():
-    server = CoordinatorServer(":memory:", "127.0.0.1:0", http_listen="127.0.0.1:0").start()
+    server = AgentsServer(":memory:", "127.0.0.1:0", http_listen="127.0.0.1:0").start()
     node = Client(server.address, server.issue("node", "g1"))
     key_pem, csr = certificate_request("g1")
     registered = node.call(node.agents.Register, pb.RegisterRequest(
@@ -89,7 +89,7 @@ def test_the_agents_certificate_names_only_the_agent():
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    server = CoordinatorServer(":memory:", "127.0.0.1:0").start()
+    server = AgentsServer(":memory:", "127.0.0.1:0").start()
     node = Client(server.address, server.issue("node", "n7"))
     try:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -135,7 +135,7 @@ def test_the_agents_certificate_names_only_the_agent():
 def test_with_site_certificates_there_is_no_ca_key_and_no_agent_certificate(tmp_path):
     site = Authority.create()
     authority = Authority.create().with_site_tls(site.cert_pem, site.key_pem, site.ca_pem)
-    server = CoordinatorServer(":memory:", "127.0.0.1:0", authority).start()
+    server = AgentsServer(":memory:", "127.0.0.1:0", authority).start()
     node = Client(server.address, authority.issue("node", "n1"))
     try:
         answer = node.call(node.agents.Register, pb.RegisterRequest(
@@ -228,14 +228,14 @@ def test_examples_per_second_use_the_configs_global_batch_size(cluster):
 
 
 def test_a_scrape_with_1000_agents_is_cheap():
-    server = CoordinatorServer(":memory:", "127.0.0.1:0")
+    server = AgentsServer(":memory:", "127.0.0.1:0")
     try:
         now = time.time()
         for i in range(1000):
             name = f"node{i:04d}"
-            server.core.register(AgentRecord(name, 8, (Address(f"10.0.{i // 250}.{i % 250 + 1}", 16),),
+            server.process.engine.nodes.register(AgentRecord(name, 8, (Address(f"10.0.{i // 250}.{i % 250 + 1}", 16),),
                                              tuple(Gpu(g, f"GPU-{i}-{g}", "H100") for g in range(8))), (), (), now)
-            server.core.heartbeat(AgentReport(name, usage=NodeUsage(now, tuple(
+            server.process.engine.nodes.heartbeat(AgentReport(name, usage=NodeUsage(now, tuple(
                 GpuUsage(g, 0.5, 1 << 30, 80 << 30) for g in range(8)), (JobUsage("1-abcd", 100.0, 1 << 30, 4),))),
                 now)
         metrics.exposition(server.core.telemetry, server.core)  # warm

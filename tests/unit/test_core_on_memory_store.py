@@ -6,7 +6,8 @@ import inspect
 
 import pytest
 
-from cluster.coordinator.core import CoordinatorCore, Settings
+from tests.agent_core import AgentCore
+from cluster.coordinator.core import Settings
 from cluster.coordinator.store import MemoryStore, StateStore
 from tests.unit import test_coordinator_core as scenarios
 from tests.unit.test_coordinator_core import Node, drive, spec, state
@@ -15,7 +16,7 @@ from cluster.shared.model import JobState
 
 @pytest.fixture
 def core():
-    return CoordinatorCore(MemoryStore(), Settings(lost_after=10, port_range=(30000, 30009), startup_timeout=60))
+    return AgentCore(MemoryStore(), Settings(lost_after=10, port_range=(30000, 30009), startup_timeout=60))
 
 
 nodes = scenarios.nodes  # the scenarios' fixture, here over the `core` above
@@ -38,14 +39,14 @@ def test_the_scenarios_run_here_on_the_memory_store(core):
 def test_a_coordinator_restart_on_the_same_state_keeps_what_agents_hold():
     """test_coordinator_core's restart scenario, with the state handed to a new core instead of a file."""
     store = MemoryStore()
-    core = CoordinatorCore(store, Settings(port_range=(30000, 30009)))
+    core = AgentCore(store, Settings(port_range=(30000, 30009)))
     agents = [Node(core, "a1"), Node(core, "a2")]
     for n in agents:
         n.register()
     running = core.submit(spec(4), now=1)[0]
     drive(agents, 1)
     leased = core.submit(spec(4), now=1)[0]  # waits: the cluster is full
-    core = CoordinatorCore(store, Settings(port_range=(30000, 30009)), now=100)
+    core = AgentCore(store, Settings(port_range=(30000, 30009)), now=100)
     for n in agents:
         n.core = core
         n.register(now=100)  # the agents re-attach with what they run

@@ -11,7 +11,7 @@ import pytest
 
 from cluster.client import doctor
 from cluster.client import doctor_checks as checks
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared.credentials import Authority
 from tests.conftest import REPO, MARKER_VAR
 
@@ -81,7 +81,7 @@ def test_ports_are_counted_against_the_nodes_slots():
 @pytest.fixture(scope="module")
 def coordinator():
     authority = Authority.create()
-    server = CoordinatorServer(":memory:", "127.0.0.1:0", authority).start()
+    server = AgentsServer(":memory:", "127.0.0.1:0", authority).start()
     yield server.address, authority
     server.stop(grace=0)
 

@@ -28,7 +28,7 @@ BROKEN_ENGINES = textwrap.dedent('''\
     from typing import Callable
 
     from cluster.coordinator.core import CoordinatorCore
-    from cluster.coordinator.engine import Engine, EngineHost, EngineOptions
+    from cluster.coordinator.engine import Engine, EngineHost, EngineOptions, Front
 
 
     class NeverCloses:
@@ -41,7 +41,13 @@ BROKEN_ENGINES = textwrap.dedent('''\
     class WantsTheCore:
         name = "wants_the_core"
 
+        def serve(self, front: Front) -> None:
+            pass
+
         def attach(self, host: CoordinatorCore, slots: int) -> None:
+            pass
+
+        def tick(self, now: float) -> None:
             pass
 
         def close(self, timeout: float) -> None:
@@ -113,7 +119,10 @@ def test_the_local_engine_runs_a_job_with_no_agent_and_is_never_lost(core, tmp_p
         assert texts == ["rank 0 of 2", "rank 1 of 2"], texts
         [node] = core.agents.values()
         assert node.name == "local" and not node.watched
-        core.check_agents(time.time() + 3600)  # an hour of silence: the engine answers for its node
+        later = time.time() + 3600  # an hour of silence: the engine answers for its node
+        engine.tick(later)
+        engine.nodes.check_lost(later)  # not even the agents' own watch finds it silent
+        core.check_deadlines(later)
         assert not node.lost
         wait_for(lambda: not core.allocs.all(), "the node to let the job go", timeout=30)
     finally:
@@ -134,3 +143,58 @@ def test_closing_the_local_engine_starts_nothing_more(core, tmp_path, marker, mo
     assert engine.runs.job_ids() == []
     job = core.store.job(job_id)
     assert job.restarts >= 1 and job.state in (JobState.QUEUED, JobState.STARTING), job
+
+
+def test_the_documented_engine_skeleton_is_an_engine(tmp_path):
+    """docs/development.md's skeleton, registered as ENGINES registers an engine, passes mypy."""
+    import subprocess
+
+    text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    code = text.split("# cluster/engines/mine/__init__.py\n", 1)[1].split("```", 1)[0]
+    code += textwrap.dedent('''
+
+        from typing import Callable
+
+        from cluster.coordinator.engine import Engine
+
+        REGISTRY: dict[str, Callable[[EngineOptions], Engine]] = {"mine": create}
+        ''')
+    (tmp_path / "mine.py").write_text(code)
+    result = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
+                             "--no-error-summary", "--cache-dir", str(tmp_path / "mypy-cache"), str(tmp_path / "mine.py")],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_coordinator_daemon_on_the_local_engine_runs_a_launch_with_no_agent(marker, tmp_path):
+    """`tfdist coordinator --engine local --slots 2`: a launch on this machine finds it (the published
+    credential) and its job runs on the coordinator's own machine; SIGTERM stops the daemon."""
+    import select
+    import signal
+    import subprocess
+
+    from tests.conftest import cli_env, run_cli
+
+    env = {"TFDIST_RUNTIME_DIR": str(tmp_path / "run"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    daemon = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "coordinator", "--engine", "local",
+                               "--slots", "2", "--listen", "127.0.0.1:0", "--http", "off",
+                               "--state-dir", str(tmp_path / "coordinator")],
+                              env=cli_env(marker, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said = ""  # its log lines (stderr) and what it prints: wait, bounded, for the line naming its credential
+        deadline = time.monotonic() + 60
+        while "yours is " not in said or not said.endswith("\n"):
+            assert time.monotonic() < deadline and daemon.poll() is None, said
+            if select.select([daemon.stdout], [], [], 1.0)[0]:
+                said += os.read(daemon.stdout.fileno(), 65536).decode()
+        credential = said.split("yours is ", 1)[1].split(" ", 1)[0]  # the admin credential it published
+        script = "import os; print('rank', os.environ['TFDIST_RANK'], 'of', os.environ['TFDIST_SIZE'])"
+        done = run_cli(["launch", "--credentials", credential, "--slots", "2", "--all-ranks", "--", sys.executable,
+                        "-c", script], marker, timeout=120, cwd=str(tmp_path), **env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "submitted to 127.0.0.1:" in done.stderr
+        assert sorted(l for l in done.stdout.splitlines() if "rank" in l) == ["[rank=0] rank 0 of 2",
+                                                                             "[rank=1] rank 1 of 2"], done.stdout
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0

@@ -191,8 +191,8 @@ def test_workers_die_with_their_thread_whether_started_through_setpriv_or_a_pree
     assert gang_module._setpriv() is not None, "util-linux's setpriv (Debian 12: 2.38) is expected on this machine"
     assert gang_module._start_argv(("python", "-c", "pass"), {"PATH": os.environ["PATH"]}, None)[1] is None
     assert gang_module._start_argv(("no-such-program-tfdist",), {"PATH": os.environ["PATH"]}, None)[1] is not None
-    for wrapper in ("setpriv", None):
-        if wrapper is None:
+    for through_util_linux in (True, False):
+        if not through_util_linux:
             monkeypatch.setattr(gang_module, "_setpriv", lambda: None)
         gang, lines = _gang([_py(PDEATHSIG_CODE)] * 2, marker)
         gang.start()
@@ -200,5 +200,6 @@ def test_workers_die_with_their_thread_whether_started_through_setpriv_or_a_pree
         assert gang.run().ok
         for rank, stream, line in lines:
             signum, pid, group = map(int, line.split())
-            assert (stream, signum, pid, group) == ("stdout", signal.SIGKILL, pids[rank], pids[rank]), (wrapper, line)
+            assert (stream, signum, pid, group) == ("stdout", signal.SIGKILL, pids[rank], pids[rank]), \
+                (through_util_linux, line)
         assert len(lines) == 2

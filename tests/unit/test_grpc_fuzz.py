@@ -18,7 +18,7 @@ from google.protobuf.descriptor import FieldDescriptor as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -147,7 +147,7 @@ def _over_valid_spec(random_spec: pb.JobSpec) -> pb.JobSpec:
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
-    server = CoordinatorServer(str(tmp_path_factory.mktemp("state")), "127.0.0.1:0").start()
+    server = AgentsServer(str(tmp_path_factory.mktemp("state")), "127.0.0.1:0").start()
     admin = Client(server.address, server.issue("admin", "fuzz"))
     node = Client(server.address, server.issue("node", "n1"))
     node.call(node.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(

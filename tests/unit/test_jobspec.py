@@ -95,21 +95,21 @@ def test_hyperparameters_keep_their_types():
 
 def test_every_field_survives_a_real_coordinator(tmp_path):
     """Through gRPC into a coordinator, its SQLite file, a restart of it, and GetJob back."""
-    from cluster.coordinator.daemon import CoordinatorServer
     from cluster.shared.model import Address, AgentRecord
+    from tests.agent_core import AgentsServer
     from cluster.shared.rpc import Client
 
     specs = [_submitted(c) for c in every_field_changed()]
     specs[1] = dataclasses.replace(specs[1], submission_id="sub-2")
-    server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
+    server = AgentsServer(str(tmp_path), "127.0.0.1:0").start()
     try:
-        server.core.register(AgentRecord("n1", 8, (Address("127.0.0.1", 8),)), (), (), 0.0)  # room for the jobs
+        server.process.engine.nodes.register(AgentRecord("n1", 8, (Address("127.0.0.1", 8),)), (), (), 0.0)  # room for the jobs
         client = Client(server.address, server.issue("user", "alice"))
         job_ids = [client.submit(jobspec.to_pb(spec), retry_for=0) for spec in specs]
         client.close()
     finally:
         server.stop()
-    server = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()  # read back from the state file
+    server = AgentsServer(str(tmp_path), "127.0.0.1:0").start()  # read back from the state file
     try:
         client = Client(server.address, server.issue("user", "alice"))
         jobs = [client.job(job_id) for job_id in job_ids]

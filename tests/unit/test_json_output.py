@@ -270,9 +270,9 @@ def test_real_output_matches_the_documentation_and_closed_pipes_end_quietly(tmp_
     said = launch.stderr_file.read()
     assert "Broken pipe" not in said and "Traceback" not in said and "failed: rank 0" in said, said
 
-    from cluster.coordinator.server import CoordinatorServer
+    from tests.agent_core import AgentsServer
 
-    server = CoordinatorServer(str(state), "127.0.0.1:0").start()  # the launch's state, read back
+    server = AgentsServer(str(state), "127.0.0.1:0").start()  # the launch's state, read back
     try:
         credential = server.issue("admin", "tester").save(str(tmp_path / "admin.json"))
         client = ["--coordinator", server.address, "--credentials", credential]

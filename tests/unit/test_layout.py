@@ -20,8 +20,12 @@ PACKAGES = ("tfdist", "cluster")
 GENERATED = "cluster.shared.protos.tfdist.v1."
 
 ENTRY_POINTS = {"cluster.coordinator.daemon", "cluster.agent.daemon"}
-# What an engine (cluster/engines/) may use of the other sides: the seam's protocol, and a machine's executor.
-ENGINE_SEAM = {"cluster.coordinator.engine", "cluster.agent.node_runs", "cluster.agent.leftovers"}
+# What an engine (cluster/engines/) may use of the other sides: the seam (the Engine protocol and its host,
+# the job machine's events and the outcomes they carry, the node table's values, port choice, the RPC edge
+# an engine's own services pass) and a machine's executor.
+ENGINE_SEAM = {"cluster.coordinator.engine", "cluster.coordinator.job_machine", "cluster.coordinator.policy",
+               "cluster.coordinator.values", "cluster.coordinator.placement", "cluster.coordinator.rpc_edge",
+               "cluster.coordinator.user_first", "cluster.agent.node_runs", "cluster.agent.leftovers"}
 # side -> the sides (and entry points) its modules may import
 ALLOWED = {
     "tfdist": {"tfdist"},
@@ -29,7 +33,7 @@ ALLOWED = {
     "shared": {"shared", "tfdist"},
     "coordinator": {"coordinator", "shared", "tfdist"},
     "agent": {"agent", "shared", "tfdist"},
-    "slurm": {"slurm", "shared", "tfdist", *ENTRY_POINTS},
+    "slurm": {"slurm", "shared", "tfdist", "engines", *ENTRY_POINTS},
     "client": {"client", "shared", "tfdist", "slurm", "engines", *ENTRY_POINTS},
     "engines": {"engines", "shared", "tfdist", *ENGINE_SEAM},
 }

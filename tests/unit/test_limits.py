@@ -11,7 +11,7 @@ import pytest
 
 from cluster.coordinator import request_checks
 from cluster.coordinator.scheduler import InfeasibleJob, Node, PendingJob, achievable_sizes, check_feasible, schedule
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared import jobspec, limits
 from cluster.shared.config import ConfigError, ExperimentConfig, check_config, parse_config
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -126,7 +126,7 @@ def test_yaml_anchors_within_the_bounds_still_work():
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
-    server = CoordinatorServer(str(tmp_path_factory.mktemp("state")), "127.0.0.1:0").start()
+    server = AgentsServer(str(tmp_path_factory.mktemp("state")), "127.0.0.1:0").start()
     admin, node = Client(server.address, server.issue("admin", "root")), Client(server.address, server.issue("node", "n1"))
     node.call(node.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(
         name="n1", slots=8, addresses=[pb.Address(ip="127.0.0.1", prefix_len=8)])))

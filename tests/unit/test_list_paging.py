@@ -13,7 +13,8 @@ import pytest
 from cluster.client import job_commands
 from cluster.client.usage import UsageError
 from cluster.coordinator import views
-from cluster.coordinator.server import MAX_MESSAGE_BYTES, CoordinatorServer
+from cluster.coordinator.server import MAX_MESSAGE_BYTES
+from tests.agent_core import AgentsServer
 from cluster.coordinator.store import SqliteStore
 from cluster.shared.model import JobState, LogLine, WorkerExit
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -38,7 +39,7 @@ def fill(store, n, state=JobState.SUCCEEDED, first=1, **fields):
 
 @pytest.fixture
 def server(tmp_path):
-    s = CoordinatorServer(str(tmp_path / "state"), "127.0.0.1:0").start()
+    s = AgentsServer(str(tmp_path / "state"), "127.0.0.1:0").start()
     yield s
     s.stop(grace=0)
 

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from cluster.agent.metrics_endpoint import NodeCollector, exposition
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -44,7 +44,7 @@ def get(url, token, ca):
 
 @pytest.fixture(scope="module")
 def coordinator():
-    server = CoordinatorServer(":memory:", "127.0.0.1:0", http_listen="127.0.0.1:0").start()
+    server = AgentsServer(":memory:", "127.0.0.1:0", http_listen="127.0.0.1:0").start()
     node = Client(server.address, server.issue("node", "g1"))
     node.call(node.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(
         name="g1", slots=2, gpus=[pb.Gpu(index=0, uuid="GPU-0"), pb.Gpu(index=1, uuid="GPU-1")],

@@ -4,12 +4,13 @@ import grpc
 import pytest
 
 from cluster.shared.rpc import Client, ClientError
-from cluster.coordinator.server import MAX_MESSAGE_BYTES, CoordinatorServer
+from cluster.coordinator.server import MAX_MESSAGE_BYTES
+from tests.agent_core import AgentsServer
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
 @pytest.fixture
 def server(tmp_path):
-    s = CoordinatorServer(str(tmp_path), "127.0.0.1:0").start()
+    s = AgentsServer(str(tmp_path), "127.0.0.1:0").start()
     yield s
     s.stop(grace=0)
 

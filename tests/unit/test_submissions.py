@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from cluster.coordinator.core import BadRequest, CoordinatorCore, Settings
+from tests.agent_core import AgentCore
+from cluster.coordinator.core import BadRequest, Settings
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.submissions import SubmitQueue
 from cluster.shared.model import JobState
@@ -17,7 +18,7 @@ from tfdist.errors import UnavailableError
 
 @pytest.fixture
 def core(tmp_path):
-    core = CoordinatorCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(port_range=(30000, 30009)))
+    core = AgentCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(port_range=(30000, 30009)))
     for name in ("a1", "a2"):
         Node(core, name, slots=2).register()
     return core

@@ -10,7 +10,7 @@ import sys
 import grpc
 import pytest
 
-from cluster.coordinator.server import CoordinatorServer
+from tests.agent_core import AgentsServer
 from cluster.shared.credentials import Authority
 from cluster.shared.rpc import Client, ClientError
 from tests.conftest import REPO, cli_env
@@ -55,7 +55,7 @@ def test_a_sites_own_certificates_are_used_and_host_names_checked(tmp_path):
     assert made.returncode == 0, made.stderr
     authority = Authority.load(str(directory))
     assert authority.server_name == "" and authority.ca_pem == pki["ca"].read_bytes()
-    server = CoordinatorServer(":memory:", "127.0.0.1:0", authority).start()
+    server = AgentsServer(":memory:", "127.0.0.1:0", authority).start()
     try:
         credential = authority.issue("user", "u")
         good = Client(server.address, credential)
@@ -66,7 +66,7 @@ def test_a_sites_own_certificates_are_used_and_host_names_checked(tmp_path):
     # The same site CA, a certificate that does not name 127.0.0.1: the client refuses the server.
     other = site_pki(tmp_path / "other", ["coordinator.example"])
     mismatched = authority.with_site_tls(other["cert"].read_bytes(), other["key"].read_bytes(), other["ca"].read_bytes())
-    server = CoordinatorServer(":memory:", "127.0.0.1:0", mismatched).start()
+    server = AgentsServer(":memory:", "127.0.0.1:0", mismatched).start()
     try:
         client = Client(server.address, mismatched.issue("user", "u"), timeout=5)
         with pytest.raises(ClientError) as err:

@@ -4,7 +4,8 @@ import threading
 
 import pytest
 
-from cluster.coordinator.core import CoordinatorCore, Settings
+from tests.agent_core import AgentCore
+from cluster.coordinator.core import Settings
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.user_first import USERS_IN_A_ROW, UserFirst, UserFirstLock
 from cluster.shared.config import ExperimentConfig
@@ -24,7 +25,7 @@ def _wait_until(predicate, what):
 
 @pytest.fixture
 def core(tmp_path):
-    core = CoordinatorCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(lost_after=10))
+    core = AgentCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(lost_after=10))
     core.register(AgentRecord("a1", 2, (Address("198.18.0.9", 24),)), (), (), 0.0)
     return core
 

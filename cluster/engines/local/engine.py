@@ -2,9 +2,10 @@
 with no agent, no registration, no heartbeats over the network and no port probes (one machine has no peer
 to reach). What `tfdist launch` without --coordinator uses.
 
-It offers one node, `local`, with the launch's slots, and works the way an agent does, level-triggered: its
-work is derived by the coordinator from the durable state (ports to lease, runs to start or stop), read
-in-process when the coordinator says the node's work changed, and carried out by the agent's own executor
+It offers one node, `local`, with the launch's slots, and works the way an agent does, level-triggered,
+through the agents engine's node protocol in-process (cluster/engines/agents/nodes.py): its work is derived
+from the durable state (ports to lease, runs to start or stop), read when the coordinator says the node's
+work changed, and carried out by the agent's own executor
 (cluster/agent/node_runs.py: machine-wide port leases, JobRun, the gang). Output, metric rows and exits go
 straight into the coordinator's store, in order: a rank's lines before its exit. While a job runs it reports
 the ranks that joined and their progress every second (the start-up and step watchdogs read them); idle, it
@@ -19,7 +20,8 @@ from typing import Iterable
 
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.node_runs import NodeRuns, Shipping
-from cluster.coordinator.engine import EngineHost
+from cluster.coordinator.engine import EngineHost, Front
+from cluster.engines.agents.nodes import AgentNodes
 from cluster.shared.model import Address, AgentRecord, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport
 from tfdist.errors import InternalError, NotFoundError, PermissionDeniedError, TfdistError, UserError
@@ -41,6 +43,7 @@ class LocalEngine:
     def __init__(self, slots: int):
         self.slots = slots
         self._host: EngineHost | None = None
+        self._nodes: AgentNodes | None = None  # its node speaks the agents' protocol, in-process
         self._stop = threading.Event()
         self._wake = threading.Event()  # report now: the node's work changed, or a run ended
         self._ship_wake = threading.Event()
@@ -58,10 +61,17 @@ class LocalEngine:
                                                         self._forget), changed=self._wake.set,
                              started=self._save_groups)
 
+    def serve(self, front: Front) -> None:
+        """No services of its own: nothing outside this process reaches its node."""
+
+    def tick(self, now: float) -> None:
+        """Nothing to watch: its node is this process."""
+
     def attach(self, host: EngineHost) -> None:
         self._host = host
+        self._nodes = AgentNodes(host, time.time())
         kill_leftovers(self._groups.directory, NODE)
-        host.offer(self._record(), time.time())
+        self._nodes.register(self._record(), (), (), time.time(), watched=False)
         host.on_work_changed(self._work_changed)
         for target, name in ((self._work_loop, "local-engine"), (self._ship_loop, "local-shipping")):
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -100,6 +110,12 @@ class LocalEngine:
             raise InternalError("the local engine is not attached to a coordinator")
         return self._host
 
+    @property
+    def nodes(self) -> AgentNodes:
+        if self._nodes is None:
+            raise InternalError("the local engine is not attached to a coordinator")
+        return self._nodes
+
     def _record(self) -> AgentRecord:
         return AgentRecord(NODE, self.slots, (LOOPBACK,), ())
 
@@ -123,9 +139,9 @@ class LocalEngine:
         """One report of what the node runs and holds, and its work carried out; True when there is more to
         say at once (ports just leased)."""
         report = AgentReport(NODE, self.runs.running(), self.runs.leased(), self.runs.take_port_results(), {})
-        work = self.host.report(report, time.time())
+        work = self.nodes.heartbeat(report, time.time())
         if work is None:  # the coordinator forgot the node (it cannot, in-process; but never run blind)
-            self.host.offer(self._record(), time.time())
+            self.nodes.register(self._record(), (), (), time.time(), watched=False)
             return True
         if self._closing.is_set():  # only stops: what is placed now is not started
             for job_id in work.stop_jobs:

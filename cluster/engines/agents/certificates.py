@@ -24,7 +24,8 @@ def names_of(record: AgentRecord) -> list:
     """The subject alternative names an agent's certificate may carry: its addresses and its name."""
     from cryptography import x509
 
-    names, seen = [], set()
+    names: list[x509.GeneralName] = []
+    seen: set = set()
     for address in record.addresses:
         try:
             ip = ipaddress.ip_address(address.ip)
@@ -55,7 +56,12 @@ def sign(authority: Authority, csr_pem: bytes, record: AgentRecord) -> bytes:
     if not request.is_signature_valid:
         raise UserError(f"agent {record.name}: metrics_csr's signature does not match its key")
     ca = x509.load_pem_x509_certificate(authority.ca_pem)
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     ca_key = serialization.load_pem_private_key(authority.ca_key_pem, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):  # tfdist's own CA key (credentials._new_key)
+        raise UserError("this cluster's CA key is not an elliptic-curve key; make the credentials again with "
+                        "`tfdist credentials DIR`")
     now = datetime.datetime.now(datetime.timezone.utc)
     certificate = (
         x509.CertificateBuilder()

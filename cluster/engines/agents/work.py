@@ -13,7 +13,7 @@ import hmac
 import secrets
 from typing import Iterable, Mapping, Sequence
 
-from cluster.coordinator.values import AgentLive, Settings
+from cluster.coordinator.values import AgentLive, Reads, Settings
 from cluster.shared.work import ProbeTask, StartTask, Work
 from cluster.shared.model import Allocation, AllocState, Job, JobState
 from cluster.shared.modes import JobPlan
@@ -26,8 +26,8 @@ _PORTS_HELD = (AllocState.LEASED, AllocState.REACHABLE)
 _REACHED = (AllocState.REACHABLE, AllocState.STARTED)
 
 
-def work_for(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], jobs: Mapping[str, Job],
-             plans: Mapping[str, JobPlan], settings: Settings, dump_stacks: Iterable[str] = ()) -> Work:
+def work_for(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], jobs: Reads[str, Job],
+             plans: Reads[str, JobPlan], settings: Settings, dump_stacks: Iterable[str] = ()) -> Work:
     """The agent's work. `allocations`: job -> all of its allocations, for each job holding this agent
     (in the order the agent's allocations are listed). `jobs`, `plans`: by job id, read with `.get` only
     (a missing job or plan gives no start). `dump_stacks`: jobs whose stacks this agent must dump."""
@@ -38,19 +38,21 @@ def work_for(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], 
         if alloc is None:
             continue
         held[job_id] = alloc
+        job = jobs.get(job_id)
+        if job is None:  # pruned under it: nothing to do for it
+            continue
         if alloc.state == AllocState.LEASING:
             work.check_ports.append((job_id, alloc.ports))
-            work.attempts[job_id] = jobs.get(job_id).attempt
+            work.attempts[job_id] = job.attempt
         elif alloc.state == AllocState.LEASED and all(a.state in _PORTS_HELD for a in job_allocs):
             targets = tuple((a.agent, a.address, p) for a in job_allocs if a.agent != alloc.agent for p in a.ports)
             work.probes.append(ProbeTask(job_id, targets, settings.probe_timeout))
         elif alloc.state == AllocState.REACHABLE and job_id not in agent.running and \
                 all(a.state in _REACHED for a in job_allocs):
-            start = start_task(alloc, jobs.get(job_id), plans.get(job_id), settings)
+            start = start_task(alloc, job, plans.get(job_id), settings)
             if start:
                 work.start.append(start)
         elif alloc.state == AllocState.STARTED and serves_store(alloc, plans.get(job_id)):
-            job = jobs.get(job_id)
             if job.preempt_requested and job.state.active:
                 work.preempt.append(job_id)
     work.dump_stacks.extend(dump_stacks)
@@ -73,7 +75,7 @@ def start_task(alloc: Allocation, job: Job | None, plan: JobPlan | None, setting
     """What the node of `alloc` starts of the job's current run: its share of the plan."""
     if job is None or plan is None:
         return None
-    store = plan.store[1] if serves_store(alloc, plan) else 0
+    store = plan.store[1] if plan.store is not None and serves_store(alloc, plan) else 0
     return StartTask(job_id=job.id, working_dir=job.spec.working_dir, command=job.spec.entrypoint,
                      processes=plan.on_node(alloc.node_rank), failure_grace=settings.failure_grace,
                      store_port=store, attempt=job.attempt, store_secret=store_secret(settings, job.id, job.attempt))

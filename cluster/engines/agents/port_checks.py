@@ -31,14 +31,9 @@ def port_answer(mine: Allocation | None, job_allocs: Sequence[Allocation], busy:
     if not busy:
         return PortDecision(state=AllocState.LEASED if len(job_allocs) > 1 else AllocState.REACHABLE)
     try:
-        return PortDecision(ports=tuple(lease(len(mine.ports), port_range, in_use, excluded)))
+        return PortDecision(ports=tuple(placement_lib.choose_ports(len(mine.ports), port_range, in_use, excluded)))
     except placement_lib.PlacementError as e:
         return PortDecision(outcome=policy.Outcome(JobState.FAILED, f"cannot lease ports on {mine.agent}: {e}", 1))
-
-
-def lease(count: int, port_range: tuple[int, int], in_use: Iterable[int], excluded: Iterable[int] = ()) -> list[int]:
-    """The node's ports for a job: the lowest free ones (raises placement.PlacementError)."""
-    return placement_lib.choose_ports(count, port_range, in_use, excluded)
 
 
 def probe_answer(mine: Allocation | None, job_allocs: Sequence[Allocation],

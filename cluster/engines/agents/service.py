@@ -1,15 +1,17 @@
 """The agents' side of the coordinator's gRPC API: registration, heartbeats, the work long poll, and
-what nodes ship (exits, logs, metrics). Thin: convert, call the core, convert back."""
+what nodes ship (exits, logs, metrics). Thin: convert, call the nodes (nodes.py) or the job side, convert
+back."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from cluster.coordinator import agent_certificates
-from cluster.coordinator.beacons import BeaconService
-from cluster.coordinator.core import CoordinatorCore
+from cluster.engines.agents import certificates as agent_certificates
+from cluster.engines.agents.beacons import BeaconService
+from cluster.coordinator.engine import ENGINE_THREADS, EngineHost
 from cluster.coordinator.rpc_edge import Gate, guard
+from cluster.engines.agents.nodes import AgentNodes
 from cluster.shared import beacon
 from cluster.shared.metrics_http import reader_principal
 from cluster.shared.model import LogLine
@@ -18,13 +20,14 @@ from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
 from cluster.shared.work import agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb, running_from_pb, work_to_pb
 from tfdist.errors import UnauthenticatedError
 
-WATCH_THREADS = 64  # agents' WaitForWork long polls; the others rely on beacons' pokes and heartbeats
+WATCH_THREADS = ENGINE_THREADS  # agents' WaitForWork long polls; the others rely on beacons' pokes and heartbeats
 WATCH_WAIT_MAX = 30.0  # seconds one WaitForWork call may be held
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time, beacons: BeaconService | None = None):
-        self.core, self.gate, self.clock, self.beacons = core, gate, clock, beacons
+    def __init__(self, core: EngineHost, nodes: AgentNodes, gate: Gate, clock=time.time,
+                 beacons: BeaconService | None = None):
+        self.core, self.nodes, self.gate, self.clock, self.beacons = core, nodes, gate, clock, beacons
         self.watch_slots = threading.BoundedSemaphore(WATCH_THREADS)
 
     @guard
@@ -54,10 +57,10 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             response.beacon_interval = beacon.interval(self.core.settings.lost_after)
         elif self.beacons is not None:
             self.beacons.book.without(record.name)
-        self.core.register(record, tuple(running_from_pb(t) for t in request.running),
-                           tuple(request.leased_jobs), self.clock())
+        self.nodes.register(record, tuple(running_from_pb(t) for t in request.running),
+                            tuple(request.leased_jobs), self.clock())
         self.core.metrics_addresses[record.name] = request.agent.metrics_address
-        response.heartbeat_interval = self.core.liveness.interval(record.name)
+        response.heartbeat_interval = self.nodes.liveness.interval(record.name)
         return response
 
     @guard
@@ -72,14 +75,14 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     @guard
     def Heartbeat(self, request, context, principal):
         version = self.core.agent_board.version(request.agent)  # before: a later change is poked again
-        work = self.core.heartbeat(report_from_pb(request), self.clock())
+        work = self.nodes.heartbeat(report_from_pb(request), self.clock())
         if work is not None:
             work.version = work.version or version  # a heartbeat that changed anything: as of its end
             if request.beacon_nonce and self.beacons is not None and self.beacons.port:
                 self.beacons.book.confirm(request.agent, request.beacon_nonce)  # over TLS: its beacons count
                 work.beacon_port = self.beacons.port
                 self.beacons.fetched(request.agent, version)
-        return work_to_pb(work, self.core.liveness.interval(request.agent))
+        return work_to_pb(work, self.nodes.liveness.interval(request.agent))
 
     @guard
     def ReportExit(self, request, context, principal):
@@ -101,3 +104,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
                                [metric_from_pb(m) for m in request.metrics], request.source,
                                request.first_seq)
         return pb.ReportMetricsResponse()
+
+
+def add_to_server(servicer: AgentServicer, server) -> None:
+    pb_grpc.add_AgentServiceServicer_to_server(servicer, server)

@@ -13,7 +13,7 @@ import enum
 from typing import Collection, Iterable, Mapping, Sequence
 
 from cluster.coordinator import policy
-from cluster.coordinator.values import AgentLive, Settings
+from cluster.coordinator.values import AgentLive, Reads, Settings
 from cluster.shared.model import Allocation, AllocState
 
 RESTARTED = "restarted (its agent registered again without the job's workers)"
@@ -36,8 +36,8 @@ class AllocDecision:
     event: str = ""  # LEASE_AGAIN: the job's event
 
 
-def reconcile(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], attempts: Mapping[str, int],
-              exited: Mapping[str, Collection[int]], ranks_on: Mapping[str, Sequence[int]],
+def reconcile(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], attempts: Reads[str, int],
+              exited: Reads[str, Collection[int]], ranks_on: Reads[str, Sequence[int]],
               came_back: bool) -> list[AllocDecision]:
     """Decisions for the agent's allocations. `allocations`: job -> all of its allocations, for each
     job holding the agent. Read with `.get` only, as needed: `attempts` (job -> its current run; missing:
@@ -58,13 +58,13 @@ def reconcile(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]],
             if any(a.state == AllocState.STARTED for a in job_allocs):
                 why = RESTARTED if came_back else "lost its leased ports"
                 decisions.append(AllocDecision(Action.FAIL, job_id, outcome=policy.vanished(
-                    agent.name, ranks_on.get(job_id, ()), why)))
+                    agent.name, (ranks_on.get(job_id) or ()), why)))
             else:
                 decisions.append(AllocDecision(Action.LEASE_AGAIN, job_id,
                                                event=f"node {agent.name} lost its leased ports; leasing again"))
         elif alloc.state == AllocState.STARTED:
-            gone = set(exited.get(job_id, ()))
-            missing = [r for r in ranks_on.get(job_id, ()) if r not in gone]
+            gone = set(exited.get(job_id) or ())
+            missing = [r for r in (ranks_on.get(job_id) or ()) if r not in gone]
             if missing:
                 why = RESTARTED if came_back else "no longer runs the job's workers and never reported their exits"
                 decisions.append(AllocDecision(Action.FAIL, job_id, outcome=policy.vanished(agent.name, missing, why)))

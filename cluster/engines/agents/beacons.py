@@ -229,8 +229,11 @@ class BeaconService:
             log.debug("poke to %s failed: %s", poke[1], e)
 
     def _receive_loop(self) -> None:
+        sock = self._sock
+        if sock is None:  # never bound (port 0: beacons off)
+            return
         waiting = select.poll()  # not select.select: a busy coordinator's descriptors pass 1,024
-        waiting.register(self._sock, select.POLLIN)
+        waiting.register(sock, select.POLLIN)
         wake = self._wake_read
         waiting.register(wake, select.POLLIN)
         while not self._stop.is_set():
@@ -248,9 +251,12 @@ class BeaconService:
 
     def _drain(self) -> None:
         """Takes the beacons waiting in the kernel, up to MOST_AT_ONCE."""
+        sock = self._sock
+        if sock is None:
+            return
         for _ in range(MOST_AT_ONCE):
             try:
-                data, address = self._sock.recvfrom(beacon.MAX_DATAGRAM + 1)
+                data, address = sock.recvfrom(beacon.MAX_DATAGRAM + 1)
             except BlockingIOError:
                 return
             except OSError as e:  # the socket closed under it (stopping): back to waiting

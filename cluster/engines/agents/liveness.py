@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from cluster.coordinator import reconcile
+from cluster.engines.agents import reconcile
 from cluster.coordinator.user_first import UserFirstLock
 from cluster.coordinator.values import AgentLive, Settings
 

@@ -1,5 +1,5 @@
-"""The coordinator core on the dict store: every scenario of test_coordinator_core.py that takes its `core`
-fixture runs here again on a `MemoryStore`, which proves the core needs only the StateStore interface
+"""The coordinator core on the dict store: every scenario of test_coordinator_core.py and
+test_core_later_life.py that takes the `core` fixture runs here again on a `MemoryStore`, which proves the core needs only the StateStore interface
 (cluster/coordinator/store/base.py), not SQLite."""
 
 import inspect
@@ -9,8 +9,8 @@ import pytest
 from tests.agent_core import AgentCore
 from cluster.coordinator.core import Settings
 from cluster.coordinator.store import MemoryStore, StateStore
-from tests.unit import test_coordinator_core as scenarios
-from tests.unit.test_coordinator_core import Node, drive, spec, state
+from tests.core_nodes import Node, drive, nodes, spec, state  # noqa: F401 (nodes: the scenarios' fixture)
+from tests.unit import test_coordinator_core, test_core_later_life
 from cluster.shared.model import JobState
 
 
@@ -19,15 +19,13 @@ def core():
     return AgentCore(MemoryStore(), Settings(lost_after=10, port_range=(30000, 30009), startup_timeout=60))
 
 
-nodes = scenarios.nodes  # the scenarios' fixture, here over the `core` above
-
-
 def _takes_the_core_fixture(name: str, value) -> bool:
     return name.startswith("test_") and callable(value) and "core" in inspect.signature(value).parameters
 
 
 # The scenarios, by their own names (pytest collects them here, where `core` is the fixture above).
-SCENARIOS = {name: value for name, value in vars(scenarios).items() if _takes_the_core_fixture(name, value)}
+SCENARIOS = {name: value for module in (test_coordinator_core, test_core_later_life)
+             for name, value in vars(module).items() if _takes_the_core_fixture(name, value)}
 globals().update(SCENARIOS)
 
 

@@ -12,7 +12,7 @@ from cluster.coordinator.core import BadRequest, Settings
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.submissions import SubmitQueue
 from cluster.shared.model import JobState
-from tests.unit.test_coordinator_core import Node, spec
+from tests.core_nodes import Node, spec
 from tfdist.errors import UnavailableError
 
 

@@ -51,6 +51,18 @@ def test_work_walks_an_allocation_through_its_start():
     assert start.working_dir == "/w" and start.failure_grace == SETTINGS.failure_grace and start.store_port == 0
 
 
+def test_a_heartbeat_of_a_node_whose_run_goes_on_reads_no_job_row():
+    """Every busy node's heartbeat derives its work: a run going on (STARTED, this node serving no store)
+    and a node checking its ports or probing need no job read beyond the attempt a port check carries."""
+    read = []
+    jobs = Lookup(lambda job_id: read.append(job_id) or job())
+    running = agent(running={"1-ab": {0, 1}}, leased={"1-ab"})
+    work = work_for(running, {"1-ab": allocs(S.STARTED, S.STARTED)}, jobs, {"1-ab": plan()}, SETTINGS)
+    assert not work.start and not work.stop_jobs and not work.preempt and read == []
+    probing = work_for(agent(leased={"1-ab"}), {"1-ab": allocs(S.LEASED, S.LEASED)}, jobs, {}, SETTINGS)
+    assert probing.probes and read == []
+
+
 def test_work_without_a_plan_starts_nothing():
     work = work_for(agent(), {"1-ab": allocs(S.REACHABLE, S.REACHABLE)}, {"1-ab": job()}, {}, SETTINGS)
     assert work.start == []

@@ -38,22 +38,23 @@ def work_for(agent: AgentLive, allocations: Mapping[str, Sequence[Allocation]], 
         if alloc is None:
             continue
         held[job_id] = alloc
-        job = jobs.get(job_id)
-        if job is None:  # pruned under it: nothing to do for it
-            continue
+        # The job is read only where the work needs it (a heartbeat reads no job row for a run going on).
         if alloc.state == AllocState.LEASING:
+            job = jobs.get(job_id)
             work.check_ports.append((job_id, alloc.ports))
-            work.attempts[job_id] = job.attempt
+            if job is not None:
+                work.attempts[job_id] = job.attempt
         elif alloc.state == AllocState.LEASED and all(a.state in _PORTS_HELD for a in job_allocs):
             targets = tuple((a.agent, a.address, p) for a in job_allocs if a.agent != alloc.agent for p in a.ports)
             work.probes.append(ProbeTask(job_id, targets, settings.probe_timeout))
         elif alloc.state == AllocState.REACHABLE and job_id not in agent.running and \
                 all(a.state in _REACHED for a in job_allocs):
-            start = start_task(alloc, job, plans.get(job_id), settings)
+            start = start_task(alloc, jobs.get(job_id), plans.get(job_id), settings)
             if start:
                 work.start.append(start)
         elif alloc.state == AllocState.STARTED and serves_store(alloc, plans.get(job_id)):
-            if job.preempt_requested and job.state.active:
+            job = jobs.get(job_id)
+            if job is not None and job.preempt_requested and job.state.active:
                 work.preempt.append(job_id)
     work.dump_stacks.extend(dump_stacks)
     for job_id in sorted(set(agent.running) | agent.leased):

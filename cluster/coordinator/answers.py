@@ -82,6 +82,17 @@ def jobs_answer(core: CoordinatorCore, reader, states: Sequence[str], page_token
                                next_page_token=str(page.views[len(jobs) - 1].job.seq) if cut else page.next_token)
 
 
+LOG_PAGE = 1000  # lines in a GetLogs page unless asked for fewer
+MAX_LOG_PAGE = 5000  # ... or more, up to this
+LONGEST_LOG_WAIT = 10.0  # seconds a GetLogs call may wait for new lines
+
+
+def log_bounds(limit: int, wait: float) -> tuple[int, float]:
+    """A logs request's page size and wait, within the coordinator's bounds (the servicer's and a local
+    launch's alike)."""
+    return min(limit or LOG_PAGE, MAX_LOG_PAGE), min(max(wait, 0.0), LONGEST_LOG_WAIT)
+
+
 def logs_answer(lines: Sequence[LogLine], ended: bool) -> pb.GetLogsResponse:
     return pb.GetLogsResponse(job_ended=ended, lines=[
         pb.LogLine(seq=l.seq, rank=l.rank, stream=l.stream, text=l.text, time=l.time) for l in lines])

@@ -13,9 +13,6 @@ from cluster.shared import jobspec
 from cluster.shared.job_pages import JobList, walk_pages
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
-LONGEST_WAIT = 10.0  # seconds a logs call may wait for lines, as GetLogs allows
-
-
 class InProcessClient:
     address = "this process"
 
@@ -42,7 +39,8 @@ class InProcessClient:
 
     def logs(self, job_id: str, after_seq: int = 0, rank: int = -1, limit: int = 1000,
              wait: float = 0.0) -> pb.GetLogsResponse:
-        lines, ended = self.follower.logs(job_id, after_seq, rank, min(limit, 5000), min(max(wait, 0.0), LONGEST_WAIT))
+        limit, wait = answers.log_bounds(limit, wait)  # as GetLogs bounds them
+        lines, ended = self.follower.logs(job_id, after_seq, rank, limit, wait)
         return answers.logs_answer(lines, ended)
 
     def cancel(self, job_id: str) -> str:

@@ -57,8 +57,9 @@ class Telemetry:
     def __init__(self, counting: bool = True):
         self.registry = None
         if not counting:
+            uncounted = _Uncounted()
             for name in INSTRUMENTS:
-                setattr(self, name, _Uncounted())
+                setattr(self, name, uncounted)
             return
         from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 

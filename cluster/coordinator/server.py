@@ -73,8 +73,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @guard
     def GetLogs(self, request, context, principal):
-        limit = min(request.limit or 1000, 5000)
-        wait = min(max(request.wait_ms, 0), 10_000) / 1000.0
+        limit, wait = answers.log_bounds(request.limit, request.wait_ms / 1000.0)
         # Waiting followers may use FOLLOWER_THREADS threads at most; the rest answer at once.
         waiting = wait > 0 and self.follow_slots.acquire(blocking=False)
         try:
@@ -126,7 +125,7 @@ class CoordinatorServer:
     It serves TLS with `authority`'s certificate (a fresh authority, kept in memory, when none is given)
     and accepts only credentials that authority issued. Plaintext only with `plaintext=True`
     (--insecure-plaintext): the caller warns. `process`: serve one already running (a local launch's,
-    served once its job is under way); it stays the caller's to close.
+    served from a thread half a second in); it stays the caller's to close.
     """
 
     def __init__(self, state_dir: str, listen: str = "127.0.0.1:0", authority: Authority | None = None,

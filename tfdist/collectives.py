@@ -26,13 +26,13 @@ import re
 import time
 from typing import Any
 
-from tfdist import envvars
+from tfdist import envvars, store_scopes
 from tfdist.errors import (InternalError, ResourceExhaustedError, TfdistError, UnauthenticatedError,
                            UnavailableError)
 
 DEFAULT_TIMEOUT = 300.0
 MAX_BYTES = 1 << 20  # the store's limit per value
-SCOPE = "tfdist"
+SCOPE = store_scopes.COLLECTIVES
 STORE_PATIENCE = 20.0  # seconds a request is retried while the store does not answer or has no room
 _RETRIED = (408, 503)  # the store cut a slow request, or closed the connection to make room for others
 _LIMITS = (411, 413, 431, 507)  # the store's limits: the reason phrase names which

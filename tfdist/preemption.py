@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 
-from tfdist import envvars
+from tfdist import envvars, store_scopes
 from tfdist.collectives import StoreLimitError, StoreSecretError, store_request
 from tfdist.errors import UnavailableError
 from tfdist.metrics import PREEMPTED_RECORD, PREEMPTIBLE_RECORD, report_record
@@ -30,7 +30,7 @@ from tfdist.modes import mode_of_env
 
 log = logging.getLogger("tfdist")
 
-SCOPE = "tfdist-preempt"
+SCOPE = store_scopes.PREEMPT
 POLL_INTERVAL = 0.2  # seconds between a rank's looks at the store
 ACK_TIMEOUT = 120.0  # seconds the chief waits for every rank to learn the stop step
 

@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
+from cluster.agent.listening import listening_ports
 from cluster.agent.worker_output import Splitter
 from cluster.shared.model import describe_exit
 from cluster.shared.output_lines import PROGRESS, Kind, NoiseFilter
@@ -52,9 +53,23 @@ def _die_with_parent() -> None:
         pass
 
 
-@functools.cache
+_setpriv_lock = threading.Lock()
+
+
+def find_setpriv_early() -> None:
+    """Asks for setpriv in the background now (its `--help` is a process start, 3-5 ms), so a run's start
+    finds the answer waiting: a node's runs call this when they are made."""
+    threading.Thread(target=_setpriv, name="find-setpriv", daemon=True).start()
+
+
 def _setpriv() -> str | None:
-    """util-linux's setpriv, if it has --pdeathsig (2.33 and later; Debian 12 has 2.38)."""
+    with _setpriv_lock:  # one look, however many threads ask at once
+        return _look_for_setpriv()
+
+
+@functools.cache
+def _look_for_setpriv() -> str | None:
+    """util-linux's setpriv, if it has --pdeathsig (2.33 and later; Debian 12 has 2.38, RHEL 8 2.32)."""
     path = shutil.which("setpriv")
     if path is None:
         return None
@@ -110,22 +125,6 @@ class GangResult:
     @property
     def ok(self) -> bool:
         return self.failure is None and all(c == 0 for c in self.exit_codes.values())
-
-
-def port_listening(port: int) -> bool:
-    """Whether some socket on this machine listens on `port` (read from /proc, touching no server)."""
-    hex_port = f":{port:04X}"
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f)
-                for line in f:
-                    fields = line.split()
-                    if fields[1].endswith(hex_port) and fields[3] == "0A":
-                        return True
-        except OSError:
-            continue
-    return False
 
 
 class Gang:
@@ -196,8 +195,10 @@ class Gang:
 
     def joined_ranks(self) -> list[int]:
         """Ranks that joined: tfdist.init() wrote their ready file, or their port listens."""
-        for w in self.workers:
-            if w.rank not in self._joined and w.rank in self._procs and self._joined_now(w):
+        waiting = [w for w in self.workers if w.rank not in self._joined and w.rank in self._procs]
+        listening = listening_ports() if any(w.port is not None for w in waiting) else frozenset()
+        for w in waiting:
+            if (w.ready_file and os.path.exists(w.ready_file)) or w.port in listening:
                 self._joined.add(w.rank)
         return sorted(self._joined)
 
@@ -264,11 +265,6 @@ class Gang:
         for pump in self._pumps.get(rank, ()):  # what the worker printed last is read first
             pump.join(timeout=2)
         return tuple(self._tails[rank])
-
-    def _joined_now(self, w: WorkerLaunch) -> bool:
-        if w.ready_file and os.path.exists(w.ready_file):
-            return True
-        return w.port is not None and port_listening(w.port)
 
     def _signal_all(self, signum: int) -> None:
         for proc in self._procs.values():

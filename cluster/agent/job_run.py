@@ -19,7 +19,7 @@ from cluster.shared.model import WorkerExit
 from cluster.shared.work import RankProgress, RunningJob
 from tfdist import envvars
 from tfdist.errors import UnsafePathError
-from tfdist.preemption import SCOPE as PREEMPT_SCOPE
+from tfdist.store_scopes import PREEMPT as PREEMPT_SCOPE
 from tfdist.private_files import open_private
 
 log = logging.getLogger("tfdist.agent")
@@ -66,7 +66,8 @@ class JobRun:
         return self.plan.job_id
 
     def serve_store(self) -> tuple[WorkerExit, ...]:
-        """Serves the job's store where the plan says; () if served (or none is), else every rank's failure."""
+        """Binds the job's store where the plan says (`run` starts serving it); () if bound (or there is
+        none), else every rank's failure."""
         if self.plan.store is None:
             return ()
         host, port = self.plan.store
@@ -84,6 +85,8 @@ class JobRun:
         from a thread that lives until the run ends: the workers die with it (PDEATHSIG)."""
         try:
             self.gang.start()
+            if self.store is not None:  # bound already (its address is in the workers' environment); its
+                self.store.start()  # loop comes up beside the workers, who queue in its backlog meanwhile
             started()
             return RunResult.of_gang(self.plan, self.gang.run())
         except Exception as e:  # could not even start: report every rank as failed
@@ -138,7 +141,7 @@ def _serve_store(host: str, port: int, secret: str, patience: float) -> JobStore
     deadline = time.monotonic() + patience
     while True:
         try:
-            return JobStore(host, port, secret or None).start()
+            return JobStore(host, port, secret or None)
         except OSError:
             if time.monotonic() > deadline:
                 raise

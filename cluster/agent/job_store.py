@@ -24,13 +24,20 @@ its limit in the reason and the body, which tfdist/collectives.py turns into one
 
 from __future__ import annotations
 
-import asyncio
+import os
 import resource
 import secrets
+import select
 import socket
 import threading
+from typing import TYPE_CHECKING
 
-from cluster.agent.job_store_http import COLLECTIVES_SCOPE, MAX_VALUE, StoreProtocol, StoreValues
+from cluster.agent.job_store_values import COLLECTIVES_SCOPE, MAX_VALUE, StoreValues
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from cluster.agent.job_store_http import StoreProtocol
 
 __all__ = ["COLLECTIVES_SCOPE", "MAX_VALUE", "JobStore"]
 
@@ -39,6 +46,7 @@ MAX_KEYS = 65536  # keys held at once (Gloo writes a few per rank; collectives d
 MAX_CONNECTIONS = 2048  # open at once (fewer when the agent may open few files: a quarter of its limit)
 REQUEST_TIMEOUT = 5.0  # seconds a connection has to send its request and take the answer
 BACKLOG = 4096  # connections the kernel queues before the loop accepts them (capped by somaxconn)
+STOP_WAIT = 10.0  # seconds stop() waits for the loop to come up, and then to end
 ACCEPT_BATCH = 16  # connections taken per turn of the loop: what they sent is read before more are taken
 
 
@@ -69,8 +77,12 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 class JobStore:
-    """Serves the store on (host, port) in a background thread until `stop()`. Binds at once (an OSError
-    if the port is taken). `secret` is what every request must carry; None: a random one (`.secret`)."""
+    """Serves the store on (host, port) in a background thread until `stop()`. Binds and listens at once
+    (an OSError if the port is taken); `start()` returns at once. The thread waits for the first connection
+    before it brings up its loop (asyncio and the HTTP side: 30-45 ms of imports), so a run whose workers
+    never use the store (no tfdist.init(), no Horovod) never pays for it, and one that does pays beside its
+    workers' start, not before it (issue 31); connections wait in the listen backlog meanwhile.
+    `secret` is what every request must carry; None: a random one (`.secret`)."""
 
     def __init__(self, host: str, port: int, secret: str | None = None, *, max_total: int = MAX_TOTAL,
                  max_keys: int = MAX_KEYS, max_connections: int | None = None, timeout: float = REQUEST_TIMEOUT):
@@ -78,33 +90,62 @@ class JobStore:
         self._sock = _listen(host, port)
         self._address: tuple[str, int] = self._sock.getsockname()[:2]
         self._values = StoreValues(max_total, max_keys)
-        self._protocol = StoreProtocol(self.secret, self.port, self._values,
-                                       max_connections or _connection_cap(), timeout)
-        self._loop = asyncio.new_event_loop()
+        self._limits = (max_connections or _connection_cap(), timeout)
+        self._protocol: StoreProtocol | None = None  # made by the thread at the first connection
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake_read, self._wake_write = os.pipe()  # stop() wakes a thread still waiting for a connection
+        self._stopping = False
+        self._stop_lock = threading.Lock()
+        self._stopped = False
         self._thread = threading.Thread(target=self._serve, name=f"job-store-{self.port}", daemon=True)
-        self._ready = threading.Event()
+        self._ready = threading.Event()  # the loop exists, or the thread ended without one
+
+    def _first_connection(self) -> bool:
+        """Waits until someone connects (True) or stop() is called (False)."""
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        poller.register(self._wake_read, select.POLLIN)
+        while not self._stopping:
+            if any(fd == self._sock.fileno() for fd, _ in poller.poll()):
+                return not self._stopping
+        return False
 
     def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._sock.setblocking(False)
-        self._loop.add_reader(self._sock.fileno(), self._accept)
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.remove_reader(self._sock.fileno())
+        try:
+            if not self._first_connection():
+                self._sock.close()
+                return
+            import asyncio
+
+            from cluster.agent.job_store_http import StoreProtocol
+
+            self._protocol = StoreProtocol(self.secret, self.port, self._values, *self._limits)
+            self._loop = loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._sock.setblocking(False)
+            loop.add_reader(self._sock.fileno(), self._accept)
+        except BaseException:
+            self._sock.close()
+            raise
+        finally:
+            self._ready.set()
+        loop.run_forever()
+        loop.remove_reader(self._sock.fileno())
         self._sock.close()
         self._protocol.closing = True  # a connection accepted but not yet served ends at once
         for writer in list(self._protocol.open):
             writer.transport.abort()
-        tasks = asyncio.all_tasks(self._loop)
+        tasks = asyncio.all_tasks(loop)
         if tasks:  # their connections are gone: each ends at its next read or write
-            self._loop.run_until_complete(asyncio.wait(tasks, timeout=2))
-        self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-        self._loop.close()
+            loop.run_until_complete(asyncio.wait(tasks, timeout=2))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
     def _accept(self) -> None:
         """Takes at most ACCEPT_BATCH waiting connections; the others wait in the backlog. The loop reads
         what the taken ones sent before it takes more, so a burst of a flood's connections cannot push a
         rank's out (the oldest go first) before its request is read."""
+        assert self._loop is not None and self._protocol is not None  # called by the loop
         for _ in range(ACCEPT_BATCH):
             try:
                 conn, _ = self._sock.accept()
@@ -120,8 +161,6 @@ class JobStore:
 
     def start(self) -> "JobStore":
         self._thread.start()
-        if not self._ready.wait(timeout=10):
-            raise OSError(f"the job store on port {self.port} did not start serving within 10s")
         return self
 
     @property
@@ -136,21 +175,21 @@ class JobStore:
     @property
     def refused(self) -> int:
         """Requests refused for a missing or wrong secret."""
-        return self._protocol.refused
+        return self._protocol.refused if self._protocol else 0
 
     @property
     def timed_out(self) -> int:
         """Connections cut at the time limit (a slow or stalled client)."""
-        return self._protocol.timed_out
+        return self._protocol.timed_out if self._protocol else 0
 
     @property
     def evicted(self) -> int:
         """Connections closed to make room (past the connection cap, the oldest goes)."""
-        return self._protocol.evicted
+        return self._protocol.evicted if self._protocol else 0
 
     @property
     def peak_connections(self) -> int:
-        return self._protocol.peak
+        return self._protocol.peak if self._protocol else 0
 
     def ranks_joined(self) -> set[int]:
         return self._values.ranks_joined()
@@ -171,10 +210,24 @@ class JobStore:
         return self._values.count()[1]
 
     def stop(self) -> None:
-        """Closes the port and every connection; its keys are gone with it."""
-        if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        elif self._thread.ident is None:  # never started
-            self._sock.close()
-            self._loop.close()
+        """Closes the port and every connection; its keys are gone with it. Once: a second call does nothing
+        (the wake pipe's numbers may belong to another file by then)."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        try:
+            if self._thread.ident is None:  # never started
+                self._sock.close()
+                return
+            self._stopping = True
+            os.write(self._wake_write, b"x")
+            if not self._ready.wait(timeout=STOP_WAIT):  # never seen; the port closes, so its loop cannot serve
+                self._sock.close()
+                return
+            if self._loop is not None and self._thread.is_alive():
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=STOP_WAIT)
+        finally:
+            os.close(self._wake_read)
+            os.close(self._wake_write)

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from cluster.agent.gang import find_setpriv_early
 from cluster.agent.job_run import JobRun
 from cluster.agent.metrics_tail import MetricsTail
 from cluster.agent.ports import PortLease, lease_dir, lease_for_job, lease_range  # noqa: F401 (lease_range: re-exported)
@@ -56,6 +57,7 @@ class NodeRuns:
         self._port_results: dict[str, tuple[int, ...]] = {}
         self._port_leases: dict[str, PortLease] = {}  # held from the check until the job ends
         lease_dir()  # this user's lease directory: refused now (UnsafePathError) if it is not the user's own
+        find_setpriv_early()
 
     # ---------------------------------------------------------------- what it says
     def running(self) -> tuple[RunningJob, ...]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING
 
 from cluster.slurm import allocation as slurm
@@ -155,7 +155,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
     if coordinator is None:
         config = local_command(config)
     spec = jobspec.job_spec(config, startup_timeout=startup_timeout, priority=priority, working_dir=os.getcwd(),
-                            submission_id=uuid.uuid4().hex)  # `auto` decided here, once
+                            submission_id=secrets.token_hex(16))  # `auto` decided here, once
     embedded = run = job_id = None
     paused = None  # a job this Slurm batch script paused in a previous run (requeued): resumed, not resubmitted
     if coordinator is None:

@@ -13,6 +13,7 @@ travel with stream PROGRESS.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 
 PROGRESS = "progress"  # the stream of a transient update (a `\r`-ended bar segment); final lines keep theirs
@@ -124,13 +125,18 @@ NOISE: tuple[tuple[str, str], ...] = (
     (r"UserWarning: `shuffle=True` was passed, but will be ignored since the data `x` was provided as a "
      r"tf\.data\.Dataset", "keras epoch_iterator.py"),
 )
-_NOISE = re.compile("|".join(f"(?:{pattern})" for pattern, _ in NOISE))
+
+
+@functools.cache
+def _noise() -> re.Pattern[str]:
+    """NOISE as one pattern, compiled at the first line a worker prints (4 ms: not on a launch's start)."""
+    return re.compile("|".join(f"(?:{pattern})" for pattern, _ in NOISE))
 
 
 def kind(text: str, after_noise: bool = False) -> Kind:
     """What a final (cleaned) line is. `after_noise`: the stream's previous line was noise; an indented line
     then continues it (the source line Python's warnings print under a warning)."""
-    if _NOISE.search(text) or (after_noise and text[:1] in (" ", "\t")):
+    if _noise().search(text) or (after_noise and text[:1] in (" ", "\t")):
         return Kind.NOISE
     if bar_step(text) or epoch_of(text):
         return Kind.BAR
@@ -146,5 +152,5 @@ class NoiseFilter:
 
     def kind(self, text: str) -> Kind:
         found = kind(text, self._after_noise)
-        self._after_noise = bool(_NOISE.search(text))
+        self._after_noise = bool(_noise().search(text))
         return found

@@ -7,7 +7,8 @@ import sys
 import textwrap
 import time
 
-from cluster.agent.gang import Gang, WorkerLaunch, port_listening
+from cluster.agent import listening
+from cluster.agent.gang import Gang, WorkerLaunch
 from tests.conftest import cli_env, run_cli
 
 
@@ -89,14 +90,40 @@ def test_joined_ranks_are_those_that_wrote_their_ready_file(tmp_path, marker):
     assert result.exit_codes == {0: -signal.SIGTERM, 1: -signal.SIGTERM} and result.failure is None
 
 
+def test_listening_ports_from_the_kernels_socket_diagnostics(marker):
+    """netlink's answer names the listeners /proc/net/tcp shows (IPv4 and IPv6), and a closed listener is
+    gone from it; a bound socket that does not listen is no listener. (Other tests may listen meanwhile:
+    the sets are compared on this test's own ports.)"""
+    import socket
+    with socket.socket() as s, socket.socket(socket.AF_INET6) as s6, socket.socket() as bound:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        s6.bind(("::1", 0))
+        s6.listen()
+        bound.bind(("127.0.0.1", 0))
+        ports = listening._asked(socket.AF_INET) | listening._asked(socket.AF_INET6)
+        assert {s.getsockname()[1], s6.getsockname()[1]} <= ports
+        assert bound.getsockname()[1] not in ports
+        assert {s.getsockname()[1], s6.getsockname()[1]} <= listening._read_proc()  # the fallback agrees
+        assert bound.getsockname()[1] not in listening._read_proc()
+        port = s.getsockname()[1]
+    assert port not in listening.listening_ports()
+
+
 def test_listening_port_counts_as_joined(marker):
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert port_listening(port)
-    assert not port_listening(port)
+        gang = Gang([WorkerLaunch(0, [sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ),
+                                  port=port)], lambda *a: None, stop_grace=0.5)
+        gang.start()
+        try:
+            assert gang.joined_ranks() == [0]
+        finally:
+            gang.stop()
+            gang.run()
 
 
 def test_launch_forwards_sigterm_to_every_worker(tmp_path, marker):

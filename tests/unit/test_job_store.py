@@ -187,3 +187,23 @@ def test_the_connection_cap_follows_the_files_the_agent_may_open(soft, hard, cap
             "print(_connection_cap(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.stdout.split() == [str(cap), str(raised)], done.stderr
+
+
+def test_the_loop_comes_up_at_the_first_connection_and_a_store_nobody_used_stops_without_it():
+    """A run whose workers never reach the store (no tfdist.init(), no Horovod) does not import asyncio
+    (30-45 ms of a local launch); the first connection brings the loop up and is answered; stop() ends
+    either one promptly, and a second stop() does nothing."""
+    code = ("import sys, http.client\n"
+            "from cluster.agent.job_store import JobStore\n"
+            "idle = JobStore('127.0.0.1', 0).start()\n"
+            "idle.put('tfdist-preempt', 'request', b'x')\n"
+            "idle.stop(); idle.stop()\n"
+            "print('asyncio' in sys.modules)\n"
+            "used = JobStore('127.0.0.1', 0, 'k').start()\n"
+            "c = http.client.HTTPConnection('127.0.0.1', used.port, timeout=10)\n"
+            "c.request('PUT', '/k/s/key', body=b'v'); print(c.getresponse().status)\n"
+            "print('asyncio' in sys.modules, used.get('s', 'key'))\n"
+            "used.stop(); used.stop()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["False", "200", "True b'v'"], done.stdout

@@ -15,10 +15,13 @@ runs the same agents through srun.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from cluster.coordinator.engine import EngineHost, EngineOptions, Front
-from cluster.engines.agents.beacons import BeaconService
 from cluster.engines.agents.nodes import AgentNodes
+
+if TYPE_CHECKING:  # imported by serve(): the local engine speaks the nodes' protocol without the network's parts
+    from cluster.engines.agents.beacons import BeaconService
 
 
 class AgentsEngine:
@@ -35,6 +38,7 @@ class AgentsEngine:
 
     def serve(self, front: Front) -> None:
         """The AgentService on the coordinator's server, and liveness beacons on its port number (UDP)."""
+        from cluster.engines.agents.beacons import BeaconService
         from cluster.engines.agents.service import AgentServicer, add_to_server
 
         nodes = self._nodes(front.host)

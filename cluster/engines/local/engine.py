@@ -49,6 +49,8 @@ class LocalEngine:
         self._ship_wake = threading.Event()
         self._queue_lock = threading.Lock()
         self._ship_lock = threading.Lock()  # held while a batch is being stored: it is still owed until then
+        self._shipped = threading.Condition()  # notified after each round of storing (`_ship_rounds`)
+        self._ship_rounds = 0
         self._lines: dict[str, list[LogLine]] = {}  # job -> lines not stored yet, in order
         self._rows: dict[str, list[MetricRow]] = {}
         self._exits: list[tuple[str, WorkerExit]] = []  # stored after the job's lines and rows
@@ -171,6 +173,9 @@ class LocalEngine:
             try:
                 self.runs.metrics.read()  # the workers' rows: metrics, checkpoints, "I check for preemption"
                 self._ship_once()
+                with self._shipped:
+                    self._ship_rounds += 1
+                    self._shipped.notify_all()
             except Exception as e:  # noqa: BLE001 - the store's disk full, or anything: keep it, try again
                 if not isinstance(e, TfdistError):
                     log.exception("local engine: storing the workers' output failed")
@@ -231,10 +236,16 @@ class LocalEngine:
             return job_id in self._lines or job_id in self._rows or any(j == job_id for j, _ in self._exits)
 
     def _drain(self, job_id: str) -> None:
-        """Until what the job's run produced is stored (bounded by the engine's stop)."""
-        while self._owes(job_id) and not self._stop.is_set():
+        """Until what the job's run produced is stored (bounded by the engine's stop): woken by each round
+        of storing, not polling (a run's end waits on it)."""
+        while not self._stop.is_set():
+            with self._shipped:
+                seen = self._ship_rounds
+            if not self._owes(job_id):
+                return
             self._ship_wake.set()
-            self._stop.wait(0.01)
+            with self._shipped:
+                self._shipped.wait_for(lambda: self._ship_rounds != seen or self._stop.is_set(), timeout=RETRY)
 
     def _forget(self, job_id: str) -> None:
         with self._queue_lock:

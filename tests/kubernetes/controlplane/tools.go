@@ -1,0 +1,11 @@
+//go:build tools
+
+// The control plane's programs, built from this module by build_control_plane.sh: listed here so that
+// `go mod tidy` keeps what they need.
+package controlplane
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)

@@ -1,0 +1,131 @@
+"""What a Kubernetes cluster offers tfdist, decided from the API's Node and Pod objects (their JSON, as the
+API serves them): pure, so it is tested as a table and the engine only reads and applies it.
+
+A node is offered when it is Ready, not cordoned, and every NoSchedule/NoExecute taint is tolerated by the
+tolerations tfdist's pods carry; its slots are its allocatable `nvidia.com/gpu` less what other workloads'
+pods on it ask for (tfdist's own pods are its own allocations: not subtracted), or, on a node without GPUs,
+its free whole CPUs (allocatable less other pods' requests), at most `cpu_slots` when that is set. A node
+not offered says why, as a job's waiting reason does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any, Iterable, Mapping, Sequence
+
+GPU = "nvidia.com/gpu"
+MANAGED_BY = "app.kubernetes.io/managed-by"  # the label on everything tfdist creates
+TFDIST = "tfdist"
+_SUFFIXES = {"m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9),
+             "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10),
+             "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40), "Pi": Fraction(2**50),
+             "Ei": Fraction(2**60)}
+_ENDED = ("Succeeded", "Failed")
+
+Json = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeOffer:
+    name: str
+    slots: int
+    gpus: int  # GPUs behind the slots (0: a CPU node, one worker process per slot)
+    why_not: str = ""  # "": offered; else why no job can go there now
+
+    @property
+    def offered(self) -> bool:
+        return not self.why_not and self.slots > 0
+
+
+def quantity(text: Any) -> Fraction:
+    """A Kubernetes resource quantity ("500m", "2", "1Gi", "1e3") as an exact number."""
+    value = str(text).strip()
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if value.endswith(suffix) and value[:-len(suffix)]:
+            return Fraction(value[:-len(suffix)]) * _SUFFIXES[suffix]
+    return Fraction(value)
+
+
+def pod_requests(pod: Json) -> dict[str, Fraction]:
+    """What a pod asks of its node: the sum over its containers, or an init container's if larger (the
+    scheduler's rule), per resource."""
+    spec = pod.get("spec") or {}
+
+    def requested(container: Json) -> dict[str, Fraction]:
+        resources = container.get("resources") or {}
+        asked = {k: quantity(v) for k, v in (resources.get("limits") or {}).items()}  # a limit alone is the request
+        asked.update({k: quantity(v) for k, v in (resources.get("requests") or {}).items()})
+        return asked
+
+    total: dict[str, Fraction] = {}
+    for container in spec.get("containers") or ():
+        for name, amount in requested(container).items():
+            total[name] = total.get(name, Fraction(0)) + amount
+    for container in spec.get("initContainers") or ():
+        for name, amount in requested(container).items():
+            total[name] = max(total.get(name, Fraction(0)), amount)
+    return total
+
+
+def _tolerated(taint: Json, tolerations: Sequence[Json]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        operator = toleration.get("operator") or "Equal"
+        key = toleration.get("key") or ""
+        if operator == "Exists" and (not key or key == taint.get("key")):
+            return True
+        if operator == "Equal" and key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def why_not(node: Json, tolerations: Sequence[Json] = ()) -> str:
+    """"" when tfdist may place on `node`, else why not."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    if spec.get("unschedulable"):
+        return "cordoned"
+    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return "not Ready"
+    for taint in spec.get("taints") or ():
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, tolerations):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return f"tainted {taint.get('key')}{value}:{taint.get('effect')} (not tolerated)"
+    return ""
+
+
+def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Sequence[Json] = (),
+                cpu_slots: int = 0) -> list[NodeOffer]:
+    """Each node's offer, by name. `pods`: every pod of the cluster (others' on a node take its GPUs or
+    CPUs); `cpu_slots`: at most this many worker processes on a node without GPUs (0: one per free CPU)."""
+    used: dict[str, dict[str, Fraction]] = {}
+    for pod in pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if not node_name or phase in _ENDED or labels.get(MANAGED_BY) == TFDIST:
+            continue
+        on_node = used.setdefault(node_name, {})
+        for name, amount in pod_requests(pod).items():
+            on_node[name] = on_node.get(name, Fraction(0)) + amount
+    offers = []
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        name = node["metadata"]["name"]
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        taken = used.get(name, {})
+        gpus = int(quantity(allocatable.get(GPU, 0)))
+        if gpus > 0:
+            free = max(0, gpus - math.ceil(taken.get(GPU, 0)))
+            slots, behind = free, free
+        else:
+            free_cpus = math.floor(quantity(allocatable.get("cpu", 0)) - taken.get("cpu", Fraction(0)))
+            slots, behind = max(0, free_cpus if not cpu_slots else min(cpu_slots, free_cpus)), 0
+        reason = why_not(node, tolerations)
+        if not reason and slots == 0:
+            reason = "every GPU taken by other workloads" if gpus else "no free CPU"
+        offers.append(NodeOffer(name, slots, behind, reason))
+    return offers

@@ -1,0 +1,86 @@
+"""A gang's objects on Kubernetes (cluster/engines/kubernetes/manifests.py) as values: pinning that keeps the
+scheduler's GPU accounting, the user's pod_spec as the base and tfdist's part laid over it, the owner chain."""
+
+from cluster.engines.kubernetes import manifests as m
+
+OWNER = {"apiVersion": "v1", "kind": "Secret", "name": "tfdist-7-ab12", "uid": "u-1", "blockOwnerDeletion": True}
+GANG = m.GangPod("7-AB12", attempt=2, node_rank=1, node="gpu-3", slots=8, gpus=8)
+
+
+def _pod(pod_spec=None, gang=GANG):
+    return m.pod(gang, "ml", image="registry/tfdist:1", command=["python", "-m", "x"], env={"A": "1"},
+                 owner_ref=OWNER, pod_spec=pod_spec)
+
+
+def test_names_are_dns_labels_and_the_pod_is_reachable_by_a_stable_name():
+    assert m.job_name("7-AB12") == "tfdist-7-ab12" and m.job_name("x_y.z") == "tfdist-x-y-z"
+    pod = _pod()
+    assert pod["metadata"]["name"] == "tfdist-7-ab12-a2-n1"
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("a2-n1", "tfdist-7-ab12")
+    assert m.dns_name("7-AB12", 2, 1, "ml") == "a2-n1.tfdist-7-ab12.ml.svc"
+
+
+def test_a_pod_is_pinned_by_affinity_not_bound_around_the_scheduler():
+    spec = _pod({"nodeName": "elsewhere"})["spec"]
+    assert "nodeName" not in spec
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-3"]}]}]
+
+
+def test_the_users_node_affinity_terms_each_get_the_pin():
+    user = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["other"]}]}]}},
+        "podAntiAffinity": {"x": 1}}}
+    affinity = _pod(user)["spec"]["affinity"]
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    pin = {"key": "metadata.name", "operator": "In", "values": ["gpu-3"]}
+    assert terms == [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}], "matchFields": [pin]},
+                     {"matchFields": [pin]}]
+    assert affinity["podAntiAffinity"] == {"x": 1}
+    assert user["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0] \
+        == {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}  # the user's value untouched
+
+
+def test_the_users_pod_spec_is_the_base_and_tfdists_part_wins():
+    user = {"containers": [{"name": "sidecar", "image": "log:1"},
+                           {"name": "tfdist-worker", "image": "mine:2", "env": [{"name": "A", "value": "0"},
+                                                                                {"name": "B", "value": "2"}],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
+            "tolerations": [{"key": "gpu", "operator": "Exists"}], "nodeSelector": {"pool": "a100"},
+            "restartPolicy": "Always", "automountServiceAccountToken": True, "serviceAccountName": "x"}
+    spec = _pod(user)["spec"]
+    worker, sidecar = spec["containers"]
+    assert worker["name"] == "tfdist-worker" and worker["image"] == "mine:2" and sidecar == user["containers"][0]
+    assert worker["command"] == ["python", "-m", "x"]
+    assert worker["env"] == [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]
+    assert worker["resources"] == {"limits": {"nvidia.com/gpu": "8", "memory": "64Gi"}, "requests": {"nvidia.com/gpu": "8"}}
+    assert worker["volumeMounts"] == [{"name": "data", "mountPath": "/data"},
+                                      {"name": "tfdist-job", "mountPath": "/var/run/tfdist", "readOnly": True}]
+    assert spec["volumes"][-1] == {"name": "tfdist-job", "secret": {"secretName": "tfdist-7-ab12", "defaultMode": 0o400}}
+    assert (spec["restartPolicy"], spec["automountServiceAccountToken"]) == ("Never", False)
+    assert (spec["tolerations"], spec["nodeSelector"]) == (user["tolerations"], user["nodeSelector"])
+
+
+def test_a_cpu_node_asks_for_its_slots_in_cpus_and_the_default_image():
+    gang = m.GangPod("7", attempt=0, node_rank=0, node="cpu-1", slots=4, gpus=0)
+    worker = _pod(gang=gang)["spec"]["containers"][0]
+    assert worker["image"] == "registry/tfdist:1" and worker["resources"] == {"requests": {"cpu": "4"}}
+
+
+def test_everything_is_labelled_and_owned_by_the_jobs_secret():
+    pod, service = _pod(), m.service("7-AB12", "ml", [2222, 2223], OWNER)
+    secret = m.secret("7-AB12", "ml", {"node-0.json": b"{}"})
+    for obj in (pod, service, secret):
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdist"
+        assert obj["metadata"]["labels"]["tfdist.io/job"] == "tfdist-7-ab12"
+    assert pod["metadata"]["ownerReferences"] == service["metadata"]["ownerReferences"] == [OWNER]
+    assert pod["metadata"]["labels"]["tfdist.io/attempt"] == "2" and pod["metadata"]["labels"]["tfdist.io/node-rank"] == "1"
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"app.kubernetes.io/managed-by": "tfdist", "tfdist.io/job": "tfdist-7-ab12"}
+    assert secret["stringData"] == {"node-0.json": "{}"}
+    created = {**secret, "metadata": {**secret["metadata"], "uid": "u-9"}}
+    assert m.owner(created) == {"apiVersion": "v1", "kind": "Secret", "name": "tfdist-7-ab12", "uid": "u-9",
+                                "blockOwnerDeletion": True}

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,9 +60,14 @@ slurm: debian-packages
 # A real Kubernetes control plane for tests/kubernetes (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler of the release tests/kubernetes/controlplane/go.mod pins, and KWOK), built from the Go module
 # proxy and kept outside the clone in ~/.cache/tfdist/kubernetes: about 11 minutes the first time on 2 cores,
-# 25 s with Go's build cache warm, nothing once built (tests/kubernetes/build_control_plane.sh).
+# 25-30 s with Go's build cache warm, nothing once built (tests/kubernetes/build_control_plane.sh).
+# `make test` starts it first, in the background, beside the venv's install and the unit tests, and waits
+# for it before the tests that use it.
 kubernetes:
 	@bash tests/kubernetes/build_control_plane.sh
+
+kubernetes-start:
+	@bash tests/kubernetes/build_control_plane.sh --start
 
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
@@ -71,8 +76,9 @@ demo: $(VENV)/.examples
 # that starts processes runs under pytest, whose summary line closes the output. Two pytest workers, each
 # test module on one (module fixtures such as a Slurm cluster start once): most of these tests wait on
 # processes, sockets and Slurm rather than the CPU, so two at a time take about 2/3 of the time on 2 cores.
-test: $(VENV)/.test $(VENV)/.horovod debian-packages kubernetes
+test: kubernetes-start $(VENV)/.test $(VENV)/.horovod debian-packages
 	bash tools/bazel_test.sh
+	@bash tests/kubernetes/build_control_plane.sh --wait
 	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadscope --durations=15 tests --ignore=tests/unit
 
 unit: $(VENV)/.test

@@ -8,15 +8,24 @@
 # published version, kubernetes/kubernetes#79384); KWOK has no replace directives, so `go install` builds it.
 # Go's module and build caches stay where Go keeps them (~/go/pkg/mod, ~/.cache/go-build): outside the clone.
 #
-#   build_control_plane.sh [--print-dir]
+#   build_control_plane.sh [--print-dir | --start | --wait]
 #   --print-dir: print the folder that holds (or will hold) the binaries, build nothing.
+#   --start: build in the background (make test starts it first, so a cold build runs beside the venv's
+#            install and the unit tests), logging to the cache's build.log; nothing if already built.
+#   --wait:  wait for that build (at most WAIT_MINUTES); fail with its log's tail if it failed.
+# One build at a time per cache (a lock file): a second run waits for the first and finds it done.
 set -euo pipefail
+WAIT_MINUTES=45
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MODULE="$HERE/controlplane"
 KWOK_VERSION=v0.8.0
 KUBE_VERSION=$(awk 'NF >= 2 && $(NF-1) == "k8s.io/kubernetes" && $NF ~ /^v/ {print $NF; exit}' "$MODULE/go.mod")
 [ -n "$KUBE_VERSION" ] || { echo "kubernetes: no k8s.io/kubernetes version in $MODULE/go.mod"; exit 1; }
-digest=$(cat "$MODULE/go.mod" "$MODULE/go.sum" "$MODULE/tools.go" "$MODULE/etcd/main.go" "$0" | sha256sum | cut -c1-12)
+GO_FLAGS=(-trimpath "-ldflags=-s -w")
+# The build's name: the versions, and a hash of what the binaries are made from (not of this script: editing
+# its options rebuilds nothing).
+digest=$( (cat "$MODULE/go.mod" "$MODULE/go.sum" "$MODULE/tools.go" "$MODULE/etcd/main.go"; echo "${GO_FLAGS[*]}") \
+  | sha256sum | cut -c1-12)
 cache=${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist/kubernetes}
 build="$cache/$KUBE_VERSION-kwok$KWOK_VERSION-$digest"
 if [ "${1:-}" = "--print-dir" ]; then
@@ -25,31 +34,65 @@ if [ "${1:-}" = "--print-dir" ]; then
 fi
 PROGRAMS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok"
 mkdir -p -m 0700 "$cache"
-for dir in "$cache" "$build"; do  # only folders of our own, not links: nobody else's binaries are run
-  if [ -L "$dir" ] || { [ -e "$dir" ] && [ ! -O "$dir" ]; }; then
-    echo "kubernetes: $dir is a link or not yours; remove it or set TFDIST_KUBE_CACHE to a folder of your own"
+for path in "$cache" "$build" "$cache/.lock" "$cache/build.log"; do  # ours, not links: nobody else's binaries run
+  if [ -L "$path" ] || { [ -e "$path" ] && [ ! -O "$path" ]; }; then
+    echo "kubernetes: $path is a link or not yours; remove it or set TFDIST_KUBE_CACHE to a folder of your own"
     exit 1
   fi
 done
-complete=1
-for program in $PROGRAMS; do [ -x "$build/bin/$program" ] || complete=0; done
-if [ "$complete" = 1 ]; then
+built() {
+  for program in $PROGRAMS; do [ -x "$build/bin/$program" ] || return 1; done
+}
+said_built() {
   echo "kubernetes: $KUBE_VERSION control plane and KWOK $KWOK_VERSION already built in $build/bin"
-  exit 0
-fi
+}
+case "${1:-}" in
+  --start)
+    if built; then said_built; exit 0; fi
+    echo "kubernetes: building the control plane in the background (log: $cache/build.log)"
+    (umask 077; setsid "$0" > "$cache/build.log" 2>&1 < /dev/null &)
+    exit 0 ;;
+  --wait)
+    deadline=$(( $(date +%s) + WAIT_MINUTES * 60 ))
+    exec 9>>"$cache/.lock"
+    until built; do
+      if flock -n 9; then  # nobody builds: the background build ended without the binaries
+        flock -u 9
+        built && break
+        echo "kubernetes: the control plane's build failed; its log ($cache/build.log) ends with:"
+        tail -n 25 "$cache/build.log" 2>/dev/null || true
+        exit 1
+      fi
+      if [ "$(date +%s)" -gt "$deadline" ]; then
+        echo "kubernetes: the control plane's build did not finish within $WAIT_MINUTES minutes (log: $cache/build.log)"
+        exit 1
+      fi
+      sleep 5
+    done
+    said_built
+    exit 0 ;;
+  "") ;;
+  *) echo "kubernetes: unknown option $1 (--print-dir, --start, --wait)"; exit 2 ;;
+esac
+exec 9>>"$cache/.lock"
+flock 9  # another build of this cache finishes first
+if built; then said_built; exit 0; fi
 command -v go >/dev/null || { echo "kubernetes: the build needs Go (1.26 or later) on PATH"; exit 1; }
 work=$(mktemp -d "$cache/.building-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -m 0700 "$work/bin"
 started=$(date +%s)
 echo "kubernetes: building the $KUBE_VERSION control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) from the Go module proxy; the first build takes several minutes"
-(cd "$MODULE" && go build -trimpath -ldflags="-s -w" -o "$work/bin/" \
+(cd "$MODULE" && go build "${GO_FLAGS[@]}" -o "$work/bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler ./etcd)
 echo "kubernetes: building KWOK $KWOK_VERSION"
-GOBIN="$work/bin" go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+GOBIN="$work/bin" go install "${GO_FLAGS[@]}" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 chmod 0700 "$work/bin"/*
 rm -rf "$build"
 mkdir -m 0700 "$build"
 mv "$work/bin" "$build/bin"  # whole or not at all: an interrupted build leaves no half folder
+for old in "$cache"/v*-kwok*-*; do  # earlier builds of ours (400 MB each): this one replaces them
+  if [ "$old" != "$build" ] && [ -d "$old" ] && [ ! -L "$old" ] && [ -O "$old" ]; then rm -rf "$old"; fi
+done
 echo "kubernetes: built in $(( $(date +%s) - started )) s into $build/bin"

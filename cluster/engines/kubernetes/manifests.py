@@ -91,7 +91,7 @@ def pod(gang_pod: GangPod, namespace: str, *, image: str, command: Sequence[str]
     """The pod of one node of the gang: the user's pod_spec with tfdist's part laid over it."""
     spec: Json = copy.deepcopy(dict(pod_spec or {}))
     containers = [c for c in spec.get("containers") or () if c.get("name") != WORKER]
-    worker = next((copy.deepcopy(c) for c in spec.get("containers") or () if c.get("name") == WORKER), {})
+    worker: Json = next((copy.deepcopy(c) for c in spec.get("containers") or () if c.get("name") == WORKER), {})
     resources = worker.setdefault("resources", {})
     if gang_pod.gpus:
         for kind in ("limits", "requests"):

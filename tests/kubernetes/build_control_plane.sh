@@ -46,20 +46,19 @@ built() {
 said_built() {
   echo "kubernetes: $KUBE_VERSION control plane and KWOK $KWOK_VERSION already built in $build/bin"
 }
+status="$cache/build.status"  # the background build's exit code, written when it ends
 case "${1:-}" in
   --start)
     if built; then said_built; exit 0; fi
+    rm -f "$status"
     echo "kubernetes: building the control plane in the background (log: $cache/build.log)"
-    (umask 077; setsid "$0" > "$cache/build.log" 2>&1 < /dev/null &)
+    (umask 077; setsid bash "$0" --record-status > "$cache/build.log" 2>&1 < /dev/null &)
     exit 0 ;;
   --wait)
     deadline=$(( $(date +%s) + WAIT_MINUTES * 60 ))
-    exec 9>>"$cache/.lock"
     until built; do
-      if flock -n 9; then  # nobody builds: the background build ended without the binaries
-        flock -u 9
-        built && break
-        echo "kubernetes: the control plane's build failed; its log ($cache/build.log) ends with:"
+      if [ -f "$status" ]; then  # it ended without the binaries
+        echo "kubernetes: the control plane's build failed (exit $(cat "$status")); its log ($cache/build.log) ends with:"
         tail -n 25 "$cache/build.log" 2>/dev/null || true
         exit 1
       fi
@@ -67,19 +66,25 @@ case "${1:-}" in
         echo "kubernetes: the control plane's build did not finish within $WAIT_MINUTES minutes (log: $cache/build.log)"
         exit 1
       fi
-      sleep 5
+      sleep 2
     done
     said_built
     exit 0 ;;
+  --record-status) record_status=1; trap 'echo $? > "$status"' EXIT ;;  # whatever stops it before the build
   "") ;;
   *) echo "kubernetes: unknown option $1 (--print-dir, --start, --wait)"; exit 2 ;;
 esac
 exec 9>>"$cache/.lock"
 flock 9  # another build of this cache finishes first
-if built; then said_built; exit 0; fi
+if built; then said_built; [ -z "${record_status:-}" ] || echo 0 > "$status"; exit 0; fi
 command -v go >/dev/null || { echo "kubernetes: the build needs Go (1.26 or later) on PATH"; exit 1; }
 work=$(mktemp -d "$cache/.building-XXXXXX")
-trap 'rm -rf "$work"' EXIT
+finish() {
+  local code=$?
+  rm -rf "$work"
+  if [ -n "${record_status:-}" ]; then echo "$code" > "$status"; fi
+}
+trap finish EXIT
 mkdir -m 0700 "$work/bin"
 started=$(date +%s)
 echo "kubernetes: building the $KUBE_VERSION control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) from the Go module proxy; the first build takes several minutes"

@@ -1,0 +1,48 @@
+"""The least rights the Kubernetes engine's coordinator runs with, as the API's JSON (pure): its Namespace and
+ServiceAccount, a Role in that namespace for what a job is made of (pods, the headless Service, the job's
+Secret) and the events that say why a gang was torn down, and a ClusterRole that only reads: nodes (what is
+offered) and pods (other workloads' GPU requests on those nodes are on their pods, not on the Node). Nothing
+else: it cannot write outside its namespace, change a node, or read another namespace's Secrets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.engines.kubernetes.offers import MANAGED_BY, TFDIST
+
+COORDINATOR = "tfdist-coordinator"
+JOB_RESOURCES = ("pods", "services", "secrets")
+JOB_VERBS = ("get", "list", "watch", "create", "delete")
+CLUSTER_READS = ("nodes", "pods")
+READ_VERBS = ("get", "list", "watch")
+
+
+def _meta(name: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {MANAGED_BY: TFDIST}}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return meta
+
+
+def rbac_objects(namespace: str) -> list[dict[str, Any]]:
+    """In the order they can be created. The cluster-wide names carry the namespace: several coordinators
+    (one per namespace) can share a cluster."""
+    cluster_name = f"{COORDINATOR}-{namespace}"
+    subject = {"kind": "ServiceAccount", "name": COORDINATOR, "namespace": namespace}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(COORDINATOR, namespace),
+         "automountServiceAccountToken": True},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(COORDINATOR, namespace),
+         "rules": [{"apiGroups": [""], "resources": list(JOB_RESOURCES), "verbs": list(JOB_VERBS)},
+                   {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(COORDINATOR, namespace),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": COORDINATOR},
+         "subjects": [subject]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(cluster_name),
+         "rules": [{"apiGroups": [""], "resources": list(CLUSTER_READS), "verbs": list(READ_VERBS)}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": _meta(cluster_name),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_name},
+         "subjects": [subject]},
+    ]

@@ -59,10 +59,10 @@ slurm: debian-packages
 
 # A real Kubernetes control plane for tests/kubernetes (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler of the release tests/kubernetes/controlplane/go.mod pins, and KWOK), built from the Go module
-# proxy and kept outside the clone in ~/.cache/tfdist/kubernetes: about 11 minutes the first time on 2 cores,
-# 25-30 s with Go's build cache warm, nothing once built (tests/kubernetes/build_control_plane.sh).
-# `make test` starts it first, in the background, beside the venv's install and the unit tests, and waits
-# for it before the tests that use it.
+# proxy and kept outside the clone in ~/.cache/tfdist/kubernetes: about 11 minutes alone the first time on 2
+# cores, 25-30 s with Go's build cache warm, nothing once built (tests/kubernetes/build_control_plane.sh).
+# `make test` starts it first, in the background, beside the venv's install and the unit tests (there it
+# took 16.5 min of a cold 31m47s `make test`), and waits for it before the tests that use it.
 kubernetes:
 	@bash tests/kubernetes/build_control_plane.sh
 

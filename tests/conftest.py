@@ -192,13 +192,3 @@ def local_cluster(tmp_path, marker):
     yield make
     for cluster in made:
         cluster.close()
-
-
-# The longest test module goes first: `make test`'s two pytest workers take modules in the order collected
-# (--dist loadscope), and tests/slurm (one module, one Slurm cluster, ~5 minutes) collected last ran alone
-# on one worker at the end while the other had nothing left (a warm make test: 19m46s of its 20).
-LONG_FIRST = (os.sep + os.path.join("tests", "slurm") + os.sep,)
-
-
-def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: not any(part in str(item.fspath) for part in LONG_FIRST))  # stable: modules stay whole

@@ -136,7 +136,11 @@ def _noise() -> re.Pattern[str]:
 def kind(text: str, after_noise: bool = False) -> Kind:
     """What a final (cleaned) line is. `after_noise`: the stream's previous line was noise; an indented line
     then continues it (the source line Python's warnings print under a warning)."""
-    if _noise().search(text) or (after_noise and text[:1] in (" ", "\t")):
+    return _kind(text, after_noise, bool(_noise().search(text)))
+
+
+def _kind(text: str, after_noise: bool, noisy: bool) -> Kind:
+    if noisy or (after_noise and text[:1] in (" ", "\t")):
         return Kind.NOISE
     if bar_step(text) or epoch_of(text):
         return Kind.BAR
@@ -151,6 +155,7 @@ class NoiseFilter:
         self._after_noise = False
 
     def kind(self, text: str) -> Kind:
-        found = kind(text, self._after_noise)
-        self._after_noise = bool(_noise().search(text))
+        noisy = bool(_noise().search(text))  # once per line: every worker line of every job passes here
+        found = _kind(text, self._after_noise, noisy)
+        self._after_noise = noisy
         return found

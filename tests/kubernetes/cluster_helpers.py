@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Callable, TypeVar
 
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.models.core_v1 import Container, NodeStatus, PodSpec, ResourceRequirements
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod
@@ -58,3 +58,12 @@ def phase(client: Client, name: str, namespace_name: str) -> str:
 def unschedulable(pod: Pod) -> bool:
     return any(c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
                for c in (pod.status.conditions or ()))
+
+
+def gone(client: Client, resource, name: str, namespace_name: str) -> bool:
+    """The object is not there (404)."""
+    try:
+        client.get(resource, name, namespace=namespace_name)
+        return False
+    except ApiError as e:
+        return e.status.code == 404

@@ -6,22 +6,14 @@ through Kubernetes' garbage collector."""
 from __future__ import annotations
 
 import pytest
-from lightkube import ApiError, codecs
+from lightkube import codecs
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret, Service
 from lightkube.resources.discovery_v1 import EndpointSlice
 
 from cluster.engines.kubernetes import manifests
-from tests.kubernetes.cluster_helpers import fake_gpu_nodes, gpu_pod, namespace, phase, unschedulable, wait_for
+from tests.kubernetes.cluster_helpers import fake_gpu_nodes, gone, gpu_pod, namespace, phase, unschedulable, wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _gone(client, resource, name, ns) -> bool:
-    try:
-        client.get(resource, name, namespace=ns)
-        return False
-    except ApiError as e:
-        return e.status.code == 404
 
 
 def test_a_pinned_gang_is_bound_counted_named_and_removed_with_its_secret(plane, admin):
@@ -59,7 +51,7 @@ def test_a_pinned_gang_is_bound_counted_named_and_removed_with_its_secret(plane,
 
         admin.delete(Secret, manifests.job_name(job), namespace=ns)
         wait_for("the job's pods and Service garbage-collected after its Secret", lambda: all(
-            _gone(admin, Pod, n, ns) for n in names) and _gone(admin, Service, manifests.job_name(job), ns), timeout=90)
+            gone(admin, Pod, n, ns) for n in names) and gone(admin, Service, manifests.job_name(job), ns), timeout=90)
     finally:
         admin.delete(Namespace, ns)
         for name in nodes:

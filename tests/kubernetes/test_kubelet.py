@@ -9,11 +9,11 @@ import sys
 import textwrap
 
 import pytest
-from lightkube import ApiError, codecs
+from lightkube import codecs
 from lightkube.resources.core_v1 import Namespace, Pod
 
 from tests.conftest import MARKER_VAR
-from tests.kubernetes.cluster_helpers import namespace, wait_for
+from tests.kubernetes.cluster_helpers import gone, namespace, wait_for
 from tests.kubernetes.kubelet import PodNetwork, TestKubelet
 
 pytestmark = pytest.mark.timeout(180)
@@ -36,14 +36,6 @@ def _terminated(admin, name, ns):
     if pod.status.phase not in ("Succeeded", "Failed"):
         return None
     return pod.status.phase, pod.status.containerStatuses[0].state.terminated.exitCode
-
-
-def _gone(admin, name, ns):
-    try:
-        admin.get(Pod, name, namespace=ns)
-        return False
-    except ApiError as e:
-        return e.status.code == 404
 
 
 def test_a_pod_runs_with_its_env_secret_hostname_and_names_and_its_exit_code_is_its_status(plane, admin, tmp_path, marker):
@@ -123,7 +115,7 @@ def test_a_deleted_pods_process_is_stopped_and_the_pod_removed(plane, admin, tmp
         admin.create(_pod("sleeper", ns, "tk-delete", "import time; time.sleep(600)", grace=1))
         wait_for("the sleeper Running", lambda: admin.get(Pod, "sleeper", namespace=ns).status.phase == "Running")
         admin.delete(Pod, "sleeper", namespace=ns)
-        wait_for("the deleted pod removed", lambda: _gone(admin, "sleeper", ns))
+        wait_for("the deleted pod removed", lambda: gone(admin, Pod, "sleeper", ns))
         wait_for("its process gone", lambda: not kubelet._running)
     finally:
         kubelet.stop()

@@ -22,6 +22,7 @@ _SUFFIXES = {"m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6),
              "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10),
              "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40), "Pi": Fraction(2**50),
              "Ei": Fraction(2**60)}
+_LONGEST_FIRST = sorted(_SUFFIXES, key=len, reverse=True)  # "Mi" before "M"
 _ENDED = ("Succeeded", "Failed")
 
 Json = Mapping[str, Any]
@@ -42,7 +43,7 @@ class NodeOffer:
 def quantity(text: Any) -> Fraction:
     """A Kubernetes resource quantity ("500m", "2", "1Gi", "1e3") as an exact number."""
     value = str(text).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+    for suffix in _LONGEST_FIRST:
         if value.endswith(suffix) and value[:-len(suffix)]:
             return Fraction(value[:-len(suffix)]) * _SUFFIXES[suffix]
     return Fraction(value)

@@ -96,3 +96,16 @@ def test_a_background_build_that_cannot_even_start_is_told_not_waited_for(env, t
     assert _run(no_go, "--start").returncode == 0
     waited = _run(no_go, "--wait")
     assert waited.returncode == 1 and "build failed" in waited.stdout and "needs Go" in waited.stdout, waited.stdout
+
+
+def test_another_users_build_folder_is_never_run(env, tmp_path):
+    """A complete build of nobody's, planted where ours would be: refused, nothing built or taken."""
+    where = pathlib.Path(_run(env, "--print-dir").stdout.strip())
+    where.mkdir(parents=True)
+    for program in PROGRAMS:
+        (where / program).write_text("#!/bin/sh\n")
+        (where / program).chmod(0o755)
+    os.chown(where.parent, 65534, 65534)  # nobody's folder
+    refused = _run(env)
+    assert refused.returncode == 1 and "is a link or not yours" in refused.stdout and not _calls(tmp_path)
+    assert _run(env, "--wait").returncode == 1

@@ -104,7 +104,7 @@ FAKES = os.path.join(REPO, "tests", "fakes")  # a stand-in nvidia-smi for GPU no
 class LocalCluster:
     """A real coordinator and real agents as processes on loopback (no TensorFlow needed)."""
 
-    def __init__(self, tmp_path, marker, coordinator_args=(), state_dir=None):
+    def __init__(self, tmp_path, marker, coordinator_args=(), state_dir=None, listen="127.0.0.1:0"):
         self.tmp, self.marker = tmp_path, marker
         self.state_dir = state_dir or str(tmp_path / "state")
         self.coordinator_args = list(coordinator_args)
@@ -112,7 +112,7 @@ class LocalCluster:
         self.agent_args: dict[str, tuple] = {}
         self.coordinator = None
         self.address = None
-        self.start_coordinator("127.0.0.1:0")
+        self.start_coordinator(listen)
 
     def start_coordinator(self, listen):
         self.coordinator = subprocess.Popen(

@@ -35,7 +35,7 @@ from cluster.agent.usage import UsageSampler
 from cluster.shared.credentials import Credential
 from cluster.shared.model import Address, AgentRecord, Gpu
 from cluster.shared.rpc import Client, ClientError
-from cluster.shared.work import AgentReport, ProbeTask, Work
+from cluster.shared.work import AgentReport, ProbeTask, Work, of_run
 from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.agent")
@@ -72,10 +72,13 @@ def node_slots(slots: int | None, gpus: list[Gpu] | None) -> tuple[list[Gpu], in
 class Agent:
     def __init__(self, coordinator: str, *, name: str, credential: Credential, slots: int | None = None,
                  addresses: list[Address] | None = None, gpus: list[Gpu] | None = None,
-                 metrics_listen: str | None = None, beacons: bool = True):
+                 metrics_listen: str | None = None, beacons: bool = True, only_run: tuple[str, int] | None = None):
         """`beacons`: prove the node alive with UDP beacons where the coordinator offers them (False:
-        with heartbeats alone, as agents before them did; for UDP blocked between node and coordinator)."""
+        with heartbeats alone, as agents before them did; for UDP blocked between node and coordinator).
+        `only_run`: (job, attempt) whose work alone it carries out (a Kubernetes pod's agent: the node is
+        its pod's only for that run; another's work waits for that run's own pod)."""
         self.name = name
+        self.only_run = only_run
         self.gpus, self.slots = node_slots(slots, gpus)
         self.addresses = addresses or [Address(a["ip"], a["prefix_len"], a.get("interface", ""))
                                        for a in discover_addresses(coordinator)]
@@ -196,6 +199,8 @@ class Agent:
         return bool(work.check_ports)
 
     def _apply(self, work: Work) -> None:
+        if self.only_run is not None:
+            work = of_run(work, *self.only_run)
         for task in work.probes:
             self._start_probe(task)
         self.runs.apply(work)

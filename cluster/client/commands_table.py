@@ -216,8 +216,21 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", _handl
              "default: --listen's host, its port + 10 (7480); off: none"),
     arg("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives"),
     arg("--engine", default="agents", metavar="NAME",
-        help="where jobs run: agents (`tfdist agent` on each node, the default) or local (this machine)"),
+        help="where jobs run: agents (`tfdist agent` on each node, the default), kubernetes (a pod per node of a "
+             "cluster: docs/kubernetes.md) or local (this machine)"),
     SLOTS.but(default=1, help="the local engine's worker slots (default 1)"),
+    arg("--namespace", default="tfdist", metavar="NS", help="kubernetes engine: the namespace of its jobs' pods "
+                                                           "(default tfdist)"),
+    arg("--kubeconfig", metavar="FILE", help="kubernetes engine: reach the cluster with this kubeconfig (default: "
+                                             "the pod's ServiceAccount, in-cluster)"),
+    arg("--advertise", metavar="HOST:PORT", help="kubernetes engine: where its pods reach this coordinator (default: "
+                                                 "--listen; in-cluster, its Service: tfdist-coordinator.NS.svc:7470)"),
+    arg("--image", metavar="IMAGE", help="kubernetes engine: the pods' image where a job's config names none "
+                                         "(`kubernetes: {image: ...}`); it must have tfdist installed"),
+    arg("--node-selector", metavar="LABEL=VALUE[,...]", help="kubernetes engine: offer only the nodes with these "
+                                                            "labels (default: every node)"),
+    _seconds("--pod-start-timeout", 120.0, "kubernetes engine: a gang's pods must all run within this; else they "
+                                           "are deleted and the job placed again (default 120)"),
     arg("--credentials-dir", metavar="DIR", help="the cluster's CA, certificate and secret from `tfdist credentials` "
                                                  "(default: STATE_DIR/credentials, made on first start)"),
     arg("--insecure-plaintext", action="store_true",
@@ -247,6 +260,8 @@ AGENT = Command("agent", "run a node agent", _handler("daemon_commands", "run_ag
     arg("--metrics-listen", metavar="HOST:PORT",
         help="serve this node's Prometheus /metrics here (GPUs, slots, each job's CPU and memory): HTTPS with a "
              "certificate the coordinator signs, and the coordinator's credentials (default: none)"),
+    arg("--only-run", metavar="JOB/ATTEMPT", help="carry out only this run's work (what the Kubernetes engine's "
+                                                   "pods run: the node is the pod's for its gang's run)"),
     arg("--no-beacons", dest="beacons", action="store_false",
         help="prove this node alive with heartbeats alone, not UDP beacons to the coordinator's port (for a network "
              "that blocks UDP between them; costs the coordinator more at thousands of nodes)"),

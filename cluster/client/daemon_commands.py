@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -17,6 +18,10 @@ from cluster.shared.limits import MAX_SLOTS
 from cluster.shared.listen import check_listen
 from tfdist.errors import UserError
 from tfdist.private_files import daemon_umask, private_dir
+
+# The Kubernetes engine's pods run `tfdist agent ...`; an image without `tfdist` on its PATH names its own way
+# here (e.g. "python -m cluster.client.cli").
+POD_AGENT_COMMAND_ENV = "TFDIST_POD_AGENT_COMMAND"
 
 STOP_DEADLINE = 10.0  # seconds a daemon may take to stop after SIGTERM, whatever the other side does
 
@@ -95,7 +100,13 @@ def run_coordinator(args) -> int:
 
     if not 1 <= args.slots <= MAX_SLOTS:
         raise UsageError(f"tfdist coordinator: --slots {args.slots}: give 1 to {MAX_SLOTS} (the local engine's workers)")
-    engine = create_engine(args.engine, EngineOptions(slots=args.slots))  # an unknown name: one line, nothing started
+    if args.advertise:
+        check_listen("--advertise", args.advertise)
+    agent_command = tuple(shlex.split(os.environ.get(POD_AGENT_COMMAND_ENV, ""))) or ("tfdist",)
+    engine = create_engine(args.engine, EngineOptions(  # an unknown name: one line, nothing started
+        slots=args.slots, namespace=args.namespace, kubeconfig=args.kubeconfig or "", advertise=args.advertise or "",
+        image=args.image or "", agent_command=agent_command, start_timeout=args.pod_start_timeout,
+        node_selector=args.node_selector or ""))
     check_listen("--listen", args.listen)  # before anything starts: one line for `:7474`, `127.1:7475`
     if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):
         raise UsageError(f"tfdist coordinator: --state-dir {args.state_dir} is not a directory: give a directory "
@@ -107,7 +118,9 @@ def run_coordinator(args) -> int:
     private_dir(args.state_dir)
     credentials_dir = args.credentials_dir or os.path.join(args.state_dir, "credentials")
     host = args.listen.rsplit(":", 1)[0].strip("[]")
-    authority, made = Authority.load_or_create(credentials_dir, hosts=[host, socket.gethostname(), socket.getfqdn()])
+    advertised = [args.advertise.rsplit(":", 1)[0].strip("[]")] if args.advertise else []  # pods verify this name
+    authority, made = Authority.load_or_create(credentials_dir, hosts=[host, *advertised, socket.gethostname(),
+                                                                       socket.getfqdn()])
     if args.insecure_plaintext:
         sys.stderr.write("tfdist: warning: --insecure-plaintext: no TLS. Credentials and job data cross the network "
                          "in the clear, and clients cannot tell this coordinator from an impostor\n")
@@ -159,9 +172,11 @@ def run_agent(args) -> int:
     if not coordinator:
         raise UsageError(f"tfdist agent: no coordinator: {args.credentials or 'the credential'} names none; pass "
                          f"--coordinator HOST:PORT (or set {COORDINATOR_ENV})")
+    only_run = _only_run(args.only_run) if getattr(args, "only_run", None) else None
     try:
         agent = Agent(coordinator, name=name, slots=args.slots, credential=credential,
-                      metrics_listen=getattr(args, "metrics_listen", None), beacons=getattr(args, "beacons", True))
+                      metrics_listen=getattr(args, "metrics_listen", None), beacons=getattr(args, "beacons", True),
+                      only_run=only_run)
     except UserError as e:  # no GPUs and no --slots (NoSlotsError), a credential for another node
         raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging(args.verbosity)
@@ -182,6 +197,13 @@ def run_agent(args) -> int:
     threading.Thread(target=run, daemon=True).start()
     return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent",
                   lambda: agent.refused or (died[0] if died else ""))
+
+
+def _only_run(text: str) -> tuple[str, int]:
+    job_id, _, attempt = text.rpartition("/")
+    if not job_id or not attempt.isdigit():
+        raise UsageError(f"tfdist agent: --only-run {text!r}: expected JOB/ATTEMPT, such as 3f2a9c/0")
+    return job_id, int(attempt)
 
 
 def _slurm_sigterm(stop: threading.Event, agent) -> None:

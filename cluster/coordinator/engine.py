@@ -81,6 +81,7 @@ class Front:
     authority: Authority
     address: str  # HOST of the listen address
     port: int
+    plaintext: bool = False  # served without TLS (--insecure-plaintext): credentials it issues say so
 
 
 class Engine(Protocol):
@@ -104,3 +105,11 @@ class Engine(Protocol):
 class EngineOptions:
     """What `tfdist coordinator --engine NAME` and a local launch know to build an engine with."""
     slots: int = 1  # the local engine's: worker processes on this machine
+    # The Kubernetes engine's (cluster/engines/kubernetes): where its jobs' pods go and how they reach back.
+    namespace: str = "tfdist"
+    kubeconfig: str = ""  # "": the pod's ServiceAccount (in-cluster)
+    advertise: str = ""  # HOST:PORT the pods reach the coordinator at ("": its --listen address)
+    image: str = ""  # the pods' image where a job's config names none (`kubernetes.image`)
+    agent_command: tuple[str, ...] = ("tfdist",)  # how a pod runs tfdist (its image's entry)
+    start_timeout: float = 120.0  # seconds a gang's pods have to all be Running
+    node_selector: str = ""  # "k=v,...": only the nodes with these labels are offered ("": every node)

@@ -79,6 +79,12 @@ class Failed:
 
 
 @dataclasses.dataclass(frozen=True)
+class NotStarted:
+    why: str  # an engine could not bring the placed gang up, through no fault of the job's (its pods were not
+    # scheduled in time): placed again, without spending a restart
+
+
+@dataclasses.dataclass(frozen=True)
 class PortsBusy:
     node: str
     ports: frozenset[int]  # found busy there: not leased to the job on that node again
@@ -114,8 +120,8 @@ class StacksAsked:
     node: str  # the node was told to dump its workers' stacks
 
 
-Event = Union[Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, PortsBusy, Freed,
-              Canceled, PreemptRequested, Resumed, DeadlineCheck, StacksAsked]
+Event = Union[Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, NotStarted, PortsBusy,
+              Freed, Canceled, PreemptRequested, Resumed, DeadlineCheck, StacksAsked]
 
 
 # ---------------------------------------------------------------- actions: what to do about it
@@ -207,6 +213,10 @@ def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
             return decide_exits(facts, run, now)
         case Failed(outcome):
             return fail(facts, run, outcome, now)
+        case NotStarted(why):
+            if job.state != JobState.STARTING:  # it started meanwhile, or ended: nothing to place again
+                return Step(run)
+            return requeue(facts, run, why, restart=False)
         case Canceled():
             if job.terminal:
                 return Step(run)

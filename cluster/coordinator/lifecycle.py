@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
 from cluster.coordinator import job_machine, placement as placement_lib, scheduler, wait_reasons
 from cluster.coordinator.allocations import AllocationTable
@@ -48,6 +48,9 @@ class JobLifecycle:
         self._in_round = self._round_again = False  # schedule() asked again while a round places (see there)
         self.reload_queue()
         self.live = LiveNodes(agents, allocs)  # the live nodes' free slots, as rounds place onto them
+        # An engine whose nodes a job's peers reach by names it gives per job (Kubernetes: each pod's DNS name)
+        # sets this at attach: (the job, its run's nodes) -> node -> address. None: the nodes' own addresses.
+        self.addresses_of_job: Callable[[Job, Sequence[str]], dict[str, str]] | None = None
 
     def node_changed(self, name: str) -> None:
         """The core registered node `name` again or declared it lost."""
@@ -227,8 +230,9 @@ class JobLifecycle:
         planner = modes.planner(job.spec.distribution_mode)
         names = [name for name, _ in assignment.nodes]
         try:
-            addresses = placement_lib.choose_addresses({n: self.agents[n].record.addresses for n in names},
-                                                       self.settings.subnet)
+            addresses = self.addresses_of_job(job, names) if self.addresses_of_job is not None else \
+                placement_lib.choose_addresses({n: self.agents[n].record.addresses for n in names},
+                                               self.settings.subnet)
             counts = planner.ports_on([NodePlacement(name, addresses[name], slots, (), self.agents[name].record.gpu)
                                        for name, slots in assignment.nodes], job.spec.config)
             allocs = []

@@ -182,7 +182,8 @@ class CoordinatorServer:
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
         if self.owns_process and self.process.engine is not None:  # its own services, e.g. the agents'
-            self.process.engine.serve(Front(self.server, gate, self.core, self.authority, host, self.port))
+            self.process.engine.serve(Front(self.server, gate, self.core, self.authority, host, self.port,
+                                            plaintext))
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:
             try:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Callable
 
 from cluster.coordinator.engine import Engine, EngineOptions
-from cluster.engines import agents, local
+from cluster.engines import agents, kubernetes, local
 from tfdist.errors import UserError
 
 ENGINES: dict[str, Callable[[EngineOptions], Engine]] = {
     "agents": agents.create,
+    "kubernetes": kubernetes.create,
     "local": local.create,
 }
 

@@ -90,7 +90,8 @@ def parse_config(text: str, source: str = "<config>", hparams: Sequence[str] = (
 
 
 _TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "watchdog", "hyperparameters",
-             "environment", "max_restarts", "checkpoint_storage", "searcher")
+             "environment", "max_restarts", "checkpoint_storage", "searcher", "kubernetes")
+_KUBERNETES_KEYS = ("image", "pod_spec")  # the Kubernetes engine's own keys: merged into each pod of the job
 _CHECKPOINT_KEYS = ("type", "host_path", "storage_path")
 CHECKPOINT_STORAGE_TYPES = ("shared_fs",)
 _WATCHDOG_KEYS = ("step_timeout",)
@@ -131,6 +132,7 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=root.get("max_restarts", ExperimentConfig.max_restarts),
         checkpoint_storage=_parse_checkpoint_storage(root.get("checkpoint_storage")),
+        kubernetes=_check_mapping(root.get("kubernetes", {}), "kubernetes", _KUBERNETES_KEYS),
         slots_given="slots_per_trial" in resources,
         name_given="name" in root,
     )
@@ -171,10 +173,32 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
         hyperparameters=hparams,
         environment_variables=_parse_env(config.environment_variables),
         max_restarts=_check_int(config.max_restarts, "max_restarts", minimum=0, maximum=limits.MAX_RESTARTS),
+        kubernetes=_check_kubernetes(config.kubernetes),
     )
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(checked, "distribution.mode", ps_options_given=ps_options_given)
     return checked
+
+
+def _check_kubernetes(value: Any) -> dict[str, Any]:
+    """`kubernetes: {image: IMAGE, pod_spec: {...}}`: read by the Kubernetes engine alone (other engines run the
+    job as they would without it); the pod spec is the base of each of the job's pods, as Determined's
+    `environment.pod_spec`, and is checked by the API server when the pods are made."""
+    section = _check_mapping(value, "kubernetes", _KUBERNETES_KEYS)
+    if "image" in section:
+        _check_text(section["image"], "kubernetes.image", limits.MAX_PATH_CHARS, empty=False, printable=True)
+    if "pod_spec" in section:
+        spec = section["pod_spec"]
+        if not isinstance(spec, dict):
+            raise ConfigError(f"kubernetes.pod_spec: expected a pod spec (a mapping), got {_describe(spec)}")
+        containers = spec.get("containers", [])
+        if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
+            raise ConfigError(f"kubernetes.pod_spec.containers: expected a list of containers, got "
+                              f"{_describe(containers)}; name the one tfdist runs the workers in `tfdist-worker`")
+    try:
+        return hyperparameters.check_values(section)  # what the wire carries: YAML's plain values, bounded
+    except hyperparameters.HyperparameterError as e:
+        raise ConfigError(str(e).replace("hyperparameters", "kubernetes", 1)) from None
 
 
 def _hyperparameters(spec: Any, overrides: Sequence[str], searcher: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ class ExperimentConfig:
     # Determined's 5: a script with a bug would otherwise run six times before the user hears of it.
     max_restarts: int = 0
     checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): a directory every node shares
+    kubernetes: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the Kubernetes engine's image, pod_spec
     # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
     # an unset one takes the allocation's tasks, a given one must agree with them.
     slots_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})

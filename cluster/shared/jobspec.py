@@ -152,6 +152,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
+VALUE_MAPS = ("hyperparameters", "kubernetes")  # config fields of YAML's values, types kept on the wire
+
+
 def wire_fields() -> list[dataclasses.Field]:
     """The config's fields that travel with the job."""
     return [f for f in dataclasses.fields(ExperimentConfig) if not f.metadata.get(LOCAL_ONLY)]
@@ -166,7 +169,7 @@ def to_pb(spec: JobSpec) -> pb.JobSpec:
     for field in wire_fields():
         value = getattr(spec.config, field.name)
         target = getattr(config, field.name)  # AttributeError: the field is missing from JobConfig
-        if field.name == "hyperparameters":
+        if field.name in VALUE_MAPS:
             target.CopyFrom(_map_to_pb(value))
         elif isinstance(value, Mapping):
             target.update({str(k): str(v) for k, v in value.items()})
@@ -186,7 +189,7 @@ def from_pb(message: pb.JobSpec, validate: bool = True) -> JobSpec:
     values = {}
     for field in wire_fields():
         value = getattr(message.config, field.name)
-        if field.name == "hyperparameters":
+        if field.name in VALUE_MAPS:
             value = _map_from_pb(value)
         elif field.name == "environment_variables":
             value = dict(value)

@@ -54,6 +54,22 @@ class Work:
     beacon_port: int = 0  # where its beacons go (0: unchanged, or it beacons not)
 
 
+def of_run(work: Work, job_id: str, attempt: int) -> Work:
+    """The part of `work` for one run of one job (`attempt`): what an agent started for that run alone
+    carries out (a Kubernetes pod's: the node is the pod's only for its gang's run). Stops of the job are
+    kept whatever the attempt (a run being replaced is stopped too)."""
+    current = work.attempts.get(job_id, attempt) == attempt
+    return Work(check_ports=[c for c in work.check_ports if c[0] == job_id and current],
+                probes=[p for p in work.probes if p.job_id == job_id and current],
+                start=[t for t in work.start if t.job_id == job_id and t.attempt == attempt],
+                stop_jobs=[j for j in work.stop_jobs if j == job_id],
+                stop_grace={j: g for j, g in work.stop_grace.items() if j == job_id},
+                dump_stacks=[j for j in work.dump_stacks if j == job_id],
+                preempt=[j for j in work.preempt if j == job_id],
+                attempts={j: a for j, a in work.attempts.items() if j == job_id},
+                version=work.version, beacon_port=work.beacon_port)
+
+
 # ---------------------------------------------------------------- the agent's report
 @dataclasses.dataclass(frozen=True)
 class RankProgress:

@@ -77,7 +77,8 @@ class PodNetwork:
 
     SUBNET = "198.19.0"
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, subnet: str = SUBNET):
+        self.subnet = subnet  # a /24 of its own per network that joins the host (join_host)
         self.tag = f"tk{os.getpid() % 10000}x{next(_ids)}"
         self.hub = f"{self.tag}h"
         self.namespaces: list[str] = []
@@ -99,13 +100,28 @@ class PodNetwork:
         _ip("link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns)
         _ip("link", "set", outer, "netns", self.hub)
         _ip("-n", self.hub, "link", "set", outer, "master", "br0", "up")
-        address = f"{self.SUBNET}.{n}"
+        address = f"{self.subnet}.{n}"
         _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
         _ip("-n", ns, "link", "set", "eth0", "up")
         _ip("-n", ns, "link", "set", "lo", "up")
         return ns, address
 
+    def join_host(self) -> str:
+        """This machine's own network namespace on the bridge at SUBNET.1 (where a coordinator listens for the
+        pods, and still reaches the API server on loopback); the link goes with the hub."""
+        outer, inner = f"{self.tag}c", f"{self.tag}cp"
+        _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
+        _ip("link", "set", inner, "netns", self.hub)
+        _ip("-n", self.hub, "link", "set", inner, "master", "br0", "up")
+        address = f"{self.subnet}.1"
+        _ip("addr", "add", f"{address}/24", "dev", outer)
+        _ip("link", "set", outer, "up")
+        self._host_link = outer
+        return address
+
     def remove(self) -> None:
+        if getattr(self, "_host_link", None):
+            subprocess.run(["ip", "link", "del", self._host_link], capture_output=True, timeout=30)
         for ns in reversed([self.hub, *self.namespaces]):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
 
@@ -256,8 +272,11 @@ class TestKubelet:
         if volume.secret is not None:
             secret = self.client.get(Secret, volume.secret.secretName, namespace=pod.metadata.namespace)
             mode = volume.secret.defaultMode if volume.secret.defaultMode is not None else 0o644
-            for key, value in _decoded(secret).items():
-                path = os.path.join(folder, key)
+            values = _decoded(secret)
+            paths = {item.key: item.path for item in volume.secret.items} if volume.secret.items else \
+                {key: key for key in values}  # `items`: only those keys, at their paths (as a kubelet does)
+            for key, value in ((k, v) for k, v in values.items() if k in paths):
+                path = os.path.join(folder, paths[key])
                 with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                     f.write(value)
                 os.chmod(path, mode)

@@ -89,12 +89,12 @@ def test_the_job_logic_imports_no_engine():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             crossings += [f"{path.relative_to(REPO)} imports {n}" for n in names if n.startswith("cluster.engines")]
-    assert not crossings and set(ENGINES) == {"agents", "local"}, crossings
+    assert not crossings and set(ENGINES) == {"agents", "kubernetes", "local"}, crossings
 
 
 def test_an_engine_name_that_is_not_there_is_one_clear_error():
-    with pytest.raises(UserError, match="no engine named 'kubernetes'; the engines are agents, local"):
-        create_engine("kubernetes", EngineOptions())
+    with pytest.raises(UserError, match="no engine named 'kubernets'; the engines are agents, kubernetes, local"):
+        create_engine("kubernets", EngineOptions())
 
 
 @pytest.fixture

@@ -16,8 +16,20 @@ def test_names_are_dns_labels_and_the_pod_is_reachable_by_a_stable_name():
     assert m.job_name("7-AB12") == "tfdist-7-ab12" and m.job_name("x_y.z") == "tfdist-x-y-z"
     pod = _pod()
     assert pod["metadata"]["name"] == "tfdist-7-ab12-a2-n1"
-    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("a2-n1", "tfdist-7-ab12")
-    assert m.dns_name("7-AB12", 2, 1, "ml") == "a2-n1.tfdist-7-ab12.ml.svc"
+    # A run's pods are named after their nodes, under a subdomain of the run's own (its Service's).
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("gpu-3", "tfdist-7-ab12-a2")
+    assert m.dns_name("7-AB12", 2, "gpu-3", "ml") == "gpu-3.tfdist-7-ab12-a2.ml.svc"
+    # A node name that is no DNS label (dots, capitals, too long) gets a label of its own, one per node.
+    dotted, long = m.hostname("ip-10-0-0-1.ec2.Internal"), m.hostname("n" * 80)
+    assert dotted.startswith("ip-10-0-0-1-ec2-internal-") and dotted != m.hostname("ip-10-0-0-1.ec2.internal")
+    assert len(long) <= 63 and long != m.hostname("n" * 81)
+
+
+def test_a_pod_mounts_only_its_own_nodes_credential_and_no_service_account_token():
+    spec = _pod()["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "tfdist-job")
+    assert volume["secret"]["items"] == [{"key": "node-1.json", "path": "credential.json"}]
+    assert volume["secret"]["defaultMode"] == 0o400 and spec["automountServiceAccountToken"] is False
 
 
 def test_a_pod_is_pinned_by_affinity_not_bound_around_the_scheduler():
@@ -59,7 +71,8 @@ def test_the_users_pod_spec_is_the_base_and_tfdists_part_wins():
     assert worker["resources"] == {"limits": {"nvidia.com/gpu": "8", "memory": "64Gi"}, "requests": {"nvidia.com/gpu": "8"}}
     assert worker["volumeMounts"] == [{"name": "data", "mountPath": "/data"},
                                       {"name": "tfdist-job", "mountPath": "/var/run/tfdist", "readOnly": True}]
-    assert spec["volumes"][-1] == {"name": "tfdist-job", "secret": {"secretName": "tfdist-7-ab12", "defaultMode": 0o400}}
+    assert spec["volumes"][-1] == {"name": "tfdist-job", "secret": {
+        "secretName": "tfdist-7-ab12-a2", "defaultMode": 0o400, "items": [{"key": "node-1.json", "path": "credential.json"}]}}
     assert (spec["restartPolicy"], spec["automountServiceAccountToken"]) == ("Never", False)
     assert (spec["tolerations"], spec["nodeSelector"]) == (user["tolerations"], user["nodeSelector"])
 
@@ -71,16 +84,19 @@ def test_a_cpu_node_asks_for_its_slots_in_cpus_and_the_default_image():
 
 
 def test_everything_is_labelled_and_owned_by_the_jobs_secret():
-    pod, service = _pod(), m.service("7-AB12", "ml", [2222, 2223], OWNER)
-    secret = m.secret("7-AB12", "ml", {"node-0.json": b"{}"})
+    pod, service = _pod(), m.service("7-AB12", 2, "ml", [2222, 2223], OWNER)
+    secret = m.secret("7-AB12", 2, "ml", {"node-0.json": b"{}"})
     for obj in (pod, service, secret):
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdist"
         assert obj["metadata"]["labels"]["tfdist.io/job"] == "tfdist-7-ab12"
+        assert obj["metadata"]["annotations"]["tfdist.io/job-id"] == "7-AB12"  # read back after a restart
     assert pod["metadata"]["ownerReferences"] == service["metadata"]["ownerReferences"] == [OWNER]
     assert pod["metadata"]["labels"]["tfdist.io/attempt"] == "2" and pod["metadata"]["labels"]["tfdist.io/node-rank"] == "1"
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
-    assert service["spec"]["selector"] == {"app.kubernetes.io/managed-by": "tfdist", "tfdist.io/job": "tfdist-7-ab12"}
+    assert pod["metadata"]["annotations"]["tfdist.io/node"] == "gpu-3"
+    assert service["spec"]["selector"] == {"app.kubernetes.io/managed-by": "tfdist", "tfdist.io/job": "tfdist-7-ab12",
+                                           "tfdist.io/attempt": "2"}
     assert secret["stringData"] == {"node-0.json": "{}"}
     created = {**secret, "metadata": {**secret["metadata"], "uid": "u-9"}}
-    assert m.owner(created) == {"apiVersion": "v1", "kind": "Secret", "name": "tfdist-7-ab12", "uid": "u-9",
+    assert m.owner(created) == {"apiVersion": "v1", "kind": "Secret", "name": "tfdist-7-ab12-a2", "uid": "u-9",
                                 "blockOwnerDeletion": True}

@@ -1,8 +1,27 @@
-"""The Kubernetes engine (issue 32), being built: one pod per whole node of a gang, pinned so that the
-scheduler and kubelets still account for its GPUs, a headless Service per job, pods watched through the API.
-Not registered in cluster/engines.ENGINES until it runs a job end to end (it lands as engine.py).
+"""The Kubernetes engine (engine.py): one pod per whole node of a gang, pinned so that the scheduler and
+kubelets still account for its GPUs, each pod its node's agent for the run; a headless Service per run;
+pods watched through the API. Importing this package imports no Kubernetes client (engine.create does).
 
+    engine.py      the engine: offered nodes, a run's objects created together, pods watched, re-adoption
     offers.py      what the cluster offers: each node's slots (free allocatable GPUs, or CPUs), or why not
-    manifests.py   a gang's objects: pods pinned by node affinity, the headless Service, the owning Secret
+    manifests.py   a run's objects: pods pinned by node affinity, the headless Service, the owning Secret
+    gangs.py       what a run's pods say: starting, running, not started in time, broken, lost
     rbac.py        the coordinator's least rights: its namespace's job objects, reading nodes and pods
+    deploy.py      the coordinator's own objects (`tfdist kubernetes manifests`): RBAC, Deployment, PVC, Service
+    api.py         the thin edge to the API server (lightkube)
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cluster.coordinator.engine import EngineOptions
+
+if TYPE_CHECKING:
+    from cluster.engines.kubernetes.engine import KubernetesEngine
+
+
+def create(options: EngineOptions) -> KubernetesEngine:
+    from cluster.engines.kubernetes.engine import KubernetesEngine
+
+    return KubernetesEngine(options)

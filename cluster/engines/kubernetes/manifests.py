@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import re
 from typing import Any, Mapping, Sequence
 
@@ -26,6 +27,8 @@ SECRET_MOUNT = "/var/run/tfdist"
 JOB_LABEL = "tfdist.io/job"
 ATTEMPT_LABEL = "tfdist.io/attempt"
 RANK_LABEL = "tfdist.io/node-rank"
+JOB_ID_ANNOTATION = "tfdist.io/job-id"  # the job's id as tfdist knows it (a label value is only DNS-safe)
+NODE_ANNOTATION = "tfdist.io/node"  # the node a pod is pinned to (a coordinator restarted reads both back)
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
@@ -45,28 +48,51 @@ def job_name(job_id: str) -> str:
     return ("tfdist-" + _NOT_DNS.sub("-", job_id.lower())).strip("-")[:50]
 
 
-def hostname(pod: GangPod) -> str:
-    return f"a{pod.attempt}-n{pod.node_rank}"
+def hostname(node: str) -> str:
+    """A job's pod on `node` is named after the node (a DNS label): one pod per node and job at any time, so
+    the name is known when the gang is placed, before its attempt's pods exist."""
+    label = _NOT_DNS.sub("-", node.lower()).strip("-")
+    if label == node and len(label) <= 63:
+        return label
+    return f"{label[:54].strip('-')}-{hashlib.sha256(node.encode()).hexdigest()[:8]}"
+
+
+def gang_name(job_id: str, attempt: int) -> str:
+    """The name of one run's Secret and headless Service (the pods' subdomain): a run's objects are its own, so
+    the next run's never meet the last's being deleted."""
+    return f"{job_name(job_id)}-a{attempt}"
 
 
 def pod_name(pod: GangPod) -> str:
-    return f"{job_name(pod.job_id)}-{hostname(pod)}"
+    return f"{gang_name(pod.job_id, pod.attempt)}-n{pod.node_rank}"
 
 
-def dns_name(job_id: str, attempt: int, node_rank: int, namespace: str) -> str:
-    """The stable name the gang's other pods reach this one at (the headless Service's record)."""
-    return f"a{attempt}-n{node_rank}.{job_name(job_id)}.{namespace}.svc"
+def dns_name(job_id: str, attempt: int, node: str, namespace: str) -> str:
+    """The stable name the gang's other pods reach the run's pod on `node` at (the headless Service's record):
+    known when the gang is placed, before its pods exist."""
+    return f"{hostname(node)}.{gang_name(job_id, attempt)}.{namespace}.svc"
 
 
-def labels(job_id: str, **more: str) -> dict[str, str]:
-    return {MANAGED_BY: TFDIST, JOB_LABEL: job_name(job_id), **more}
+def credential_key(node_rank: int) -> str:
+    """The job Secret's key holding the node credential of the gang's pod of `node_rank` (mounted in that pod
+    alone)."""
+    return f"node-{node_rank}.json"
 
 
-def secret(job_id: str, namespace: str, files: Mapping[str, bytes | str]) -> Json:
-    """The job's Secret (its per-node start files: ranks' environments with the run's secrets); the owner of
-    everything else the job creates."""
+def labels(job_id: str, attempt: int, **more: str) -> dict[str, str]:
+    return {MANAGED_BY: TFDIST, JOB_LABEL: job_name(job_id), ATTEMPT_LABEL: str(attempt), **more}
+
+
+def _meta(name: str, namespace: str, job_id: str, attempt: int, **more: str) -> Json:
+    return {"name": name, "namespace": namespace, "labels": labels(job_id, attempt, **more),
+            "annotations": {JOB_ID_ANNOTATION: job_id}}
+
+
+def secret(job_id: str, attempt: int, namespace: str, files: Mapping[str, bytes | str]) -> Json:
+    """The run's Secret (each pod's node credential, under credential_key); the owner of everything else the
+    run creates."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": job_name(job_id), "namespace": namespace, "labels": labels(job_id)},
+            "metadata": _meta(gang_name(job_id, attempt), namespace, job_id, attempt),
             "stringData": {k: v.decode() if isinstance(v, bytes) else v for k, v in files.items()}}
 
 
@@ -77,17 +103,16 @@ def owner(secret_object: Mapping[str, Any]) -> Json:
             "blockOwnerDeletion": True}
 
 
-def service(job_id: str, namespace: str, ports: Sequence[int], owner_ref: Json) -> Json:
+def service(job_id: str, attempt: int, namespace: str, ports: Sequence[int], owner_ref: Json) -> Json:
     """Headless, publishing pods before they are ready (ranks must find each other while they start)."""
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": job_name(job_id), "namespace": namespace, "labels": labels(job_id),
-                         "ownerReferences": [owner_ref]},
-            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels(job_id),
+            "metadata": {**_meta(gang_name(job_id, attempt), namespace, job_id, attempt), "ownerReferences": [owner_ref]},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": labels(job_id, attempt),
                      "ports": [{"name": f"p{p}", "port": p, "targetPort": p} for p in ports]}}
 
 
 def pod(gang_pod: GangPod, namespace: str, *, image: str, command: Sequence[str], env: Mapping[str, str],
-        owner_ref: Json, pod_spec: Mapping[str, Any] | None = None) -> Json:
+        owner_ref: Json, pod_spec: Mapping[str, Any] | None = None, grace: float = 30.0) -> Json:
     """The pod of one node of the gang: the user's pod_spec with tfdist's part laid over it."""
     spec: Json = copy.deepcopy(dict(pod_spec or {}))
     containers = [c for c in spec.get("containers") or () if c.get("name") != WORKER]
@@ -105,14 +130,18 @@ def pod(gang_pod: GangPod, namespace: str, *, image: str, command: Sequence[str]
                   volumeMounts=[*mounts, {"name": "tfdist-job", "mountPath": SECRET_MOUNT, "readOnly": True}])
     spec["containers"] = [worker, *containers]
     spec["volumes"] = [*(v for v in spec.get("volumes") or () if v.get("name") != "tfdist-job"),
-                       {"name": "tfdist-job", "secret": {"secretName": job_name(gang_pod.job_id), "defaultMode": 0o400}}]
-    spec.update(restartPolicy="Never", automountServiceAccountToken=False, hostname=hostname(gang_pod),
-                subdomain=job_name(gang_pod.job_id), affinity=_pinned(spec.get("affinity"), gang_pod.node))
+                       {"name": "tfdist-job", "secret": {
+                           "secretName": gang_name(gang_pod.job_id, gang_pod.attempt), "defaultMode": 0o400,
+                           "items": [{"key": credential_key(gang_pod.node_rank), "path": "credential.json"}]}}]
+    spec.update(restartPolicy="Never", automountServiceAccountToken=False, hostname=hostname(gang_pod.node),
+                terminationGracePeriodSeconds=max(1, round(grace)),
+                subdomain=gang_name(gang_pod.job_id, gang_pod.attempt), affinity=_pinned(spec.get("affinity"), gang_pod.node))
     spec.pop("nodeName", None)  # bound by the scheduler, which counts its GPUs, not around it
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod_name(gang_pod), "namespace": namespace, "ownerReferences": [owner_ref],
-                         "labels": labels(gang_pod.job_id, **{ATTEMPT_LABEL: str(gang_pod.attempt),
-                                                              RANK_LABEL: str(gang_pod.node_rank)})},
+            "metadata": {**_meta(pod_name(gang_pod), namespace, gang_pod.job_id, gang_pod.attempt,
+                                 **{RANK_LABEL: str(gang_pod.node_rank)}),
+                         "annotations": {JOB_ID_ANNOTATION: gang_pod.job_id, NODE_ANNOTATION: gang_pod.node},
+                         "ownerReferences": [owner_ref]},
             "spec": spec}
 
 

@@ -23,7 +23,7 @@ class JobSpec(_message.Message):
     def __init__(self, priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., mode_reason: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ...) -> None: ...
 
 class JobConfig(_message.Message):
-    __slots__ = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "num_ps", "evaluator", "gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics", "aggregation_frequency", "step_timeout", "hyperparameters", "environment_variables", "max_restarts", "checkpoint_storage")
+    __slots__ = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "num_ps", "evaluator", "gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics", "aggregation_frequency", "step_timeout", "hyperparameters", "environment_variables", "max_restarts", "checkpoint_storage", "kubernetes")
     class EnvironmentVariablesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class JobConfig(_message.Message):
     ENVIRONMENT_VARIABLES_FIELD_NUMBER: _ClassVar[int]
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_STORAGE_FIELD_NUMBER: _ClassVar[int]
+    KUBERNETES_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
     slots_per_trial: int
@@ -61,7 +62,8 @@ class JobConfig(_message.Message):
     environment_variables: _containers.ScalarMap[str, str]
     max_restarts: int
     checkpoint_storage: str
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots_per_trial: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., gradient_compression: _Optional[str] = ..., auto_tune_tensor_fusion: _Optional[bool] = ..., average_training_metrics: _Optional[bool] = ..., aggregation_frequency: _Optional[int] = ..., step_timeout: _Optional[float] = ..., hyperparameters: _Optional[_Union[ValueMap, _Mapping]] = ..., environment_variables: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., checkpoint_storage: _Optional[str] = ...) -> None: ...
+    kubernetes: ValueMap
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots_per_trial: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., gradient_compression: _Optional[str] = ..., auto_tune_tensor_fusion: _Optional[bool] = ..., average_training_metrics: _Optional[bool] = ..., aggregation_frequency: _Optional[int] = ..., step_timeout: _Optional[float] = ..., hyperparameters: _Optional[_Union[ValueMap, _Mapping]] = ..., environment_variables: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., checkpoint_storage: _Optional[str] = ..., kubernetes: _Optional[_Union[ValueMap, _Mapping]] = ...) -> None: ...
 
 class Value(_message.Message):
     __slots__ = ("null_value", "bool_value", "int_value", "float_value", "string_value", "list_value", "map_value")

@@ -1,0 +1,145 @@
+"""The Kubernetes engine's thin edge to the API server (lightkube): objects go in and come out as the API's
+JSON, which the pure parts (offers.py, manifests.py, gangs.py) read and write. Every call is counted (the
+coordinator's API calls per job are measured: benchmarks/kubernetes_gangs.py)."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Callable, Iterable, Mapping
+
+from cluster.engines.kubernetes.offers import MANAGED_BY, TFDIST
+from tfdist.errors import UserError
+
+log = logging.getLogger("tfdist.kubernetes")
+Json = dict[str, Any]
+WATCH_SECONDS = 20  # a pod watch ends this often and is listed and watched again (the list is the truth)
+_KINDS = {"Pod": ("lightkube.resources.core_v1", "Pod"), "Service": ("lightkube.resources.core_v1", "Service"),
+          "Secret": ("lightkube.resources.core_v1", "Secret"), "Node": ("lightkube.resources.core_v1", "Node")}
+_warm = threading.Lock()
+_warmed = False
+
+
+class KubernetesError(UserError):
+    """The cluster cannot be reached or refused tfdist: the message names the call and what to check."""
+
+
+def _resource(kind: str):
+    module, name = _KINDS[kind]
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+def warm_up() -> None:
+    """Decodes each kind of object once, in this thread, before the engine's threads start: msgspec 0.22
+    (under lightkube 1.0) crashes the process (SIGSEGV) when two threads first build one type's decoding
+    information at the same moment; once built it is safe."""
+    global _warmed
+    from lightkube import codecs
+
+    with _warm:
+        if _warmed:
+            return
+        for kind in _KINDS:
+            codecs.from_dict({"apiVersion": "v1", "kind": kind, "metadata": {"name": "warm-up", "labels": {"a": "b"},
+                                                                             "annotations": {"a": "b"}}})
+        codecs.from_dict(WARM_POD)
+        _warmed = True
+
+
+class Api:
+    def __init__(self, namespace: str, kubeconfig: str = ""):
+        from lightkube import Client, KubeConfig
+        from lightkube.core.exceptions import ConfigError
+
+        try:
+            config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+        except (ConfigError, OSError) as e:
+            where = f"--kubeconfig {kubeconfig}" if kubeconfig else "the pod's ServiceAccount (in-cluster)"
+            raise KubernetesError(f"cannot read the Kubernetes credentials of {where}: {e}; outside the cluster "
+                                  "pass --kubeconfig FILE") from None
+        self.namespace = namespace
+        self.client = Client(config, namespace=namespace, field_manager=TFDIST)
+        self.calls: collections.Counter[str] = collections.Counter()  # "verb kind" -> API calls made
+        warm_up()
+
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        from lightkube import ApiError
+
+        self.calls[what] += 1
+        try:
+            return call()
+        except ApiError as e:
+            raise ApiRefused(what, e.status.code or 0, e.status.message or str(e)) from None
+
+    def nodes(self, selector: Mapping[str, str] | None = None) -> list[Json]:
+        return self._call("list Node", lambda: [n.to_dict() for n in self.client.list(_resource("Node"),
+                                                                                      labels=selector or None)])
+
+    def all_pods(self) -> list[Json]:
+        """Every pod of the cluster that holds its node's resources (others' take GPUs and CPUs)."""
+        return self._call("list Pod (all namespaces)", lambda: [
+            p.to_dict() for p in self.client.list(_resource("Pod"), namespace="*")])
+
+    def watch_pods(self, seen: Callable[[str, Json], None], listed: Callable[[list[Json]], None],
+                   stopping: threading.Event) -> None:
+        """Lists this namespace's tfdist pods (`listed(all of them)`), then hands each change to `seen(type, pod)`
+        until the watch ends; again, until `stopping`."""
+        Pod = _resource("Pod")
+        while not stopping.is_set():
+            pods = self.client.list(Pod, namespace=self.namespace, labels={MANAGED_BY: TFDIST})
+            self.calls["list Pod"] += 1
+            listed([p.to_dict() for p in pods])
+            self.calls["watch Pod"] += 1
+            for kind, pod in self.client.watch(Pod, namespace=self.namespace, labels={MANAGED_BY: TFDIST},
+                                               resource_version=pods.resourceVersion, server_timeout=WATCH_SECONDS):
+                if stopping.is_set():
+                    return
+                seen(kind, pod.to_dict())
+
+    def create(self, obj: Mapping[str, Any]) -> Json:
+        from lightkube import codecs
+
+        resource = codecs.from_dict(dict(obj))
+        return self._call(f"create {obj['kind']}", lambda: self.client.create(resource).to_dict())
+
+    def delete(self, kind: str, names: Iterable[str]) -> None:
+        """Deletes each named object of this namespace; one already gone is fine."""
+        for name in names:
+            try:
+                self._call(f"delete {kind}", lambda: self.client.delete(_resource(kind), name, namespace=self.namespace))
+            except ApiRefused as e:
+                if e.code != 404:
+                    raise
+
+
+class ApiRefused(KubernetesError):
+    def __init__(self, what: str, code: int, message: str):
+        super().__init__(f"the Kubernetes API refused to {what}: {message} (HTTP {code})")
+        self.code = code
+
+
+WARM_POD = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "w", "namespace": "n", "labels": {"a": "b"}, "annotations": {"a": "b"}, "uid": "u",
+                         "deletionTimestamp": "2026-01-01T00:00:00Z",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "u"}]},
+            "spec": {"nodeName": "n", "hostname": "h", "subdomain": "s", "restartPolicy": "Never",
+                     "terminationGracePeriodSeconds": 30, "automountServiceAccountToken": False,
+                     "containers": [{"name": "c", "image": "i", "command": ["x"], "args": ["y"],
+                                     "env": [{"name": "A", "value": "1"},
+                                             {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"},
+                                                                         "fieldRef": {"fieldPath": "metadata.name"}}}],
+                                     "volumeMounts": [{"name": "v", "mountPath": "/m", "readOnly": True}],
+                                     "resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}}],
+                     "volumes": [{"name": "v", "secret": {"secretName": "s", "defaultMode": 256,
+                                                          "items": [{"key": "k", "path": "p"}]}}],
+                     "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                         "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                                 "values": ["n"]}]}]}}}},
+            "status": {"phase": "Running", "podIP": "1.2.3.4", "reason": "r", "message": "m",
+                       "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": "m"}],
+                       "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": True,
+                                              "restartCount": 0, "state": {"waiting": {"reason": "r", "message": "m"},
+                                                                           "terminated": {"exitCode": 0}}}]}}

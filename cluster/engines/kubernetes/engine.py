@@ -1,0 +1,403 @@
+"""The Kubernetes engine: tfdist decides which whole nodes a gang gets; Kubernetes runs it there, one pod per
+node, each pod pinned to its node and asking for all of the node's GPUs, so kube-scheduler and the kubelets
+still account for them.
+
+Its nodes are the cluster's offered nodes (offers.py), each registered with the job side as a node of the
+agents' protocol (cluster/engines/agents/nodes.py). While no pod runs on a node the engine answers for it,
+in-process; when a job's run is placed, every node of the gang asks to lease its ports, and once all of them
+do, the engine creates the run's objects together (manifests.py: the Secret with each pod's node credential,
+the headless Service, the pods). Each pod runs `tfdist agent --only-run JOB/ATTEMPT` as its node's agent:
+it registers over the AgentService this engine serves, leases and probes the ports, starts the node's
+workers and ships their output, exits and progress, exactly as an agent on a machine does, so logs, metrics,
+the watchdogs, the job store, preemption and restarts are the agents' own. The pods are watched through the
+API (gangs.py decides): a gang not all Running within its bound is torn down and placed again (or failed, if
+it cannot start); a pod that ends or vanishes fails its run; a run that is over has its objects deleted and
+its nodes answered for by the engine again once its pods are gone.
+
+A coordinator restarted (even killed) lists its namespace's tfdist pods and re-adopts them: their agents
+register again and say what they run; nothing is left that no job holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Sequence
+
+from cluster.coordinator import job_machine, policy
+from cluster.coordinator.engine import EngineHost, EngineOptions, Front
+from cluster.engines.agents.nodes import AgentNodes
+from cluster.engines.kubernetes import gangs, manifests
+from cluster.engines.kubernetes.api import Api, KubernetesError
+from cluster.engines.kubernetes.offers import node_offers
+from cluster.shared.model import AgentRecord, Allocation, Gpu, Job, JobState
+from cluster.shared.work import AgentReport
+from tfdist.errors import InternalError, TfdistError, UserError
+
+log = logging.getLogger("tfdist.kubernetes")
+ROUND = 1.0  # seconds between the engine's rounds when nothing wakes it
+OFFERS_EVERY = 5.0  # seconds between readings of the cluster's nodes and pods (what it offers)
+RETRY = 2.0
+FIRST_LIST = 30.0  # seconds the API has to answer the first listing of the namespace's pods at start
+TEAR_DOWN_AFTER = 30.0  # seconds a run that is over may keep its pods while their agents stop its workers
+CREDENTIAL = f"{manifests.SECRET_MOUNT}/credential.json"
+
+
+@dataclasses.dataclass
+class Gang:
+    """One run's pods, as the engine knows them."""
+    job_id: str
+    attempt: int
+    nodes: dict[str, int]  # node -> its rank in the gang
+    pod_names: dict[str, str]  # node -> its pod's name
+    created: float  # monotonic
+    seen_running: set[str] = dataclasses.field(default_factory=set)
+    over_since: float = 0.0  # monotonic: when the engine saw the run over (0: not yet)
+    tearing_down: bool = False
+
+
+class KubernetesEngine:
+    name = "kubernetes"
+
+    def __init__(self, options: EngineOptions, api_factory=Api):
+        self.options = options
+        self._api_factory = api_factory
+        self.api: Api | None = None
+        self._host: EngineHost | None = None
+        self._nodes: AgentNodes | None = None
+        self._authority: Any = None
+        self._plaintext = False
+        self._advertise = options.advertise
+        self._selector = node_selector(options.node_selector)
+        self._pods: dict[str, dict[str, Any]] = {}  # this namespace's tfdist pods by name, as last seen
+        self._pods_lock = threading.Lock()
+        self._listed = threading.Event()
+        self._watch_error = ""
+        self._gangs: dict[tuple[str, int], Gang] = {}
+        self._handed: dict[str, tuple[str, int]] = {}  # node -> the run whose pod is its agent now
+        self._owned: dict[str, AgentRecord] = {}  # the offered nodes it answers for (no pod of a run on them)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._next_offers = 0.0
+        self._threads: list[threading.Thread] = []
+        self._reader: Any = None  # the job side's state, read without its lock (one connection per thread)
+
+    # ---------------------------------------------------------------- the Engine protocol
+    def serve(self, front: Front) -> None:
+        """The AgentService its pods' agents speak (no beacons: a pod heartbeats)."""
+        from cluster.engines.agents.service import AgentServicer, add_to_server
+
+        self._authority, self._plaintext = front.authority, front.plaintext
+        self._advertise = self._advertise or f"{front.address}:{front.port}"
+        add_to_server(AgentServicer(front.host, self._nodes_of(front.host), front.gate), front.server)
+
+    def attach(self, host: EngineHost) -> None:
+        if self._authority is None:
+            raise InternalError("the Kubernetes engine needs the coordinator's server (Engine.serve) before attach")
+        self._host = host
+        self._reader = host.store.reader()
+        self._nodes_of(host)
+        self.api = self._api_factory(self.options.namespace, self.options.kubeconfig)
+        host.lifecycle.addresses_of_job = self._addresses
+        host.on_work_changed(self._work_changed)
+        self._start("kubernetes-pods", self._watch_loop)
+        if not self._listed.wait(FIRST_LIST):
+            self._stop.set()
+            raise KubernetesError(f"the Kubernetes API did not list namespace {self.options.namespace}'s pods within "
+                                  f"{FIRST_LIST:g}s{': ' + self._watch_error if self._watch_error else ''}; check "
+                                  "--kubeconfig, the API server, and the coordinator's RBAC (tfdist kubernetes manifests)")
+        self._adopt()
+        self._sync_offers()
+        self._start("kubernetes-engine", self._loop)
+
+    def tick(self, now: float) -> None:
+        """Pods' agents silent past lost_after are lost (their runs fail), as agents are."""
+        if self._nodes is not None:
+            self._nodes.check_lost(now)
+
+    def close(self, timeout: float) -> None:
+        """Its threads stop; the pods and their agents outlive the coordinator (a restarted one re-adopts them)."""
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout=min(timeout, 5.0))
+
+    # ---------------------------------------------------------------- plumbing
+    @property
+    def host(self) -> EngineHost:
+        if self._host is None:
+            raise InternalError("the Kubernetes engine is not attached to a coordinator")
+        return self._host
+
+    @property
+    def nodes(self) -> AgentNodes:
+        if self._nodes is None:
+            raise InternalError("the Kubernetes engine is not attached to a coordinator")
+        return self._nodes
+
+    def _nodes_of(self, host: EngineHost) -> AgentNodes:
+        if self._nodes is None:
+            self._nodes = AgentNodes(host, time.time())
+        return self._nodes
+
+    def _start(self, name: str, target) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _work_changed(self, names) -> None:
+        if any(name in self._owned for name in names):
+            self._wake.set()
+
+    def _addresses(self, job: Job, names: Sequence[str]) -> dict[str, str]:
+        """Each placed node's address for the run's peers: its pod's DNS name under the run's Service."""
+        return {name: manifests.dns_name(job.id, job.attempt, name, self.options.namespace) for name in names}
+
+    # ---------------------------------------------------------------- watching the pods
+    def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.api.watch_pods(self._seen, self._listed_pods, self._stop)  # type: ignore[union-attr]
+            except Exception as e:  # noqa: BLE001 - the API restarting, a dropped watch: list and watch again
+                self._watch_error = str(e)
+                log.warning("kubernetes: watching pods: %s; again in %gs", e, RETRY)
+                self._stop.wait(RETRY)
+
+    def _listed_pods(self, pods: list[dict[str, Any]]) -> None:
+        with self._pods_lock:
+            self._pods = {p["metadata"]["name"]: p for p in pods}
+        self._listed.set()
+        self._wake.set()
+
+    def _seen(self, kind: str, pod: dict[str, Any]) -> None:
+        with self._pods_lock:
+            if kind == "DELETED":
+                self._pods.pop(pod["metadata"]["name"], None)
+            else:
+                self._pods[pod["metadata"]["name"]] = pod
+        self._wake.set()
+
+    def _pod(self, name: str) -> dict[str, Any] | None:
+        with self._pods_lock:
+            return self._pods.get(name)
+
+    def _adopt(self) -> None:
+        """The runs whose pods are in the namespace (a coordinator restarted): their nodes are their pods'."""
+        with self._pods_lock:
+            pods = list(self._pods.values())
+        for pod in pods:
+            meta = pod["metadata"]
+            annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+            job_id, node = annotations.get(manifests.JOB_ID_ANNOTATION), annotations.get(manifests.NODE_ANNOTATION)
+            attempt, rank = labels.get(manifests.ATTEMPT_LABEL, ""), labels.get(manifests.RANK_LABEL, "")
+            if not job_id or not node or not attempt.isdigit() or not rank.isdigit():
+                continue
+            gang = self._gangs.setdefault((job_id, int(attempt)), Gang(job_id, int(attempt), {}, {}, time.monotonic()))
+            gang.nodes[node], gang.pod_names[node] = int(rank), meta["name"]
+            if gangs.pod_phase(pod) == "Running":
+                gang.seen_running.add(node)
+            self._handed[node] = (job_id, int(attempt))
+        if self._gangs:
+            log.info("kubernetes: re-adopted the pods of %s", ", ".join(f"{j} (run {a})" for j, a in self._gangs))
+
+    # ---------------------------------------------------------------- the engine's rounds
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._round()
+            except TfdistError as e:
+                log.warning("kubernetes: %s", e)
+                self._stop.wait(RETRY)
+            except Exception:  # noqa: BLE001 - never a silent end: its nodes are not watched for silence
+                log.exception("kubernetes: the engine's round failed; trying again")
+                self._stop.wait(RETRY)
+            self._wake.wait(ROUND)
+            self._wake.clear()
+
+    def _round(self) -> None:
+        if time.monotonic() >= self._next_offers:
+            self._sync_offers()
+        wanted = self._answer_for_owned_nodes(time.time())
+        for (job_id, attempt), names in wanted.items():
+            self._maybe_create(job_id, attempt, names)
+        for gang in list(self._gangs.values()):
+            self._watch_gang(gang)
+
+    def _sync_offers(self) -> None:
+        """Registers each offered node it answers for (again when its slots changed); a node no longer offered
+        and holding nothing is lost, saying why."""
+        self._next_offers = time.monotonic() + OFFERS_EVERY
+        offers = node_offers(self.api.nodes(self._selector), self.api.all_pods())  # type: ignore[union-attr]
+        offered = {o.name: o for o in offers if o.offered}
+        now = time.time()
+        for name, offer in offered.items():
+            if name in self._handed:
+                continue
+            gpus = tuple(Gpu(i, f"{name}/gpu{i}") for i in range(offer.gpus))
+            record = AgentRecord(name, offer.slots, (), gpus)
+            if self._owned.get(name) != record:
+                self.nodes.register(record, (), (), now, watched=False)
+                self._owned[name] = record
+        gone = [name for name in self._owned if name not in offered and name not in self._handed]
+        why = {o.name: o.why_not for o in offers}
+        for name in gone:
+            if self.host.allocs.on_agent(name):
+                continue  # placed meanwhile: its run decides
+            with self.host.event():
+                self.host.node_lost(name, policy.Outcome(JobState.FAILED, f"node {name} is no longer offered by "
+                                                         f"Kubernetes ({why.get(name) or 'gone'})", 1), now)
+                self.host.lifecycle.schedule(now)
+            del self._owned[name]
+            log.info("kubernetes: node %s withdrawn: %s", name, why.get(name) or "gone from the cluster")
+
+    def _answer_for_owned_nodes(self, now: float) -> dict[tuple[str, int], set[str]]:
+        """Heartbeats for each node it answers for; returns the runs whose nodes ask to lease ports there."""
+        wanted: dict[tuple[str, int], set[str]] = {}
+        for name, record in list(self._owned.items()):
+            if name in self._handed:
+                continue
+            work = self.nodes.heartbeat(AgentReport(name, (), (), {}, {}), now)
+            if work is None:
+                self.nodes.register(record, (), (), now, watched=False)
+                continue
+            for job_id, _ in work.check_ports:
+                wanted.setdefault((job_id, work.attempts.get(job_id, 0)), set()).add(name)
+        return wanted
+
+    # ---------------------------------------------------------------- a run's objects
+    def _maybe_create(self, job_id: str, attempt: int, names: set[str]) -> None:
+        """Creates the run's objects once every node of its gang asks (all of them together, or none)."""
+        allocs = self.host.allocs.of_job(job_id)
+        if not allocs or (job_id, attempt) in self._gangs or any(a.agent not in names for a in allocs):
+            return
+        job = self._reader.job(job_id)
+        if job is None or job.attempt != attempt or job.state != JobState.STARTING:
+            return
+        settings = self.host.settings
+        image = str(job.spec.config.kubernetes.get("image") or self.options.image)
+        if not image:
+            self._fail(job_id, "no image for its pods: give `kubernetes: {image: ...}` in the job's config, or start "
+                               "the coordinator with --image", restartable=False)
+            return
+        gang = Gang(job_id, attempt, {a.agent: a.node_rank for a in allocs}, {}, time.monotonic())
+        self._gangs[(job_id, attempt)] = gang
+        for a in allocs:
+            self._handed[a.agent] = (job_id, attempt)
+        try:
+            credentials = {manifests.credential_key(a.node_rank): self._authority.issue(
+                "node", a.agent, self._advertise, self._plaintext).to_json() for a in allocs}
+            secret = self.api.create(manifests.secret(job_id, attempt, self.options.namespace, credentials))  # type: ignore[union-attr]
+            owner = manifests.owner(secret)
+            self.api.create(manifests.service(job_id, attempt, self.options.namespace,  # type: ignore[union-attr]
+                                              sorted({p for a in allocs for p in a.ports}), owner))
+            for a in allocs:
+                pod = manifests.pod(self._gang_pod(job_id, attempt, a), self.options.namespace, image=image,
+                                    command=self._agent_command(job_id, attempt, a), env={}, owner_ref=owner,
+                                    pod_spec=job.spec.config.kubernetes.get("pod_spec"),
+                                    grace=settings.stop_grace + 30)
+                gang.pod_names[a.agent] = pod["metadata"]["name"]
+                self.api.create(pod)  # type: ignore[union-attr]
+        except KubernetesError as e:
+            code = getattr(e, "code", 0)
+            self._fail(job_id, f"its pods could not be created: {e}", restartable=code not in (400, 403, 422))
+            self._tear_down(gang)
+            return
+        log.info("kubernetes: job %s run %d: %d pod(s) created on %s", job_id, attempt, len(allocs),
+                 ", ".join(a.agent for a in allocs))
+
+    @staticmethod
+    def _gang_pod(job_id: str, attempt: int, alloc: Allocation) -> manifests.GangPod:
+        return manifests.GangPod(job_id, attempt, alloc.node_rank, alloc.agent, alloc.slots, len(alloc.gpus))
+
+    def _agent_command(self, job_id: str, attempt: int, alloc: Allocation) -> list[str]:
+        """The pod's agent: its node's, for this run alone, heartbeating (no beacons out of a pod)."""
+        command = [*self.options.agent_command, "agent", "--name", alloc.agent, "--credentials", CREDENTIAL,
+                   "--coordinator", self._advertise, "--only-run", f"{job_id}/{attempt}", "--no-beacons"]
+        return command if alloc.gpus else [*command, "--slots", str(alloc.slots)]
+
+    def _watch_gang(self, gang: Gang) -> None:
+        pods = {node: self._pod(gang.pod_names.get(node, "")) for node in gang.nodes}
+        for node, pod in pods.items():
+            if gangs.pod_phase(pod) == "Running":
+                gang.seen_running.add(node)
+        if gang.tearing_down:
+            for node, pod in pods.items():
+                if pod is None and self._handed.get(node) == (gang.job_id, gang.attempt):
+                    self._give_back(node)
+            if all(pod is None for pod in pods.values()):
+                del self._gangs[(gang.job_id, gang.attempt)]
+            return
+        job = self._reader.job(gang.job_id)
+        if job is None or job.attempt != gang.attempt or not job.state.active or job.state == JobState.QUEUED:
+            # Over: its agents stop what still runs (they get the stops); then its objects go.
+            gang.over_since = gang.over_since or time.monotonic()
+            if self._workers_gone(gang) or time.monotonic() - gang.over_since > TEAR_DOWN_AFTER:
+                self._tear_down(gang)
+            return
+        verdict = gangs.judge(pods, gang.pod_names, sorted(gang.seen_running), time.monotonic() - gang.created,
+                              self.options.start_timeout)
+        if verdict.verdict == gangs.Verdict.NOT_STARTED:
+            with self.host.event():
+                self.host.lifecycle.handle(gang.job_id, job_machine.NotStarted(verdict.why), time.time())
+            self._tear_down(gang)
+        elif verdict.verdict == gangs.Verdict.BROKEN:
+            self._fail(gang.job_id, verdict.why, restartable=False)
+            self._tear_down(gang)
+        elif verdict.verdict == gangs.Verdict.LOST:
+            with self.host.event():
+                ranks = self.host.lifecycle.ranks_on(gang.job_id, verdict.node)
+                self.host.lifecycle.handle(gang.job_id, job_machine.Failed(policy.vanished(
+                    verdict.node, ranks, verdict.why)), time.time())
+            self._tear_down(gang)
+
+    def _workers_gone(self, gang: Gang) -> bool:
+        """Whether no pod of the run still reports its workers (or holds its ports)."""
+        for node in gang.nodes:
+            agent = self.host.agents.get(node)
+            if agent is not None and not agent.lost and self._handed.get(node) == (gang.job_id, gang.attempt) and \
+                    (gang.job_id in agent.running or gang.job_id in agent.leased):
+                return False
+        return True
+
+    def _tear_down(self, gang: Gang) -> None:
+        """Deletes the run's pods, Service and Secret; its nodes come back once its pods are gone."""
+        gang.tearing_down = True
+        name = manifests.gang_name(gang.job_id, gang.attempt)
+        try:
+            self.api.delete("Pod", list(gang.pod_names.values()))  # type: ignore[union-attr]
+            self.api.delete("Service", [name])  # type: ignore[union-attr]
+            self.api.delete("Secret", [name])  # type: ignore[union-attr]
+        except KubernetesError as e:  # the next round sees its pods still there and asks again
+            gang.tearing_down = False
+            gang.over_since = gang.over_since or time.monotonic()
+            log.warning("kubernetes: deleting job %s run %d's objects: %s", gang.job_id, gang.attempt, e)
+            return
+        log.info("kubernetes: job %s run %d: its pods, Service and Secret deleted", gang.job_id, gang.attempt)
+
+    def _give_back(self, node: str) -> None:
+        """Its pod is gone: the engine answers for the node again (what the pod's run left there is reconciled:
+        a run still STARTED there fails, one RELEASING is freed)."""
+        del self._handed[node]
+        record = self._owned.get(node)
+        if record is not None:
+            self.nodes.register(record, (), (), time.time(), watched=False)
+        self._next_offers = 0.0  # its slots may have changed meanwhile
+        self._wake.set()
+
+    def _fail(self, job_id: str, why: str, restartable: bool) -> None:
+        with self.host.event():
+            self.host.lifecycle.handle(job_id, job_machine.Failed(policy.Outcome(
+                JobState.FAILED, f"job {job_id}: {why}", 1, restartable=restartable)), time.time())
+
+
+def node_selector(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` as a label selector (UsageError naming the bad part)."""
+    selector = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, equals, value = part.partition("=")
+        if not equals or not key:
+            raise UserError(f"--node-selector {text!r}: {part!r} is not LABEL=VALUE; give e.g. pool=training")
+        selector[key.strip()] = value.strip()
+    return selector

@@ -130,6 +130,7 @@ class _Running:
     def __init__(self, proc: subprocess.Popen, started: str, address: str, netns: str | None, grace: float):
         self.proc, self.started, self.address, self.netns, self.grace = proc, started, address, netns, grace
         self.kill_at: float | None = None
+        self.name = ""
 
 
 class TestKubelet:
@@ -242,6 +243,7 @@ class TestKubelet:
         log.close()
         grace = float(spec.terminationGracePeriodSeconds if spec.terminationGracePeriodSeconds is not None else 30)
         self._running[meta.uid] = running = _Running(proc, _now(), address, netns, grace)
+        running.name = meta.name
         self._status(pod, {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}], "startTime": running.started,
                            "conditions": [{"type": t, "status": "True", "lastTransitionTime": running.started}
                                           for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
@@ -323,6 +325,15 @@ class TestKubelet:
     def _forget(self, running: _Running) -> None:
         if running.netns:
             subprocess.run(["ip", "netns", "del", running.netns], capture_output=True, timeout=30)
+
+    def running_pods(self) -> list[str]:
+        return [r.name for r in list(self._running.values())]
+
+    def kill(self, pod_name: str) -> None:
+        """SIGKILL to a running pod's processes (its container killed: an OOM kill, a crash of the node's
+        runtime); the pod then ends Failed, as a real kubelet reports it."""
+        running = next(r for r in list(self._running.values()) if r.name == pod_name)
+        self._signal(running, signal.SIGKILL)
 
     # ---------------------------------------------------------------- the end
     def stop(self) -> None:

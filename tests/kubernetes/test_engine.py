@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import sys
 import uuid
@@ -46,6 +48,30 @@ class Kube:
 
     def launch(self, *args, timeout=300):
         return self.cluster.cli("launch", *args, timeout=timeout)
+
+    def pods(self) -> dict[str, str]:
+        """The namespace's tfdist pods: name -> phase."""
+        return {p.metadata.name: p.status.phase or "" for p in self.admin.list(Pod, namespace=NS)
+                if (p.metadata.labels or {}).get("tfdist.io/job")}
+
+    def kill_pod(self, name: str) -> None:
+        next(k for k in self.kubelets if name in k.running_pods()).kill(name)
+
+    def restart_coordinator(self) -> None:
+        """kill -9, then the same coordinator again (state dir, address, options)."""
+        self.cluster.coordinator.send_signal(signal.SIGKILL)
+        self.cluster.coordinator.wait(timeout=30)
+        os.environ["TFDIST_POD_AGENT_COMMAND"] = f"{sys.executable} -m cluster.client.cli"
+        try:
+            self.cluster.start_coordinator(self.cluster.address)
+        finally:
+            del os.environ["TFDIST_POD_AGENT_COMMAND"]
+
+
+def job_id_of(result) -> str:
+    found = re.search(r"tfdist: job (\S+) submitted", result.stderr)
+    assert found, result.stderr[-3000:]
+    return found.group(1)
 
 
 def _free_port() -> int:
@@ -103,8 +129,8 @@ def test_a_two_node_mwms_job_trains_through_pods_with_identical_weights_and_leav
     out.mkdir()
     result = kube.launch("--slots", "2", "--distribution", "mwms", "--", sys.executable, TRAIN, "--out", str(out))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + json.dumps(kube.cluster.logs())[-6000:]
-    assert "waiting for ranks 0 (node train-1) and 1 (node train-2)" in result.stderr or \
-        "placed on train-1:1, train-2:1" in kube.cluster.cli("job", result.stderr.split("job ")[1].split()[0]).stdout
+    placement = kube.cluster.job(job_id_of(result))["placement"]
+    assert sorted(p["node"] for p in placement) == list(NODES), placement
     first, second = (np.load(out / f"rank{r}.npz") for r in (0, 1))
     assert sorted(first.files) == sorted(second.files) and first.files
     for name in first.files:
@@ -113,3 +139,69 @@ def test_a_two_node_mwms_job_trains_through_pods_with_identical_weights_and_leav
     assert context["size"] == 2, context
     wait_for(lambda: not kube.objects(), "the job's pods, Service and Secret to be deleted", timeout=60,
              logs=kube.objects)
+
+
+def test_ps_mode_runs_chief_worker_and_ps_in_pods_and_ends_with_no_pod_left(kube, tmp_path):
+    """The chief's end ends the job: the ps task's pod (it never returns on its own) is deleted with the rest."""
+    script = os.path.join(REPO, "tests", "integration", "workers", "ps_fit.py")
+    result = kube.launch("--slots", "2", "--distribution", "ps", "--", sys.executable, script)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"\[rank=0\] keras=tf_keras strategy=ParameterServerStrategyV2 iterations=(\d+) expected=\1",
+                     result.stdout + result.stderr), result.stdout[-3000:]
+    wait_for(lambda: not kube.objects(), "the ps job's pods, Service and Secret to be deleted", timeout=60,
+             logs=kube.objects)
+
+
+def test_a_killed_pod_restarts_the_whole_gang_from_its_checkpoint_as_max_restarts_says(kube, tmp_path):
+    """SIGKILL to one pod (its agent and, with it, its workers): the run fails naming the pod, the gang is
+    torn down and placed again as the job's next run with new pods, which resume from the checkpoint."""
+    from tests.integration.test_restarts import TOTAL_STEPS, steps_by_attempt, trained, write_config
+
+    config = write_config(tmp_path, {"SLOW": 0.2}, max_restarts=1)
+    launched = __import__("subprocess").Popen(
+        [sys.executable, "-m", "cluster.client.cli", "launch", "--config", config], cwd=REPO,
+        env=cli_env(kube.marker, **kube.cluster.env), stdout=__import__("subprocess").PIPE,
+        stderr=__import__("subprocess").PIPE, text=True)
+    try:
+        wait_for(lambda: trained(tmp_path, 0) >= 6, "the first run's step 6", timeout=240,
+                 alive=lambda: launched.poll() is None)
+        victim = next(name for name in kube.pods() if name.endswith("-a0-n1"))
+        kube.kill_pod(victim)
+        out, err = launched.communicate(timeout=300)
+    finally:
+        if launched.poll() is None:
+            launched.kill()
+            launched.communicate()
+    assert launched.returncode == 0, err[-4000:]
+    assert f"lost its pod" in err or f"its pod {victim}" in err, err[-4000:]
+    assert "restarting the job (restart 1 of 1)" in err, err[-4000:]
+    runs = steps_by_attempt(tmp_path)
+    assert sorted(runs) == [0, 1] and min(runs[1]) <= max(runs[0]) + 1
+    assert max(runs[1]) == TOTAL_STEPS and min(runs[1]) % 5 == 1, runs  # resumed after a checkpoint (every 5)
+    wait_for(lambda: not kube.objects(), "both runs' objects to be deleted", timeout=60, logs=kube.objects)
+
+
+def test_a_coordinator_killed_re_adopts_its_running_pods(kube, tmp_path):
+    """kill -9 mid-run; the coordinator started again lists its pods, their agents register again saying what
+    they run, and the job ends as if nothing happened: the same pods, never created twice."""
+    from tests.integration.test_restarts import TOTAL_STEPS, steps_by_attempt, trained, write_config
+
+    job = kube.cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.2}))
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip()
+    wait_for(lambda: trained(tmp_path, 0) >= 4, "step 4", timeout=240)
+    before = {p.metadata.name: p.metadata.uid for p in kube.admin.list(Pod, namespace=NS)}
+    kube.restart_coordinator()
+    kube.cluster.wait_for(lambda: kube.cluster.job(job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=240)
+    runs = steps_by_attempt(tmp_path)
+    assert list(runs) == [0] and runs[0] == list(range(1, TOTAL_STEPS + 1)), runs  # one run, every step once
+    assert all(kube.admin.get(Pod, name, namespace=NS).metadata.uid == uid for name, uid in before.items()
+               if (name in kube.pods())), "a pod was made again"
+    wait_for(lambda: not kube.objects(), "the job's objects to be deleted", timeout=60, logs=kube.objects)
+
+
+def test_a_job_no_set_of_nodes_can_hold_is_refused_at_submit_naming_what_fits(kube, tmp_path):
+    result = kube.launch("--slots", "3", "--distribution", "mwms", "--", sys.executable, "-c", "pass", timeout=60)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "2" in result.stderr and "slot" in result.stderr, result.stderr
+    assert not kube.objects()

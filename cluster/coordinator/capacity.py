@@ -218,4 +218,4 @@ class LiveNodes:
                 self.index.remove(name)
             else:
                 used = sum(a.slots for a in self.allocs.on_agent(name))  # more than it has: it re-registered smaller
-                self.index.put(Node(name, agent.record.slots, max(0, agent.record.slots - used)))
+                self.index.put(Node(name, agent.record.slots, max(0, agent.record.slots - used - agent.held_elsewhere)))

@@ -33,6 +33,9 @@ class AgentLive:
     leased: set = dataclasses.field(default_factory=set)  # jobs whose ports it holds
     beaconing: bool = False  # a beacon of its arrived since it registered: its heartbeats need not prove it alive
     watched: bool = True  # declared lost when silent; False: an engine's node, whose engine answers for it
+    # Slots that work outside tfdist holds now (other pods on a Kubernetes node): not free, but the node keeps
+    # its size (a job of that size waits for it rather than being refused); set by its engine.
+    held_elsewhere: int = 0
 
     @property
     def name(self) -> str:

@@ -67,3 +67,35 @@ def gone(client: Client, resource, name: str, namespace_name: str) -> bool:
         return False
     except ApiError as e:
         return e.status.code == 404
+
+
+def coordinator_rights(plane, client: Client, namespace_name: str) -> tuple[str, list[dict]]:
+    """The shipped RBAC (cluster/engines/kubernetes/rbac.py) for a coordinator of `namespace_name`, created; a
+    kubeconfig holding its ServiceAccount's token (what it runs as, nothing more); the objects, for
+    remove_rights."""
+    from lightkube import codecs
+    from lightkube.models.authentication_v1 import TokenRequestSpec
+    from lightkube.resources.core_v1 import ServiceAccountToken
+
+    from cluster.engines.kubernetes.rbac import COORDINATOR, rbac_objects
+
+    objects = rbac_objects(namespace_name)
+    for obj in objects:
+        client.create(codecs.from_dict(obj))
+    token = client.create(ServiceAccountToken(metadata=ObjectMeta(namespace=namespace_name),
+                                              spec=TokenRequestSpec(audiences=[], expirationSeconds=7200)),
+                          name=COORDINATOR, namespace=namespace_name).status.token
+    return plane.kubeconfig(COORDINATOR, token=token), objects
+
+
+def remove_rights(client: Client, objects: list[dict]) -> None:
+    """The cluster-wide ones and the namespace (which takes the rest with it)."""
+    from lightkube import codecs
+
+    for obj in reversed(objects):
+        if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
+            try:
+                client.delete(type(codecs.from_dict(obj)), obj["metadata"]["name"])
+            except ApiError as e:
+                if e.status.code != 404:
+                    raise

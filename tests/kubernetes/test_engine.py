@@ -16,13 +16,11 @@ import uuid
 
 import numpy as np
 import pytest
-from lightkube import KubeConfig, Client, codecs
-from lightkube.models.authentication_v1 import TokenRequestSpec
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Pod, Secret, Service, ServiceAccountToken
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod, Secret, Service
 
-from cluster.engines.kubernetes.rbac import COORDINATOR, rbac_objects
 from tests.conftest import REPO, LocalCluster, cli_env, processes_with_marker, wait_for
+from tests.kubernetes.cluster_helpers import coordinator_rights, remove_rights
 from tests.kubernetes.kubelet import PodNetwork, TestKubelet
 
 pytestmark = pytest.mark.timeout(600)
@@ -84,18 +82,12 @@ def _free_port() -> int:
 def kube(plane, admin, tmp_path_factory):
     root = tmp_path_factory.mktemp("k8s-engine")
     marker = uuid.uuid4().hex
-    objects = rbac_objects(NS)
-    for obj in objects:
-        admin.create(codecs.from_dict(obj))
+    kubeconfig, objects = coordinator_rights(plane, admin, NS)
     network = PodNetwork(str(root), subnet="198.19.7")
     kubelets: list[TestKubelet] = []
     cluster = None
     try:
         host = network.join_host()
-        token = admin.create(ServiceAccountToken(metadata=ObjectMeta(namespace=NS),
-                                                 spec=TokenRequestSpec(audiences=[], expirationSeconds=7200)),
-                             name=COORDINATOR, namespace=NS).status.token
-        kubeconfig = plane.kubeconfig(COORDINATOR, token=token)
         env = cli_env(marker)
         kubelets = [TestKubelet(admin, name, {"cpu": "1", "memory": "8Gi", "pods": "10"}, str(root), network=network,
                                 env=env).start() for name in NODES]
@@ -116,11 +108,7 @@ def kube(plane, admin, tmp_path_factory):
         for kubelet in kubelets:
             kubelet.stop()
         network.remove()
-        for obj in reversed(objects):
-            kind = obj["kind"]
-            if kind in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
-                resource = type(codecs.from_dict(obj))
-                admin.delete(resource, obj["metadata"]["name"])
+        remove_rights(admin, objects)
         wait_for(lambda: not processes_with_marker(marker), "every process of the module to end", timeout=30)
 
 
@@ -202,6 +190,7 @@ def test_a_coordinator_killed_re_adopts_its_running_pods(kube, tmp_path):
 
 def test_a_job_no_set_of_nodes_can_hold_is_refused_at_submit_naming_what_fits(kube, tmp_path):
     result = kube.launch("--slots", "3", "--distribution", "mwms", "--", sys.executable, "-c", "pass", timeout=60)
-    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    assert "2" in result.stderr and "slot" in result.stderr, result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "slots_per_trial=3 can never be scheduled on this cluster (2 nodes of 1 slot)" in result.stderr, result.stderr
+    assert "Sizes that fit: 1, 2" in result.stderr or "Sizes that fit: 1-2" in result.stderr, result.stderr
     assert not kube.objects()

@@ -44,14 +44,17 @@ def test_an_init_container_counts_when_it_asks_for_more_than_the_containers_toge
 @pytest.mark.parametrize("nodes, pods, kwargs, expected", [
     # whole GPU nodes
     ([node("g1", gpus=8), node("g2", gpus=8)], [], {}, [NodeOffer("g1", 8, 8), NodeOffer("g2", 8, 8)]),
-    # other workloads' GPUs are theirs; tfdist's own pods are its own allocations; ended pods hold nothing
+    # other workloads' GPUs are taken (the node keeps its size: a job of that size waits for it); tfdist's own
+    # pods are its own allocations; ended pods hold nothing
     ([node("g1", gpus=8)], [pod("g1", gpus=2), pod("g1", gpus=8, tfdist=True), pod("g1", gpus=4, phase="Succeeded")],
-     {}, [NodeOffer("g1", 6, 6)]),
-    ([node("g1", gpus=8)], [pod("g1", gpus=8)], {}, [NodeOffer("g1", 0, 0, "every GPU taken by other workloads")]),
-    # a CPU node: its free whole CPUs, at most cpu_slots
-    ([node("c1", cpu="8")], [pod("c1", cpu="2500m")], {}, [NodeOffer("c1", 5, 0)]),
+     {}, [NodeOffer("g1", 8, 8, taken=2)]),
+    ([node("g1", gpus=8)], [pod("g1", gpus=8)], {}, [NodeOffer("g1", 8, 8, taken=8)]),
+    # a CPU node: its whole CPUs, at most cpu_slots; others' requests taken
+    ([node("c1", cpu="8")], [pod("c1", cpu="2500m")], {}, [NodeOffer("c1", 8, 0, taken=3)]),
     ([node("c1", cpu="8")], [], {"cpu_slots": 2}, [NodeOffer("c1", 2, 0)]),
-    ([node("c1", cpu="1")], [pod("c1", cpu="1")], {}, [NodeOffer("c1", 0, 0, "no free CPU")]),
+    ([node("c1", cpu="8")], [pod("c1", cpu="7")], {"cpu_slots": 2}, [NodeOffer("c1", 2, 0, taken=1)]),
+    ([node("c1", cpu="1")], [pod("c1", cpu="1")], {}, [NodeOffer("c1", 1, 0, taken=1)]),
+    ([node("c1", cpu="500m")], [], {}, [NodeOffer("c1", 0, 0, "no allocatable GPU or whole CPU")]),
     # not offered: cordoned, not Ready, an untolerated taint
     ([node("g1", gpus=8, cordoned=True)], [], {}, [NodeOffer("g1", 8, 8, "cordoned")]),
     ([node("g1", gpus=8, ready="Unknown")], [], {}, [NodeOffer("g1", 8, 8, "not Ready")]),

@@ -39,9 +39,10 @@ class AgentNodes:
         self.liveness = Liveness(host.agents, lambda: len(host.lifecycle.live.index.nodes), host.settings, host.lock)
 
     def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
-                 watched: bool = True) -> None:
+                 watched: bool = True, held_elsewhere: int = 0) -> None:
         """An agent (re)joins, saying what it runs and which jobs' ports it holds (on heartbeats until its
-        first beacon arrives, if it beacons). `watched`: lost when silent (False: an engine's own node)."""
+        first beacon arrives, if it beacons). `watched`: lost when silent (False: an engine's own node);
+        `held_elsewhere`: its slots work outside tfdist holds (AgentLive.held_elsewhere)."""
         if not record.name or record.slots < 1:
             raise BadRequest(f"agent {record.name!r}: needs a name and at least 1 slot, got {record.slots}")
         if record.gpus and len(record.gpus) != record.slots:
@@ -51,7 +52,8 @@ class AgentNodes:
             host.store.upsert_agent(record, now)
             previous = host.agents.get(record.name)
             agent = AgentLive(record, now, running={j.job_id: set(j.joined_ranks) for j in running},
-                              leased=set(leased), attempts={j.job_id: j.attempt for j in running}, watched=watched)
+                              leased=set(leased), attempts={j.job_id: j.attempt for j in running}, watched=watched,
+                              held_elsewhere=held_elsewhere)
             host.agents[record.name] = agent
             host.lifecycle.node_changed(record.name)
             self.liveness.gone(record.name)
@@ -97,6 +99,17 @@ class AgentNodes:
             work = self._work_for(agent)
         work.version = event.version  # the version its answer covers, its own change included
         return work
+
+    def held_elsewhere(self, name: str, slots: int, now: float) -> None:
+        """Work outside tfdist now holds `slots` of the node (its engine saw it): its free slots change."""
+        host = self.host
+        with host.event():
+            agent = host.agents.get(name)
+            if agent is None or agent.held_elsewhere == slots:
+                return
+            agent.held_elsewhere = slots
+            host.lifecycle.node_changed(name)
+            host.lifecycle.schedule(now)
 
     def check_lost(self, now: float) -> None:
         """Declares silent agents lost, failing and freeing their jobs. Called periodically (Engine.tick)."""

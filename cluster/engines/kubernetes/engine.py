@@ -78,6 +78,7 @@ class KubernetesEngine:
         self._gangs: dict[tuple[str, int], Gang] = {}
         self._handed: dict[str, tuple[str, int]] = {}  # node -> the run whose pod is its agent now
         self._owned: dict[str, AgentRecord] = {}  # the offered nodes it answers for (no pod of a run on them)
+        self._taken: dict[str, int] = {}  # node -> its slots other workloads hold (offers.NodeOffer.taken)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._next_offers = 0.0
@@ -233,13 +234,16 @@ class KubernetesEngine:
         offered = {o.name: o for o in offers if o.offered}
         now = time.time()
         for name, offer in offered.items():
+            self._taken[name] = offer.taken
             if name in self._handed:
                 continue
             gpus = tuple(Gpu(i, f"{name}/gpu{i}") for i in range(offer.gpus))
             record = AgentRecord(name, offer.slots, (), gpus)
             if self._owned.get(name) != record:
-                self.nodes.register(record, (), (), now, watched=False)
+                self.nodes.register(record, (), (), now, watched=False, held_elsewhere=offer.taken)
                 self._owned[name] = record
+            else:
+                self.nodes.held_elsewhere(name, offer.taken, now)
         gone = [name for name in self._owned if name not in offered and name not in self._handed]
         why = {o.name: o.why_not for o in offers}
         for name in gone:
@@ -260,7 +264,7 @@ class KubernetesEngine:
                 continue
             work = self.nodes.heartbeat(AgentReport(name, (), (), {}, {}), now)
             if work is None:
-                self.nodes.register(record, (), (), now, watched=False)
+                self.nodes.register(record, (), (), now, watched=False, held_elsewhere=self._taken.get(name, 0))
                 continue
             for job_id, _ in work.check_ports:
                 wanted.setdefault((job_id, work.attempts.get(job_id, 0)), set()).add(name)
@@ -382,7 +386,7 @@ class KubernetesEngine:
         del self._handed[node]
         record = self._owned.get(node)
         if record is not None:
-            self.nodes.register(record, (), (), time.time(), watched=False)
+            self.nodes.register(record, (), (), time.time(), watched=False, held_elsewhere=self._taken.get(node, 0))
         self._next_offers = 0.0  # its slots may have changed meanwhile
         self._wake.set()
 

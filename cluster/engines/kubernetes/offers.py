@@ -2,10 +2,11 @@
 API serves them): pure, so it is tested as a table and the engine only reads and applies it.
 
 A node is offered when it is Ready, not cordoned, and every NoSchedule/NoExecute taint is tolerated by the
-tolerations tfdist's pods carry; its slots are its allocatable `nvidia.com/gpu` less what other workloads'
-pods on it ask for (tfdist's own pods are its own allocations: not subtracted), or, on a node without GPUs,
-its free whole CPUs (allocatable less other pods' requests), at most `cpu_slots` when that is set. A node
-not offered says why, as a job's waiting reason does.
+tolerations tfdist's pods carry. Its slots (its size) are its allocatable `nvidia.com/gpu`, or, on a node
+without GPUs, its allocatable whole CPUs (at most `cpu_slots` when that is set); `taken` is what other
+workloads' pods on it hold of those now (tfdist's own pods are its own allocations: not counted), so a node
+busy with others is still known at its size (a job that fits it waits for it) but is free only when they
+leave: a gang goes onto whole free nodes only. A node not offered says why, as a job's waiting reason does.
 """
 
 from __future__ import annotations
@@ -34,10 +35,15 @@ class NodeOffer:
     slots: int
     gpus: int  # GPUs behind the slots (0: a CPU node, one worker process per slot)
     why_not: str = ""  # "": offered; else why no job can go there now
+    taken: int = 0  # of its slots, those other workloads hold now
 
     @property
     def offered(self) -> bool:
         return not self.why_not and self.slots > 0
+
+    @property
+    def free(self) -> int:
+        return max(0, self.slots - self.taken)
 
 
 def quantity(text: Any) -> Fraction:
@@ -120,13 +126,13 @@ def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Seq
         taken = used.get(name, {})
         gpus = int(quantity(allocatable.get(GPU, 0)))
         if gpus > 0:
-            free = max(0, gpus - math.ceil(taken.get(GPU, 0)))
-            slots, behind = free, free
+            slots, behind, free = gpus, gpus, max(0, gpus - math.ceil(taken.get(GPU, 0)))
         else:
-            free_cpus = math.floor(quantity(allocatable.get("cpu", 0)) - taken.get("cpu", Fraction(0)))
-            slots, behind = max(0, free_cpus if not cpu_slots else min(cpu_slots, free_cpus)), 0
+            cpus = math.floor(quantity(allocatable.get("cpu", 0)))
+            slots, behind = max(0, cpus if not cpu_slots else min(cpu_slots, cpus)), 0
+            free = min(slots, max(0, math.floor(quantity(allocatable.get("cpu", 0)) - taken.get("cpu", Fraction(0)))))
         reason = why_not(node, tolerations)
         if not reason and slots == 0:
-            reason = "every GPU taken by other workloads" if gpus else "no free CPU"
-        offers.append(NodeOffer(name, slots, behind, reason))
+            reason = "no allocatable GPU or whole CPU"
+        offers.append(NodeOffer(name, slots, behind, reason, slots - free))
     return offers

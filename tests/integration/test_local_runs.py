@@ -28,7 +28,7 @@ def config(tmp_path, name, slow=0.0, storage=True) -> str:
     (tmp_path / f"{name}.yaml").write_text(json.dumps({
         **({"checkpoint_storage": {"host_path": str(tmp_path / "ckpt")}} if storage else {}),
         "resources": {"slots_per_trial": 2}, "distribution": {"mode": "mwms"}, "entrypoint": ["python", WORKER],
-        "environment": {"variables": {"OUT": str(out), "SLOW": str(slow)}}}))
+        "environment": {"variables": {"OUT": str(out), "SLOW": str(slow), "SLOW_RUNS": "1"}}}))
     return str(tmp_path / f"{name}.yaml")
 
 

@@ -112,7 +112,7 @@ def test_preempt_and_sigterm_to_a_worker_pause_every_rank_at_one_step_and_resume
     cluster = local_cluster()
     cluster.start_agent("n1", "--slots", "2")
     cluster.wait_agents("n1")
-    job = cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.3}))
+    job = cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.3, "SLOW_RUNS": 2}))
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip()
     running = lambda: cluster.job(job_id)["state"] in ("QUEUED", "STARTING", "RUNNING")  # noqa: E731

@@ -145,7 +145,7 @@ def test_a_killed_pod_restarts_the_whole_gang_from_its_checkpoint_as_max_restart
     torn down and placed again as the job's next run with new pods, which resume from the checkpoint."""
     from tests.integration.test_restarts import TOTAL_STEPS, steps_by_attempt, trained, write_config
 
-    config = write_config(tmp_path, {"SLOW": 0.2}, max_restarts=1)
+    config = write_config(tmp_path, {"SLOW": 0.2, "SLOW_RUNS": 1}, max_restarts=1)
     launched = __import__("subprocess").Popen(
         [sys.executable, "-m", "cluster.client.cli", "launch", "--config", config], cwd=REPO,
         env=cli_env(kube.marker, **kube.cluster.env), stdout=__import__("subprocess").PIPE,

@@ -239,7 +239,7 @@ def test_preemption_stops_every_worker_at_one_step_and_the_requeued_job_resumes(
     second run resumes the same tfdist job from that step: every step trained exactly once."""
     from tests.integration.test_restarts import steps_by_attempt, write_config
 
-    config = write_config(tmp_path, {"SLOW": 0.5})
+    config = write_config(tmp_path, {"SLOW": 0.5, "SLOW_RUNS": 1})  # the requeued run trains at full speed
     job = sbatch(preempting_slurm, tmp_path, marker, f"{sys.executable} -m cluster.client.cli launch --config {config}\n",
                  "--nodes=2", "--ntasks-per-node=1", "--requeue", "--open-mode=append", wait=False).stdout.strip()
     try:

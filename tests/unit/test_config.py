@@ -121,6 +121,12 @@ BAD = [
      "c.yaml: checkpoint_storage.storage_path: expected a relative path inside host_path, got '../up' (str)"),
     ("checkpoint_storage: {host_path: /x, save_best: true}",
      "c.yaml: checkpoint_storage.save_best: unknown key; tfdist supports: type, host_path, storage_path"),
+    ("kubernetes: {imag: tfdist:1}", "c.yaml: kubernetes.imag: unknown key; did you mean 'kubernetes.image'?"),
+    ("kubernetes: {image: ''}", "c.yaml: kubernetes.image: is empty, got '' (str)"),
+    ("kubernetes: {pod_spec: [a]}", "c.yaml: kubernetes.pod_spec: expected a pod spec (a mapping), got ['a'] (list)"),
+    ("kubernetes: {pod_spec: {containers: {name: x}}}",
+     "c.yaml: kubernetes.pod_spec.containers: expected a list of containers, got {'name': 'x'} (dict); name the one "
+     "tfdist runs the workers in `tfdist-worker`"),
     ("- a\n- b", "c.yaml: the config: expected a mapping, got ['a', 'b'] (list)"),
     ("resources:\n  slots_per_trial: 2\n bad: [", "c.yaml:3:2: invalid YAML: expected <block end>, but found '<block mapping start>'"),
     ("a: b: c", "c.yaml:1:5: invalid YAML: mapping values are not allowed here"),

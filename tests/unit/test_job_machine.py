@@ -129,6 +129,12 @@ TABLE = [
     ("resuming a paused job: QUEUED again, from its checkpoint, no restart counted",
      job(JobState.PAUSED), (), NOTHING, m.Resumed(), (), ["Release", "LogLine", "SetState", "Schedule"],
      JobState.QUEUED, lambda r: r == NOTHING),
+    ("an engine could not bring the gang up (its pods not scheduled in time): QUEUED again, no restart spent",
+     job(JobState.STARTING), allocations(AllocState.LEASING, AllocState.LEASING), WATCHED,
+     m.NotStarted("1 of the gang's 2 pods were not running within 60s"), (),
+     ["Release", "LogLine", "SetState", "Schedule"], JobState.QUEUED, lambda r: r == NOTHING),
+    ("... but a gang that started meanwhile, or a job that ended, is left as it is",
+     job(JobState.RUNNING), None, WATCHED, m.NotStarted("late"), (), [], None, lambda r: r == WATCHED),
     ("the start-up over its timeout, a node never started: fail, counted",
      job(JobState.STARTING), allocations(AllocState.STARTED, AllocState.LEASED), RunState(start_clock=NOW - 61),
      m.DeadlineCheck(), (), ["Count", "SetState", "Release", "Schedule"], JobState.FAILED, lambda r: r == NOTHING),
@@ -174,6 +180,8 @@ def test_a_restart_counts_and_a_resume_does_not():
                      NOTHING, m.Resumed(), NOW)
     assert state_set(resumed).fields["attempt"] == 4 and state_set(resumed).fields["restarts"] == 1
     assert state_set(resumed).event == "resumed from the checkpoint at step 40"
+    placed_again = m.step(facts(job(JobState.STARTING, attempt=3, restarts=1)), WATCHED, m.NotStarted("pods late"), NOW)
+    assert state_set(placed_again).fields.items() >= {"attempt": 4, "restarts": 1}.items()
 
 
 def test_an_ending_records_the_live_placement_and_the_root_cause():

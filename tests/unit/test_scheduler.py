@@ -157,3 +157,24 @@ def test_the_index_follows_a_node_through_its_changes():
     index.remove("b")  # lost
     assert sorted(index.nodes) == ["a", "c"] and index.sizes == {8: 1, 4: 1} and index.free_total == 6
     assert schedule(index, [PendingJob("j", 3)]).assignments == (Assignment("j", (("c", 3),)),)
+
+
+def test_slots_other_workloads_hold_are_not_free_but_the_node_keeps_its_size():
+    """AgentLive.held_elsewhere (a Kubernetes node's GPUs other pods hold): the node is not idle, so no gang
+    goes there, yet its size still counts, so a job that fits it waits instead of being refused."""
+    from cluster.coordinator.allocations import AllocationTable
+    from cluster.coordinator.capacity import LiveNodes
+    from cluster.coordinator.store.memory import MemoryStore
+    from cluster.coordinator.values import AgentLive
+    from cluster.shared.model import AgentRecord
+
+    agents = {n: AgentLive(AgentRecord(n, 8, ()), 0.0) for n in ("g1", "g2")}
+    agents["g2"].held_elsewhere = 8
+    live = LiveNodes(agents, AllocationTable(MemoryStore()))
+    assert {n.name: n.free_slots for n in live.index.nodes.values()} == {"g1": 8, "g2": 0}
+    from cluster.coordinator.scheduler import check_feasible_sizes
+
+    check_feasible_sizes(16, live.index.sizes)  # both nodes count: 16 slots fit once g2 is free
+    agents["g2"].held_elsewhere = 0
+    live.refresh(["g2"])
+    assert live.index.nodes["g2"].free_slots == 8

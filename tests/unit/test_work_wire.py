@@ -79,3 +79,20 @@ def test_an_exit_and_a_metric_row_cross_the_wire():
     assert exit_from_pb(exit_to_pb(exit_), agent="n2").agent == "n2"
     row = MetricRow(1, 7, "loss", 0.25, 123.5, note="ckpt")
     assert metric_from_pb(metric_to_pb(row)) == row
+
+
+def test_a_pods_agent_takes_only_its_runs_work():
+    """work.of_run: a Kubernetes pod's agent carries out its own run's part of the node's work, nothing of another
+    job's nor of its job's next run (which has pods of its own); a stop of its job is kept whatever the run."""
+    from cluster.shared.work import of_run
+
+    start = lambda job, attempt: StartTask(job_id=job, working_dir="/", command=("x",), processes=(),  # noqa: E731
+                                           failure_grace=1.0, store_port=0, attempt=attempt, store_secret="")
+    work = Work(check_ports=[("a", (1,)), ("b", (2,))], probes=[ProbeTask("a", (), 1.0), ProbeTask("b", (), 1.0)],
+                start=[start("a", 0), start("a", 1), start("b", 0)], stop_jobs=["a", "b"], stop_grace={"a": 5.0, "b": 1.0},
+                dump_stacks=["b"], preempt=["a", "b"], attempts={"a": 0, "b": 0}, version=7)
+    mine = of_run(work, "a", 0)
+    assert mine == Work(check_ports=[("a", (1,))], probes=[ProbeTask("a", (), 1.0)], start=[start("a", 0)],
+                        stop_jobs=["a"], stop_grace={"a": 5.0}, preempt=["a"], attempts={"a": 0}, version=7)
+    later = of_run(work, "a", 1)  # the pod of run 1: its start, not run 0's port checks
+    assert later.check_ports == [] and later.start == [start("a", 1)] and later.stop_jobs == ["a"]

@@ -3,7 +3,8 @@
 The chief appends "attempt step" to $OUT/steps.txt after every step (the optimizer's step count), so the
 test sees which steps each run trained; it saves the final weights to $OUT/weights.npz. Every rank writes
 its pid to $OUT/pid-rankN. KILL_AT=S: rank 1 of the first run SIGKILLs itself after step S. SLOW=T: every
-rank sleeps T seconds after each step (time for a preemption to arrive mid-run).
+rank sleeps T seconds after each step (time for a preemption to arrive mid-run), in the job's first
+SLOW_RUNS runs only (default: every run; a run after the last one a test interrupts need not wait).
 """
 
 import os
@@ -23,7 +24,7 @@ from tfdist.callbacks import Checkpoint, MetricsReporter  # noqa: E402
 OUT = os.environ["OUT"]
 STEPS_PER_EPOCH, EPOCHS, GLOBAL_BATCH = 10, 3, 8
 KILL_AT = int(os.environ.get("KILL_AT", "0"))
-SLOW = float(os.environ.get("SLOW", "0"))
+SLOW = float(os.environ.get("SLOW", "0")) if ctx.attempt < int(os.environ.get("SLOW_RUNS", "1000")) else 0.0
 with open(os.path.join(OUT, f"pid-rank{ctx.rank}"), "w") as f:
     f.write(str(os.getpid()))
 

@@ -1,0 +1,56 @@
+"""A run's pods judged (cluster/engines/kubernetes/gangs.py), as a table of the API's Pod JSON: all Running,
+still starting within the bound, not started in time (placed again), broken for good (failed), and a pod of a
+started gang that ended or vanished (lost)."""
+
+import pytest
+
+from cluster.engines.kubernetes.gangs import Verdict, judge, why_pending
+
+NAMES = {"n1": "job-a0-n0", "n2": "job-a0-n1"}
+
+
+def pod(phase="Pending", node="n1", scheduled=None, waiting=None, terminated=None, deleting=False):
+    status = {"phase": phase, "conditions": [], "containerStatuses": []}
+    if scheduled is not None:
+        status["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                     "message": scheduled})
+    if waiting:
+        status["containerStatuses"].append({"name": "tfdist-worker", "state": {"waiting": {"reason": waiting}}})
+    if terminated is not None:
+        status["containerStatuses"].append({"name": "tfdist-worker", "state": {"terminated": {
+            "exitCode": terminated, "reason": "Error"}}})
+    meta = {"name": "p"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-27T00:00:00Z"
+    return {"metadata": meta, "spec": {"nodeName": node if scheduled is None else None}, "status": status}
+
+
+RUNNING = pod("Running")
+
+
+@pytest.mark.parametrize("pods, seen, age, verdict, said", [
+    ({"n1": RUNNING, "n2": RUNNING}, [], 1, Verdict.RUNNING, ""),
+    ({"n1": RUNNING, "n2": pod()}, [], 10, Verdict.STARTING, ""),
+    ({"n1": RUNNING, "n2": None}, [], 10, Verdict.STARTING, ""),  # not seen yet by the watch
+    ({"n1": RUNNING, "n2": pod(scheduled="0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")}, [], 61,
+     Verdict.NOT_STARTED, "1 of the gang's 2 pods were not running within 60s (job-a0-n1 on n2: not scheduled: 0/4 "
+                          "nodes are available: 4 Insufficient nvidia.com/gpu.)"),
+    ({"n1": RUNNING, "n2": pod(waiting="ErrImagePull")}, [], 5, Verdict.BROKEN,
+     "pod job-a0-n1 on node n2 cannot start: ErrImagePull"),
+    ({"n1": RUNNING, "n2": pod("Failed", terminated=137)}, ["n1", "n2"], 100, Verdict.LOST,
+     "its pod job-a0-n1 ended (Failed, exit code 137 (Error))"),
+    ({"n1": RUNNING, "n2": None}, ["n1", "n2"], 100, Verdict.LOST, "its pod job-a0-n1 was deleted"),
+    ({"n1": RUNNING, "n2": pod("Running", deleting=True)}, ["n1", "n2"], 100, Verdict.LOST,
+     "its pod job-a0-n1 is being deleted"),
+])
+def test_a_gangs_verdict(pods, seen, age, verdict, said):
+    judged = judge(pods, NAMES, seen, age, 60)
+    assert judged.verdict == verdict
+    assert said in judged.why
+    assert judged.node == ("n2" if verdict in (Verdict.LOST, Verdict.BROKEN) else "")
+
+
+def test_why_a_pod_waits_names_the_schedulers_message_or_its_containers_reason():
+    assert why_pending(pod(scheduled="0/2 nodes are available")) == ("not scheduled: 0/2 nodes are available", False)
+    assert why_pending(pod(waiting="ContainerCreating")) == ("container waiting: ContainerCreating", False)
+    assert why_pending(pod(waiting="InvalidImageName")) == ("InvalidImageName", True)

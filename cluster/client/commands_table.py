@@ -294,11 +294,30 @@ CREDENTIALS_COMMAND = Command(
                                                                "--insecure-plaintext"),
     ))
 
+KUBERNETES_COMMAND = Command(
+    "kubernetes", "print the manifests that run a coordinator on Kubernetes (kubectl apply -f -)",
+    _handler("daemon_commands", "print_kubernetes_manifests"), description=(
+        "Prints, as YAML for `kubectl apply -f -`, everything a coordinator of the kubernetes engine needs in "
+        "NAMESPACE: its least rights (a Role for its jobs' pods, Services and Secrets there, a ClusterRole that "
+        "reads nodes and pods), a PersistentVolumeClaim for its state, a Deployment and a Service "
+        "(docs/kubernetes.md)."),
+    args=(
+        arg("what", choices=["manifests"], help="manifests: the coordinator's objects"),
+        arg("--namespace", default="tfdist", metavar="NS", help="where the coordinator and its jobs' pods run "
+                                                               "(default tfdist)"),
+        arg("--image", required=True, metavar="IMAGE", help="an image with tfdist installed (and your training "
+                                                            "code's needs): the coordinator's and, unless a job "
+                                                            "names its own, its pods'"),
+        arg("--storage", default="10Gi", metavar="SIZE", help="the state volume's size (default 10Gi)"),
+        arg("--storage-class", default="", metavar="NAME", help="its StorageClass (default: the cluster's default)"),
+    ))
+
 COMMANDS: tuple[Command, ...] = (
     LAUNCH,
     COORDINATOR_DAEMON,
     AGENT,
     CREDENTIALS_COMMAND,
+    KUBERNETES_COMMAND,
     Command("jobs", "list jobs (without --coordinator: your local runs; without a selection: every active job and "
                     "the newest 20 finished)",
             _handler("job_commands", "list_jobs"), (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import signal
 import socket
@@ -145,6 +146,22 @@ def run_coordinator(args) -> int:
         server.stop(grace=1.0)
 
     return _serve(stop, shutdown, "coordinator")
+
+
+def print_kubernetes_manifests(args) -> int:
+    import yaml
+
+    from cluster.engines.kubernetes.deploy import coordinator_objects
+
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", args.namespace):
+        raise UsageError(f"tfdist kubernetes manifests: --namespace {args.namespace!r} is not a Kubernetes namespace "
+                         "name (lowercase letters, digits and '-', at most 63); e.g. --namespace tfdist")
+    if not args.image.strip() or any(c.isspace() for c in args.image):
+        raise UsageError(f"tfdist kubernetes manifests: --image {args.image!r}: give an image reference such as "
+                         "registry.example.com/tfdist:1.0")
+    sys.stdout.write(yaml.safe_dump_all(coordinator_objects(args.namespace, args.image, args.storage,
+                                                            args.storage_class), sort_keys=False))
+    return 0
 
 
 def run_agent(args) -> int:

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any
 
-from lightkube import ApiError, Client, codecs
+from lightkube import ApiError, Client
 from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
@@ -361,37 +361,14 @@ class TestKubelet:
 
 
 def warm_up(client: Client) -> None:
-    """Decodes each kind of object this kubelet reads once, in this thread, before its threads start:
-    msgspec 0.22 (under lightkube 1.0) crashes the process (SIGSEGV in get_class_annotations) when two
-    threads first build one type's decoding information at the same moment (seen here: the kubelet's first
-    list of pods beside a test building a Pod), and is safe once it is built."""
-    with _warm_lock:
-        codecs.from_dict(_WARM_POD)
-        for kind in ("Secret", "Node"):
-            codecs.from_dict({"apiVersion": "v1", "kind": kind, "metadata": {"name": "warm-up", "labels": {"a": "b"}}})
-        list(client.list(Pod, namespace="*", fields={"spec.nodeName": "warm-up"}))
+    """Each kind of object this kubelet reads decoded once, in this thread, before its threads start (what the
+    Kubernetes engine does too, and why: cluster/engines/kubernetes/api.warm_up)."""
+    from cluster.engines.kubernetes.api import warm_up as decode_each_kind_once
+
+    decode_each_kind_once()
+    list(client.list(Pod, namespace="*", fields={"spec.nodeName": "warm-up"}))
 
 
-_WARM_POD = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "w", "namespace": "n", "labels": {"a": "b"}, "uid": "u",
-                          "ownerReferences": [{"apiVersion": "v1", "kind": "Secret", "name": "s", "uid": "u"}]},
-             "spec": {"nodeName": "n", "hostname": "h", "subdomain": "s", "restartPolicy": "Never",
-                      "containers": [{"name": "c", "image": "i", "command": ["x"], "args": ["y"],
-                                      "env": [{"name": "A", "value": "1"},
-                                              {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"},
-                                                                          "fieldRef": {"fieldPath": "metadata.name"}}}],
-                                      "volumeMounts": [{"name": "v", "mountPath": "/m", "readOnly": True}],
-                                      "resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}}],
-                      "volumes": [{"name": "v", "secret": {"secretName": "s", "defaultMode": 256}}],
-                      "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                          "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
-                                                                  "values": ["n"]}]}]}}}},
-             "status": {"phase": "Running", "podIP": "1.2.3.4", "conditions": [{"type": "Ready", "status": "True"}],
-                        "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": True,
-                                               "restartCount": 0, "state": {"terminated": {"exitCode": 0}}}]}}
-
-
-_warm_lock = threading.Lock()
 
 
 def _decoded(secret: Secret) -> dict[str, str]:

@@ -190,7 +190,18 @@ def test_a_coordinator_killed_re_adopts_its_running_pods(kube, tmp_path):
 
 def test_a_job_no_set_of_nodes_can_hold_is_refused_at_submit_naming_what_fits(kube, tmp_path):
     result = kube.launch("--slots", "3", "--distribution", "mwms", "--", sys.executable, "-c", "pass", timeout=60)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 125 and "Traceback" not in result.stderr, result.stderr  # refused: tfdist's code
     assert "slots_per_trial=3 can never be scheduled on this cluster (2 nodes of 1 slot)" in result.stderr, result.stderr
     assert "Sizes that fit: 1, 2" in result.stderr or "Sizes that fit: 1-2" in result.stderr, result.stderr
     assert not kube.objects()
+
+
+def test_horovod_runs_across_two_pods_with_one_set_of_weights(kube, tmp_path):
+    """Horovod (Gloo) across the pods: its rendezvous on the job store, its hosts the pods' DNS names."""
+    script = os.path.join(REPO, "tests", "integration", "workers", "horovod_fit.py")
+    result = kube.launch("--slots", "2", "--distribution", "horovod", "--", sys.executable, script)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    digests = {line.split("weights=")[1].split()[0] for line in out.splitlines() if "weights=" in line}
+    assert len(digests) == 1 and out.count("loss_fell=True") == 2, out[-3000:]
+    wait_for(lambda: not kube.objects(), "the Horovod job's objects to be deleted", timeout=60, logs=kube.objects)

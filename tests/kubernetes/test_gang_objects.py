@@ -22,9 +22,9 @@ def test_a_pinned_gang_is_bound_counted_named_and_removed_with_its_secret(plane,
     ns = namespace(admin, "gang-objects")
     job = "12-c0de"
     try:
-        created = admin.create(codecs.from_dict(manifests.secret(job, ns, {"node-0.json": "{}", "node-1.json": "{}"})))
+        created = admin.create(codecs.from_dict(manifests.secret(job, 0, ns, {"node-0.json": "{}", "node-1.json": "{}"})))
         owner = manifests.owner(created.to_dict())
-        admin.create(codecs.from_dict(manifests.service(job, ns, [2222], owner)))
+        admin.create(codecs.from_dict(manifests.service(job, 0, ns, [2222], owner)))
         pods = [manifests.GangPod(job, attempt=0, node_rank=r, node=node, slots=8, gpus=8)
                 for r, node in enumerate(("gang-2", "gang-0"))]
         for gang_pod in pods:
@@ -45,13 +45,13 @@ def test_a_pinned_gang_is_bound_counted_named_and_removed_with_its_secret(plane,
         # The headless Service publishes each pod under its hostname: the names TF_CONFIG uses.
         hostnames = wait_for("the Service's endpoints name both pods", lambda: sorted(
             e.hostname for s in admin.list(EndpointSlice, namespace=ns,
-                                           labels={"kubernetes.io/service-name": manifests.job_name(job)})
-            for e in (s.endpoints or ()) if e.hostname) == ["a0-n0", "a0-n1"])
+                                           labels={"kubernetes.io/service-name": manifests.gang_name(job, 0)})
+            for e in (s.endpoints or ()) if e.hostname) == ["gang-0", "gang-2"])
         assert hostnames
 
-        admin.delete(Secret, manifests.job_name(job), namespace=ns)
+        admin.delete(Secret, manifests.gang_name(job, 0), namespace=ns)
         wait_for("the job's pods and Service garbage-collected after its Secret", lambda: all(
-            gone(admin, Pod, n, ns) for n in names) and gone(admin, Service, manifests.job_name(job), ns), timeout=90)
+            gone(admin, Pod, n, ns) for n in names) and gone(admin, Service, manifests.gang_name(job, 0), ns), timeout=90)
     finally:
         admin.delete(Namespace, ns)
         for name in nodes:

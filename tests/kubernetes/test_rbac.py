@@ -73,3 +73,39 @@ def test_the_coordinator_may_make_jobs_in_its_namespace_and_read_nodes_and_pods_
         admin.delete(ClusterRoleBinding, f"{COORDINATOR}-{NS}")
         admin.delete(ClusterRole, f"{COORDINATOR}-{NS}")
         admin.delete(Node, "rbac-node")
+
+
+
+@pytest.fixture
+def manifests_namespace(admin):
+    yield "tfdist-manifests"
+    try:
+        admin.delete(Namespace, "tfdist-manifests")
+    except ApiError:
+        pass
+
+
+def test_the_shipped_coordinator_manifests_are_accepted_by_the_api_server(plane, admin, manifests_namespace):
+    """`tfdist kubernetes manifests` prints what the API server takes as it is (checked by the server itself:
+    the namespace made, everything else dry-run): the RBAC above, the state's claim, the Deployment, the Service."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import REPO
+
+    ns = manifests_namespace
+    printed = subprocess.run([sys.executable, "-m", "cluster.client.cli", "kubernetes", "manifests", "--namespace", ns,
+                              "--image", "registry.example.com/tfdist:1"], cwd=REPO, capture_output=True, text=True,
+                             timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    objects = list(yaml.safe_load_all(printed.stdout))
+    assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                            "ClusterRoleBinding", "PersistentVolumeClaim", "Deployment", "Service"]
+    admin.create(codecs.from_dict(objects[0]))
+    for obj in objects[1:]:
+        admin.create(codecs.from_dict(obj), dry_run=True)  # the server validates it whole, stores nothing
+    deployment = objects[7]["spec"]["template"]["spec"]
+    assert deployment["serviceAccountName"] == COORDINATOR and "--engine" in deployment["containers"][0]["command"]
+    assert f"tfdist-coordinator.{ns}.svc:7470" in deployment["containers"][0]["command"]

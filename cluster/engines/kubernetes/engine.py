@@ -124,6 +124,8 @@ class KubernetesEngine:
         self._wake.set()
         for thread in self._threads:
             thread.join(timeout=min(timeout, 5.0))
+        if self.api is not None:  # what it asked of the API server (benchmarks/kubernetes_gangs.py reads it)
+            log.info("kubernetes: API calls made: %s", ", ".join(f"{k}={v}" for k, v in sorted(self.api.calls.items())))
 
     # ---------------------------------------------------------------- plumbing
     @property

@@ -1,0 +1,56 @@
+"""The coordinator's own objects on Kubernetes, as the API's JSON (pure): what `tfdist kubernetes manifests`
+prints for `kubectl apply -f -`. Its least rights (rbac.py), a PersistentVolumeClaim for its state (the SQLite
+store and its credentials directory, which survive the pod), a one-replica Deployment that runs
+`tfdist coordinator --engine kubernetes` as its ServiceAccount, and a Service its jobs' pods and its users reach
+it at. Its own pod mounts the ServiceAccount token (it calls the API); its jobs' pods never do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cluster.engines.kubernetes.offers import MANAGED_BY, TFDIST
+from cluster.engines.kubernetes.rbac import COORDINATOR, rbac_objects
+
+PORT = 7470
+STATE = "/var/lib/tfdist"
+Json = dict[str, Any]
+
+
+def service_address(namespace: str) -> str:
+    """Where the jobs' pods (and users inside the cluster) reach the coordinator."""
+    return f"{COORDINATOR}.{namespace}.svc:{PORT}"
+
+
+def coordinator_objects(namespace: str, image: str, storage: str = "10Gi", storage_class: str = "") -> list[Json]:
+    """In the order `kubectl apply` creates them. `image`: one with tfdist installed, for the coordinator and,
+    unless a job's config names another, for its jobs' pods."""
+    labels = {MANAGED_BY: TFDIST, "app.kubernetes.io/name": COORDINATOR}
+    meta = {"name": COORDINATOR, "namespace": namespace, "labels": labels}
+    claim: Json = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}}
+    if storage_class:
+        claim["storageClassName"] = storage_class
+    command = ["tfdist", "coordinator", "--engine", "kubernetes", "--namespace", namespace,
+               "--listen", f"0.0.0.0:{PORT}", "--http", "off", "--state-dir", STATE,
+               "--advertise", service_address(namespace), "--image", image]
+    container = {"name": "coordinator", "image": image, "command": command,
+                 "ports": [{"name": "grpc", "containerPort": PORT}],
+                 "env": [{"name": "HOME", "value": STATE}],  # its published credential and caches: on the volume
+                 "volumeMounts": [{"name": "state", "mountPath": STATE}, {"name": "tmp", "mountPath": "/tmp"}],
+                 "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 5},
+                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True}}
+    return [
+        *rbac_objects(namespace),
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": claim},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+         "spec": {"replicas": 1, "strategy": {"type": "Recreate"},  # one coordinator owns the state at a time
+                  "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels},
+                               "spec": {"serviceAccountName": COORDINATOR, "containers": [container],
+                                        "terminationGracePeriodSeconds": 30,
+                                        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+                                        "volumes": [{"name": "state",
+                                                     "persistentVolumeClaim": {"claimName": COORDINATOR}},
+                                                    {"name": "tmp", "emptyDir": {}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+         "spec": {"selector": labels, "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]}},
+    ]

@@ -9,7 +9,9 @@
    (node offers every 5 s, the pod watch) included.
 3. `--nodes` nodes and `--gangs` gangs of 2 to 16 nodes submitted at once (far more than fit): each gang,
    once all its pods run, is ended; sampled every 0.2 s, the GPU-seconds that pods of incomplete gangs
-   (some of their pods bound, not all) hold, and how many gangs never completed within `--deadline`.
+   (some of their pods bound, not all) hold, of those the GPU-seconds of gangs incomplete for more than
+   STUCK_AFTER seconds after their first pod was bound (half-placed: past the moments their pods are created
+   and bound one by one), and how many gangs never completed within `--deadline`.
 
     .venv/bin/python benchmarks/kubernetes_gangs.py [--jobs 20] [--nodes 100] [--gangs 50]
 
@@ -36,6 +38,7 @@ sys.path.insert(0, REPO)
 from benchmarks.compare import save_json  # noqa: E402
 
 GPUS = 8
+STUCK_AFTER = 2.0  # seconds a gang may be partly bound while its pods are created and bound; after: half-placed
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -176,7 +179,8 @@ def make_nodes(admin, names: list[str], pool: str) -> None:
 
 def sample_gangs(admin, namespace: str, label: str, sizes: dict[str, int], end, deadline: float) -> dict:
     """Samples every 0.2 s until every gang completed once or `deadline`; `end(key)` ends a complete gang."""
-    incomplete_gpu_seconds, worst, done = 0.0, 0, set()
+    incomplete_gpu_seconds, stuck_gpu_seconds, worst, done = 0.0, 0.0, 0, set()
+    first_bound: dict[str, float] = {}  # gang -> when a pod of it was first seen bound
     last = time.monotonic()
     started = last
     while len(done) < len(sizes) and time.monotonic() - started < deadline:
@@ -192,12 +196,16 @@ def sample_gangs(admin, namespace: str, label: str, sizes: dict[str, int], end, 
                 end(key)
             elif bound:
                 incomplete += 1
-                incomplete_gpu_seconds += len(bound) * GPUS * (now - last)
+                held = len(bound) * GPUS * (now - last)
+                incomplete_gpu_seconds += held
+                if now - first_bound.setdefault(key, now) > STUCK_AFTER:  # past its pods' creation: half-placed
+                    stuck_gpu_seconds += held
         worst = max(worst, incomplete)
         last = now
         time.sleep(0.2)
     return {"gangs": len(sizes), "completed": len(done), "seconds": round(time.monotonic() - started, 1),
-            "incomplete_gpu_seconds": round(incomplete_gpu_seconds, 1), "most_incomplete_at_once": worst}
+            "incomplete_gpu_seconds": round(incomplete_gpu_seconds, 1), "most_incomplete_at_once": worst,
+            "half_placed_gpu_seconds": round(stuck_gpu_seconds, 1)}
 
 
 def queued_gangs(plane, admin, root: str, nodes: int, gangs: int, deadline: float) -> dict:
@@ -279,12 +287,12 @@ def main() -> int:
     per_job = sum(calls.values()) / latency["jobs"] if calls else float("nan")
     print(f"\nAPI calls by the coordinator: {calls} = {per_job:.1f} per job over {latency['jobs']} jobs")
     print(f"\n| {args.gangs} gangs on {args.nodes} nodes | completed | seconds | GPU-s held by incomplete gangs | "
-          "most incomplete at once |")
-    print("|---|---|---|---|---|")
+          f"of those, half-placed (> {STUCK_AFTER:g} s) | most incomplete at once |")
+    print("|---|---|---|---|---|---|")
     for k in ("tfdist", "direct"):
         q = queue[k]
         print(f"| {'tfdist' if k == 'tfdist' else 'default scheduler'} | {q['completed']}/{q['gangs']} | {q['seconds']} | "
-              f"{q['incomplete_gpu_seconds']} | {q['most_incomplete_at_once']} |")
+              f"{q['incomplete_gpu_seconds']} | {q['half_placed_gpu_seconds']} | {q['most_incomplete_at_once']} |")
     save_json(os.path.join(HERE, "results", "kubernetes_gangs.json"), {
         "benchmark": "kubernetes_gangs", "jobs_per_size": args.jobs, "start_latency_seconds": table,
         "samples": {k: {str(s): v for s, v in latency[k].items()} for k in ("tfdist", "direct")},

@@ -14,7 +14,8 @@ from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.kubernetes")
 Json = dict[str, Any]
-WATCH_SECONDS = 20  # a pod watch ends this often and is listed and watched again (the list is the truth)
+WATCH_SECONDS = 20  # the server ends a pod watch this often; lightkube resumes it from its last version (a
+# version too old for the server raises, and the pods are listed and watched again: the list is the truth)
 _KINDS = {"Pod": ("lightkube.resources.core_v1", "Pod"), "Service": ("lightkube.resources.core_v1", "Service"),
           "Secret": ("lightkube.resources.core_v1", "Secret"), "Node": ("lightkube.resources.core_v1", "Node")}
 _warm = threading.Lock()

@@ -169,23 +169,40 @@ def test_a_killed_pod_restarts_the_whole_gang_from_its_checkpoint_as_max_restart
     wait_for(lambda: not kube.objects(), "both runs' objects to be deleted", timeout=60, logs=kube.objects)
 
 
-def test_a_coordinator_killed_re_adopts_its_running_pods(kube, tmp_path):
+def test_a_coordinator_killed_re_adopts_its_pods_and_preempt_and_resume_work_as_on_agents(kube, tmp_path):
     """kill -9 mid-run; the coordinator started again lists its pods, their agents register again saying what
-    they run, and the job ends as if nothing happened: the same pods, never created twice."""
-    from tests.integration.test_restarts import TOTAL_STEPS, steps_by_attempt, trained, write_config
+    they run, and the run goes on in the same pods (never made twice). Then `tfdist preempt`: every rank stops
+    at one step with a checkpoint, the job pauses and its pods go; `tfdist resume`: new pods resume there."""
+    from tests.integration.test_restarts import TOTAL_STEPS, steps_by_attempt, stopped_steps, trained, write_config
 
-    job = kube.cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.2}))
+    job = kube.cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.3, "SLOW_RUNS": 1}))
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip()
-    wait_for(lambda: trained(tmp_path, 0) >= 4, "step 4", timeout=240)
+    wait_for(lambda: trained(tmp_path, 0) >= 3, "step 3", timeout=240)
     before = {p.metadata.name: p.metadata.uid for p in kube.admin.list(Pod, namespace=NS)}
     kube.restart_coordinator()
+    wait_for(lambda: trained(tmp_path, 0) >= 8, "step 8 after the restart", timeout=120)
+    assert {p.metadata.name: p.metadata.uid for p in kube.admin.list(Pod, namespace=NS)} == before, \
+        "the pods were not the same ones after the restart"
+    assert kube.cluster.cli("preempt", job_id).returncode == 0
+    kube.cluster.wait_for(lambda: kube.cluster.job(job_id)["state"] == "PAUSED", "the job to pause", timeout=120)
+    stops = stopped_steps(kube.cluster.cli("logs", job_id).stdout)
+    assert set(stops) == {0, 1} and len(set(stops.values())) == 1, stops
+    wait_for(lambda: not kube.objects(), "the paused job's pods deleted", timeout=60, logs=kube.objects)
+    assert kube.cluster.cli("resume", job_id).returncode == 0
     kube.cluster.wait_for(lambda: kube.cluster.job(job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=240)
     runs = steps_by_attempt(tmp_path)
-    assert list(runs) == [0] and runs[0] == list(range(1, TOTAL_STEPS + 1)), runs  # one run, every step once
-    assert all(kube.admin.get(Pod, name, namespace=NS).metadata.uid == uid for name, uid in before.items()
-               if (name in kube.pods())), "a pod was made again"
+    assert sorted(runs) == [0, 1] and min(runs[1]) == stops[0] + 1, runs  # resumed right after the common step
+    assert sorted(s for a in runs for s in runs[a]) == list(range(1, TOTAL_STEPS + 1)), runs  # every step once
     wait_for(lambda: not kube.objects(), "the job's objects to be deleted", timeout=60, logs=kube.objects)
+
+
+def test_a_single_node_mode_runs_in_one_pod(kube, tmp_path):
+    script = os.path.join(REPO, "tests", "integration", "workers", "single_node.py")
+    result = kube.launch("--slots", "1", "--distribution", "one_device", "--", sys.executable, script)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "strategy=OneDeviceStrategy replicas=1 size=1" in result.stdout + result.stderr
+    wait_for(lambda: not kube.objects(), "its pod deleted", timeout=60, logs=kube.objects)
 
 
 def test_a_job_no_set_of_nodes_can_hold_is_refused_at_submit_naming_what_fits(kube, tmp_path):

@@ -32,7 +32,7 @@ from cluster.agent.outbox import Outbox
 from cluster.agent.ports import Prober, lease_dir
 from cluster.agent.unreachable import Unreachable
 from cluster.agent.usage import UsageSampler
-from cluster.shared.credentials import Credential
+from cluster.shared.credentials import Credential, parse_run_name
 from cluster.shared.model import Address, AgentRecord, Gpu
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.work import AgentReport, ProbeTask, Work, of_run
@@ -82,7 +82,8 @@ class Agent:
         self.gpus, self.slots = node_slots(slots, gpus)
         self.addresses = addresses or [Address(a["ip"], a["prefix_len"], a.get("interface", ""))
                                        for a in discover_addresses(coordinator)]
-        if credential.kind != "node" or credential.name != name:
+        speaks_for = (parse_run_name(credential.name) or ("",))[0] if credential.kind == "run" else credential.name
+        if credential.kind not in ("node", "run") or speaks_for != name:
             raise NodeCredentialError(f"agent {name!r} needs a node credential issued for {name!r}; this one is for "
                                       f"{credential.kind} {credential.name!r} (`tfdist credentials DIR --node {name}`)")
         self.client = Client(coordinator, credential)

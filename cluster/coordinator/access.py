@@ -5,7 +5,9 @@ tests/unit/test_access_matrix.py fails on it), so a new RPC cannot slip past aut
 
 - Agent RPCs accept only a node credential, and only for the node its token names: the request's
   agent name must be the credential's. (That the job of a report runs on that node is the core's
-  check: it needs the job's placement.)
+  check: it needs the job's placement.) A run credential (a Kubernetes pod's agent) speaks for the node in
+  its name too, and reports only about its own job; that its run still holds the node is the gate's check
+  (rpc_edge.Gate), and the work it is answered is its run's alone (the AgentService's).
 - User RPCs accept user and admin credentials; a user acts on (cancels, preempts, resumes, reads the
   logs and metrics of) only their own jobs, an admin on every job. Job lists and job details are open to
   every user, with environment values never shown back (answers.redact).
@@ -18,10 +20,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from cluster.shared.credentials import Principal
+from cluster.shared.credentials import Principal, parse_run_name
 from tfdist.errors import PermissionDeniedError
 
-NODE, USER, ADMIN, MONITOR = "node", "user", "admin", "monitor"
+NODE, USER, ADMIN, MONITOR, RUN = "node", "user", "admin", "monitor", "run"
+JOB_REPORTS = ("ReportExit", "PushLogs", "ReportMetrics")  # node RPCs about one job (request.job_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,14 +53,14 @@ RULES: dict[str, Rule] = {
     "GetLogs": _rule(*ACT, owned=True),
     "GetMetrics": _rule(*READ, owned=True),
     # service AgentService: nodes, each only as itself
-    "Register": _rule(NODE, agent_field=lambda r: r.agent.name),
-    "Heartbeat": _rule(NODE, agent_field=lambda r: r.agent),
-    "WaitForWork": _rule(NODE, agent_field=lambda r: r.agent),
-    "ReportExit": _rule(NODE, agent_field=lambda r: r.agent),
-    "PushLogs": _rule(NODE, agent_field=lambda r: r.agent),
-    "ReportMetrics": _rule(NODE, agent_field=lambda r: r.agent),
+    "Register": _rule(NODE, RUN, agent_field=lambda r: r.agent.name),
+    "Heartbeat": _rule(NODE, RUN, agent_field=lambda r: r.agent),
+    "WaitForWork": _rule(NODE, RUN, agent_field=lambda r: r.agent),
+    "ReportExit": _rule(NODE, RUN, agent_field=lambda r: r.agent),
+    "PushLogs": _rule(NODE, RUN, agent_field=lambda r: r.agent),
+    "ReportMetrics": _rule(NODE, RUN, agent_field=lambda r: r.agent),
     # an agent's /metrics asks who a scraper's token names (the agent holds no secret to check it with)
-    "CheckScrapeToken": _rule(NODE, agent_field=lambda r: r.agent),
+    "CheckScrapeToken": _rule(NODE, RUN, agent_field=lambda r: r.agent),
 }
 
 
@@ -68,14 +71,20 @@ def decide(method: str, principal: Principal, request, owner_of: Callable[[str],
     if rule is None:
         raise PermissionDeniedError(f"{method} has no access rule; refused")
     if principal.kind not in rule.kinds:
-        allowed = [k for k in (USER, ADMIN, MONITOR, NODE) if k in rule.kinds]
+        allowed = [k for k in (USER, ADMIN, MONITOR, NODE, RUN) if k in rule.kinds]
         kinds = allowed[0] if len(allowed) == 1 else f"{', '.join(allowed[:-1])} or {allowed[-1]}"
         raise PermissionDeniedError(f"{method} needs {'an' if kinds.startswith('admin') else 'a'} {kinds} credential; "
                                     f"yours is a {principal.kind} credential ({principal.name})")
     if rule.agent_field is not None:
         claimed = rule.agent_field(request)
-        if claimed != principal.name:
-            raise PermissionDeniedError(f"node credential {principal.name!r} cannot speak for node {claimed!r}")
+        run = parse_run_name(principal.name) if principal.kind == RUN else None
+        if principal.kind == RUN and run is None:
+            raise PermissionDeniedError(f"run credential {principal.name!r} names no run (NODE@JOB+ATTEMPT)")
+        node = run[0] if run is not None else principal.name
+        if claimed != node:
+            raise PermissionDeniedError(f"{principal.kind} credential {principal.name!r} cannot speak for node {claimed!r}")
+        if run is not None and method in JOB_REPORTS and request.job_id != run[1]:
+            raise PermissionDeniedError(f"run credential {principal.name!r} cannot report for job {request.job_id!r}")
     if rule.owned and principal.kind == USER:
         owner = owner_of(request.job_id)
         if owner is not None and owner != principal.name:

@@ -11,8 +11,8 @@ import grpc
 from cluster.coordinator import access, request_checks
 from cluster.coordinator.core import CoordinatorCore
 from cluster.shared.auth import bearer_token
-from cluster.shared.credentials import Authority, Principal
-from tfdist.errors import NotFoundError, TfdistError, UnauthenticatedError, UserError
+from cluster.shared.credentials import Authority, Principal, parse_run_name
+from tfdist.errors import NotFoundError, PermissionDeniedError, TfdistError, UnauthenticatedError, UserError
 
 log = logging.getLogger("tfdist.coordinator")
 MAX_TOKEN_CHARS = 1024  # a longer token is not verified
@@ -66,7 +66,16 @@ class Gate:
         if principal is None:
             raise UnauthenticatedError(NO_CREDENTIAL)
         access.decide(method, principal, request, self._owner_of)
+        if principal.kind == access.RUN:
+            self._check_run(principal)
         return principal
+
+    def _check_run(self, principal: Principal) -> None:
+        """A run credential counts while its run holds its node: that job's current run, placed there."""
+        node, job_id, attempt = parse_run_name(principal.name) or ("", "", -1)
+        job = self.reader.job(job_id)
+        if job is None or job.attempt != attempt or self.core.allocs.get(job_id, node) is None:
+            raise PermissionDeniedError(f"run credential {principal.name!r}: that run no longer holds node {node}")
 
     def _owner_of(self, job_ref: str) -> str | None:
         try:

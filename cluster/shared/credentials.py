@@ -29,7 +29,7 @@ import secrets
 from tfdist.errors import UserError
 from tfdist.private_files import private_dir, read_private, write_private
 
-KINDS = ("node", "user", "admin", "monitor")
+KINDS = ("node", "user", "admin", "monitor", "run")  # run: one run's agent on one node (run_name)
 SERVER_NAME = "tfdist-coordinator"  # always in a generated certificate; clients verify against it
 TOKEN_VERSION = "tfd1"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
@@ -51,6 +51,21 @@ class Principal:
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
+
+
+def run_name(node: str, job_id: str, attempt: int) -> str:
+    """The name of a run credential: what a Kubernetes pod's agent holds. It speaks for `node` only while
+    that run of the job holds it, and only about that job (the coordinator checks both)."""
+    return f"{node}@{job_id}+{attempt}"
+
+
+def parse_run_name(name: str) -> tuple[str, str, int] | None:
+    """(node, job id, attempt) of a run credential's name; None if it is not one."""
+    node, at, rest = name.rpartition("@")
+    job_id, plus, attempt = rest.rpartition("+")
+    if not node or not at or not job_id or not plus or not attempt.isdigit():
+        return None
+    return node, job_id, int(attempt)
 
 
 def check_name(kind: str, name: str) -> None:

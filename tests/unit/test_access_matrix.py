@@ -16,21 +16,25 @@ from tests.agent_core import AgentsServer
 from cluster.shared import jobspec
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.auth import call_metadata
-from cluster.shared.credentials import Authority
+from cluster.shared.credentials import Authority, run_name
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.rpc import Client, ClientError
 
 pytestmark = pytest.mark.timeout(120)
 
-CALLERS = ("none", "wrong", "owner", "other_user", "node", "other_node", "admin", "monitor")
+CALLERS = ("none", "wrong", "owner", "other_user", "node", "other_node", "admin", "monitor", "run", "past_run",
+           "run_elsewhere")
 USERS = {"owner", "other_user", "admin"}
 READERS = USERS | {"monitor"}
 OWNED = {"owner", "admin"}
 EXPECTED_ALLOWED = {
     "SubmitJob": USERS, "GetJob": READERS, "ListJobs": READERS, "ListAgents": READERS,
     "CancelJob": OWNED, "PreemptJob": OWNED, "ResumeJob": OWNED, "GetLogs": OWNED, "GetMetrics": OWNED | {"monitor"},
-    "Register": {"node"}, "Heartbeat": {"node"}, "WaitForWork": {"node"}, "ReportExit": {"node"},
-    "PushLogs": {"node"}, "ReportMetrics": {"node"}, "CheckScrapeToken": {"node"},
+    # run: a Kubernetes pod's agent, its job's current run on n1; past_run: the run before (over); run_elsewhere:
+    # the current run, but on a node it does not hold
+    "Register": {"node", "run"}, "Heartbeat": {"node", "run"}, "WaitForWork": {"node", "run"},
+    "ReportExit": {"node", "run"}, "PushLogs": {"node", "run"}, "ReportMetrics": {"node", "run"},
+    "CheckScrapeToken": {"node", "run"},
 }
 DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -62,6 +66,8 @@ def cluster():
         "owner": server.issue("user", "alice"), "other_user": server.issue("user", "bob"),
         "node": server.issue("node", "n1"), "other_node": server.issue("node", "n2"),
         "admin": server.issue("admin", "root"), "monitor": server.issue("monitor", "prometheus"),
+        "run": server.issue("run", run_name("n1", job_id, 0)), "past_run": server.issue("run", run_name("n1", job_id, 7)),
+        "run_elsewhere": server.issue("run", run_name("n2", job_id, 0)),
     }
     yield server, job_id, spec, clients
     node.close()
@@ -157,6 +163,22 @@ def test_a_node_cannot_report_for_another_nodes_job(cluster):
     assert server.store.job(job_id).state == before
     assert all(l.text != "forged" for l in server.store.logs(job_id))
     assert {a.name: a.slots for a in server.store.agents()}.get("n1") == 2
+
+
+def test_a_run_credential_reports_only_about_its_own_job():
+    """access.decide alone: a run credential (NODE@JOB+ATTEMPT) speaks for its node, about its job only."""
+    from cluster.coordinator import access
+    from cluster.shared.credentials import Principal
+    from tfdist.errors import PermissionDeniedError
+
+    run = Principal("run", run_name("gpu-1", "7-ab", 2))
+    access.decide("PushLogs", run, pb.PushLogsRequest(agent="gpu-1", job_id="7-ab"), lambda _: None)
+    with pytest.raises(PermissionDeniedError, match="cannot report for job '8-cd'"):
+        access.decide("PushLogs", run, pb.PushLogsRequest(agent="gpu-1", job_id="8-cd"), lambda _: None)
+    with pytest.raises(PermissionDeniedError, match="cannot speak for node 'gpu-2'"):
+        access.decide("Heartbeat", run, pb.HeartbeatRequest(agent="gpu-2"), lambda _: None)
+    with pytest.raises(PermissionDeniedError, match="needs a user or admin credential; yours is a run credential"):
+        access.decide("SubmitJob", run, pb.SubmitJobRequest(), lambda _: None)
 
 
 def test_a_token_is_never_sent_to_a_server_that_fails_verification(cluster):

@@ -10,6 +10,7 @@ import time
 from cluster.engines.agents import certificates as agent_certificates
 from cluster.engines.agents.beacons import BeaconService
 from cluster.coordinator.engine import ENGINE_THREADS, EngineHost
+from cluster.coordinator.access import RUN
 from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.engines.agents.nodes import AgentNodes
 from cluster.shared import beacon
@@ -17,7 +18,9 @@ from cluster.shared.metrics_http import reader_principal
 from cluster.shared.model import LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
-from cluster.shared.work import agent_from_pb, exit_from_pb, metric_from_pb, report_from_pb, running_from_pb, work_to_pb
+from cluster.shared.credentials import parse_run_name
+from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, of_run, report_from_pb, running_from_pb,
+                                 work_to_pb)
 from tfdist.errors import UnauthenticatedError
 
 WATCH_THREADS = ENGINE_THREADS  # agents' WaitForWork long polls; the others rely on beacons' pokes and heartbeats
@@ -76,6 +79,9 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     def Heartbeat(self, request, context, principal):
         version = self.core.agent_board.version(request.agent)  # before: a later change is poked again
         work = self.nodes.heartbeat(report_from_pb(request), self.clock())
+        run = parse_run_name(principal.name) if principal.kind == RUN else None
+        if work is not None and run is not None:  # a run credential is told its run's work alone
+            work = of_run(work, run[1], run[2])
         if work is not None:
             work.version = work.version or version  # a heartbeat that changed anything: as of its end
             if request.beacon_nonce and self.beacons is not None and self.beacons.port:

@@ -75,7 +75,7 @@ class Api:
 
     def nodes(self, selector: Mapping[str, str] | None = None) -> list[Json]:
         return self._call("list Node", lambda: [n.to_dict() for n in self.client.list(_resource("Node"),
-                                                                                      labels=selector or None)])
+                                                                                      labels=dict(selector or {}) or None)])
 
     def all_pods(self) -> list[Json]:
         """Every pod of the cluster that holds its node's resources (others' take GPUs and CPUs)."""

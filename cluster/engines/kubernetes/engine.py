@@ -5,7 +5,7 @@ still account for them.
 Its nodes are the cluster's offered nodes (offers.py), each registered with the job side as a node of the
 agents' protocol (cluster/engines/agents/nodes.py). While no pod runs on a node the engine answers for it,
 in-process; when a job's run is placed, every node of the gang asks to lease its ports, and once all of them
-do, the engine creates the run's objects together (manifests.py: the Secret with each pod's node credential,
+do, the engine creates the run's objects together (manifests.py: the Secret with each pod's run credential,
 the headless Service, the pods). Each pod runs `tfdist agent --only-run JOB/ATTEMPT` as its node's agent:
 it registers over the AgentService this engine serves, leases and probes the ports, starts the node's
 workers and ships their output, exits and progress, exactly as an agent on a machine does, so logs, metrics,
@@ -32,6 +32,7 @@ from cluster.engines.agents.nodes import AgentNodes
 from cluster.engines.kubernetes import gangs, manifests
 from cluster.engines.kubernetes.api import Api, KubernetesError
 from cluster.engines.kubernetes.offers import node_offers
+from cluster.shared.credentials import CredentialError, run_name
 from cluster.shared.model import AgentRecord, Allocation, Gpu, Job, JobState
 from cluster.shared.work import AgentReport
 from tfdist.errors import InternalError, TfdistError, UserError
@@ -293,7 +294,7 @@ class KubernetesEngine:
             self._handed[a.agent] = (job_id, attempt)
         try:
             credentials = {manifests.credential_key(a.node_rank): self._authority.issue(
-                "node", a.agent, self._advertise, self._plaintext).to_json() for a in allocs}
+                "run", run_name(a.agent, job_id, attempt), self._advertise, self._plaintext).to_json() for a in allocs}
             secret = self.api.create(manifests.secret(job_id, attempt, self.options.namespace, credentials))  # type: ignore[union-attr]
             owner = manifests.owner(secret)
             self.api.create(manifests.service(job_id, attempt, self.options.namespace,  # type: ignore[union-attr]
@@ -305,6 +306,10 @@ class KubernetesEngine:
                                     grace=settings.stop_grace + 30)
                 gang.pod_names[a.agent] = pod["metadata"]["name"]
                 self.api.create(pod)  # type: ignore[union-attr]
+        except CredentialError as e:  # a node name too long for a credential's
+            self._fail(job_id, f"no credential can be made for its pods: {e}", restartable=False)
+            self._tear_down(gang)
+            return
         except KubernetesError as e:
             code = getattr(e, "code", 0)
             self._fail(job_id, f"its pods could not be created: {e}", restartable=code not in (400, 403, 422))

@@ -74,7 +74,7 @@ def dns_name(job_id: str, attempt: int, node: str, namespace: str) -> str:
 
 
 def credential_key(node_rank: int) -> str:
-    """The job Secret's key holding the node credential of the gang's pod of `node_rank` (mounted in that pod
+    """The job Secret's key holding the run credential of the gang's pod of `node_rank` (mounted in that pod
     alone)."""
     return f"node-{node_rank}.json"
 
@@ -89,7 +89,7 @@ def _meta(name: str, namespace: str, job_id: str, attempt: int, **more: str) -> 
 
 
 def secret(job_id: str, attempt: int, namespace: str, files: Mapping[str, bytes | str]) -> Json:
-    """The run's Secret (each pod's node credential, under credential_key); the owner of everything else the
+    """The run's Secret (each pod's run credential, under credential_key); the owner of everything else the
     run creates."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": _meta(gang_name(job_id, attempt), namespace, job_id, attempt),

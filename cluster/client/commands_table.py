@@ -219,18 +219,13 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", _handl
         help="where jobs run: agents (`tfdist agent` on each node, the default), kubernetes (a pod per node of a "
              "cluster: docs/kubernetes.md) or local (this machine)"),
     SLOTS.but(default=1, help="the local engine's worker slots (default 1)"),
-    arg("--namespace", default="tfdist", metavar="NS", help="kubernetes engine: the namespace of its jobs' pods "
-                                                           "(default tfdist)"),
-    arg("--kubeconfig", metavar="FILE", help="kubernetes engine: reach the cluster with this kubeconfig (default: "
-                                             "the pod's ServiceAccount, in-cluster)"),
-    arg("--advertise", metavar="HOST:PORT", help="kubernetes engine: where its pods reach this coordinator (default: "
-                                                 "--listen; in-cluster, its Service: tfdist-coordinator.NS.svc:7470)"),
-    arg("--image", metavar="IMAGE", help="kubernetes engine: the pods' image where a job's config names none "
-                                         "(`kubernetes: {image: ...}`); it must have tfdist installed"),
-    arg("--node-selector", metavar="LABEL=VALUE[,...]", help="kubernetes engine: offer only the nodes with these "
-                                                            "labels (default: every node)"),
-    _seconds("--pod-start-timeout", 120.0, "kubernetes engine: a gang's pods must all run within this; else they "
-                                           "are deleted and the job placed again (default 120)"),
+    arg("--namespace", default="tfdist", metavar="NS", help="kubernetes: its jobs' pods' namespace (default tfdist)"),
+    arg("--kubeconfig", metavar="FILE", help="kubernetes: reach the cluster so (default: in-cluster ServiceAccount)"),
+    arg("--advertise", metavar="HOST:PORT", help="kubernetes: where its pods reach this coordinator (default --listen)"),
+    arg("--image", metavar="IMAGE", help="kubernetes: the pods' image where a job names none (tfdist installed)"),
+    arg("--node-selector", metavar="LABEL=VALUE[,...]", help="kubernetes: offer only the nodes with these labels"),
+    _seconds("--pod-start-timeout", 120.0, "kubernetes: a gang's pods must all run within this, else the job is "
+                                           "placed again (default 120)"),
     arg("--credentials-dir", metavar="DIR", help="the cluster's CA, certificate and secret from `tfdist credentials` "
                                                  "(default: STATE_DIR/credentials, made on first start)"),
     arg("--insecure-plaintext", action="store_true",
@@ -297,19 +292,14 @@ CREDENTIALS_COMMAND = Command(
 KUBERNETES_COMMAND = Command(
     "kubernetes", "print the manifests that run a coordinator on Kubernetes (kubectl apply -f -)",
     _handler("daemon_commands", "print_kubernetes_manifests"), description=(
-        "Prints, as YAML for `kubectl apply -f -`, everything a coordinator of the kubernetes engine needs in "
-        "NAMESPACE: its least rights (a Role for its jobs' pods, Services and Secrets there, a ClusterRole that "
-        "reads nodes and pods), a PersistentVolumeClaim for its state, a Deployment and a Service "
-        "(docs/kubernetes.md)."),
+        "Prints as YAML what a kubernetes-engine coordinator needs in NAMESPACE: its least rights, a volume for "
+        "its state, a Deployment and a Service (docs/kubernetes.md)."),
     args=(
         arg("what", choices=["manifests"], help="manifests: the coordinator's objects"),
-        arg("--namespace", default="tfdist", metavar="NS", help="where the coordinator and its jobs' pods run "
-                                                               "(default tfdist)"),
-        arg("--image", required=True, metavar="IMAGE", help="an image with tfdist installed (and your training "
-                                                            "code's needs): the coordinator's and, unless a job "
-                                                            "names its own, its pods'"),
+        arg("--namespace", default="tfdist", metavar="NS", help="its namespace and its jobs' (default tfdist)"),
+        arg("--image", required=True, metavar="IMAGE", help="an image with tfdist: the coordinator's and its pods'"),
         arg("--storage", default="10Gi", metavar="SIZE", help="the state volume's size (default 10Gi)"),
-        arg("--storage-class", default="", metavar="NAME", help="its StorageClass (default: the cluster's default)"),
+        arg("--storage-class", default="", metavar="NAME", help="its StorageClass (default: the cluster's)"),
     ))
 
 COMMANDS: tuple[Command, ...] = (

@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from cluster.shared.credentials import Principal, parse_run_name
+from cluster.shared.credentials import RUN_KIND, Principal, parse_run_name
 from tfdist.errors import PermissionDeniedError
 
-NODE, USER, ADMIN, MONITOR, RUN = "node", "user", "admin", "monitor", "run"
+NODE, USER, ADMIN, MONITOR, RUN = "node", "user", "admin", "monitor", RUN_KIND
 JOB_REPORTS = ("ReportExit", "PushLogs", "ReportMetrics")  # node RPCs about one job (request.job_id)
 
 

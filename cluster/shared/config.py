@@ -10,8 +10,6 @@ without a `name` is named after its command (cluster/shared/job_name.py).
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
 import re
 import shlex
 from typing import Any, Mapping, Sequence
@@ -20,9 +18,10 @@ from typing import Any, Mapping, Sequence
 from cluster.shared import hyperparameters, limits
 from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
+from cluster.shared.config_values import (ConfigError, check_bool, check_choice, check_int, check_mapping,  # noqa: F401
+                                          check_seconds, check_text, clip, describe)  # (ConfigError, re-exported)
 from cluster.shared.job_name import job_name
 from cluster.shared.modes import PLANNERS
-from tfdist.errors import UserError
 
 # Distribution modes (each has a launch plan in cluster/shared/modes/; `auto` is decided into one of them by
 # cluster/shared/modes/auto.py). mwms: MultiWorkerMirroredStrategy across nodes; ps: parameter servers (chief,
@@ -36,10 +35,6 @@ RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ConfigError(UserError, ValueError):
-    """A config value is wrong; the message names the value and the fix."""
-
-
 # ---------------------------------------------------------------- parsing
 
 def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distribution: str | None = None,
@@ -48,10 +43,10 @@ def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distri
     named after the command that runs (`--hparam`s are applied where the file is read: `load_config`)."""
     changes: dict[str, Any] = {}
     if slots is not None:
-        changes["slots_per_trial"] = _check_int(slots, "--slots", minimum=1, maximum=limits.MAX_SLOTS)
+        changes["slots_per_trial"] = check_int(slots, "--slots", minimum=1, maximum=limits.MAX_SLOTS)
         changes["slots_given"] = True
     if distribution is not None:
-        changes["distribution_mode"] = _check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
+        changes["distribution_mode"] = check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
     if entrypoint:
         changes["entrypoint"] = tuple(entrypoint)
     if not config.name_given:
@@ -106,14 +101,14 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
     """The YAML document's shape (sections, Determined's list of NAME=VALUE, a string entrypoint, typed
     hyperparameters with `hparams`, the --hparam NAME=VALUEs, over them) into the typed value, then the
     value's own checks (`check_config`)."""
-    root = _check_mapping(raw, "the config", _TOP_KEYS)
-    resources = _check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
-    distribution = _check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
-    environment = _check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
-    optimizations = _check_mapping(root.get("optimizations", {}), "optimizations", _OPTIMIZATIONS_KEYS)
-    watchdog = _check_mapping(root.get("watchdog", {}), "watchdog", _WATCHDOG_KEYS)
+    root = check_mapping(raw, "the config", _TOP_KEYS)
+    resources = check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
+    distribution = check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
+    environment = check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
+    optimizations = check_mapping(root.get("optimizations", {}), "optimizations", _OPTIMIZATIONS_KEYS)
+    watchdog = check_mapping(root.get("watchdog", {}), "watchdog", _WATCHDOG_KEYS)
     if "name" in root and (not isinstance(root["name"], str) or not root["name"].strip()):
-        raise ConfigError(f"name: expected a non-empty string, got {_describe(root['name'])}; or leave it out "
+        raise ConfigError(f"name: expected a non-empty string, got {describe(root['name'])}; or leave it out "
                           "(the job is named after its command)")
     values = _hyperparameters(root.get("hyperparameters"), hparams, root.get("searcher"))
     config = ExperimentConfig(
@@ -132,7 +127,7 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
         environment_variables=_parse_env(environment.get("variables")),
         max_restarts=root.get("max_restarts", ExperimentConfig.max_restarts),
         checkpoint_storage=_parse_checkpoint_storage(root.get("checkpoint_storage")),
-        kubernetes=_check_mapping(root.get("kubernetes", {}), "kubernetes", _KUBERNETES_KEYS),
+        kubernetes=check_mapping(root.get("kubernetes", {}), "kubernetes", _KUBERNETES_KEYS),
         slots_given="slots_per_trial" in resources,
         name_given="name" in root,
     )
@@ -146,33 +141,33 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
     `ps_options_given`: the file named a parameter-server option (even at its default value)."""
     hparams = _check_hyperparameters(config.hyperparameters)
     if "global_batch_size" in hparams:
-        _check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1,
+        check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1,
                    maximum=limits.MAX_GLOBAL_BATCH_SIZE)
     name = job_name(config.entrypoint) if config.name == "" and config.entrypoint else config.name
     if not isinstance(name, str) or (name != "" and not name.strip()):  # "": not named, nor a command yet
-        raise ConfigError(f"name: expected a non-empty string, got {_describe(name)}")
-    _check_text(name, "name", limits.MAX_NAME_CHARS, printable=True)
-    _check_text(config.checkpoint_storage, "checkpoint_storage", limits.MAX_PATH_CHARS)
+        raise ConfigError(f"name: expected a non-empty string, got {describe(name)}")
+    check_text(name, "name", limits.MAX_NAME_CHARS, printable=True)
+    check_text(config.checkpoint_storage, "checkpoint_storage", limits.MAX_PATH_CHARS)
     checked = dataclasses.replace(
         config,
         name=name,
         entrypoint=_check_entrypoint(config.entrypoint),
-        slots_per_trial=_check_int(config.slots_per_trial, "resources.slots_per_trial", minimum=1,
+        slots_per_trial=check_int(config.slots_per_trial, "resources.slots_per_trial", minimum=1,
                                    maximum=limits.MAX_SLOTS),
-        distribution_mode=_check_choice(config.distribution_mode, "distribution.mode", DISTRIBUTION_MODES),
-        num_ps=_check_int(config.num_ps, "distribution.num_ps", minimum=1, maximum=limits.MAX_NUM_PS),
-        evaluator=_check_bool(config.evaluator, "distribution.evaluator"),
-        gradient_compression=_check_choice(config.gradient_compression, "optimizations.gradient_compression",
+        distribution_mode=check_choice(config.distribution_mode, "distribution.mode", DISTRIBUTION_MODES),
+        num_ps=check_int(config.num_ps, "distribution.num_ps", minimum=1, maximum=limits.MAX_NUM_PS),
+        evaluator=check_bool(config.evaluator, "distribution.evaluator"),
+        gradient_compression=check_choice(config.gradient_compression, "optimizations.gradient_compression",
                                            GRADIENT_COMPRESSIONS),
-        auto_tune_tensor_fusion=_check_bool(config.auto_tune_tensor_fusion, "optimizations.auto_tune_tensor_fusion"),
-        average_training_metrics=_check_bool(config.average_training_metrics,
+        auto_tune_tensor_fusion=check_bool(config.auto_tune_tensor_fusion, "optimizations.auto_tune_tensor_fusion"),
+        average_training_metrics=check_bool(config.average_training_metrics,
                                              "optimizations.average_training_metrics"),
-        aggregation_frequency=_check_int(config.aggregation_frequency, "optimizations.aggregation_frequency",
+        aggregation_frequency=check_int(config.aggregation_frequency, "optimizations.aggregation_frequency",
                                          minimum=1, maximum=limits.MAX_AGGREGATION_FREQUENCY),
-        step_timeout=_check_seconds(config.step_timeout, "watchdog.step_timeout"),
+        step_timeout=check_seconds(config.step_timeout, "watchdog.step_timeout"),
         hyperparameters=hparams,
         environment_variables=_parse_env(config.environment_variables),
-        max_restarts=_check_int(config.max_restarts, "max_restarts", minimum=0, maximum=limits.MAX_RESTARTS),
+        max_restarts=check_int(config.max_restarts, "max_restarts", minimum=0, maximum=limits.MAX_RESTARTS),
         kubernetes=_check_kubernetes(config.kubernetes),
     )
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
@@ -184,17 +179,17 @@ def _check_kubernetes(value: Any) -> dict[str, Any]:
     """`kubernetes: {image: IMAGE, pod_spec: {...}}`: read by the Kubernetes engine alone (other engines run the
     job as they would without it); the pod spec is the base of each of the job's pods, as Determined's
     `environment.pod_spec`, and is checked by the API server when the pods are made."""
-    section = _check_mapping(value, "kubernetes", _KUBERNETES_KEYS)
+    section = check_mapping(value, "kubernetes", _KUBERNETES_KEYS)
     if "image" in section:
-        _check_text(section["image"], "kubernetes.image", limits.MAX_PATH_CHARS, empty=False, printable=True)
+        check_text(section["image"], "kubernetes.image", limits.MAX_PATH_CHARS, empty=False, printable=True)
     if "pod_spec" in section:
         spec = section["pod_spec"]
         if not isinstance(spec, dict):
-            raise ConfigError(f"kubernetes.pod_spec: expected a pod spec (a mapping), got {_describe(spec)}")
+            raise ConfigError(f"kubernetes.pod_spec: expected a pod spec (a mapping), got {describe(spec)}")
         containers = spec.get("containers", [])
         if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
             raise ConfigError(f"kubernetes.pod_spec.containers: expected a list of containers, got "
-                              f"{_describe(containers)}; name the one tfdist runs the workers in `tfdist-worker`")
+                              f"{describe(containers)}; name the one tfdist runs the workers in `tfdist-worker`")
     try:
         return hyperparameters.check_values(section)  # what the wire carries: YAML's plain values, bounded
     except hyperparameters.HyperparameterError as e:
@@ -216,16 +211,16 @@ def _parse_checkpoint_storage(value: Any) -> str:
         return ""
     if isinstance(value, str):
         value = {"host_path": value}
-    section = _check_mapping(value, "checkpoint_storage", _CHECKPOINT_KEYS)
-    _check_choice(section.get("type", "shared_fs"), "checkpoint_storage.type", CHECKPOINT_STORAGE_TYPES)
+    section = check_mapping(value, "checkpoint_storage", _CHECKPOINT_KEYS)
+    check_choice(section.get("type", "shared_fs"), "checkpoint_storage.type", CHECKPOINT_STORAGE_TYPES)
     host_path = section.get("host_path")
     if not isinstance(host_path, str) or not host_path.strip():
         raise ConfigError(f"checkpoint_storage.host_path: expected a directory every node shares, got "
-                          f"{_describe(host_path)}")
+                          f"{describe(host_path)}")
     sub = section.get("storage_path", "")
     if not isinstance(sub, str) or sub.startswith("/") or ".." in sub.split("/"):
         raise ConfigError(f"checkpoint_storage.storage_path: expected a relative path inside host_path, got "
-                          f"{_describe(sub)}")
+                          f"{describe(sub)}")
     return f"{host_path.rstrip('/')}/{sub}".rstrip("/") if sub else host_path
 
 
@@ -250,30 +245,13 @@ def _check_mode_options(config: ExperimentConfig, where: str, ps_options_given: 
                           f"{mode}; set distribution.mode: horovod (or auto), or drop the option")
 
 
-def _check_seconds(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{where}: expected a number of seconds >= 0 (0 turns it off), got {_describe(value)}")
-    if value > limits.MAX_SECONDS:
-        raise ConfigError(f"{where}: {limits.seconds_problem(value)}")
-    return float(value)
-
-
-def _check_text(value: Any, where: str, max_chars: int, *, empty: bool = True, printable: bool = False) -> str:
-    problem = limits.text_problem(value, max_chars, empty=empty)
-    if not problem and printable and any(ord(c) < 32 or ord(c) == 127 for c in value):
-        problem = "contains a control character (a newline, a tab, an escape...)"
-    if problem:
-        raise ConfigError(f"{where}: {problem}, got {_describe(value)}")
-    return value
-
-
 def _check_entrypoint(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (tuple, list)) or not all(isinstance(p, str) for p in value):
-        raise ConfigError(f"entrypoint: expected a list of strings, got {_describe(value)}")
+        raise ConfigError(f"entrypoint: expected a list of strings, got {describe(value)}")
     if len(value) > limits.MAX_ARGS:
         raise ConfigError(f"entrypoint: has {len(value):,} arguments; the limit is {limits.MAX_ARGS:,}")
     for i, part in enumerate(value):
-        _check_text(part, f"entrypoint[{i}]", limits.MAX_ARG_CHARS)
+        check_text(part, f"entrypoint[{i}]", limits.MAX_ARG_CHARS)
     total = sum(len(p) for p in value)
     if total > limits.MAX_ENTRYPOINT_CHARS:
         raise ConfigError(f"entrypoint: its arguments hold {total:,} characters; the limit is "
@@ -287,71 +265,6 @@ def _check_hyperparameters(value: Any) -> dict[str, Any]:
     except hyperparameters.HyperparameterError as e:
         raise ConfigError(str(e)) from None
 
-
-def _check_bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where}: expected true or false, got {_describe(value)}")
-    return value
-
-
-# ---------------------------------------------------------------- checks
-
-def _clip(text: str, chars: int = 60) -> str:
-    return text if len(text) <= chars else text[:chars - 3] + "..."
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, int) and value.bit_length() > 4000:
-        return "a number of more than 1,200 digits (int)"
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
-
-
-def _check_mapping(value: Any, where: str, allowed: tuple[str, ...]) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {_describe(value)}")
-    prefix = "" if where == "the config" else where + "."
-    for key in value:
-        if key not in allowed:
-            key = _clip(str(key))
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f"; did you mean '{prefix}{close[0]}'?" if close else \
-                f"; tfdist supports: {', '.join(allowed)}"
-            raise ConfigError(f"{prefix}{key}: unknown key{hint}")
-    return value
-
-
-def _check_int(value: Any, where: str, *, minimum: int, maximum: int | None = None) -> int:
-    # YAML `true` is a bool, which Python treats as an int: refuse it.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{where}: expected an integer, got {_describe(value)}")
-    if value < minimum:
-        raise ConfigError(f"{where}: must be at least {minimum}, got {_describe_int(value)}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{where}: must be at most {maximum:,}, got {_describe_int(value)}")
-    return value
-
-
-def _describe_int(value: int) -> str:
-    text = str(value) if value.bit_length() < 4000 else "a number of more than 1,200 digits"
-    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
-
-
-def _check_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected one of {', '.join(choices)}, got {_describe(value)}")
-    if value not in choices:
-        value = _clip(value)
-        close = difflib.get_close_matches(value, choices, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise ConfigError(f"{where}: unknown value '{value}'; expected one of {', '.join(choices)}{hint}")
-    return value
 
 
 def _parse_entrypoint(value: Any) -> tuple[str, ...]:
@@ -370,9 +283,9 @@ def _parse_entrypoint(value: Any) -> tuple[str, ...]:
             raise ConfigError("entrypoint: is an empty list; give a command such as ['python', 'train.py']")
         for i, part in enumerate(value):
             if not isinstance(part, (str, int, float)) or isinstance(part, bool):
-                raise ConfigError(f"entrypoint[{i}]: expected a string, got {_describe(part)}")
+                raise ConfigError(f"entrypoint[{i}]: expected a string, got {describe(part)}")
         return tuple(str(p) for p in value)
-    raise ConfigError(f"entrypoint: expected a string or a list of strings, got {_describe(value)}")
+    raise ConfigError(f"entrypoint: expected a string or a list of strings, got {describe(value)}")
 
 
 def _parse_env(value: Any) -> dict[str, str]:
@@ -383,17 +296,17 @@ def _parse_env(value: Any) -> dict[str, str]:
     if isinstance(value, (Mapping, list)) and len(value) > limits.MAX_ENV_VARS:
         raise ConfigError(f"environment.variables: {len(value):,} variables; the limit is {limits.MAX_ENV_VARS:,}")
     if isinstance(value, Mapping):
-        pairs = [(str(k), v, f"environment.variables.{_clip(str(k))}") for k, v in value.items()]
+        pairs = [(str(k), v, f"environment.variables.{clip(str(k))}") for k, v in value.items()]
     elif isinstance(value, list):
         for i, item in enumerate(value):
             where = f"environment.variables[{i}]"
             if not isinstance(item, str) or "=" not in item:
-                raise ConfigError(f"{where}: expected a 'NAME=VALUE' string, got {_describe(item)}")
+                raise ConfigError(f"{where}: expected a 'NAME=VALUE' string, got {describe(item)}")
             key, _, val = item.partition("=")
             pairs.append((key, val, where))
     else:
         raise ConfigError(
-            f"environment.variables: expected a mapping or a list of 'NAME=VALUE' strings, got {_describe(value)}")
+            f"environment.variables: expected a mapping or a list of 'NAME=VALUE' strings, got {describe(value)}")
     env: dict[str, str] = {}
     total = 0
     for key, val, where in pairs:
@@ -405,11 +318,11 @@ def _parse_env(value: Any) -> dict[str, str]:
         if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
             raise ConfigError(f"{where}: {key} is set by tfdist for every worker and cannot be overridden")
         if isinstance(val, (dict, list)) or val is None:
-            raise ConfigError(f"{where}: expected a string or number, got {_describe(val)}")
+            raise ConfigError(f"{where}: expected a string or number, got {describe(val)}")
         if isinstance(val, int) and not isinstance(val, bool) and val.bit_length() > 4000:
             raise ConfigError(f"{where}: a number of more than 1,200 digits; write it as a string")
         text = str(val).lower() if isinstance(val, bool) else str(val)
-        env[key] = _check_text(text, f"{where}", limits.MAX_ENV_VALUE_CHARS)
+        env[key] = check_text(text, f"{where}", limits.MAX_ENV_VALUE_CHARS)
         total += len(key) + len(text)
         if total > limits.MAX_ENV_CHARS:
             raise ConfigError(f"environment.variables: names and values hold more than {limits.MAX_ENV_CHARS:,} "

@@ -29,7 +29,8 @@ import secrets
 from tfdist.errors import UserError
 from tfdist.private_files import private_dir, read_private, write_private
 
-KINDS = ("node", "user", "admin", "monitor", "run")  # run: one run's agent on one node (run_name)
+RUN_KIND = "run"  # one run's agent on one node (run_name): a Kubernetes pod's
+KINDS = ("node", "user", "admin", "monitor", RUN_KIND)
 SERVER_NAME = "tfdist-coordinator"  # always in a generated certificate; clients verify against it
 TOKEN_VERSION = "tfd1"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")

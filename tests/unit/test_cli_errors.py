@@ -52,12 +52,22 @@ from tests.conftest import run_cli
     (["coordinator", "--listen", "127.0.0.1:0", "--state-dir", "c.yaml"], "a file, not a directory\n",
      "tfdist coordinator: --state-dir c.yaml is not a directory: give a directory (made if missing, mode 0700), "
      "e.g. ~/.tfdist/coordinator"),  # issue 30: it said "point TMPDIR elsewhere"
-    (["coordinator", "--engine", "kubernetes", "--state-dir", "state"], None,
-     "tfdist: error: no engine named 'kubernetes'; the engines are agents, local"),
+    (["coordinator", "--engine", "kubernets", "--state-dir", "state"], None,
+     "tfdist: error: no engine named 'kubernets'; the engines are agents, kubernetes, local"),
+    (["coordinator", "--engine", "kubernetes", "--state-dir", "state"], None,  # not in a pod, no --kubeconfig
+     "tfdist: error: cannot read the Kubernetes credentials of the pod's ServiceAccount (in-cluster): [Errno 2] No "
+     "such file or directory: '/var/run/secrets/kubernetes.io/serviceaccount/token'; outside the cluster pass "
+     "--kubeconfig FILE"),
+    (["coordinator", "--engine", "kubernetes", "--kubeconfig", "c.yaml", "--state-dir", "state"], "not: a kubeconfig\n",
+     "tfdist: error: cannot read the Kubernetes credentials of --kubeconfig c.yaml: no 'clusters' in it (not a "
+     "kubeconfig); give a kubeconfig file (`kubectl config view --raw --minify > FILE`)"),
+    (["coordinator", "--engine", "kubernetes", "--node-selector", "pool", "--state-dir", "state"], None,
+     "tfdist: error: --node-selector 'pool': 'pool' is not LABEL=VALUE; give e.g. pool=training"),
     (["coordinator", "--engine", "local", "--slots", "0", "--state-dir", "state"], None,
      "tfdist coordinator: --slots 0: give 1 to 65536 (the local engine's workers)"),
     (["lunch"], None,
-     "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'jobs', "
+     "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'kubernetes', "
+     "'jobs', "
      "'job', 'logs', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'dashboard', 'agents', 'doctor', "
      "'build-horovod') "
      "(see "

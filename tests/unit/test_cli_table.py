@@ -32,7 +32,7 @@ def test_a_command_parsed_alone_has_the_same_parser_as_in_the_whole_table():
 
 
 def test_the_client_options_are_declared_once_and_reused():
-    askers = [c for c in COMMANDS if c.name not in ("launch", "coordinator", "credentials", "build-horovod")]
+    askers = [c for c in COMMANDS if c.name not in ("launch", "coordinator", "credentials", "kubernetes", "build-horovod")]
     for command in askers:
         assert command.args[:2] == CLIENT and command.args[0] is COORDINATOR and command.args[1] is CREDENTIALS
     with_id = [c.name for c in COMMANDS if JOB_ID in c.args]

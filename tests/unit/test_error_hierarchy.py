@@ -152,7 +152,7 @@ def test_the_survey_saw_the_modules_without_tensorflow(surveyed):
     assert surveyed["heavy_loaded"] == []
     assert "cluster.client.cli" in MODULES and "cluster.shared.rpc" in MODULES
     assert not any(name.startswith("cluster.") for name in surveyed["from_source"]), surveyed["from_source"]
-    assert any(e["class"] == "cluster.shared.config.ConfigError" for e in surveyed["errors"])
+    assert any(e["class"] == "cluster.shared.config_values.ConfigError" for e in surveyed["errors"])
 
 
 def test_every_error_derives_from_tfdist_error(surveyed):

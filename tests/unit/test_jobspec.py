@@ -25,6 +25,8 @@ CONSTRAINED = {
     "hyperparameters": {"global_batch_size": 64, "lr": 0.25, "layers": [3, 4.5, "x"], "nested": {"a": None, "b": True},
                         "big": 2 ** 40, "neg": -7},
     "entrypoint": ("python", "train.py", "--flag"),
+    "kubernetes": {"image": "registry.example.com/tfdist:1", "pod_spec": {"containers": [
+        {"name": "tfdist-worker", "resources": {"limits": {"memory": "64Gi"}}}], "tolerations": []}},
 }
 
 

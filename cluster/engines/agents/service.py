@@ -10,7 +10,6 @@ import time
 from cluster.engines.agents import certificates as agent_certificates
 from cluster.engines.agents.beacons import BeaconService
 from cluster.coordinator.engine import ENGINE_THREADS, EngineHost
-from cluster.coordinator.access import RUN
 from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.engines.agents.nodes import AgentNodes
 from cluster.shared import beacon
@@ -18,7 +17,7 @@ from cluster.shared.metrics_http import reader_principal
 from cluster.shared.model import LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
-from cluster.shared.credentials import parse_run_name
+from cluster.shared.credentials import RUN_KIND, parse_run_name
 from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, of_run, report_from_pb, running_from_pb,
                                  work_to_pb)
 from tfdist.errors import UnauthenticatedError
@@ -79,7 +78,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
     def Heartbeat(self, request, context, principal):
         version = self.core.agent_board.version(request.agent)  # before: a later change is poked again
         work = self.nodes.heartbeat(report_from_pb(request), self.clock())
-        run = parse_run_name(principal.name) if principal.kind == RUN else None
+        run = parse_run_name(principal.name) if principal.kind == RUN_KIND else None
         if work is not None and run is not None:  # a run credential is told its run's work alone
             work = of_run(work, run[1], run[2])
         if work is not None:

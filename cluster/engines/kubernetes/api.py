@@ -55,10 +55,15 @@ class Api:
 
         try:
             config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-        except (ConfigError, OSError) as e:
-            where = f"--kubeconfig {kubeconfig}" if kubeconfig else "the pod's ServiceAccount (in-cluster)"
-            raise KubernetesError(f"cannot read the Kubernetes credentials of {where}: {e}; outside the cluster "
-                                  "pass --kubeconfig FILE") from None
+        except Exception as e:  # noqa: BLE001 - lightkube's KeyError, TypeError or YAML error on a file that is no kubeconfig
+            why = f"no {e} in it (not a kubeconfig)" if isinstance(e, KeyError) else \
+                str(e) if isinstance(e, (ConfigError, OSError)) else \
+                f"not a kubeconfig ({type(e).__name__}: {' '.join(str(e).split())})"
+            if kubeconfig:
+                raise KubernetesError(f"cannot read the Kubernetes credentials of --kubeconfig {kubeconfig}: {why}; give "
+                                      "a kubeconfig file (`kubectl config view --raw --minify > FILE`)") from None
+            raise KubernetesError(f"cannot read the Kubernetes credentials of the pod's ServiceAccount (in-cluster): "
+                                  f"{why}; outside the cluster pass --kubeconfig FILE") from None
         self.namespace = namespace
         self.client = Client(config, namespace=namespace, field_manager=TFDIST)
         self.calls: collections.Counter[str] = collections.Counter()  # "verb kind" -> API calls made

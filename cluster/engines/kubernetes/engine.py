@@ -32,6 +32,7 @@ from cluster.engines.agents.nodes import AgentNodes
 from cluster.engines.kubernetes import gangs, manifests
 from cluster.engines.kubernetes.api import Api, KubernetesError
 from cluster.engines.kubernetes.offers import node_offers
+from cluster.engines.kubernetes.pods import PodWatch, runs_of
 from cluster.shared.credentials import CredentialError, run_name
 from cluster.shared.model import AgentRecord, Allocation, Gpu, Job, JobState
 from cluster.shared.work import AgentReport
@@ -72,16 +73,13 @@ class KubernetesEngine:
         self._plaintext = False
         self._advertise = options.advertise
         self._selector = node_selector(options.node_selector)
-        self._pods: dict[str, dict[str, Any]] = {}  # this namespace's tfdist pods by name, as last seen
-        self._pods_lock = threading.Lock()
-        self._listed = threading.Event()
-        self._watch_error = ""
         self._gangs: dict[tuple[str, int], Gang] = {}
         self._handed: dict[str, tuple[str, int]] = {}  # node -> the run whose pod is its agent now
         self._owned: dict[str, AgentRecord] = {}  # the offered nodes it answers for (no pod of a run on them)
         self._taken: dict[str, int] = {}  # node -> its slots other workloads hold (offers.NodeOffer.taken)
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._pods = PodWatch(None, self._stop, self._wake.set)  # the namespace's tfdist pods; its api set at attach
         self._next_offers = 0.0
         self._threads: list[threading.Thread] = []
         self._reader: Any = None  # the job side's state, read without its lock (one connection per thread)
@@ -104,11 +102,12 @@ class KubernetesEngine:
         self.api = self._api_factory(self.options.namespace, self.options.kubeconfig)
         host.lifecycle.addresses_of_job = self._addresses
         host.on_work_changed(self._work_changed)
-        self._start("kubernetes-pods", self._watch_loop)
-        if not self._listed.wait(FIRST_LIST):
+        self._pods.api = self.api
+        self._start("kubernetes-pods", self._pods.run)
+        if not self._pods.listed.wait(FIRST_LIST):
             self._stop.set()
             raise KubernetesError(f"the Kubernetes API did not list namespace {self.options.namespace}'s pods within "
-                                  f"{FIRST_LIST:g}s{': ' + self._watch_error if self._watch_error else ''}; check "
+                                  f"{FIRST_LIST:g}s{': ' + self._pods.error if self._pods.error else ''}; check "
                                   "--kubeconfig, the API server, and the coordinator's RBAC (tfdist kubernetes manifests)")
         self._adopt()
         self._sync_offers()
@@ -159,50 +158,15 @@ class KubernetesEngine:
         """Each placed node's address for the run's peers: its pod's DNS name under the run's Service."""
         return {name: manifests.dns_name(job.id, job.attempt, name, self.options.namespace) for name in names}
 
-    # ---------------------------------------------------------------- watching the pods
-    def _watch_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.api.watch_pods(self._seen, self._listed_pods, self._stop)  # type: ignore[union-attr]
-            except Exception as e:  # noqa: BLE001 - the API restarting, a dropped watch: list and watch again
-                self._watch_error = str(e)
-                log.warning("kubernetes: watching pods: %s; again in %gs", e, RETRY)
-                self._stop.wait(RETRY)
-
-    def _listed_pods(self, pods: list[dict[str, Any]]) -> None:
-        with self._pods_lock:
-            self._pods = {p["metadata"]["name"]: p for p in pods}
-        self._listed.set()
-        self._wake.set()
-
-    def _seen(self, kind: str, pod: dict[str, Any]) -> None:
-        with self._pods_lock:
-            if kind == "DELETED":
-                self._pods.pop(pod["metadata"]["name"], None)
-            else:
-                self._pods[pod["metadata"]["name"]] = pod
-        self._wake.set()
-
-    def _pod(self, name: str) -> dict[str, Any] | None:
-        with self._pods_lock:
-            return self._pods.get(name)
-
     def _adopt(self) -> None:
         """The runs whose pods are in the namespace (a coordinator restarted): their nodes are their pods'."""
-        with self._pods_lock:
-            pods = list(self._pods.values())
-        for pod in pods:
-            meta = pod["metadata"]
-            annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
-            job_id, node = annotations.get(manifests.JOB_ID_ANNOTATION), annotations.get(manifests.NODE_ANNOTATION)
-            attempt, rank = labels.get(manifests.ATTEMPT_LABEL, ""), labels.get(manifests.RANK_LABEL, "")
-            if not job_id or not node or not attempt.isdigit() or not rank.isdigit():
-                continue
-            gang = self._gangs.setdefault((job_id, int(attempt)), Gang(job_id, int(attempt), {}, {}, time.monotonic()))
-            gang.nodes[node], gang.pod_names[node] = int(rank), meta["name"]
-            if gangs.pod_phase(pod) == "Running":
-                gang.seen_running.add(node)
-            self._handed[node] = (job_id, int(attempt))
+        for (job_id, attempt), nodes in runs_of(self._pods.all()).items():
+            gang = self._gangs.setdefault((job_id, attempt), Gang(job_id, attempt, {}, {}, time.monotonic()))
+            for node, (rank, name, running) in nodes.items():
+                gang.nodes[node], gang.pod_names[node] = rank, name
+                if running:
+                    gang.seen_running.add(node)
+                self._handed[node] = (job_id, attempt)
         if self._gangs:
             log.info("kubernetes: re-adopted the pods of %s", ", ".join(f"{j} (run {a})" for j, a in self._gangs))
 
@@ -300,8 +264,9 @@ class KubernetesEngine:
             self.api.create(manifests.service(job_id, attempt, self.options.namespace,  # type: ignore[union-attr]
                                               sorted({p for a in allocs for p in a.ports}), owner))
             for a in allocs:
-                pod = manifests.pod(self._gang_pod(job_id, attempt, a), self.options.namespace, image=image,
-                                    command=self._agent_command(job_id, attempt, a), env={}, owner_ref=owner,
+                pod = manifests.pod(gang_pod(job_id, attempt, a), self.options.namespace, image=image,
+                                    command=agent_command(self.options.agent_command, self._advertise, job_id,
+                                                          attempt, a), env={}, owner_ref=owner,
                                     pod_spec=job.spec.config.kubernetes.get("pod_spec"),
                                     grace=settings.stop_grace + 30)
                 gang.pod_names[a.agent] = pod["metadata"]["name"]
@@ -318,18 +283,8 @@ class KubernetesEngine:
         log.info("kubernetes: job %s run %d: %d pod(s) created on %s", job_id, attempt, len(allocs),
                  ", ".join(a.agent for a in allocs))
 
-    @staticmethod
-    def _gang_pod(job_id: str, attempt: int, alloc: Allocation) -> manifests.GangPod:
-        return manifests.GangPod(job_id, attempt, alloc.node_rank, alloc.agent, alloc.slots, len(alloc.gpus))
-
-    def _agent_command(self, job_id: str, attempt: int, alloc: Allocation) -> list[str]:
-        """The pod's agent: its node's, for this run alone, heartbeating (no beacons out of a pod)."""
-        command = [*self.options.agent_command, "agent", "--name", alloc.agent, "--credentials", CREDENTIAL,
-                   "--coordinator", self._advertise, "--only-run", f"{job_id}/{attempt}", "--no-beacons"]
-        return command if alloc.gpus else [*command, "--slots", str(alloc.slots)]
-
     def _watch_gang(self, gang: Gang) -> None:
-        pods = {node: self._pod(gang.pod_names.get(node, "")) for node in gang.nodes}
+        pods = {node: self._pods.get(gang.pod_names.get(node, "")) for node in gang.nodes}
         for node, pod in pods.items():
             if gangs.pod_phase(pod) == "Running":
                 gang.seen_running.add(node)
@@ -401,6 +356,17 @@ class KubernetesEngine:
         with self.host.event():
             self.host.lifecycle.handle(job_id, job_machine.Failed(policy.Outcome(
                 JobState.FAILED, f"job {job_id}: {why}", 1, restartable=restartable)), time.time())
+
+
+def gang_pod(job_id: str, attempt: int, alloc: Allocation) -> manifests.GangPod:
+    return manifests.GangPod(job_id, attempt, alloc.node_rank, alloc.agent, alloc.slots, len(alloc.gpus))
+
+
+def agent_command(prefix: Sequence[str], coordinator: str, job_id: str, attempt: int, alloc: Allocation) -> list[str]:
+    """The pod's agent: its node's, for this run alone, heartbeating (no beacons out of a pod)."""
+    command = [*prefix, "agent", "--name", alloc.agent, "--credentials", CREDENTIAL, "--coordinator", coordinator,
+               "--only-run", f"{job_id}/{attempt}", "--no-beacons"]
+    return command if alloc.gpus else [*command, "--slots", str(alloc.slots)]
 
 
 def node_selector(text: str) -> dict[str, str]:

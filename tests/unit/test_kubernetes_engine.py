@@ -1,0 +1,194 @@
+"""The Kubernetes engine's lean tier: the engine itself (cluster/engines/kubernetes/engine.py) on a real
+coordinator core (real SQLite), against an API kept in memory that binds pods where they are pinned and moves
+them as each test says. For speed and for the paths a real cluster rarely takes on cue; tests/kubernetes runs
+the same engine against the real control plane, which this never replaces."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+
+import grpc
+import pytest
+
+from cluster.coordinator.core import CoordinatorCore
+from cluster.coordinator.engine import EngineOptions, Front
+from cluster.coordinator.store import SqliteStore
+from cluster.coordinator.values import Settings
+from cluster.engines.kubernetes.engine import KubernetesEngine
+from cluster.shared.credentials import Authority
+from cluster.shared.model import JobState
+from tests.conftest import wait_for
+from tests.specs import flat_spec
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class MemoryApi:
+    """Nodes of 8 GPUs; pods in one namespace, bound to the node their affinity pins and then left Pending
+    until `run()` says otherwise; a watch that sees every change."""
+
+    def __init__(self, namespace: str, nodes=("g1", "g2")):
+        self.namespace, self.lock = namespace, threading.Lock()
+        self.nodes_ = {n: {"metadata": {"name": n, "labels": {}}, "spec": {},
+                           "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "32"},
+                                      "conditions": [{"type": "Ready", "status": "True"}]}} for n in nodes}
+        self.objects: dict[tuple[str, str], dict] = {}
+        self.created: list[str] = []  # "Kind/name", in order
+        self.calls: dict[str, int] = {}
+        self._seen = None
+
+    def __call__(self, namespace, kubeconfig):  # the engine's api_factory
+        return self
+
+    def nodes(self, selector=None):
+        return [json.loads(json.dumps(n)) for n in self.nodes_.values()]
+
+    def all_pods(self):
+        return self.pods()
+
+    def pods(self):
+        with self.lock:
+            return [json.loads(json.dumps(o)) for (kind, _), o in self.objects.items() if kind == "Pod"]
+
+    def watch_pods(self, seen, listed, stopping):
+        self._seen = seen
+        listed(self.pods())
+        stopping.wait()
+
+    def create(self, obj):
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"]["uid"] = f"uid-{len(self.created)}"
+        if obj["kind"] == "Pod":
+            pin = obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            obj["spec"]["nodeName"] = pin["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+            obj["status"] = {"phase": "Pending"}
+        with self.lock:
+            self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
+            self.created.append(f"{obj['kind']}/{obj['metadata']['name']}")
+        self._tell("ADDED", obj)
+        return obj
+
+    def delete(self, kind, names):
+        for name in names:
+            with self.lock:
+                obj = self.objects.pop((kind, name), None)
+            if obj is not None:
+                self._tell("DELETED", obj)
+
+    def set_phase(self, phase: str, *names, **status):
+        for name in names:
+            with self.lock:
+                pod = self.objects[("Pod", name)]
+                pod["status"] = {"phase": phase, **status}
+            self._tell("MODIFIED", pod)
+
+    def pod_names(self) -> list[str]:
+        return sorted(name for kind, name in self.objects if kind == "Pod")
+
+    def _tell(self, kind, obj):
+        if obj["kind"] == "Pod" and self._seen is not None:
+            self._seen(kind, json.loads(json.dumps(obj)))
+
+
+def start(core, api, start_timeout=60.0) -> KubernetesEngine:
+    engine = KubernetesEngine(EngineOptions(namespace="ml", image="tfdist:1", start_timeout=start_timeout),
+                              api_factory=api)
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(1))  # never started: the services are only added
+    engine.serve(Front(server, None, core, Authority.create(), "127.0.0.1", 7470))
+    engine.attach(core)
+    return engine
+
+
+@pytest.fixture
+def kube(tmp_path, request):
+    store = SqliteStore(str(tmp_path / "coordinator.sqlite"))
+    core = CoordinatorCore(store, Settings(port_range=(23000, 23999)), now=time.time())
+    api = MemoryApi("ml")
+    engine = start(core, api, getattr(request, "param", 60.0))
+    yield core, engine, api
+    engine.close(timeout=5)
+    store.close()
+
+
+def submit(core, slots=16, **config) -> str:
+    job_id, _ = core.submit(flat_spec(("python", "train.py"), slots=slots, **config), now=time.time())
+    return job_id
+
+
+def test_nodes_are_offered_and_a_placed_gangs_objects_are_made_together_pinned_with_run_credentials(kube):
+    core, engine, api = kube
+    wait_for(lambda: {a.name for a in core.agents.values() if not a.lost} == {"g1", "g2"}, "both nodes offered")
+    assert all(a.record.slots == 8 and not a.watched for a in core.agents.values())
+    job_id = submit(core)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    gang = f"tfdist-{job_id}-a0"
+    assert api.created == [f"Secret/{gang}", f"Service/{gang}", f"Pod/{gang}-n0", f"Pod/{gang}-n1"]
+    secret = api.objects[("Secret", gang)]["stringData"]
+    credentials = [json.loads(secret[f"node-{r}.json"]) for r in (0, 1)]
+    assert [(c["kind"], c["name"]) for c in credentials] == [("run", f"g1@{job_id}+0"), ("run", f"g2@{job_id}+0")]
+    placement = core.store.job(job_id).placement
+    assert [p.address for p in placement] == [f"g1.{gang}.ml.svc", f"g2.{gang}.ml.svc"]  # TF_CONFIG's names
+    pod = api.objects[("Pod", f"{gang}-n0")]
+    assert pod["spec"]["containers"][0]["command"][:4] == ["tfdist", "agent", "--name", "g1"]
+    assert "--only-run" in pod["spec"]["containers"][0]["command"]
+
+
+@pytest.mark.parametrize("kube", [1.0], indirect=True)  # pods have 1 s to run
+def test_a_gang_not_running_in_time_is_torn_down_and_placed_again_without_a_restart(kube):
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core, max_restarts=0)
+    wait_for(lambda: len(api.pod_names()) == 2, "the first run's pods", timeout=10)
+    first = api.pod_names()
+    api.set_phase("Running", first[0])  # one of two: never half a gang for long
+    wait_for(lambda: core.store.job(job_id).attempt == 1, "the job placed again", timeout=10)
+    job = core.store.job(job_id)
+    assert job.restarts == 0 and "were not running within 1s" in job.message, job.message
+    wait_for(lambda: api.pod_names() and api.pod_names() != first and not set(first) & set(api.pod_names()),
+             "the next run's pods, the first run's gone", timeout=10)
+    assert all(name.startswith(f"tfdist-{job_id}-a1-") for name in api.pod_names())
+
+
+def test_a_pod_that_ends_mid_run_fails_the_run_naming_it_and_its_objects_go(kube):
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    pods = api.pod_names()
+    api.set_phase("Running", *pods)
+    api.set_phase("Failed", pods[1], containerStatuses=[{"name": "tfdist-worker", "state": {
+        "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])
+    wait_for(lambda: core.store.job(job_id).state == JobState.FAILED, "the job to fail", timeout=10)
+    assert f"its pod {pods[1]} ended (Failed, exit code 137 (OOMKilled))" in core.store.job(job_id).message
+    wait_for(lambda: not api.objects, "its pods, Service and Secret deleted", timeout=10)
+    wait_for(lambda: not core.allocs.all(), "its nodes free again", timeout=10)
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_job_for_good(kube):
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core, max_restarts=3)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    api.set_phase("Pending", api.pod_names()[0], containerStatuses=[{"name": "tfdist-worker", "state": {
+        "waiting": {"reason": "ErrImagePull", "message": "tfdist:1 not found"}}}])
+    wait_for(lambda: core.store.job(job_id).state == JobState.FAILED, "the job to fail", timeout=10)
+    job = core.store.job(job_id)
+    assert "cannot start: ErrImagePull: tfdist:1 not found" in job.message and job.restarts == 0, job.message
+
+
+def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    api.set_phase("Running", *api.pod_names())
+    engine.close(timeout=5)
+    again = start(core, api)
+    try:
+        assert again._handed == {"g1": (job_id, 0), "g2": (job_id, 0)}  # their pods' agents answer for them
+        assert len(api.created) == 4  # nothing made twice
+    finally:
+        again.close(timeout=5)

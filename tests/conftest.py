@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+from tests.unit_tier import pytest_sessionfinish, pytest_sessionstart, pytest_terminal_summary  # noqa: F401 (hooks)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER_VAR = "TFDIST_TEST_MARKER"
 

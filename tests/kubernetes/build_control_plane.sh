@@ -8,7 +8,7 @@
 # published version, kubernetes/kubernetes#79384); KWOK has no replace directives, so `go install` builds it.
 # Go's module and build caches stay where Go keeps them (~/go/pkg/mod, ~/.cache/go-build): outside the clone.
 #
-#   build_control_plane.sh [--print-dir | --start | --wait]
+#   build_control_plane.sh [--print-dir | --built | --start | --wait]
 #   --print-dir: print the folder that holds (or will hold) the binaries, build nothing.
 #   --start: build in the background (make test starts it first, so a cold build runs beside the venv's
 #            install and the unit tests), logging to the cache's build.log; nothing if already built.
@@ -48,6 +48,8 @@ said_built() {
 }
 status="$cache/build.status"  # the background build's exit code, written when it ends
 case "${1:-}" in
+  --built)  # exit 0 when built (make test then runs the unit tier beside pytest, else while it waits here)
+    built; exit $? ;;
   --start)
     if built; then said_built; exit 0; fi
     rm -f "$status"

@@ -75,8 +75,9 @@ demo: $(VENV)/.examples
 # The unit tests run once, through Bazel (one target per file, every tests/unit/test_*.py); then everything
 # that starts processes runs under pytest, whose summary line closes the output. (Run beside the pytest tier
 # instead, with tests/unit_tier.py and TFDIST_UNIT_TIER_BESIDE=1, the whole took 19m50s rather than 21m19s,
-# but unit tests then took the integration tests' ports: Bazel gives each test a HOME of its own, so they do
-# not see the machine's port leases. Not used until they lease from the same place.) Three pytest workers, each
+# but a TensorFlow worker then found its leased port taken, most likely by a unit test: Bazel gives each test
+# a HOME of its own, so they do not see the machine's port leases. Not used until they lease from the same
+# place.) One after the other, with the unit targets' pytest loading one plugin: 19m46s on a fresh clone. Three pytest workers, each
 # test module on one (module fixtures such as a Slurm cluster start once): most of these tests wait on
 # processes, sockets, Slurm and the API server rather than the CPU: on 2 cores three at a time ran 141 tests
 # in 14m16s where two had run 135 (the Kubernetes engine's 7 not yet among them) in 14m45s.

@@ -175,13 +175,18 @@ def test_a_coordinator_killed_re_adopts_its_pods_and_preempt_and_resume_work_as_
     at one step with a checkpoint, the job pauses and its pods go; `tfdist resume`: new pods resume there."""
     from tests.integration.test_restarts import TOTAL_STEPS, steps_by_attempt, stopped_steps, trained, write_config
 
-    job = kube.cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 0.3, "SLOW_RUNS": 1}))
+    # 1.5 s a step in the first run: the pods train on while the coordinator is down (its restart took
+    # 16 s on a loaded machine, and a run of 0.3 s steps had ended before the preemption was asked).
+    job = kube.cluster.cli("launch", "--detach", "--config", write_config(tmp_path, {"SLOW": 1.5, "SLOW_RUNS": 1}))
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip()
     wait_for(lambda: trained(tmp_path, 0) >= 3, "step 3", timeout=240)
     before = {p.metadata.name: p.metadata.uid for p in kube.admin.list(Pod, namespace=NS)}
     kube.restart_coordinator()
-    wait_for(lambda: trained(tmp_path, 0) >= 8, "step 8 after the restart", timeout=120)
+    restarted_at = trained(tmp_path, 0)
+    assert restarted_at < TOTAL_STEPS - 4, f"the run reached step {restarted_at} while the coordinator restarted"
+    kube.cluster.wait_for(lambda: any(a["state"] == "ALIVE" and a["jobs"] for a in kube.cluster.json("agents")["agents"]),
+                          "the pods' agents registered again", timeout=60)
     assert {p.metadata.name: p.metadata.uid for p in kube.admin.list(Pod, namespace=NS)} == before, \
         "the pods were not the same ones after the restart"
     assert kube.cluster.cli("preempt", job_id).returncode == 0

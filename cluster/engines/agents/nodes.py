@@ -103,6 +103,9 @@ class AgentNodes:
     def held_elsewhere(self, name: str, slots: int, now: float) -> None:
         """Work outside tfdist now holds `slots` of the node (its engine saw it): its free slots change."""
         host = self.host
+        known = host.agents.get(name)
+        if known is None or known.held_elsewhere == slots:  # the common case, read without the lock: no event
+            return
         with host.event():
             agent = host.agents.get(name)
             if agent is None or agent.held_elsewhere == slots:

@@ -15,7 +15,7 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 
-from cluster.shared import hyperparameters, limits
+from cluster.shared import hyperparameters, limits, search_space, searcher as searcher_lib
 from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
 from cluster.shared.config_values import (ConfigError, check_bool, check_choice, check_int, check_mapping,  # noqa: F401
@@ -85,7 +85,7 @@ def parse_config(text: str, source: str = "<config>", hparams: Sequence[str] = (
 
 
 _TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "watchdog", "hyperparameters",
-             "environment", "max_restarts", "checkpoint_storage", "searcher", "kubernetes")
+             "environment", "max_restarts", "checkpoint_storage", "searcher", "kubernetes", "reproducibility")
 _KUBERNETES_KEYS = ("image", "pod_spec")  # the Kubernetes engine's own keys: merged into each pod of the job
 _CHECKPOINT_KEYS = ("type", "host_path", "storage_path")
 CHECKPOINT_STORAGE_TYPES = ("shared_fs",)
@@ -110,7 +110,8 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
     if "name" in root and (not isinstance(root["name"], str) or not root["name"].strip()):
         raise ConfigError(f"name: expected a non-empty string, got {describe(root['name'])}; or leave it out "
                           "(the job is named after its command)")
-    values = _hyperparameters(root.get("hyperparameters"), hparams, root.get("searcher"))
+    search = _searcher(root.get("searcher"))
+    values = _hyperparameters(root.get("hyperparameters"), hparams, search.searches)
     config = ExperimentConfig(
         name=root.get("name", ""),
         entrypoint=_parse_entrypoint(root.get("entrypoint")),
@@ -128,6 +129,8 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
         max_restarts=root.get("max_restarts", ExperimentConfig.max_restarts),
         checkpoint_storage=_parse_checkpoint_storage(root.get("checkpoint_storage")),
         kubernetes=check_mapping(root.get("kubernetes", {}), "kubernetes", _KUBERNETES_KEYS),
+        searcher=search.to_mapping() if search.searches else {},
+        seed=_seed(root.get("reproducibility")),
         slots_given="slots_per_trial" in resources,
         name_given="name" in root,
     )
@@ -140,7 +143,7 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
     between values. Returns it normalised (seconds as float, plain dict and tuple copies).
     `ps_options_given`: the file named a parameter-server option (even at its default value)."""
     hparams = _check_hyperparameters(config.hyperparameters)
-    if "global_batch_size" in hparams:
+    if "global_batch_size" in hparams and not config.searcher:  # searched: each trial's is checked
         check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1,
                    maximum=limits.MAX_GLOBAL_BATCH_SIZE)
     name = job_name(config.entrypoint) if config.name == "" and config.entrypoint else config.name
@@ -169,6 +172,8 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
         environment_variables=_parse_env(config.environment_variables),
         max_restarts=check_int(config.max_restarts, "max_restarts", minimum=0, maximum=limits.MAX_RESTARTS),
         kubernetes=_check_kubernetes(config.kubernetes),
+        searcher=_check_search(config.searcher, hparams),
+        seed=check_int(config.seed, "reproducibility.experiment_seed", minimum=0, maximum=2**31 - 1),
     )
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(checked, "distribution.mode", ps_options_given=ps_options_given)
@@ -196,13 +201,43 @@ def _check_kubernetes(value: Any) -> dict[str, Any]:
         raise ConfigError(str(e).replace("hyperparameters", "kubernetes", 1)) from None
 
 
-def _hyperparameters(spec: Any, overrides: Sequence[str], searcher: Any) -> dict[str, Any]:
-    """The values workers get from Determined's hyperparameters section, the --hparams over it."""
+def _hyperparameters(spec: Any, overrides: Sequence[str], search: bool) -> dict[str, Any]:
+    """The values workers get from Determined's hyperparameters section, the --hparams over it (the space
+    as written, when a searcher searches)."""
     try:
-        hyperparameters.check_searcher(searcher)
-        return hyperparameters.resolve({} if spec is None else spec, overrides)
+        return hyperparameters.resolve({} if spec is None else spec, overrides, search=search)
     except hyperparameters.HyperparameterError as e:
         raise ConfigError(str(e)) from None
+
+
+def _check_search(value: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, Any]:
+    """A searcher that searches (as it travels: its checked mapping) and what it needs of the space."""
+    if not value:
+        return {}
+    search = _searcher(value)
+    if not search.searches:
+        return {}
+    if search.name == "grid":
+        try:
+            search_space.grid(space)
+        except hyperparameters.HyperparameterError as e:
+            raise ConfigError(str(e)) from None
+    return search.to_mapping()
+
+
+def _searcher(value: Any) -> searcher_lib.SearcherConfig:
+    try:
+        return searcher_lib.parse(value)
+    except searcher_lib.SearcherError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _seed(value: Any) -> int:
+    """Determined's `reproducibility: {experiment_seed: N}`: an experiment's sampling seed (0: chosen when the
+    experiment is made, and kept with it)."""
+    section = check_mapping(value if value is not None else {}, "reproducibility", ("experiment_seed",))
+    return check_int(section.get("experiment_seed", 0), "reproducibility.experiment_seed", minimum=0,
+                     maximum=2**31 - 1)
 
 
 def _parse_checkpoint_storage(value: Any) -> str:

@@ -29,6 +29,10 @@ class ExperimentConfig:
     max_restarts: int = 0
     checkpoint_storage: str = ""  # checkpoint_storage.host_path (+ storage_path): a directory every node shares
     kubernetes: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the Kubernetes engine's image, pod_spec
+    # A searcher that searches (cluster/shared/searcher.py, as its checked mapping): the config is an experiment's,
+    # `hyperparameters` its space (typed specs kept), and each trial a job with its values. {}: one job.
+    searcher: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    seed: int = 0  # reproducibility.experiment_seed (0: the coordinator picks one and keeps it)
     # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
     # an unset one takes the allocation's tasks, a given one must agree with them.
     slots_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})

@@ -1,11 +1,11 @@
-"""Determined's hyperparameters and searcher, as far as tfdist runs them: one trial.
+"""Determined's hyperparameters: the values a job's workers get, or the space an experiment searches.
 
 A hyperparameter is a plain value, a nested group (a mapping without `type`), or a typed spec:
-`{type: const, val: V}` becomes V; `int`, `double`, `log` and `categorical` describe a search space, which
-needs a searcher that tfdist does not run yet, so each is checked as Determined checks it and then refused
-in one line that says how to give one value (`{type: const, val: ...}` or `--hparam NAME=VALUE`).
-`searcher: {name: single, ...}` (Determined's one-trial searcher) is accepted; every searcher that searches
-is refused. `--hparam NAME=VALUE` replaces one hyperparameter (a dotted NAME reaches into a group) before
+`{type: const, val: V}` becomes V; `int`, `double`, `log` and `categorical` describe a search space, each
+checked as Determined checks it. Under a searcher that searches (cluster/shared/searcher.py) they are kept, and
+each trial gets its values (cluster/shared/search_space.py); without one they are refused in one line that says
+how to search or how to give one value (`{type: const, val: ...}` or `--hparam NAME=VALUE`).
+`--hparam NAME=VALUE` replaces one hyperparameter (a dotted NAME reaches into a group) before
 the specs are resolved, so it can also give a searched one its value.
 
 Pure functions over the YAML's values; cluster/shared/config.py applies them (and turns this module's error
@@ -33,29 +33,25 @@ _KEYS = {  # each type's keys, required first (Determined's expconf hyperparamet
     "log": (("minval", "maxval", "base"), ("count",)),
     "categorical": (("vals",), ()),
 }
-SEARCHERS = ("single",)  # what tfdist runs: one trial with the values given
-SEARCHING = ("random", "grid", "adaptive_asha", "async_halving", "pbt", "custom", "adaptive", "adaptive_simple",
-             "sync_halving")  # Determined's searchers that search: refused
-_SINGLE_KEYS = ("name", "metric", "smaller_is_better", "max_length", "source_trial_id", "source_checkpoint_uuid")
-_LENGTH_UNITS = ("batches", "records", "epochs")
 ALWAYS_SETTABLE = ("global_batch_size",)  # tfdist reads it itself: --hparam may add it to any config
 
 
 class HyperparameterError(UserError, ValueError):
-    """A hyperparameter, `--hparam` or `searcher` is wrong; the message names the key path and the fix."""
+    """A hyperparameter or `--hparam` is wrong; the message names the key path and the fix."""
 
 
 # ---------------------------------------------------------------- resolving the config's hyperparameters
 
-def resolve(spec: Any, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def resolve(spec: Any, overrides: Sequence[str] = (), search: bool = False) -> dict[str, Any]:
     """The values the workers get from the config's `hyperparameters` as written and the `--hparam`s over
     them (`apply_overrides`): every typed spec checked, a `const` replaced by its value, groups and lists
-    walked (Determined resolves list items too). A search type is refused: tfdist runs no search yet."""
+    walked (Determined resolves list items too). A search type is kept as written under a searcher that
+    searches (`search`), else refused."""
     if not isinstance(spec, Mapping):
         raise HyperparameterError(f"hyperparameters: expected a mapping, got {_show(spec)}")
     _check_bounds(spec)  # before any walk: a YAML alias bomb or a deep nest costs no more than the bounds
     spec = apply_overrides(spec, overrides)
-    return {key: _resolve(value, f"hyperparameters.{key}", str(key)) for key, value in spec.items()}
+    return {key: _resolve(value, f"hyperparameters.{key}", str(key), search) for key, value in spec.items()}
 
 
 def check_values(value: Any) -> dict[str, Any]:
@@ -88,20 +84,23 @@ def _too_large(problem: str) -> NoReturn:
                               "pass large inputs in a file)")
 
 
-def _resolve(value: Any, where: str, flag: str | None) -> Any:
+def _resolve(value: Any, where: str, flag: str | None, search: bool) -> Any:
     """`flag`: the --hparam NAME that sets this value (None inside a list: a flag replaces the whole list)."""
     if isinstance(value, Mapping):
         if "type" not in value:
-            return {k: _resolve(v, f"{where}.{k}", flag and f"{flag}.{k}") for k, v in value.items()}
+            return {k: _resolve(v, f"{where}.{k}", flag and f"{flag}.{k}", search) for k, v in value.items()}
         kind = check_spec(value, where)
         if kind == "const":
             return value["val"]
+        if search:
+            return dict(value)
         one = _yaml(example(value))
         flag_fix = f" or --hparam {flag}={one}" if flag else ""
-        raise HyperparameterError(f"{where}: type {kind} needs a searcher, which tfdist does not run yet; give "
-                                  f"one value with {{type: const, val: {one}}}{flag_fix}")
+        raise HyperparameterError(f"{where}: type {kind} needs a searcher that searches (e.g. searcher: {{name: "
+                                  f"random, metric: val_loss, max_trials: 8}}); or give one value with "
+                                  f"{{type: const, val: {one}}}{flag_fix}")
     if isinstance(value, (list, tuple)):
-        return [_resolve(v, f"{where}[{i}]", None) for i, v in enumerate(value)]
+        return [_resolve(v, f"{where}[{i}]", None, search) for i, v in enumerate(value)]
     return value
 
 
@@ -270,58 +269,6 @@ def _copy_groups(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def _is_group(value: Any) -> bool:
     return isinstance(value, dict) and "type" not in value
-
-
-# ---------------------------------------------------------------- searcher
-
-def check_searcher(value: Any) -> None:
-    """`searcher:`. tfdist runs one trial, so Determined's `single` is accepted (its keys checked; `metric` and
-    `smaller_is_better` name what a search would optimise and are not used; `max_length` is not enforced: the
-    script decides how long it trains); a searcher that searches is one line saying search is not supported."""
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
-        raise HyperparameterError(f"searcher: expected a mapping such as {{name: single, metric: val_loss}}, got "
-                                  f"{_show(value)}")
-    name = value.get("name")
-    if name in SEARCHING:
-        raise HyperparameterError(
-            f"searcher.name: {name}: hyperparameter search is not supported yet (tfdist runs one trial); use "
-            "searcher: {name: single, metric: ...} or drop searcher:, and give each hyperparameter one value "
-            "({type: const, val: ...} or --hparam NAME=VALUE)")
-    if name not in SEARCHERS:
-        what = "missing" if name is None else f"unknown searcher {_show(name)}"
-        raise HyperparameterError(f"searcher.name: {what}; tfdist runs one trial: name: single (hyperparameter "
-                                  "search is not supported yet)")
-    for key in value:
-        if key not in _SINGLE_KEYS:
-            close = difflib.get_close_matches(str(key), _SINGLE_KEYS, n=1)
-            hint = f"did you mean 'searcher.{close[0]}'? " if close else ""
-            raise HyperparameterError(f"searcher.{_clip(str(key))}: unknown key for searcher single; {hint}"
-                                      f"it takes {', '.join(_SINGLE_KEYS)}")
-    if value.get("metric") is not None and not isinstance(value["metric"], str):
-        raise HyperparameterError(f"searcher.metric: expected a metric's name such as val_loss, got "
-                                  f"{_show(value['metric'])}")
-    if value.get("smaller_is_better") is not None and not isinstance(value["smaller_is_better"], bool):
-        raise HyperparameterError(f"searcher.smaller_is_better: expected true or false, got "
-                                  f"{_show(value['smaller_is_better'])}")
-    _check_length(value.get("max_length"))
-    for key in ("source_trial_id", "source_checkpoint_uuid"):
-        if value.get(key) is not None:
-            raise HyperparameterError(
-                f"searcher.{key}: starting from another trial's checkpoint is Determined's; tfdist continues its "
-                "own jobs with `tfdist resume ID`, or load the checkpoint in your script; drop this key")
-
-
-def _check_length(length: Any) -> None:
-    if length is None:
-        return
-    units = length if isinstance(length, Mapping) else {"batches": length}
-    bad = not units or len(units) != 1 or next(iter(units)) not in _LENGTH_UNITS
-    count = next(iter(units.values()), None) if not bad else None
-    if bad or isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise HyperparameterError(f"searcher.max_length: expected a positive integer or one of "
-                                  f"{{batches: N}}, {{records: N}}, {{epochs: N}}, got {_show(length)}")
 
 
 # ---------------------------------------------------------------- showing values

@@ -42,6 +42,8 @@ class JobSpec:
     working_dir: str = ""
     startup_timeout: float = 0.0  # 0: the coordinator's default
     submission_id: str = ""
+    experiment_id: str = ""  # a trial's experiment (cluster/coordinator/experiments/); "": a job of its own
+    trial: int = 0  # its number there (1, 2, ...)
 
     # What readers ask most, by the names they knew.
     @property
@@ -152,7 +154,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-VALUE_MAPS = ("hyperparameters", "kubernetes")  # config fields of YAML's values, types kept on the wire
+VALUE_MAPS = ("hyperparameters", "kubernetes", "searcher")  # config fields of YAML's values, types kept on the wire
 
 
 def wire_fields() -> list[dataclasses.Field]:
@@ -164,7 +166,8 @@ def wire_fields() -> list[dataclasses.Field]:
 
 def to_pb(spec: JobSpec) -> pb.JobSpec:
     message = pb.JobSpec(priority=spec.priority, working_dir=spec.working_dir, startup_timeout=spec.startup_timeout,
-                         submission_id=spec.submission_id, mode_reason=spec.mode_reason)
+                         submission_id=spec.submission_id, mode_reason=spec.mode_reason,
+                         experiment_id=spec.experiment_id, trial=spec.trial)
     config = message.config
     for field in wire_fields():
         value = getattr(spec.config, field.name)
@@ -203,12 +206,15 @@ def from_pb(message: pb.JobSpec, validate: bool = True) -> JobSpec:
                             "(cluster.shared.jobspec.job_spec); submit the decided mode")
         if not config.entrypoint:
             raise SpecError("the job has no entrypoint: give a command")
+        if message.experiment_id or message.trial:
+            raise SpecError("job spec: experiment_id and trial are the coordinator's (it makes an experiment's "
+                            "trials); submit the experiment's config, with its searcher")
         try:
             config = check_config(config)
         except ConfigError as e:
             raise SpecError(f"job spec: {e}") from None
     spec = JobSpec(config, message.mode_reason, message.priority, message.working_dir, message.startup_timeout,
-                   message.submission_id)
+                   message.submission_id, message.experiment_id, message.trial)
     problem = submission_problem(spec) if validate else ""
     if problem:
         raise SpecError(f"job spec: {problem}")

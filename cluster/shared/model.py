@@ -149,6 +149,39 @@ class Job:
         return self.state.terminal
 
 
+class ExperimentState(str, enum.Enum):
+    ACTIVE = "ACTIVE"  # its searcher makes and decides trials
+    PAUSED = "PAUSED"  # `tfdist preempt` of the experiment: its trials paused, its searcher's decisions held
+    COMPLETED = "COMPLETED"  # the search ended: every trial it made ended
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"  # a trial could not be made (its values broke a rule of the config)
+
+    @property
+    def terminal(self) -> bool:
+        return self in (ExperimentState.COMPLETED, ExperimentState.CANCELED, ExperimentState.FAILED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """A hyperparameter search: its config (a searcher that searches, the space), its searcher's state (plain
+    data, cluster/coordinator/experiments/search.py), and its held decisions while paused. Its trials are jobs
+    whose spec names it."""
+    id: str
+    seq: int
+    spec: JobSpec
+    state: ExperimentState
+    created_at: float
+    owner: str = ""
+    ended_at: float | None = None
+    message: str = ""
+    search: dict = dataclasses.field(default_factory=dict, compare=False)  # search.SearchState.to_plain()
+    held: tuple = ()  # ops held while PAUSED, as plain data
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.terminal
+
+
 @dataclasses.dataclass(frozen=True)
 class LogLine:
     rank: int

@@ -28,8 +28,8 @@ import abc
 import contextlib
 from typing import Any, Iterable
 
-from cluster.shared.model import (AgentRecord, Allocation, Checkpoint, Job, JobSpec, JobState, LogLine, MetricRow,
-                                  WorkerExit)
+from cluster.shared.model import (AgentRecord, Allocation, Checkpoint, Experiment, Job, JobSpec, JobState, LogLine,
+                                  MetricRow, WorkerExit)
 
 # The Job fields `update_job` may set (besides `placement`): what changes over a job's life.
 UPDATABLE_JOB_FIELDS = frozenset({
@@ -64,6 +64,14 @@ class StateReader(abc.ABC):
     @abc.abstractmethod
     def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
         """As `StateStore.count_jobs`."""
+
+    @abc.abstractmethod
+    def experiment(self, ref: str | int) -> Experiment | None:
+        """As `StateStore.experiment`."""
+
+    @abc.abstractmethod
+    def experiments(self) -> list[Experiment]:
+        """As `StateStore.experiments`."""
 
 
 class StateStore(abc.ABC):
@@ -157,6 +165,23 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     def events(self, job_id: str) -> list[tuple[float, str]]:
         """The job's events as (time, message), oldest first."""
+
+    # ---------------------------------------------------------------- experiments
+    @abc.abstractmethod
+    def put_experiment(self, experiment: Experiment) -> None:
+        """Stores the experiment: a new one whole; a known id's state, end, message, search and held ops."""
+
+    @abc.abstractmethod
+    def experiment(self, ref: str | int) -> Experiment | None:
+        """The experiment with this id (str) or number (int), or None."""
+
+    @abc.abstractmethod
+    def experiments(self) -> list[Experiment]:
+        """Every experiment, by number."""
+
+    @abc.abstractmethod
+    def next_experiment_seq(self) -> int:
+        """One more than the highest experiment number stored (1 for none)."""
 
     # ---------------------------------------------------------------- allocations
     @abc.abstractmethod

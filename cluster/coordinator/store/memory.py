@@ -16,8 +16,8 @@ import threading
 from typing import Any, Callable, Iterable, Iterator
 
 from cluster.coordinator.store.base import UPDATABLE_JOB_FIELDS, StateReader, StateStore, already_shipped
-from cluster.shared.model import (AgentRecord, Allocation, AllocState, Checkpoint, Job, JobSpec, JobState, LogLine,
-                                  MetricRow, WorkerExit)
+from cluster.shared.model import (AgentRecord, Allocation, AllocState, Checkpoint, Experiment, Job, JobSpec, JobState,
+                                  LogLine, MetricRow, WorkerExit)
 from tfdist.errors import InternalError
 
 _FLAGS = ("preempt_requested", "preemptible")  # stored 0/1 by callers, read as bools
@@ -46,6 +46,7 @@ class MemoryStore(StateStore):
         self._logs: dict[str, list[LogLine]] = {}  # job -> lines, seq 1, 2, ...
         self._shipped: dict[tuple[str, str, str], int] = {}  # (job, source, kind) -> last seq stored
         self._seq_floor = 0  # the highest job number pruned: never given again
+        self._experiments: dict[str, Experiment] = {}
 
     def close(self) -> None:
         """Nothing is held open."""
@@ -195,6 +196,29 @@ class MemoryStore(StateStore):
     def purge_output(self, max_rows: int) -> int:
         return 0  # `prune_finished` took the output with the job
 
+    def put_experiment(self, experiment: Experiment) -> None:
+        with self.transaction():
+            known = self._experiments.get(experiment.id)
+            if known is not None:
+                experiment = dataclasses.replace(known, state=experiment.state, ended_at=experiment.ended_at,
+                                                 message=experiment.message, search=experiment.search,
+                                                 held=tuple(experiment.held))
+            self._put(self._experiments, experiment.id, experiment)
+
+    def experiment(self, ref: str | int) -> Experiment | None:
+        with self._lock:
+            if isinstance(ref, int):
+                return next((e for e in self._experiments.values() if e.seq == ref), None)
+            return self._experiments.get(ref)
+
+    def experiments(self) -> list[Experiment]:
+        with self._lock:
+            return sorted(self._experiments.values(), key=lambda e: e.seq)
+
+    def next_experiment_seq(self) -> int:
+        with self._lock:
+            return max([0, *(e.seq for e in self._experiments.values())]) + 1
+
     def events(self, job_id: str) -> list[tuple[float, str]]:
         with self._lock:
             return list(self._events.get(job_id, ()))
@@ -321,3 +345,9 @@ class MemoryReader(StateReader):
 
     def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
         return self._store.count_jobs(states)
+
+    def experiment(self, ref: str | int) -> Experiment | None:
+        return self._store.experiment(ref)
+
+    def experiments(self) -> list[Experiment]:
+        return self._store.experiments()

@@ -23,25 +23,19 @@ import sqlite3
 import threading
 from typing import Any, Iterable, Iterator
 
-from cluster.coordinator.store import sqlite_rows as rows_lib
+from cluster.coordinator.store import experiment_rows, sqlite_rows as rows_lib
 from cluster.coordinator.store.base import StateReader, StateStore, already_shipped
 from cluster.coordinator.store.group_commit import GroupCommit, sync_error
 from cluster.coordinator.store.retention import Pruner, Retention
 from cluster.coordinator.store.sqlite_rows import BadRows, alloc_to_json, one_job, read_logs, readable_jobs
 from cluster.coordinator.store.sqlite_prune import prune_finished, purge_output
+from cluster.coordinator.store.sqlite_reader import SqliteReader, _connect
 from cluster.coordinator.store.sqlite_schema import create_schema
 from cluster.coordinator.store.state_file import (StateDirLock, check_ours, create_state, describe_open_error,
                                                   disk_full, existing_state)
-from cluster.shared.model import (AgentRecord, Address, Allocation, Checkpoint, Gpu, Job, JobSpec, JobState, LogLine,
-                                  MetricRow, WorkerExit)
+from cluster.shared.model import (AgentRecord, Address, Allocation, Checkpoint, Experiment, Gpu, Job, JobSpec,
+                                  JobState, LogLine, MetricRow, WorkerExit)
 from tfdist.errors import ResourceExhaustedError
-
-def _connect(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    db.row_factory = sqlite3.Row
-    db.execute("PRAGMA busy_timeout=10000")
-    return db
-
 
 # The index on submission_id is partial (ids given only): its condition must be in the query for SQLite to use
 # it, or every submission scans the whole jobs table.
@@ -332,6 +326,19 @@ class SqliteStore(StateStore):
                          "ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY name", (job_id,))
         return [MetricRow(**r) for r in rows]
 
+    # ---------------------------------------------------------------- experiments
+    def put_experiment(self, experiment: Experiment) -> None:
+        self._write([(experiment_rows.UPSERT, experiment_rows.upsert_args(experiment))])
+
+    def experiment(self, ref: str | int) -> Experiment | None:
+        return experiment_rows.one(self._all, "seq" if isinstance(ref, int) else "id", ref)
+
+    def experiments(self) -> list[Experiment]:
+        return experiment_rows.every(self._all)
+
+    def next_experiment_seq(self) -> int:
+        return experiment_rows.next_seq(self._all)
+
     # ---------------------------------------------------------------- logs
     def append_logs(self, job_id: str, lines: list[LogLine], source: str = "", first_seq: int = 0) -> int:
         """Numbers the lines per job in arrival order (their own seq is ignored). Returns how many were new."""
@@ -347,41 +354,3 @@ class SqliteStore(StateStore):
 
     def log_count(self, job_id: str) -> int:
         return self._all("SELECT COALESCE(MAX(seq), 0) AS m FROM logs WHERE job_id=?", (job_id,))[0]["m"]
-
-
-class SqliteReader(StateReader):
-    """Read-only access for log followers: one connection per thread, never the writer's lock, so a
-    follower never waits behind (or holds up) the coordinator's transactions. A ":memory:" store has
-    no second connection: there the store's own is used (and its lock)."""
-
-    def __init__(self, store: SqliteStore):
-        self._store = store
-        self._local = threading.local()
-
-    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        if self._store.path == ":memory:":
-            return self._store._all(sql, args)
-        db = getattr(self._local, "db", None)
-        if db is None:
-            db = self._local.db = _connect(self._store.path)
-        return db.execute(sql, args).fetchall()
-
-    def job(self, job_id: str) -> Job | None:
-        return one_job(self._query, self._store.bad, "id", job_id)
-
-    def job_by_seq(self, seq: int) -> Job | None:
-        return one_job(self._query, self._store.bad, "seq", seq)
-
-    def ended(self, job_id: str) -> bool:
-        """Ended or paused, and no node holds the job any more: its agents shipped every line first."""
-        return rows_lib.ended(self._query, job_id)
-
-    def jobs_page(self, states: Iterable[JobState] | None = None, before_seq: int | None = None,
-                  limit: int = 500) -> tuple[list[Job], int | None]:
-        return rows_lib.jobs_page(self._query, self._store.bad, states, before_seq, limit)
-
-    def count_jobs(self, states: Iterable[JobState] | None = None) -> int:
-        return rows_lib.count_jobs(self._query, states)
-
-    def logs(self, job_id: str, after_seq: int, rank: int, limit: int) -> list[LogLine]:
-        return read_logs(self._query, job_id, after_seq, rank, limit)

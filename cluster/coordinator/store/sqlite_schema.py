@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from cluster.coordinator.store import experiment_rows
+
 APPLICATION_ID = 0x74664453  # "tfDS": a tfdist coordinator's state
 SCHEMA_VERSION = 2  # PRAGMA user_version of every state file tfdist 0.1 writes
 
@@ -49,10 +51,10 @@ CREATE TABLE IF NOT EXISTS shipped (
   PRIMARY KEY (job_id, source, kind));
 CREATE TABLE IF NOT EXISTS pruned (job_id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-"""
+""" + experiment_rows.SCHEMA
 # Every table a tfdist state file holds (sqlite_sequence: SQLite's own, for AUTOINCREMENT).
 TABLES = frozenset({"agents", "jobs", "allocations", "exits", "checkpoints", "events", "metrics", "logs", "shipped",
-                    "pruned", "meta", "sqlite_sequence"})
+                    "pruned", "meta", "sqlite_sequence", "experiments"})
 INDEXES = """
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_submission ON jobs(submission_id)
   WHERE submission_id IS NOT NULL AND submission_id != '';

@@ -7,23 +7,27 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("priority", "working_dir", "startup_timeout", "submission_id", "mode_reason", "config")
+    __slots__ = ("priority", "working_dir", "startup_timeout", "submission_id", "mode_reason", "config", "experiment_id", "trial")
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
     STARTUP_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     SUBMISSION_ID_FIELD_NUMBER: _ClassVar[int]
     MODE_REASON_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
+    EXPERIMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TRIAL_FIELD_NUMBER: _ClassVar[int]
     priority: int
     working_dir: str
     startup_timeout: float
     submission_id: str
     mode_reason: str
     config: JobConfig
-    def __init__(self, priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., mode_reason: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ...) -> None: ...
+    experiment_id: str
+    trial: int
+    def __init__(self, priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., mode_reason: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., experiment_id: _Optional[str] = ..., trial: _Optional[int] = ...) -> None: ...
 
 class JobConfig(_message.Message):
-    __slots__ = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "num_ps", "evaluator", "gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics", "aggregation_frequency", "step_timeout", "hyperparameters", "environment_variables", "max_restarts", "checkpoint_storage", "kubernetes")
+    __slots__ = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "num_ps", "evaluator", "gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics", "aggregation_frequency", "step_timeout", "hyperparameters", "environment_variables", "max_restarts", "checkpoint_storage", "kubernetes", "searcher", "seed")
     class EnvironmentVariablesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +51,8 @@ class JobConfig(_message.Message):
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_STORAGE_FIELD_NUMBER: _ClassVar[int]
     KUBERNETES_FIELD_NUMBER: _ClassVar[int]
+    SEARCHER_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
     slots_per_trial: int
@@ -63,7 +69,9 @@ class JobConfig(_message.Message):
     max_restarts: int
     checkpoint_storage: str
     kubernetes: ValueMap
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots_per_trial: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., gradient_compression: _Optional[str] = ..., auto_tune_tensor_fusion: _Optional[bool] = ..., average_training_metrics: _Optional[bool] = ..., aggregation_frequency: _Optional[int] = ..., step_timeout: _Optional[float] = ..., hyperparameters: _Optional[_Union[ValueMap, _Mapping]] = ..., environment_variables: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., checkpoint_storage: _Optional[str] = ..., kubernetes: _Optional[_Union[ValueMap, _Mapping]] = ...) -> None: ...
+    searcher: ValueMap
+    seed: int
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots_per_trial: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., gradient_compression: _Optional[str] = ..., auto_tune_tensor_fusion: _Optional[bool] = ..., average_training_metrics: _Optional[bool] = ..., aggregation_frequency: _Optional[int] = ..., step_timeout: _Optional[float] = ..., hyperparameters: _Optional[_Union[ValueMap, _Mapping]] = ..., environment_variables: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., checkpoint_storage: _Optional[str] = ..., kubernetes: _Optional[_Union[ValueMap, _Mapping]] = ..., searcher: _Optional[_Union[ValueMap, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class Value(_message.Message):
     __slots__ = ("null_value", "bool_value", "int_value", "float_value", "string_value", "list_value", "map_value")

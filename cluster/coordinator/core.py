@@ -22,6 +22,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, job_machine, policy
 from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.experiments.runner import Experiments
 from cluster.coordinator.lifecycle import JobLifecycle
 from cluster.coordinator.metrics import Telemetry, Throughput
 from cluster.coordinator.intake import Intake
@@ -65,6 +66,7 @@ class CoordinatorCore:
         self.metrics_addresses: dict[str, str] = {}  # agent -> HOST:PORT of its /metrics (as it registered)
         self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.runs, settings, self.telemetry)
         self.intake = Intake(store, self.lifecycle, settings, self.telemetry)
+        self.experiments = Experiments(store, self.lifecycle, self.intake)  # searches whose trials are jobs
         with self.event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.lifecycle.handle(job.id, job_machine.Adopted(), now)
@@ -89,7 +91,9 @@ class CoordinatorCore:
             try:
                 with self.store.transaction():
                     yield end
+                    self.experiments.settle()  # what trials' events decide, in the same transaction
             except BaseException:
+                self.experiments.pending.clear()
                 self.allocs.reload()
                 self.lifecycle.reload_queue()
                 self.runs.rollback()
@@ -165,6 +169,7 @@ class CoordinatorCore:
                                       first_seq)
             for row in rows:
                 self.lifecycle.record(job, row, now=row.time)
+            self.experiments.metrics(job, rows, max(r.time for r in rows))
 
     def _job_on(self, agent: str, job_id: str) -> Job:
         return job_on(self.store.job(job_id), job_id, agent, self.allocs.get(job_id, agent) is not None)
@@ -187,7 +192,8 @@ class CoordinatorCore:
         with self.event(durable=True, user=True):
             for spec, owner in submissions:
                 try:
-                    answers.append(self.intake.submit(spec, now, owner))
+                    searches = spec.config.searcher and not spec.experiment_id
+                    answers.append((self.experiments if searches else self.intake).submit(spec, now, owner))
                 except BadRequest as e:  # refused before it wrote anything: the others go on
                     answers.append(e)
         return answers
@@ -203,6 +209,11 @@ class CoordinatorCore:
 
     def _act(self, job_ref: str, now: float, event: job_machine.Event) -> str:  # the user's: its state after
         with self.user_first.user(), self.event(user=True):
+            experiment = self.experiments.resolve(job_ref)  # `eN` or an experiment's id: all its trials
+            if experiment is not None:
+                action = {job_machine.Canceled: "cancel", job_machine.PreemptRequested: "preempt",
+                          job_machine.Resumed: "resume"}[type(event)]
+                return self.experiments.act(experiment, action, now)
             job_id = self.resolve_job_id(job_ref)
             self.lifecycle.handle(job_id, event, now)
             return self.store.job(job_id).state.value

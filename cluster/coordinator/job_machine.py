@@ -97,7 +97,7 @@ class Freed:
 
 @dataclasses.dataclass(frozen=True)
 class Canceled:
-    pass
+    why: str = "canceled by the user"  # the job's message (an experiment's searcher stopping a trial says why)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,10 +217,10 @@ def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
             if job.state != JobState.STARTING:  # it started meanwhile, or ended: nothing to place again
                 return Step(run)
             return requeue(facts, run, why, restart=False)
-        case Canceled():
+        case Canceled(why):
             if job.terminal:
                 return Step(run)
-            return end(facts, run, policy.Outcome(JobState.CANCELED, "canceled by the user", 130), now)
+            return end(facts, run, policy.Outcome(JobState.CANCELED, why, 130), now)
         case PreemptRequested():
             return preempt(facts, run)
         case Resumed():

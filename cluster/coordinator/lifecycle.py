@@ -51,6 +51,8 @@ class JobLifecycle:
         # An engine whose nodes a job's peers reach by names it gives per job (Kubernetes: each pod's DNS name)
         # sets this at attach: (the job, its run's nodes) -> node -> address. None: the nodes' own addresses.
         self.addresses_of_job: Callable[[Job, Sequence[str]], dict[str, str]] | None = None
+        # A trial's job changed state (its experiment's searcher hears of it at the event's end: experiments/).
+        self.on_trial_state: Callable[[Job, JobState, float], None] | None = None
 
     def node_changed(self, name: str) -> None:
         """The core registered node `name` again or declared it lost."""
@@ -176,6 +178,8 @@ class JobLifecycle:
             self.queue.remove(job.id)
             self._last_round = None  # the nodes it kept (a reservation) may be free for others now
         self.telemetry.transition(job, new, now, fields)
+        if job.spec.experiment_id and self.on_trial_state is not None:
+            self.on_trial_state(job, new, now)
         log.info("job %s %s: %s", job.id, new.value, event)
         self.runs.touched.add(job.id)
 

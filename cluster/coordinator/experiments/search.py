@@ -55,6 +55,8 @@ class Trial:
     best: float | None = None
     length: int = 0  # the length (max_length's unit) of its latest report
     why: str = ""  # why the searcher stopped or paused it
+    job: str = ""  # its job's id
+    asked_pause: bool = False  # the searcher asked its job to pause (a user's pause is the user's)
 
 
 @dataclasses.dataclass

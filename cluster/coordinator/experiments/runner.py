@@ -1,0 +1,232 @@
+"""The executor of experiments, inside the coordinator core's events: it makes an experiment and its first
+trials, hears its trials' searcher metrics and ends, asks the search (search.py) what follows, and applies it
+to the trials' jobs through the same job machine as a user's action (a trial is a job: queued, placed on whole
+nodes, restarted, preempted and resumed as any other).
+
+What a trial's event decides is applied at the end of the same event (`settle`), in its store transaction:
+a trial that pauses or ends frees its nodes while the next trial is already queued, and a `kill -9` at any
+moment leaves the event and the search's answer to it together, or neither."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+from typing import Any, Sequence
+
+from cluster.coordinator import job_machine
+from cluster.coordinator.experiments import search
+from cluster.coordinator.intake import Intake
+from cluster.coordinator.lifecycle import JobLifecycle
+from cluster.coordinator.store import StateStore
+from cluster.coordinator.values import BadRequest, NotFound
+from cluster.shared import config_values, limits, search_space, searcher as searcher_lib
+from cluster.shared.jobspec import JobSpec
+from cluster.shared.model import Experiment, ExperimentState, Job, JobState, MetricRow
+
+log = logging.getLogger("tfdist.coordinator")
+EPOCH = "epoch"  # MetricsReporter's epoch count, reported beside each epoch's metrics
+
+
+class Experiments:
+    def __init__(self, store: StateStore, lifecycle: JobLifecycle, intake: Intake):
+        self.store, self.lifecycle, self.intake = store, lifecycle, intake
+        self.pending: list[tuple[str, Job, Any, float]] = []  # trials' events, settled at the event's end
+        lifecycle.on_trial_state = lambda job, state, now: self.pending.append(("state", job, state, now))
+
+    # ---------------------------------------------------------------- a user's actions
+    def submit(self, spec: JobSpec, now: float, owner: str) -> tuple[str, str]:
+        """(experiment id, its state); a retried submission answers the experiment it made."""
+        if spec.submission_id:
+            known = next((e for e in self.store.experiments() if e.spec.submission_id == spec.submission_id), None)
+            if known is not None:
+                return known.id, known.state.value
+        refusal = self.intake.admissions.refusal(spec, self.lifecycle.live.index.sizes)
+        if refusal:
+            raise BadRequest(refusal)
+        config = searcher_lib.parse(spec.config.searcher)
+        seed = spec.config.seed or secrets.randbelow(2 ** 31 - 2) + 1
+        seq = self.store.next_experiment_seq()
+        experiment = Experiment(f"e{seq}-{secrets.token_hex(2)}", seq, spec, ExperimentState.ACTIVE, now, owner)
+        state, ops = search.begin(config, spec.config.hyperparameters, seed)
+        log.info("experiment %s: %s search of %s, seed %d", experiment.id, config.name, spec.name, seed)
+        experiment = self._apply(experiment, config, state, ops, now)
+        self.store.put_experiment(experiment)
+        return experiment.id, experiment.state.value
+
+    def resolve(self, ref: str) -> Experiment | None:
+        """An experiment by id or by `eN` (its number); None when `ref` does not name one."""
+        if not ref.startswith("e"):
+            return None
+        found = self.store.experiment(ref)
+        if found is None and ref[1:].isdigit():
+            found = self.store.experiment(int(ref[1:]))
+        if found is None:
+            raise NotFound(f"experiment {ref} not found; `tfdist experiments` lists them")
+        return found
+
+    def act(self, experiment: Experiment, action: str, now: float) -> str:
+        """cancel, preempt or resume the experiment (all its trials); its state after."""
+        if experiment.terminal:
+            raise BadRequest(f"experiment {experiment.id} already ended ({experiment.state.value})")
+        config = searcher_lib.parse(experiment.spec.config.searcher)
+        state = search.SearchState.from_plain(experiment.search)
+        jobs = [(t, self.store.job(t.job)) for t in state.trials if t.job]
+        live = [(t, j) for t, j in jobs if j is not None and not j.terminal]
+        if action == "cancel":
+            for _, job in live:
+                self.lifecycle.handle(job.id, job_machine.Canceled(f"experiment {experiment.id} canceled"), now)
+            experiment = dataclasses.replace(experiment, state=ExperimentState.CANCELED, ended_at=now,
+                                             message="canceled by the user", held=())
+        elif action == "preempt":
+            if experiment.state == ExperimentState.PAUSED:
+                raise BadRequest(f"experiment {experiment.id} is already PAUSED; `tfdist resume {experiment.id}`")
+            for _, job in live:
+                if job.state != JobState.PAUSED:
+                    self.lifecycle.handle(job.id, job_machine.PreemptRequested(), now)  # Refused: none changed
+            experiment = dataclasses.replace(experiment, state=ExperimentState.PAUSED,
+                                             message="paused by the user: its trials stop and save")
+        elif action == "resume":
+            if experiment.state != ExperimentState.PAUSED:
+                raise BadRequest(f"experiment {experiment.id} is {experiment.state.value}, not PAUSED")
+            experiment = dataclasses.replace(experiment, state=ExperimentState.ACTIVE, message="")
+            for trial, job in live:
+                if job.state == JobState.PAUSED and not trial.waiting:
+                    self.lifecycle.handle(job.id, job_machine.Resumed(), now)
+            held = [_op_from_plain(op) for op in experiment.held]
+            experiment = self._apply(dataclasses.replace(experiment, held=()), config, state, held, now)
+        self.store.put_experiment(experiment)
+        return experiment.state.value
+
+    # ---------------------------------------------------------------- trials' events
+    def metrics(self, job: Job, rows: Sequence[MetricRow], now: float) -> None:
+        """A trial's metric rows arrived (inside the core's event): settled at its end."""
+        if job.spec.experiment_id:
+            self.pending.append(("metrics", job, list(rows), now))
+
+    def settle(self) -> None:
+        """Applies what the trials' events of this core event decide (called before it commits)."""
+        while self.pending:
+            kind, job, payload, now = self.pending.pop(0)
+            experiment = self.store.experiment(job.spec.experiment_id)
+            if experiment is None or experiment.terminal:
+                continue
+            config = searcher_lib.parse(experiment.spec.config.searcher)
+            space = experiment.spec.config.hyperparameters
+            state = search.SearchState.from_plain(experiment.search)
+            if job.spec.trial > len(state.trials):
+                continue
+            trial = state.trial(job.spec.trial)
+            ops: list[search.Op] = []
+            if kind == "metrics":
+                for metric, length in reports(config, payload, job):
+                    ops += search.observed(config, space, state, trial.number, metric, length)
+            elif payload.terminal:
+                ops += search.ended(config, space, state, trial.number)
+            elif payload == JobState.PAUSED and trial.asked_pause and not trial.waiting:
+                trial.asked_pause = False  # promoted while it was stopping: on it goes
+                ops.append(search.Continue(trial.number))
+            experiment = self._apply(experiment, config, state, ops, now)
+            self.store.put_experiment(self._maybe_done(experiment, config, state, now))
+
+    # ---------------------------------------------------------------- applying the search's answers
+    def _apply(self, experiment: Experiment, config: searcher_lib.SearcherConfig, state: search.SearchState,
+               ops: Sequence[search.Op], now: float) -> Experiment:
+        held = list(experiment.held)
+        for op in ops:
+            if experiment.state == ExperimentState.PAUSED and isinstance(op, (search.Create, search.Continue)):
+                held.append(_op_to_plain(op))  # applied on resume
+                continue
+            try:
+                self._apply_one(experiment, state, op, now)
+            except config_values.ConfigError as e:
+                return dataclasses.replace(experiment, state=ExperimentState.FAILED, ended_at=now,
+                                           message=f"trial {op.number}: {e}", search=state.to_plain())
+        return dataclasses.replace(experiment, search=state.to_plain(), held=tuple(held))
+
+    def _apply_one(self, experiment: Experiment, state: search.SearchState, op: search.Op, now: float) -> None:
+        trial = state.trial(op.number)
+        job = self.store.job(trial.job) if trial.job else None
+        match op:
+            case search.Create(number, values):
+                spec = trial_spec(experiment, number, values)
+                trial.job, _ = self.intake.submit(spec, now, experiment.owner)
+            case search.Continue():
+                trial.asked_pause = bool(job and job.state.active and job.preempt_requested)
+                if job is not None and job.state == JobState.PAUSED:
+                    self.lifecycle.handle(job.id, job_machine.Resumed(), now)
+            case search.Pause(_, why):
+                if job is None or job.terminal:
+                    return
+                if job.state == JobState.QUEUED or job.preemptible:
+                    trial.asked_pause = True
+                    self.lifecycle.store.update_job(job.id, now, f"the searcher pauses it: {why}")
+                    self.lifecycle.handle(job.id, job_machine.PreemptRequested(), now)
+                else:  # it cannot stop at a checkpoint: it ends (it can never be promoted)
+                    self.lifecycle.handle(job.id, job_machine.Canceled(
+                        f"stopped by the searcher: {why} (it does not check for preemption, so it cannot pause)"), now)
+            case search.Stop(_, why):
+                if job is not None and not job.terminal:
+                    self.lifecycle.handle(job.id, job_machine.Canceled(f"stopped by the searcher: {why}"), now)
+
+    def _maybe_done(self, experiment: Experiment, config: searcher_lib.SearcherConfig, state: search.SearchState,
+                    now: float) -> Experiment:
+        if experiment.terminal or not search.finished(config, experiment.spec.config.hyperparameters, state):
+            return experiment
+        if any((j := self.store.job(t.job)) is not None and not j.terminal for t in state.trials if t.job):
+            return experiment  # the search is decided; its last trials still train to their end
+        best = best_trial(config, state)
+        said = f"best: trial {best.number} ({config.metric} {best.best:g})" if best else "no trial reported " \
+            f"{config.metric}"
+        log.info("experiment %s completed: %s", experiment.id, said)
+        return dataclasses.replace(experiment, state=ExperimentState.COMPLETED, ended_at=now, message=said)
+
+
+def best_trial(config: searcher_lib.SearcherConfig, state: search.SearchState) -> search.Trial | None:
+    scored = [t for t in state.trials if t.best is not None]
+    if not scored:
+        return None
+    return min(scored, key=lambda t: (t.best if config.smaller_is_better else -t.best, t.number))
+
+
+def reports(config: searcher_lib.SearcherConfig, rows: Sequence[MetricRow], job: Job) -> list[tuple[float, int]]:
+    """(metric, length) of each report of the searcher metric among `rows`, the length in max_length's unit:
+    batches are steps, epochs the epoch count reported at that step, records steps x global_batch_size."""
+    unit = config.max_length[0] if config.max_length else "batches"
+    epochs = {r.step: int(r.value) for r in rows if r.name == EPOCH}
+    found = []
+    for row in rows:
+        if row.name != config.metric:
+            continue
+        if unit == "epochs":
+            if row.step not in epochs:
+                continue
+            length = epochs[row.step]
+        elif unit == "records":
+            length = row.step * int(job.spec.config.global_batch_size or 1)
+        else:
+            length = row.step
+        found.append((row.value, length))
+    return found
+
+
+def trial_spec(experiment: Experiment, number: int, values: dict[str, Any]) -> JobSpec:
+    """The trial's job: the experiment's config with the trial's values (checked as a job's are)."""
+    spec = experiment.spec
+    hparams = search_space.assign(spec.config.hyperparameters, values)
+    if "global_batch_size" in hparams:
+        config_values.check_int(hparams["global_batch_size"], "hyperparameters.global_batch_size", minimum=1,
+                                maximum=limits.MAX_GLOBAL_BATCH_SIZE)
+    name = f"{spec.name[:limits.MAX_NAME_CHARS - 8]}.t{number}"
+    config = dataclasses.replace(spec.config, name=name, hyperparameters=hparams)
+    return dataclasses.replace(spec, config=config, submission_id=f"{experiment.id}/{number}",
+                               experiment_id=experiment.id, trial=number)
+
+
+def _op_to_plain(op: search.Op) -> dict[str, Any]:
+    return {"op": type(op).__name__, **dataclasses.asdict(op)}
+
+
+def _op_from_plain(data: dict[str, Any]) -> search.Op:
+    kinds = {"Create": search.Create, "Continue": search.Continue, "Pause": search.Pause, "Stop": search.Stop}
+    return kinds[data["op"]](**{k: v for k, v in data.items() if k != "op"})

@@ -67,6 +67,9 @@ class DistributedContext:
     per_worker_batch_size: int | None
     gpus: tuple[int, ...] = ()  # GPU indices this process holds (nvidia-smi's numbering); () on CPU slots
     role: str = "worker"  # TF task type: worker; in ps mode chief, worker, ps or evaluator
+    # A trial of an experiment: its searcher's name, metric, smaller_is_better and max_length ({"epochs": 8});
+    # {} for a job of its own. Train for max_length and report `metric` (MetricsReporter, tfdist.report_metrics).
+    searcher: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     cluster_info: ClusterInfo | None = dataclasses.field(default=None, compare=False, repr=False)
     strategy: Any = dataclasses.field(default=None, compare=False, repr=False)
     collectives: Collectives | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -201,6 +204,7 @@ def context_from_env(env: Mapping[str, str], default_hparams: Mapping[str, Any] 
         per_worker_batch_size=per_worker,
         gpus=_env_gpus(env),
         role=env.get(envvars.ROLE, "worker"),
+        searcher=_env_json(env, envvars.SEARCHER),
         cluster_info=_env_cluster(env, job_id, size),
         collectives=modes.worker_mode(distribution).collectives(env.get(envvars.STORE), rank, size),
     )
@@ -224,6 +228,16 @@ def _env_cluster(env: Mapping[str, str], job_id: str, size: int) -> ClusterInfo:
         raise LaunchEnvironmentError(f"{envvars.CLUSTER}: latest_checkpoint is not what tfdist writes: {e}") from None
     return ClusterInfo(data.get("job_id", job_id), nodes, checkpoint, int(data.get("attempt", 0)),
                        str(data.get("checkpoint_dir", "")))
+
+
+def _env_json(env: Mapping[str, str], name: str) -> dict[str, Any]:
+    try:
+        value = json.loads(env.get(name) or "{}")
+    except json.JSONDecodeError as e:
+        raise LaunchEnvironmentError(f"{name} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise LaunchEnvironmentError(f"{name} is not a JSON object")
+    return value
 
 
 def _env_gpus(env: Mapping[str, str]) -> tuple[int, ...]:

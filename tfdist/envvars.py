@@ -27,6 +27,7 @@ GLOBAL_BATCH_SIZE = "TFDIST_GLOBAL_BATCH_SIZE"
 PER_REPLICA_BATCH_SIZE = "TFDIST_PER_REPLICA_BATCH_SIZE"
 PER_WORKER_BATCH_SIZE = "TFDIST_PER_WORKER_BATCH_SIZE"
 HPARAMS = "TFDIST_HPARAMS"  # JSON object of the config's hyperparameters
+SEARCHER = "TFDIST_SEARCHER"  # a trial's searcher: JSON {name, metric, smaller_is_better, max_length: {unit: n}}
 READY_FILE = "TFDIST_READY_FILE"  # init() touches it once the worker joined
 PROGRESS_FILE = "TFDIST_PROGRESS_FILE"  # tfdist.report_progress() writes "step"; the agent heartbeats its age
 METRICS_FILE = "TFDIST_METRICS_FILE"  # tfdist.report_metrics() appends JSON lines; the agent ships them

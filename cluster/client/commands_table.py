@@ -325,10 +325,12 @@ COMMANDS: tuple[Command, ...] = (
         OneOf((JSON.but(help="JSON Lines: one object per line, progress updates included (docs/json.md)"),
                arg("--quiet", action="store_true", help="what `tfdist launch` shows: TensorFlow's start-up lines, "
                                                         "harmless warnings and other ranks' progress bars hidden"))))),
+    Command("experiments", "list experiments", _handler("experiment_commands", "list_experiments"), (*CLIENT, JSON)),
+    Command("experiment", "show an experiment: its trials, values, metrics, best trial", _handler(
+        "experiment_commands", "show_experiment"), (*CLIENT, arg("experiment_id", metavar="ID", help="eN or its id"), JSON)),
     Command("cancel", "cancel a job", _handler("job_commands", "cancel_job"), (*CLIENT, JOB_ID, SLURM_JOBS)),
     Command("preempt", "stop a job's workers at a common step, save, and pause the job",
-            _handler("job_commands", "preempt_job"),
-            (*CLIENT, JOB_ID)),
+            _handler("job_commands", "preempt_job"), (*CLIENT, JOB_ID)),
     Command("resume", "run a paused job again from its latest checkpoint", _handler("job_commands", "resume_job"),
             (*CLIENT, JOB_ID, VERBOSE.but(help="a local job: as launch's --verbose"),
              ALL_RANKS.but(help="a local job: as launch's --all-ranks")),

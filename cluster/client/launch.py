@@ -20,7 +20,7 @@ from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Authority, Credential, derived_key, new_secret
 from cluster.shared.commands import other_venv_warning, resolve_command, with_launcher_python
 from cluster.shared.config import ExperimentConfig
-from cluster.client import local_runs
+from cluster.client import experiment_launch, local_runs
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
 from cluster.client.progress_view import QUIET, ViewOptions
 from cluster.shared import jobspec, modes
@@ -178,9 +178,10 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
             if warning:
                 sys.stderr.write(f"tfdist: warning: {warning}\n")
             run = None if state_dir else local_runs.new_run()
+            slots = config.slots_per_trial if not spec.config.searcher else experiment_launch.cores_for_trials(
+                config.slots_per_trial, spec.config.searcher["max_concurrent_trials"], len(os.sched_getaffinity(0)))
             try:
-                embedded = EmbeddedCluster(config.slots_per_trial, state_dir or run.path,
-                                           first_job_seq=run.number if run else 1)
+                embedded = EmbeddedCluster(slots, state_dir or run.path, first_job_seq=run.number if run else 1)
             except BaseException:
                 if run:
                     local_runs.remove(run)
@@ -209,12 +210,15 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
         if detach:
             print(job_id)
             return 0
+        if spec.config.searcher:  # an experiment: its trials as a table
+            code = experiment_launch.follow(client, job_id, coordinator)
+            return code
         sys.stderr.write(f"tfdist: job {job_id} submitted to {coordinator}; distribution {spec.distribution_mode} "
                          f"({spec.mode_reason})\n")
         code = _follow_with_cancel(client, job_id, embedded is not None, view=view)
         return code
     finally:
-        if run and job_id:
+        if run and job_id and not spec.config.searcher:
             run.record_from(client)
         client.close()
         if embedded:

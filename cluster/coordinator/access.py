@@ -52,6 +52,8 @@ RULES: dict[str, Rule] = {
     "ResumeJob": _rule(*ACT, owned=True),
     "GetLogs": _rule(*ACT, owned=True),
     "GetMetrics": _rule(*READ, owned=True),
+    "GetExperiment": _rule(*READ),
+    "ListExperiments": _rule(*READ),
     # service AgentService: nodes, each only as itself
     "Register": _rule(NODE, RUN, agent_field=lambda r: r.agent.name),
     "Heartbeat": _rule(NODE, RUN, agent_field=lambda r: r.agent),

@@ -9,6 +9,7 @@ import time
 
 from cluster.coordinator import answers, request_checks, views
 from cluster.coordinator.core import CoordinatorCore
+from cluster.coordinator.experiments import views as experiment_views
 from cluster.shared import jobspec
 from cluster.shared.job_pages import JobList, walk_pages
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -51,6 +52,14 @@ class InProcessClient:
 
     def resume(self, job_id: str) -> str:
         return self.core.resume(job_id, self.clock())
+
+    def experiment(self, ref: str) -> pb.Experiment:
+        reader = self.follower.reader
+        return experiment_views.experiment_answer(reader, experiment_views.find(reader, ref),
+                                                  checkpoint_of=self.core.store.latest_checkpoint)
+
+    def experiments(self) -> list[pb.Experiment]:
+        return list(experiment_views.experiments_answer(self.follower.reader).experiments)
 
     def close(self) -> None:
         """Nothing to close: the launch closes its coordinator."""

@@ -273,6 +273,7 @@ RULES: dict[str, Callable[[Any], None]] = {
     "SubmitJob": lambda request: None,  # the spec: jobspec.from_pb(validate=True) runs check_config
     "GetJob": _by_job, "CancelJob": _by_job, "PreemptJob": _by_job, "ResumeJob": _by_job,
     "ListJobs": _list_jobs, "GetLogs": _get_logs, "GetMetrics": _get_metrics, "ListAgents": lambda request: None,
+    "GetExperiment": lambda request: job_id(request.experiment_id), "ListExperiments": lambda request: None,
     "Register": _register, "Heartbeat": _heartbeat, "WaitForWork": _wait_for_work, "ReportExit": _report_exit,
     "PushLogs": _push_logs, "ReportMetrics": _report_metrics, "CheckScrapeToken": _check_scrape_token,
 }

@@ -9,6 +9,7 @@ import time
 import grpc
 
 from cluster.coordinator import access, request_checks
+from cluster.coordinator.experiments import views as experiment_views
 from cluster.coordinator.core import CoordinatorCore
 from cluster.shared.auth import bearer_token
 from cluster.shared.credentials import Authority, Principal, parse_run_name
@@ -78,6 +79,11 @@ class Gate:
             raise PermissionDeniedError(f"run credential {principal.name!r}: that run no longer holds node {node}")
 
     def _owner_of(self, job_ref: str) -> str | None:
+        if job_ref[:1] == "e":  # an experiment: its owner's, as its trials'
+            try:
+                return experiment_views.find(self.reader, job_ref).owner
+            except NotFoundError:
+                return None
         try:
             job = self.reader.job(self.core.resolve_job_id(job_ref, self.reader))
         except (NotFoundError, UserError, ValueError, OverflowError):

@@ -14,6 +14,7 @@ from concurrent import futures
 import grpc
 
 from cluster.coordinator import answers, metrics, views
+from cluster.coordinator.experiments import views as experiment_views
 from cluster.coordinator.rpc_edge import Gate, guard
 from cluster.coordinator.wire_guard import WireGuard
 from cluster.coordinator.engine import ENGINE_THREADS, Engine, Front
@@ -70,6 +71,16 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @guard
     def ResumeJob(self, request, context, principal):
         return pb.ResumeJobResponse(state=self.core.resume(request.job_id, self.clock()))
+
+    @guard
+    def GetExperiment(self, request, context, principal):
+        experiment = experiment_views.find(self.follower.reader, request.experiment_id)
+        return experiment_views.experiment_answer(self.follower.reader, experiment,
+                                                  checkpoint_of=self.core.store.latest_checkpoint)
+
+    @guard
+    def ListExperiments(self, request, context, principal):
+        return experiment_views.experiments_answer(self.follower.reader)
 
     @guard
     def GetLogs(self, request, context, principal):

@@ -173,7 +173,7 @@ def to_pb(spec: JobSpec) -> pb.JobSpec:
         value = getattr(spec.config, field.name)
         target = getattr(config, field.name)  # AttributeError: the field is missing from JobConfig
         if field.name in VALUE_MAPS:
-            target.CopyFrom(_map_to_pb(value))
+            target.CopyFrom(map_to_pb(value))
         elif isinstance(value, Mapping):
             target.update({str(k): str(v) for k, v in value.items()})
         elif isinstance(value, (tuple, list)):
@@ -193,7 +193,7 @@ def from_pb(message: pb.JobSpec, validate: bool = True) -> JobSpec:
     for field in wire_fields():
         value = getattr(message.config, field.name)
         if field.name in VALUE_MAPS:
-            value = _map_from_pb(value)
+            value = map_from_pb(value)
         elif field.name == "environment_variables":
             value = dict(value)
         elif field.name == "entrypoint":
@@ -231,14 +231,14 @@ def _value_to_pb(value: Any) -> pb.Value:
     if isinstance(value, float):
         return pb.Value(float_value=value)
     if isinstance(value, Mapping):
-        return pb.Value(map_value=_map_to_pb(value))
+        return pb.Value(map_value=map_to_pb(value))
     if isinstance(value, (list, tuple)):
         return pb.Value(list_value=pb.ValueList(items=[_value_to_pb(v) for v in value]))
     return pb.Value(string_value=str(value))  # YAML dates (json.dumps(default=str) made them strings too); ints
     # beyond 64 bits also arrive as strings
 
 
-def _map_to_pb(mapping: Mapping[str, Any]) -> pb.ValueMap:
+def map_to_pb(mapping: Mapping[str, Any]) -> pb.ValueMap:
     message = pb.ValueMap()
     for key, value in mapping.items():
         message.fields[str(key)].CopyFrom(_value_to_pb(value))
@@ -248,7 +248,7 @@ def _map_to_pb(mapping: Mapping[str, Any]) -> pb.ValueMap:
 def _value_from_pb(value: pb.Value) -> Any:
     kind = value.WhichOneof("kind")
     if kind == "map_value":
-        return _map_from_pb(value.map_value)
+        return map_from_pb(value.map_value)
     if kind == "list_value":
         return [_value_from_pb(v) for v in value.list_value.items]
     if kind in (None, "null_value"):
@@ -256,5 +256,5 @@ def _value_from_pb(value: pb.Value) -> Any:
     return getattr(value, kind)
 
 
-def _map_from_pb(message: pb.ValueMap) -> dict[str, Any]:
+def map_from_pb(message: pb.ValueMap) -> dict[str, Any]:
     return {key: _value_from_pb(message.fields[key]) for key in message.fields}

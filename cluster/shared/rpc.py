@@ -103,5 +103,11 @@ class Client:
     def metrics(self, job_id: str, name: str = "") -> pb.GetMetricsResponse:
         return self.call(self.coordinator.GetMetrics, pb.GetMetricsRequest(job_id=job_id, name=name))
 
+    def experiment(self, ref: str) -> pb.Experiment:
+        return self.call(self.coordinator.GetExperiment, pb.GetExperimentRequest(experiment_id=ref))
+
+    def experiments(self) -> list[pb.Experiment]:
+        return list(self.call(self.coordinator.ListExperiments, pb.ListExperimentsRequest()).experiments)
+
     def list_agents(self) -> list[pb.AgentInfo]:
         return list(self.call(self.coordinator.ListAgents, pb.ListAgentsRequest()).agents)

@@ -239,6 +239,9 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         # Lines reach the launcher as they are printed, not when a buffer fills.
         "PYTHONUNBUFFERED": "1",
     })
+    if config.searcher:  # a trial: what it reports and how long it may train (ctx.searcher)
+        env[envvars.SEARCHER] = json.dumps({k: config.searcher.get(k) for k in ("name", "metric", "smaller_is_better",
+                                                                                "max_length")}, sort_keys=True)
     if config.aggregation_frequency > 1:
         env[envvars.AGGREGATION_FREQUENCY] = str(config.aggregation_frequency)
     if config.average_training_metrics:

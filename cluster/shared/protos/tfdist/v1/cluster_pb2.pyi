@@ -282,6 +282,86 @@ class ListJobsResponse(_message.Message):
     total: int
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
+class Trial(_message.Message):
+    __slots__ = ("number", "job_id", "state", "hparams", "latest", "best", "length", "rung", "waiting", "why", "checkpoint", "checkpoint_step")
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HPARAMS_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    BEST_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    RUNG_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    WHY_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    number: int
+    job_id: str
+    state: str
+    hparams: ValueMap
+    latest: float
+    best: float
+    length: int
+    rung: int
+    waiting: bool
+    why: str
+    checkpoint: str
+    checkpoint_step: int
+    def __init__(self, number: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., hparams: _Optional[_Union[ValueMap, _Mapping]] = ..., latest: _Optional[float] = ..., best: _Optional[float] = ..., length: _Optional[int] = ..., rung: _Optional[int] = ..., waiting: _Optional[bool] = ..., why: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_step: _Optional[int] = ...) -> None: ...
+
+class Experiment(_message.Message):
+    __slots__ = ("id", "name", "state", "searcher", "metric", "smaller_is_better", "created_at", "ended_at", "message", "trials", "best_trial", "max_trials", "owner", "seed", "length_unit", "rung_lengths")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SEARCHER_FIELD_NUMBER: _ClassVar[int]
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    SMALLER_IS_BETTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_FIELD_NUMBER: _ClassVar[int]
+    BEST_TRIAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRIALS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_UNIT_FIELD_NUMBER: _ClassVar[int]
+    RUNG_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    state: str
+    searcher: str
+    metric: str
+    smaller_is_better: bool
+    created_at: float
+    ended_at: float
+    message: str
+    trials: _containers.RepeatedCompositeFieldContainer[Trial]
+    best_trial: int
+    max_trials: int
+    owner: str
+    seed: int
+    length_unit: str
+    rung_lengths: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., searcher: _Optional[str] = ..., metric: _Optional[str] = ..., smaller_is_better: _Optional[bool] = ..., created_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., message: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ..., best_trial: _Optional[int] = ..., max_trials: _Optional[int] = ..., owner: _Optional[str] = ..., seed: _Optional[int] = ..., length_unit: _Optional[str] = ..., rung_lengths: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetExperimentRequest(_message.Message):
+    __slots__ = ("experiment_id",)
+    EXPERIMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    experiment_id: str
+    def __init__(self, experiment_id: _Optional[str] = ...) -> None: ...
+
+class ListExperimentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListExperimentsResponse(_message.Message):
+    __slots__ = ("experiments",)
+    EXPERIMENTS_FIELD_NUMBER: _ClassVar[int]
+    experiments: _containers.RepeatedCompositeFieldContainer[Experiment]
+    def __init__(self, experiments: _Optional[_Iterable[_Union[Experiment, _Mapping]]] = ...) -> None: ...
+
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -79,6 +79,16 @@ class CoordinatorStub:
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsRequest.SerializeToString,
                 response_deserializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsResponse.FromString,
                 _registered_method=True)
+        self.GetExperiment = channel.unary_unary(
+                '/tfdist.v1.Coordinator/GetExperiment',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.GetExperimentRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.Experiment.FromString,
+                _registered_method=True)
+        self.ListExperiments = channel.unary_unary(
+                '/tfdist.v1.Coordinator/ListExperiments',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -138,6 +148,18 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetExperiment(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListExperiments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +207,16 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.GetMetrics,
                     request_deserializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsRequest.FromString,
                     response_serializer=tfdist_dot_v1_dot_cluster__pb2.GetMetricsResponse.SerializeToString,
+            ),
+            'GetExperiment': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetExperiment,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.GetExperimentRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.Experiment.SerializeToString,
+            ),
+            'ListExperiments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExperiments,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +462,60 @@ class Coordinator:
             '/tfdist.v1.Coordinator/GetMetrics',
             tfdist_dot_v1_dot_cluster__pb2.GetMetricsRequest.SerializeToString,
             tfdist_dot_v1_dot_cluster__pb2.GetMetricsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetExperiment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/GetExperiment',
+            tfdist_dot_v1_dot_cluster__pb2.GetExperimentRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.Experiment.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListExperiments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/ListExperiments',
+            tfdist_dot_v1_dot_cluster__pb2.ListExperimentsRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.ListExperimentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -58,7 +58,7 @@ class SearcherConfig:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["max_length"] = {self.max_length[0]: self.max_length[1]} if self.max_length else None
         out["bracket_rungs"] = list(self.bracket_rungs)
-        return {k: v for k, v in out.items() if v is not None}
+        return {k: v for k, v in out.items() if v is not None and k in _KEYS[self.name]}
 
 
 def parse(value: Any) -> SearcherConfig:

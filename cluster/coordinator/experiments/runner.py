@@ -176,6 +176,11 @@ class Experiments:
         if any((j := self.store.job(t.job)) is not None and not j.terminal for t in state.trials if t.job):
             return experiment  # the search is decided; its last trials still train to their end
         best = best_trial(config, state)
+        jobs = [self.store.job(t.job) for t in state.trials if t.job]
+        failed = [j for j in jobs if j is not None and j.state == JobState.FAILED]
+        if best is None and failed and len(failed) == len(jobs):  # nothing was learned: say why
+            said = f"every trial failed; trial {failed[0].spec.trial} (job {failed[0].id}): {failed[0].message}"
+            return dataclasses.replace(experiment, state=ExperimentState.FAILED, ended_at=now, message=said)
         said = f"best: trial {best.number} ({config.metric} {best.best:g})" if best else "no trial reported " \
             f"{config.metric}"
         log.info("experiment %s completed: %s", experiment.id, said)

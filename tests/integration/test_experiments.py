@@ -1,0 +1,148 @@
+"""Experiments end to end: Determined's searcher configs as written, each trial a gang job on real agents (or a
+local launch's), real Keras trials under adaptive ASHA that pause at a checkpoint and continue from it, and a
+coordinator killed with -9 in the middle of a search."""
+
+import os
+import random
+import socket
+import sys
+import time
+
+import pytest
+import yaml
+
+from cluster.coordinator.store import SqliteStore
+from tests.conftest import REPO, LocalCluster, run_cli, wait_for
+
+pytestmark = [pytest.mark.timeout(300)]
+TRIAL = os.path.join(REPO, "tests", "integration", "workers", "search_trial.py")
+
+
+def write_config(tmp_path, searcher, slots=1, mode="mwms", entrypoint=TRIAL, slow=0.1, **extra):
+    config = {"name": "search", "entrypoint": f"{sys.executable} {entrypoint}", "searcher": searcher,
+              "resources": {"slots_per_trial": slots}, "distribution": {"mode": mode},
+              "hyperparameters": {"learning_rate": {"type": "log", "base": 10, "minval": -4, "maxval": -1},
+                                  "global_batch_size": 8},
+              "checkpoint_storage": str(tmp_path / "checkpoints"), "reproducibility": {"experiment_seed": 3},
+              "environment": {"variables": [f"OUT={tmp_path}", f"SLOW={slow}"]}, **extra}
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def trained_steps(tmp_path, job_id):
+    """(attempt, step) of every step the trial's chief trained, in order."""
+    path = tmp_path / f"steps-{job_id}"
+    return [tuple(map(int, line.split())) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_determined_random_search_runs_its_trials_as_gangs_on_a_cluster(tmp_path, local_cluster):
+    # Measured 1: `searcher: random` with a `log` learning rate was refused; now its trials are 2-process MWMS
+    # gangs on whole nodes, at most max_concurrent_trials at once.
+    cluster = local_cluster()
+    for name in ("n1", "n2"):
+        cluster.start_agent(name, "--slots", "2")
+    cluster.wait_agents("n1", "n2")
+    searcher = {"name": "random", "metric": "val_loss", "max_trials": 4, "max_concurrent_trials": 2,
+                "max_length": {"batches": 3}}
+    result = cluster.cli("launch", "--config", write_config(tmp_path, searcher, slots=2), timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert " COMPLETED: best: trial " in result.stdout and "4 of 4 trials made, 4 ended" in result.stdout
+
+    shown = cluster.json("experiment", "e1")
+    trials = shown["trials"]
+    assert [t["trial"] for t in trials] == [1, 2, 3, 4] and {t["state"] for t in trials} == {"SUCCEEDED"}
+    rates = [t["hyperparameters"]["learning_rate"] for t in trials]
+    assert all(1e-4 <= r <= 0.1 for r in rates) and len(set(rates)) == 4
+    best = min(trials, key=lambda t: t["best"])
+    assert shown["state"] == "COMPLETED" and shown["best_trial"]["trial"] == best["trial"]
+    assert shown["best_trial"]["checkpoint"]["step"] == 2  # where its weights are (saved every 2 steps)
+    for trial in trials:
+        job = cluster.job(trial["job_id"])
+        assert len(job["placement"]) == 1 and job["placement"][0]["slots"] == 2  # a whole node each
+        assert sorted(e["rank"] for e in job["exits"]) == [0, 1]
+    assert [e["id"] for e in cluster.json("experiments")["experiments"]] == [shown["id"]]
+    refused = cluster.cli("resume", "e1")
+    assert refused.returncode != 0 and "already ended (COMPLETED)" in refused.stderr
+
+
+def test_asha_pauses_losing_keras_trials_and_continues_promoted_ones_from_their_checkpoints(tmp_path, marker):
+    """Real Keras trials (examples/search/train.py) under a local launch: each rung's losers stop at a step and
+    save; a promoted trial's next run starts after the step it saved, never from step 0."""
+    searcher = {"name": "adaptive_asha", "metric": "val_loss", "max_trials": 4, "max_length": {"epochs": 4},
+                "max_rungs": 2, "divisor": 2, "mode": "aggressive", "max_concurrent_trials": 1}
+    # One trial at a time, seed 3: trial 1 (the largest learning rate) waits alone at rung 1, trial 2 loses to it
+    # there, so trial 1 is promoted: resumed from the checkpoint it paused at.
+    config = write_config(tmp_path, searcher, entrypoint=os.path.join(REPO, "examples", "search", "train.py"),
+                          hyperparameters={"global_batch_size": 64, "units": 16,
+                                           "learning_rate": {"type": "log", "base": 10, "minval": -4, "maxval": -1.5}})
+    state = tmp_path / "state"
+    result = run_cli(["launch", "--config", config, "--state-dir", str(state)], marker, timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "COMPLETED: best: trial" in result.stdout and "rungs at 2, 4 epochs" in result.stdout
+
+    store = SqliteStore(str(state / "coordinator.sqlite"))
+    try:
+        experiment = store.experiment(1)
+        trials = experiment.search["trials"]
+        assert len(trials) == 4 and all(store.job(t["job"]).terminal for t in trials)
+        resumed = 0
+        for trial in trials:
+            job_id = trial["job"]
+            events = store.events(job_id)
+            resumes = [(when, e) for when, e in events if "resumed from the checkpoint at step" in e]
+            for when, event in resumes:  # the next run trains only steps after its checkpoint
+                step = int(event.split("at step ")[1].split()[0])
+                later = [r.step for r in store.metrics(job_id, "loss") if r.time > when]
+                assert step > 0 and later and min(later) > step, (event, later)
+                resumed += 1
+            if any("stopped by the searcher" in e for _, e in events):
+                assert store.job(job_id).state.value == "CANCELED" and trial["why"].startswith("stopped early")
+        assert resumed >= 1 and trials[0]["rung"] == 1  # trial 1 paused, was promoted and went on
+        assert any(t["why"].startswith("stopped early") for t in trials)
+    finally:
+        store.close()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.timeout(360)
+def test_kill_9_of_the_coordinator_mid_search_loses_no_trial_and_trains_no_step_twice(tmp_path, marker):
+    listen = f"127.0.0.1:{_free_port()}"
+    cluster = LocalCluster(tmp_path, marker, listen=listen)
+    try:
+        cluster.start_agent("n1", "--slots", "2")
+        cluster.wait_agents("n1")
+        searcher = {"name": "adaptive_asha", "metric": "val_loss", "max_trials": 6, "max_length": {"batches": 8},
+                    "max_rungs": 3, "divisor": 2, "mode": "aggressive", "max_concurrent_trials": 2}
+        submitted = cluster.cli("launch", "--detach", "--config", write_config(tmp_path, searcher, slow=0.25))
+        assert submitted.returncode == 0, submitted.stderr
+        experiment_id = submitted.stdout.strip()
+        chance = random.Random(5)
+        kills = 0
+        for _ in range(4):
+            time.sleep(chance.uniform(1.0, 3.0))  # a random moment of the search, not a wait on a condition
+            cluster.coordinator.kill()
+            cluster.coordinator.wait()
+            kills += 1
+            cluster.start_coordinator(listen)
+        cluster.wait_for(lambda: cluster.json("experiment", experiment_id)["state"] == "COMPLETED",
+                         "the experiment to complete after the kills", timeout=240)
+        shown = cluster.json("experiment", experiment_id)
+        trials = shown["trials"]
+        assert kills == 4 and [t["trial"] for t in trials] == list(range(1, 7))
+        jobs = [t["job_id"] for t in trials]
+        assert len(set(jobs)) == 6 and all(cluster.job(j)["state"] in ("SUCCEEDED", "CANCELED") for j in jobs)
+        listed = [j for j in cluster.json("jobs", "--all")["jobs"] if j["name"].startswith("search.t")]
+        assert sorted(j["id"] for j in listed) == sorted(jobs)  # no trial made twice
+        for job_id in jobs:
+            steps = [step for _, step in trained_steps(tmp_path, job_id)]
+            assert steps == sorted(set(steps)) and steps[:1] == [1], (job_id, steps)  # each step once, in order
+        winners = [t for t in trials if t["rung"] == 2]
+        assert winners and all(max(s for _, s in trained_steps(tmp_path, t["job_id"])) == 8 for t in winners)
+    finally:
+        cluster.close()

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from cluster.client.experiment_commands import follow_experiment, print_experiment
+from cluster.client.experiment_view import follow_experiment, print_experiment
 
 EXIT_CODES = {"COMPLETED": 0, "FAILED": 1, "CANCELED": 130}
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -14,7 +14,7 @@ def _when(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -41,7 +41,7 @@ def print_jobs(jobs, as_json: bool, left_out: int = 0) -> int:
         return 0
     rows = [[j.id, j.spec.config.name, j.state, str(j.spec.config.slots_per_trial), _when(j.submitted_at),
              (j.waiting_reason if j.state in json_output.WAITING_STATES else "") or j.message] for j in jobs]
-    print(_table(["ID", "NAME", "STATE", "SLOTS", "SUBMITTED", "INFO"], rows))
+    print(table(["ID", "NAME", "STATE", "SLOTS", "SUBMITTED", "INFO"], rows))
     return 0
 
 
@@ -89,7 +89,7 @@ def print_agents(agents, as_json: bool) -> int:
              f"GPU {_ids([g.index for g in a.gpus])} (free {_ids(a.free_gpus) or '-'})" if a.gpu else "CPU",
              ", ".join(f"{x.ip}/{x.prefix_len}" for x in a.addresses if not x.ip.startswith("127.")) or "loopback",
              ", ".join(a.jobs) or "-"] for a in agents]
-    print(_table(["NAME", "STATE", "SLOTS", "FREE", "KIND", "ADDRESSES", "JOBS"], rows))
+    print(table(["NAME", "STATE", "SLOTS", "FREE", "KIND", "ADDRESSES", "JOBS"], rows))
     return 0
 
 
@@ -100,5 +100,5 @@ def print_slurm_jobs(jobs, as_json: bool) -> int:
         return 0
     rows = [[f"{j.id}", j.name, j.state, j.nodes, j.output,
              j.describe() if j.state == "PENDING" else f"ExitCode={j.exit_code}" if j.ended else ""] for j in jobs]
-    print(_table(["SLURM JOB", "NAME", "STATE", "NODES", "OUTPUT", "INFO"], rows))
+    print(table(["SLURM JOB", "NAME", "STATE", "NODES", "OUTPUT", "INFO"], rows))
     return 0

@@ -140,6 +140,8 @@ def to_plain(spec: JobSpec) -> dict[str, Any]:
         "working_dir": spec.working_dir,
         "startup_timeout": spec.startup_timeout or None,  # None: the coordinator's default
         "submission_id": spec.submission_id,
+        "experiment_id": spec.experiment_id or None,  # a trial's experiment
+        "trial": spec.trial or None,
     }
 
 

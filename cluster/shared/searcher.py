@@ -121,6 +121,10 @@ def parse(value: Any) -> SearcherConfig:
     stop_once = value.get("stop_once", False)
     if not isinstance(stop_once, bool):
         raise SearcherError(f"searcher.stop_once: expected true or false, got {_show(stop_once)}")
+    if stop_once:
+        raise SearcherError("searcher.stop_once: true is not supported: tfdist's adaptive_asha pauses a trial that "
+                            "loses a rung at its checkpoint and may promote it later (Determined's stop_once: false); "
+                            "drop the key")
     return SearcherConfig(name=name, metric=metric or "", smaller_is_better=smaller, max_length=length,
                           max_trials=max_trials, max_concurrent_trials=concurrent,
                           max_rungs=_int(value.get("max_rungs", 5), "max_rungs", 1, 32), divisor=float(divisor),

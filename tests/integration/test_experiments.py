@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from cluster.coordinator.store import SqliteStore
-from tests.conftest import REPO, LocalCluster, run_cli, wait_for
+from tests.conftest import REPO, LocalCluster, run_cli
+from tests.unit.test_json_output import valid
 
 pytestmark = [pytest.mark.timeout(300)]
 TRIAL = os.path.join(REPO, "tests", "integration", "workers", "search_trial.py")
@@ -49,7 +50,7 @@ def test_a_determined_random_search_runs_its_trials_as_gangs_on_a_cluster(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     assert " COMPLETED: best: trial " in result.stdout and "4 of 4 trials made, 4 ended" in result.stdout
 
-    shown = cluster.json("experiment", "e1")
+    shown = valid(cluster.json("experiment", "e1"), "tfdist experiment ID --json")  # as docs/json.md says
     trials = shown["trials"]
     assert [t["trial"] for t in trials] == [1, 2, 3, 4] and {t["state"] for t in trials} == {"SUCCEEDED"}
     rates = [t["hyperparameters"]["learning_rate"] for t in trials]
@@ -61,7 +62,8 @@ def test_a_determined_random_search_runs_its_trials_as_gangs_on_a_cluster(tmp_pa
         job = cluster.job(trial["job_id"])
         assert len(job["placement"]) == 1 and job["placement"][0]["slots"] == 2  # a whole node each
         assert sorted(e["rank"] for e in job["exits"]) == [0, 1]
-    assert [e["id"] for e in cluster.json("experiments")["experiments"]] == [shown["id"]]
+    listed = valid(cluster.json("experiments"), "tfdist experiments --json")["experiments"]
+    assert [(e["id"], e["state"]) for e in listed] == [(shown["id"], "COMPLETED")]
     refused = cluster.cli("resume", "e1")
     assert refused.returncode != 0 and "already ended (COMPLETED)" in refused.stderr
 

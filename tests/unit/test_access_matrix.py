@@ -35,6 +35,7 @@ EXPECTED_ALLOWED = {
     "Register": {"node", "run"}, "Heartbeat": {"node", "run"}, "WaitForWork": {"node", "run"},
     "ReportExit": {"node", "run"}, "PushLogs": {"node", "run"}, "ReportMetrics": {"node", "run"},
     "CheckScrapeToken": {"node", "run"},
+    "GetExperiment": READERS, "ListExperiments": READERS,
 }
 DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -93,6 +94,7 @@ def request_for(method: str, job_id: str, spec, scraper_token: str = ""):
         "ReportMetrics": pb.ReportMetricsRequest(agent=agent, job_id=job_id, source="n1/x", metrics=[
             pb.Metric(rank=0, step=1, name="loss", value=1.0)]),
         "CheckScrapeToken": pb.CheckScrapeTokenRequest(agent=agent, token=scraper_token),
+        "GetExperiment": pb.GetExperimentRequest(experiment_id="e1"), "ListExperiments": pb.ListExperimentsRequest(),
     }[method]
 
 
@@ -238,3 +240,23 @@ def test_another_clusters_coordinator_is_not_trusted(cluster):
         assert "did not prove it is the coordinator your credential trusts" in str(err.value)
     finally:
         impostor.stop(grace=0)
+
+
+def test_only_its_owner_or_an_admin_acts_on_an_experiment(cluster):
+    server, _, _, clients = cluster
+    config = ExperimentConfig(entrypoint=("python", "-c", "pass"), slots_per_trial=1, hyperparameters={
+        "lr": {"type": "double", "minval": 0.1, "maxval": 0.2}}, searcher={
+        "name": "random", "metric": "loss", "max_trials": 2, "max_concurrent_trials": 1})
+    owner = Client(server.address, clients["owner"])
+    experiment_id = owner.submit(jobspec.to_pb(jobspec.job_spec(config, working_dir="/")), retry_for=0)
+    assert experiment_id.startswith("e") and owner.experiment(experiment_id).owner == "alice"
+    for caller in ("other_user", "monitor"):
+        other = Client(server.address, clients[caller])
+        for act in (other.cancel, other.preempt):
+            with pytest.raises(ClientError) as e:
+                act(experiment_id)
+            assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert other.experiment(experiment_id).id == experiment_id  # reading is allowed
+        other.close()
+    assert owner.cancel(experiment_id) == "CANCELED"
+    owner.close()

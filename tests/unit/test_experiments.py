@@ -13,7 +13,7 @@ from cluster.coordinator.experiments.runner import reports, trial_spec
 from cluster.coordinator.store import SqliteStore
 from cluster.shared import search_space, searcher as searcher_lib
 from cluster.shared.config import ConfigError, config_from_dict
-from cluster.shared.model import ExperimentState, JobState, MetricRow, WorkerExit
+from cluster.shared.model import ExperimentState, JobState, MetricRow
 from tests.agent_core import AgentCore
 from tests.core_nodes import Node, drive, spec
 from tfdist.metrics import CHECKPOINT_RECORD, PREEMPTED_RECORD, PREEMPTIBLE_RECORD
@@ -86,11 +86,11 @@ def test_random_values_are_in_range_and_the_same_for_the_same_seed():
 def test_tpe_learns_from_ended_trials():
     config = _searcher(name="tpe", max_trials=12, max_concurrent_trials=1)
     space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
-    state, ops = search.begin(config, space, seed=3)
+    state, _ = search.begin(config, space, seed=3)
     for number in range(1, 12):
         x = state.trial(number).values["x"]
         search.observed(config, space, state, number, (x - 0.2) ** 2, 1)
-        ops = search.ended(config, space, state, number)
+        search.ended(config, space, state, number)
     late = [t.values["x"] for t in state.trials[8:]]
     assert len(state.trials) == 12 and sum(abs(x - 0.2) < 0.3 for x in late) >= 3  # it goes where the loss is low
 

@@ -33,7 +33,7 @@ def test_exponents_are_floats_as_in_determined():
     config = parse_config("hyperparameters: {lr: 1e-4, wd: -2E+2, tag: 1e, n: 12}\nwatchdog: {step_timeout: 6e2}\n")
     assert config.hyperparameters == {"lr": 0.0001, "wd": -200.0, "tag": "1e", "n": 12}
     assert config.step_timeout == 600.0
-    with pytest.raises(ConfigError, match="type double needs a searcher.*val: 0.005"):
+    with pytest.raises(ConfigError, match="type double needs a searcher that searches.*val: 0.005"):
         parse_config("hyperparameters: {lr: {type: double, minval: 1e-5, maxval: 1e-2}}")
 
 
@@ -44,23 +44,23 @@ def test_a_const_global_batch_size_is_checked_like_a_plain_one():
 
 SEARCHED = [  # Measured 8: these reached the workers as dicts and failed inside TensorFlow
     ("lr: {type: log, base: 10, minval: -4, maxval: -1}",
-     "hyperparameters.lr: type log needs a searcher, which tfdist does not run yet; give one value with "
-     "{type: const, val: 0.01} or --hparam lr=0.01"),
+     "hyperparameters.lr: type log needs a searcher that searches (e.g. searcher: {name: "
+     "random, metric: val_loss, max_trials: 8}); or give one value with {type: const, val: 0.01} or --hparam lr=0.01"),
     ("units: {type: int, minval: 8, maxval: 65, count: 4}",
-     "hyperparameters.units: type int needs a searcher, which tfdist does not run yet; give one value with "
-     "{type: const, val: 36} or --hparam units=36"),
+     "hyperparameters.units: type int needs a searcher that searches (e.g. searcher: {name: "
+     "random, metric: val_loss, max_trials: 8}); or give one value with {type: const, val: 36} or --hparam units=36"),
     ("opt: {dropout: {type: double, minval: 0.2, maxval: 0.5}}",
-     "hyperparameters.opt.dropout: type double needs a searcher, which tfdist does not run yet; give one value "
-     "with {type: const, val: 0.35} or --hparam opt.dropout=0.35"),
+     "hyperparameters.opt.dropout: type double needs a searcher that searches (e.g. searcher: {name: "
+     "random, metric: val_loss, max_trials: 8}); or give one value with {type: const, val: 0.35} or --hparam opt.dropout=0.35"),
     ("act: {type: categorical, vals: [relu, true]}",
-     "hyperparameters.act: type categorical needs a searcher, which tfdist does not run yet; give one value with "
-     "{type: const, val: relu} or --hparam act=relu"),
+     "hyperparameters.act: type categorical needs a searcher that searches (e.g. searcher: {name: "
+     "random, metric: val_loss, max_trials: 8}); or give one value with {type: const, val: relu} or --hparam act=relu"),
     ("sizes: [1, {type: categorical, vals: [false]}]",  # inside a list --hparam replaces the list: not offered
-     "hyperparameters.sizes[1]: type categorical needs a searcher, which tfdist does not run yet; give one value "
-     "with {type: const, val: false}"),
+     "hyperparameters.sizes[1]: type categorical needs a searcher that searches (e.g. searcher: {name: "
+     "random, metric: val_loss, max_trials: 8}); or give one value with {type: const, val: false}"),
     ("lr: {type: log, base: 2, minval: 0.2, maxval: 0.4}",  # no whole power inside: the middle one
-     "hyperparameters.lr: type log needs a searcher, which tfdist does not run yet; give one value with "
-     "{type: const, val: 1.23} or --hparam lr=1.23"),
+     "hyperparameters.lr: type log needs a searcher that searches (e.g. searcher: {name: "
+     "random, metric: val_loss, max_trials: 8}); or give one value with {type: const, val: 1.23} or --hparam lr=1.23"),
 ]
 
 BAD = SEARCHED + [
@@ -125,21 +125,20 @@ def test_the_suggested_hparam_flag_gives_the_value(entry, message):
 
 
 SEARCHERS = [
-    ("searcher: {name: random, metric: val_loss, max_trials: 8}",
-     "searcher.name: random: hyperparameter search is not supported yet (tfdist runs one trial); use searcher: "
-     "{name: single, metric: ...} or drop searcher:, and give each hyperparameter one value ({type: const, val: "
-     "...} or --hparam NAME=VALUE)"),
-    ("searcher: {name: adaptive_asha, metric: val_loss}", "searcher.name: adaptive_asha: hyperparameter search is "
-     "not supported yet"),
+    ("searcher: {name: pbt, metric: val_loss}",
+     "searcher.name: pbt is Determined's; tfdist runs single, grid, random, adaptive_asha, tpe (adaptive_asha for "
+     "early stopping)"),
+    ("searcher: {name: adaptive_asha, metric: val_loss}", "searcher.max_length: adaptive_asha needs the longest a "
+     "trial trains"),
     ("searcher: {metric: val_loss}",
-     "searcher.name: missing; tfdist runs one trial: name: single (hyperparameter search is not supported yet)"),
+     "searcher.name: missing; expected one of single, grid, random, adaptive_asha, tpe"),
     ("searcher: {name: singel}",
-     "searcher.name: unknown searcher 'singel' (str); tfdist runs one trial: name: single (hyperparameter search "
-     "is not supported yet)"),
-    ("searcher: single", "searcher: expected a mapping such as {name: single, metric: val_loss}, got 'single' (str)"),
-    ("searcher: {name: single, max_trial: 3}", "searcher.max_trial: unknown key for searcher single; it takes "
+     "searcher.name: unknown searcher 'singel' (str); did you mean single? expected one of single, grid, random"),
+    ("searcher: single", "searcher: expected a mapping such as {name: random, metric: val_loss, max_trials: 8}, got "
+     "'single' (str)"),
+    ("searcher: {name: single, max_trial: 3}", "searcher.max_trial: not a key of searcher single; it takes "
      "name, metric, smaller_is_better, max_length, source_trial_id, source_checkpoint_uuid"),
-    ("searcher: {name: single, metrik: loss}", "searcher.metrik: unknown key for searcher single; did you mean "
+    ("searcher: {name: single, metrik: loss}", "searcher.metrik: not a key of searcher single; did you mean "
      "'searcher.metric'?"),
     ("searcher: {name: single, metric: 3}", "searcher.metric: expected a metric's name such as val_loss, got 3"),
     ("searcher: {name: single, smaller_is_better: 'yes'}",
@@ -256,8 +255,8 @@ def test_a_job_without_name_is_named_after_its_command():
 
 
 @pytest.mark.parametrize("config,args,line", [
-    ("searcher: {name: grid, metric: loss}\n", [],
-     "tfdist: error: c.yaml: searcher.name: grid: hyperparameter search is not supported yet"),
+    ("searcher: {name: grid, metric: loss}\nhyperparameters: {lr: {type: double, minval: 0.1, maxval: 1}}\n", [],
+     "tfdist: error: c.yaml: hyperparameters.lr: a grid search needs `count` for type double"),
     ("hyperparameters: {lr: 0.1}\n", ["--hparam", "lrr=1"],
      "tfdist: error: c.yaml: --hparam lrr=1: the config has no hyperparameter lrr; did you mean lr?"),
 ])

@@ -27,6 +27,9 @@ CONSTRAINED = {
     "entrypoint": ("python", "train.py", "--flag"),
     "kubernetes": {"image": "registry.example.com/tfdist:1", "pod_spec": {"containers": [
         {"name": "tfdist-worker", "resources": {"limits": {"memory": "64Gi"}}}], "tolerations": []}},
+    "searcher": {"name": "adaptive_asha", "metric": "val_loss", "smaller_is_better": False, "max_trials": 8,
+                 "max_concurrent_trials": 2, "max_length": {"epochs": 8}, "max_rungs": 3, "divisor": 2.0,
+                 "mode": "aggressive", "bracket_rungs": [], "stop_once": False},
 }
 
 
@@ -51,7 +54,7 @@ def _default(field: dataclasses.Field):
 
 
 PS_CONFIG = {"distribution_mode": "ps", "num_ps": 2, "evaluator": True, "gradient_compression": "none",
-             "auto_tune_tensor_fusion": False, "aggregation_frequency": 1}
+             "auto_tune_tensor_fusion": False, "aggregation_frequency": 1, "searcher": {}}  # and a job, not a search
 
 
 def every_field_changed() -> list[ExperimentConfig]:
@@ -114,12 +117,24 @@ def test_every_field_survives_a_real_coordinator(tmp_path):
     server = AgentsServer(str(tmp_path), "127.0.0.1:0").start()  # read back from the state file
     try:
         client = Client(server.address, server.issue("user", "alice"))
+        # A config whose searcher searches is an experiment: its spec is stored with it, and each trial's job
+        # carries it with the trial's values.
+        searches = {i for i, job_id in enumerate(job_ids) if job_id.startswith("e")}
+        assert searches == {i for i, spec in enumerate(specs) if spec.config.searcher}
+        experiments = {i: server.store.experiment(job_ids[i]) for i in searches}
+        for i, experiment in experiments.items():
+            assert experiment.spec == specs[i]
+            trial = server.store.job(experiment.search["trials"][0]["job"]).spec
+            assert trial.config.searcher == specs[i].config.searcher and trial.experiment_id == experiment.id
+        kept = [i for i in range(len(specs)) if i not in searches]
+        specs = [specs[i] for i in kept]
+        job_ids = [job_ids[i] for i in kept]
         jobs = [client.job(job_id) for job_id in job_ids]
         client.close()
         stored = [server.store.job(job_id).spec for job_id in job_ids]
     finally:
         server.stop()
-    assert stored == specs
+    assert stored == specs and experiments
     # Users read everything back except environment values, which never leave the coordinator.
     hidden = [dataclasses.replace(s, config=dataclasses.replace(
         s.config, environment_variables={k: "(hidden)" for k in s.config.environment_variables})) for s in specs]

@@ -49,3 +49,19 @@ def every(query: Query) -> list[Experiment]:
 
 def next_seq(query: Query) -> int:
     return query("SELECT COALESCE(MAX(seq), 0) + 1 AS n FROM experiments", ())[0]["n"]
+
+
+class SqliteExperiments:
+    """The SQLite store's experiments (mixed into SqliteStore: it uses the store's `_write` and `_all`)."""
+
+    def put_experiment(self, experiment: Experiment) -> None:
+        self._write([(UPSERT, upsert_args(experiment))])  # type: ignore[attr-defined]
+
+    def experiment(self, ref: str | int) -> Experiment | None:
+        return one(self._all, "seq" if isinstance(ref, int) else "id", ref)  # type: ignore[attr-defined]
+
+    def experiments(self) -> list[Experiment]:
+        return every(self._all)  # type: ignore[attr-defined]
+
+    def next_experiment_seq(self) -> int:
+        return next_seq(self._all)  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ import threading
 from typing import Any, Iterable, Iterator
 
 from cluster.coordinator.store import experiment_rows, sqlite_rows as rows_lib
-from cluster.coordinator.store.base import StateReader, StateStore, already_shipped
+from cluster.coordinator.store.base import StateStore, already_shipped
 from cluster.coordinator.store.group_commit import GroupCommit, sync_error
 from cluster.coordinator.store.retention import Pruner, Retention
 from cluster.coordinator.store.sqlite_rows import BadRows, alloc_to_json, one_job, read_logs, readable_jobs
@@ -33,7 +33,7 @@ from cluster.coordinator.store.sqlite_reader import SqliteReader, _connect
 from cluster.coordinator.store.sqlite_schema import create_schema
 from cluster.coordinator.store.state_file import (StateDirLock, check_ours, create_state, describe_open_error,
                                                   disk_full, existing_state)
-from cluster.shared.model import (AgentRecord, Address, Allocation, Checkpoint, Experiment, Gpu, Job, JobSpec,
+from cluster.shared.model import (AgentRecord, Address, Allocation, Checkpoint, Gpu, Job, JobSpec,
                                   JobState, LogLine, MetricRow, WorkerExit)
 from tfdist.errors import ResourceExhaustedError
 
@@ -42,7 +42,7 @@ from tfdist.errors import ResourceExhaustedError
 SUBMISSION_QUERY = "SELECT * FROM jobs WHERE submission_id=? AND submission_id IS NOT NULL AND submission_id != ''"
 
 
-class SqliteStore(StateStore):
+class SqliteStore(experiment_rows.SqliteExperiments, StateStore):
     """One SQLite database. `path=":memory:"` gives the same store without a file (unit tests). With
     `retention`, a thread prunes finished jobs by its rule (retention.py) until `close()`."""
 
@@ -325,19 +325,6 @@ class SqliteStore(StateStore):
                          "SELECT rowid FROM metrics WHERE job_id=m.job_id AND name=m.name "
                          "ORDER BY step DESC, rowid DESC LIMIT 1) ORDER BY name", (job_id,))
         return [MetricRow(**r) for r in rows]
-
-    # ---------------------------------------------------------------- experiments
-    def put_experiment(self, experiment: Experiment) -> None:
-        self._write([(experiment_rows.UPSERT, experiment_rows.upsert_args(experiment))])
-
-    def experiment(self, ref: str | int) -> Experiment | None:
-        return experiment_rows.one(self._all, "seq" if isinstance(ref, int) else "id", ref)
-
-    def experiments(self) -> list[Experiment]:
-        return experiment_rows.every(self._all)
-
-    def next_experiment_seq(self) -> int:
-        return experiment_rows.next_seq(self._all)
 
     # ---------------------------------------------------------------- logs
     def append_logs(self, job_id: str, lines: list[LogLine], source: str = "", first_seq: int = 0) -> int:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from typing import TYPE_CHECKING, Iterable
+from typing import Any, Iterable
 
 from cluster.coordinator.store import experiment_rows, sqlite_rows as rows_lib
 from cluster.coordinator.store.base import StateReader
 from cluster.coordinator.store.sqlite_rows import one_job, read_logs
 from cluster.shared.model import Experiment, Job, JobState, LogLine
-
-if TYPE_CHECKING:
-    from cluster.coordinator.store.sqlite import SqliteStore
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -27,7 +24,7 @@ class SqliteReader(StateReader):
     follower never waits behind (or holds up) the coordinator's transactions. A ":memory:" store has
     no second connection: there the store's own is used (and its lock)."""
 
-    def __init__(self, store: "SqliteStore"):
+    def __init__(self, store: Any):  # the SqliteStore: its path, its bad rows, its own connection for ":memory:"
         self._store = store
         self._local = threading.local()
 

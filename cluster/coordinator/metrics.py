@@ -161,6 +161,31 @@ def global_batch_size(job) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def experiment_gauges(store):
+    """Experiments by state, and the trials of those not ended by their jobs' state (WAITING: paused by the
+    searcher after losing a rung)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    experiments = store.experiments()
+    by_state = GaugeMetricFamily("tfdist_experiments", "Experiments by state.", labels=["state"])
+    for state, count in sorted(collections.Counter(e.state.value for e in experiments).items()):
+        by_state.add_metric([state], count)
+    yield by_state
+    trials = GaugeMetricFamily("tfdist_experiment_trials", "The trials of each experiment not ended, by state.",
+                               labels=["experiment", "state"])
+    for experiment in experiments:
+        if experiment.terminal:
+            continue
+        counts: collections.Counter = collections.Counter()
+        for trial in experiment.search.get("trials", ()):
+            job = store.job(trial["job"]) if trial.get("job") else None
+            state = "WAITING" if trial.get("waiting") else job.state.value if job else "GONE"
+            counts[state] += 1
+        for state, count in sorted(counts.items()):
+            trials.add_metric([experiment.id, state], count)
+    yield trials
+
+
 class StateCollector:
     """Gauges read from the coordinator's state at scrape time."""
 
@@ -192,6 +217,7 @@ class StateCollector:
         yield GaugeMetricFamily("tfdist_queue_oldest_wait_seconds", "How long the oldest queued job has waited "
                                 "since its submission (0: none queued).",
                                 value=max((now - j.submitted_at for j in queued), default=0.0))
+        yield from experiment_gauges(core.store)
 
         states = GaugeMetricFamily("tfdist_agents", "Agents by state.", labels=["state"])
         states.add_metric(["alive"], sum(1 for a in agents if not a[1]))

@@ -248,3 +248,22 @@ def test_a_scrape_with_1000_agents_is_cheap():
         assert cost < 5.0  # a 15 s scrape interval; measured ~0.3 s on a 2-core machine (docs/observability.md)
     finally:
         server.stop(grace=0)
+
+
+def test_experiments_and_their_trials_by_state(cluster):
+    server, node, user, *_ = cluster
+    config = ExperimentConfig(entrypoint=("python", "-c", "pass"), slots_per_trial=2, hyperparameters={
+        "lr": {"type": "double", "minval": 0.1, "maxval": 0.2}}, searcher={
+        "name": "random", "metric": "loss", "max_trials": 3, "max_concurrent_trials": 2})
+    experiment_id = user.submit(jobspec.to_pb(jobspec.job_spec(config, working_dir="/")), retry_for=0)
+    try:
+        status, text = scrape(server, server.issue("monitor", "prometheus").token)
+        assert status == 200
+        assert series(text, "tfdist_experiments") == {'{state="ACTIVE"}': 1.0}
+        # two trials at once, 2 slots each, on a node whose other job holds a slot: both wait for slots
+        assert series(text, "tfdist_experiment_trials") == {f'{{experiment="{experiment_id}",state="QUEUED"}}': 2.0}
+    finally:
+        user.cancel(experiment_id)
+    text = scrape(server, server.issue("monitor", "prometheus").token)[1]
+    assert series(text, "tfdist_experiments") == {'{state="CANCELED"}': 1.0}
+    assert series(text, "tfdist_experiment_trials") == {}

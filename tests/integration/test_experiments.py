@@ -4,7 +4,9 @@ coordinator killed with -9 in the middle of a search."""
 
 import os
 import random
+import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -12,7 +14,7 @@ import pytest
 import yaml
 
 from cluster.coordinator.store import SqliteStore
-from tests.conftest import REPO, LocalCluster, run_cli
+from tests.conftest import REPO, LocalCluster, cli_env, run_cli
 from tests.unit.test_json_output import valid
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -37,7 +39,7 @@ def trained_steps(tmp_path, job_id):
     return [tuple(map(int, line.split())) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_determined_random_search_runs_its_trials_as_gangs_on_a_cluster(tmp_path, local_cluster):
+def test_a_determined_random_search_runs_its_trials_as_gangs_on_a_cluster(tmp_path, local_cluster, marker):
     # Measured 1: `searcher: random` with a `log` learning rate was refused; now its trials are 2-process MWMS
     # gangs on whole nodes, at most max_concurrent_trials at once.
     cluster = local_cluster()
@@ -66,6 +68,50 @@ def test_a_determined_random_search_runs_its_trials_as_gangs_on_a_cluster(tmp_pa
     assert [(e["id"], e["state"]) for e in listed] == [(shown["id"], "COMPLETED")]
     refused = cluster.cli("resume", "e1")
     assert refused.returncode != 0 and "already ended (COMPLETED)" in refused.stderr
+    see_in_a_browser(tmp_path, cluster, marker, shown)
+
+
+def see_in_a_browser(tmp_path, cluster, marker, shown):
+    """The dashboard's experiment pages in headless Chromium: the list, the trials table, one curve a trial."""
+    from tests.integration.test_dashboard import Browser, read_line, shoot
+
+    dashboard = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "dashboard", "--port", "0",
+                                  "--credentials", admin_credential(tmp_path, cluster)],
+                                 env=cli_env(marker, **cluster.env), stdout=subprocess.PIPE,
+                                 stderr=open(tmp_path / "dashboard.log", "w"))
+    browser = None
+    try:
+        read_line(dashboard, "tfdist dashboard's banner")
+        login = read_line(dashboard, "tfdist dashboard's login link").split("log in with ")[1].strip()
+        base = login.split("/login")[0]
+        browser = Browser(tmp_path / "profile", tmp_path / "chromedriver.log", marker)
+        browser.driver.get(login)
+        browser.driver.get(f"{base}/experiments")
+        browser.wait(lambda d: browser.find(f'#experiments tr[data-experiment="{shown["id"]}"] .badge'),
+                     "the experiments page to list the experiment")
+        assert "COMPLETED" in browser.text(f'#experiments tr[data-experiment="{shown["id"]}"]')
+        browser.driver.get(f"{base}/experiments/{shown['id']}")
+        browser.wait(lambda d: len(browser.find("#trials tbody tr")) == 4, "the trials table's four rows")
+        best = browser.text(f'#trials tr[data-trial="{shown["best_trial"]["trial"]}"]')
+        assert "★" in best and "SUCCEEDED" in best and "learning_rate=" in best, best
+        browser.wait(lambda d: len([p for p in browser.attributes('#charts figure[data-metric="val_loss"] path.series',
+                                                                  "d") if p.count("L") >= 2]) == 4,
+                     "one val_loss curve a trial, each with its points")
+        assert browser.attributes("#charts path.series", "data-series") == [f"trial {n}" for n in range(1, 5)]
+        shoot(browser, tmp_path, "experiment")
+    finally:
+        if browser is not None:
+            browser.close()
+        dashboard.send_signal(signal.SIGTERM)
+        dashboard.wait(timeout=10)
+
+
+def admin_credential(tmp_path, cluster):
+    from cluster.shared.credentials import Authority
+
+    path = str(tmp_path / "admin.json")
+    Authority.load(os.path.join(cluster.state_dir, "credentials")).issue("admin", "root", cluster.address).save(path)
+    return path
 
 
 def test_asha_pauses_losing_keras_trials_and_continues_promoted_ones_from_their_checkpoints(tmp_path, marker):

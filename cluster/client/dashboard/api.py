@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from cluster.client import json_output, tensorboard_app
+from cluster.client import experiment_view, json_output, tensorboard_app
 from cluster.client.job_selection import ACTIVE, FINISHED, SHOWN_FINISHED, number
 from cluster.shared import output_lines
 from cluster.shared.credentials import Principal
@@ -223,6 +223,35 @@ class Api:
                        for name, ranks in curves.items()],
             "checkpoints": checkpoints, "preempted": preempted})
 
+    def experiments(self) -> Answer:
+        """As `tfdist experiments --json`."""
+        try:
+            listed = self.shared.get("experiments", self.client.experiments)
+        except TfdistError as e:
+            return failed(e)
+        return Answer(200, {"experiments": [experiment_view.to_json(e) for e in listed], "now": time.time()})
+
+    def experiment(self, ref: str) -> Answer:
+        """As `tfdist experiment ID --json`, with each trial's searcher metric against step (one curve a trial,
+        where the viewer may read its metrics) and the buttons its owner (or an admin) gets."""
+        try:
+            message = self.shared.get(("experiment", ref), lambda: self.client.experiment(ref))
+            rights = can(self.principal, message.owner)
+            curves = []
+            for trial in message.trials if rights.metrics else ():
+                history = self.shared.get(("metrics", trial.job_id, message.metric),
+                                          lambda job_id=trial.job_id: self.client.metrics(job_id, message.metric))
+                curves.append({"trial": trial.number, "job_id": trial.job_id, "points": thinned(
+                    [[m.step, json_output.number(m.value)] for m in history.metrics if m.rank == 0])})
+        except TfdistError as e:
+            return failed(e)
+        shown = experiment_view.to_json(message)
+        shown["curves"] = curves
+        shown["actions"] = [] if not rights.act else {"ACTIVE": ["preempt", "cancel"], "PAUSED": ["resume", "cancel"]
+                                                       }.get(message.state, [])
+        shown["now"] = time.time()
+        return Answer(200, shown)
+
     # ---------------------------------------------------------------- actions
     def act(self, job_id: str, action: str) -> Answer:
         """cancel, preempt or resume, as `tfdist cancel ID` does: the coordinator decides."""
@@ -236,7 +265,8 @@ class Api:
             self.shared.forget()  # the next poll shows what changed
         said = {"preempt": " (preemption requested: the workers stop at a common step, save and exit; the job then "
                            "pauses)" if state != "PAUSED" else ""}.get(action, "")
-        return Answer(200, {"state": state, "message": f"job {job_id}: {state}{said}"})
+        what = "experiment" if job_id.startswith("e") else "job"
+        return Answer(200, {"state": state, "message": f"{what} {job_id}: {state}{said}"})
 
     def tensorboard(self, job_id: str) -> tensorboard_app.WsgiApp | Answer:
         """The TensorBoard application on the job's event files, made on the first request for them (the

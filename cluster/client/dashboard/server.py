@@ -60,7 +60,8 @@ SECURITY_HEADERS = (
                                 "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"),
     ("Cache-Control", "no-store"))
-PAGES = re.compile(r"^/(?:cluster|jobs/[A-Za-z0-9._-]{1,64})?$")  # what the page's own script draws
+PAGES = re.compile(r"^/(?:cluster|experiments|(?:jobs|experiments)/[A-Za-z0-9._-]{1,64})?$")  # the page's script draws
+EXPERIMENT_API = re.compile(r"^/api/experiments/([A-Za-z0-9._-]{1,64})$")
 JOB_API = re.compile(r"^/api/jobs/([^/]{1,64})(?:/(logs|metrics|cancel|preempt|resume))?$")
 TENSORBOARD = re.compile(r"^/tensorboard/([^/]{1,64})(/.*)?$")
 ACTIONS = ("cancel", "preempt", "resume")
@@ -252,6 +253,10 @@ class Handler(BaseHTTPRequestHandler):
             return api.cluster()
         if path == "/api/jobs":
             return api.jobs()
+        if path == "/api/experiments":
+            return api.experiments()
+        if found := EXPERIMENT_API.match(path):
+            return api.experiment(found.group(1))
         match = JOB_API.match(path)
         if not match or match.group(2) in ACTIONS:
             return Answer(404, {"error": f"no such API: {path[:100]}"})

@@ -494,6 +494,87 @@
     });
   }
 
+  // ------------------------------------------------------------------ experiments (hyperparameter searches)
+  const EXPERIMENT_ENDED = ["COMPLETED", "CANCELED", "FAILED"];
+
+  function valuesText(values, prefix) {
+    return Object.entries(values || {}).map(([k, v]) => (v !== null && typeof v === "object" && !Array.isArray(v))
+      ? valuesText(v, `${prefix}${k}.`) : `${prefix}${k}=${typeof v === "number" ? num(v) : JSON.stringify(v)}`).join(" ");
+  }
+
+  function experimentsPage() {
+    const list = el("div");
+    replace(main, el("h2", {text: "Experiments"}), list);
+    watch("experiments", "/api/experiments", (answer) => {
+      const head = ["ID", "Name", "Owner", "Searcher", "State", "Trials", "Outcome"];
+      replace(list, el("table", {id: "experiments", class: "jobs"},
+        el("thead", {}, el("tr", {}, head.map((h) => el("th", {text: h})))),
+        el("tbody", {}, answer.experiments.length ? answer.experiments.map((e) => el("tr", {"data-experiment": e.id},
+          el("td", {}, el("a", {href: `/experiments/${encodeURIComponent(e.id)}`, text: e.id})),
+          el("td", {class: "name", text: e.name}), el("td", {text: e.owner || "–"}),
+          el("td", {text: `${e.searcher} of ${e.metric}`}), el("td", {}, badge(e.state)),
+          el("td", {class: "num", text: e.max_trials}), el("td", {class: "outcome", text: e.message})))
+          : el("tr", {}, el("td", {colspan: head.length, class: "muted", text: "no experiment yet (a config with a searcher: tfdist launch --config)"})))));
+    });
+  }
+
+  function trialsTable(experiment) {
+    const head = ["Trial", "Job", "State", "Values", `Latest ${experiment.metric}`, "Best", "Rung", "Why"];
+    const best = experiment.best_trial && experiment.best_trial.trial;
+    return el("table", {id: "trials", class: "jobs"},
+      el("thead", {}, el("tr", {}, head.map((h) => el("th", {text: h})))),
+      el("tbody", {}, experiment.trials.map((t) => el("tr", {"data-trial": t.trial, class: t.trial === best ? "best" : ""},
+        el("td", {class: "num", text: t.trial}),
+        el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(t.job_id)}`, text: t.job_id})),
+        el("td", {}, badge(t.waiting && t.state === "PAUSED" ? "WAITING" : t.state)),
+        el("td", {class: "values", text: valuesText(t.hyperparameters, "")}),
+        el("td", {class: "num", text: t.latest === null ? "–" : `${num(t.latest)} @${t.length}`}),
+        el("td", {class: "num", text: (t.trial === best ? "★ " : "") + (t.best === null ? "–" : num(t.best))}),
+        el("td", {class: "num", text: experiment.searcher === "adaptive_asha" ? t.rung + 1 : "–"}),
+        el("td", {class: "outcome", text: t.why})))));
+  }
+
+  function experimentActions(experiment, refresh) {
+    const said = document.getElementById("action-message");
+    return experiment.actions.map((action) => el("button", {type: "button", class: `action action-${action}`, "data-action": action,
+      text: VERBS[action], on: {click: async (event) => {
+        if (!window.confirm(`${VERBS[action]} experiment ${experiment.id} (every trial)?`)) return;
+        event.target.disabled = true;
+        try {
+          const answer = await post(`/api/jobs/${encodeURIComponent(experiment.id)}/${action}`);
+          said.className = "message ok"; said.textContent = answer.message;
+        } catch (e) {
+          said.className = "message error"; said.textContent = e.message;
+        }
+        refresh();
+      }}}));
+  }
+
+  function experimentPage(id) {
+    const head = el("div", {class: "job-head"}), said = el("p", {class: "message", id: "action-message"});
+    const facts = el("div"), trials = el("div"), charts = el("div", {class: "charts", id: "charts"});
+    replace(main, head, said, facts, el("h2", {text: "Trials"}), trials, el("h2", {text: "Metric by trial"}), charts);
+    let drawn = "";
+    const poll = watch("experiment", `/api/experiments/${encodeURIComponent(id)}`, (e) => {
+      const key = JSON.stringify(Object.assign({}, e, {now: 0}));
+      if (key === drawn) return EXPERIMENT_ENDED.includes(e.state) ? HIDDEN_MS : POLL_MS;
+      drawn = key;
+      document.title = `experiment ${e.id} (${e.state}) · tfdist`;
+      replace(head, el("h1", {}, `Experiment ${e.id} `, el("span", {class: "name", text: e.name})), badge(e.state),
+        el("span", {class: "actions"}, experimentActions(e, () => poll.now())));
+      const rungs = e.rung_lengths.length ? ` · rungs at ${e.rung_lengths.join(", ")} ${e.length_unit}` : "";
+      replace(facts, el("dl", {class: "facts"},
+        fact("Search", `${e.searcher} of ${e.metric} (${e.smaller_is_better ? "smaller" : "larger"} is better)${rungs}`),
+        fact("Trials", `${e.trials.length} of ${e.max_trials} made · seed ${e.seed}`),
+        fact("Outcome", e.message || "–"),
+        e.best_trial && e.best_trial.checkpoint ? fact("Best checkpoint", `${e.best_trial.checkpoint.path} (step ${e.best_trial.checkpoint.step})`) : null));
+      replace(trials, trialsTable(e));
+      replace(charts, e.curves.length ? chart(e.metric, e.curves.map((c) => ({label: `trial ${c.trial}`, points: c.points})))
+        : el("p", {class: "muted", text: "no trial reported its metric yet"}));
+      return EXPERIMENT_ENDED.includes(e.state) ? HIDDEN_MS : POLL_MS;
+    });
+  }
+
   // ------------------------------------------------------------------ start
   async function start() {
     try {
@@ -504,8 +585,10 @@
     }
     document.getElementById("where").textContent = `${session.principal.kind} ${session.principal.name} · coordinator ${session.coordinator}`;
     const path = location.pathname;
-    const job = path.match(/^\/jobs\/([^/]+)$/);
+    const job = path.match(/^\/jobs\/([^/]+)$/), experiment = path.match(/^\/experiments\/([^/]+)$/);
     if (job) jobPage(decodeURIComponent(job[1]));
+    else if (experiment) { document.getElementById("nav-experiments").classList.add("here"); experimentPage(decodeURIComponent(experiment[1])); }
+    else if (path === "/experiments") { document.getElementById("nav-experiments").classList.add("here"); experimentsPage(); }
     else if (path === "/cluster") { document.getElementById("nav-cluster").classList.add("here"); clusterPage(); }
     else { document.getElementById("nav-jobs").classList.add("here"); jobsPage(); }
   }

@@ -165,14 +165,17 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
             raise UserError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
         if slurm.in_allocation(os.environ):  # an sbatch script or salloc shell: the allocation's nodes
             allocation = slurm.allocation_from_env(os.environ)
-            slots = slurm.check_slots(config.slots_per_trial if config.slots_given else None, allocation)
+            # An experiment's trials share the allocation's nodes: each trial has its own slots_per_trial.
+            slots = config.slots_per_trial if spec.config.searcher else \
+                slurm.check_slots(config.slots_per_trial if config.slots_given else None, allocation)
             embedded = slurm.SlurmCluster(allocation, state_dir=state_dir or slurm.state_dir(config, allocation))
             credential = embedded.credential
             paused = embedded.paused_job()
             slots = slots or embedded.slots()  # a GPU allocation: the GPUs the agents found
             spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, slots_per_trial=slots))
             sys.stderr.write(f"tfdist: Slurm allocation {allocation.job_id}: {len(allocation.nodes)} node(s) "
-                             f"({', '.join(allocation.nodes)}), {slots} slot(s)\n")
+                             f"({', '.join(allocation.nodes)}), {slots} slot(s)"
+                             f"{' per trial' if spec.config.searcher else ''}\n")
         else:
             warning = slots_warning(config.slots_per_trial, len(os.sched_getaffinity(0)))
             if warning:

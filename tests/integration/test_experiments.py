@@ -114,6 +114,22 @@ def admin_credential(tmp_path, cluster):
     return path
 
 
+def test_a_grid_search_of_parameter_server_trials_in_a_local_launch(tmp_path, marker):
+    """Determined's grid (count values a hyperparameter) in ps mode: each trial a chief, a worker task per slot
+    and a ps task, on this machine."""
+    searcher = {"name": "grid", "metric": "val_loss", "max_length": {"batches": 3}, "max_concurrent_trials": 1}
+    config = write_config(tmp_path, searcher, slots=2, mode="ps", hyperparameters={
+        "learning_rate": {"type": "log", "base": 10, "minval": -3, "maxval": -1, "count": 3}})
+    result = run_cli(["launch", "--config", config, "--state-dir", str(tmp_path / "state")], marker, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "grid search of val_loss" in result.stdout and "3 of 3 trials made, 3 ended" in result.stdout
+    table = result.stdout.split("\nTRIAL ")[-1]
+    assert [line.split()[3] for line in table.splitlines()[1:4]] == \
+        ["learning_rate=0.001", "learning_rate=0.01", "learning_rate=0.1"], table
+    # val_loss is (log10(rate) + 2.5)^2 + 1/step: 0.001 and 0.01 tie at 0.5833, and the earlier trial is the best
+    assert table.count("SUCCEEDED") == 3 and "*0.5833" in table.splitlines()[1], table
+
+
 def test_asha_pauses_losing_keras_trials_and_continues_promoted_ones_from_their_checkpoints(tmp_path, marker):
     """Real Keras trials (examples/search/train.py) under a local launch: each rung's losers stop at a step and
     save; a promoted trial's next run starts after the step it saved, never from step 0."""

@@ -370,13 +370,18 @@
   }
 
   function actionsOf(job, refresh) {
+    return buttons(job.id, `job ${job.id} (${job.name})`, job.actions, refresh);
+  }
+
+  // The owner's buttons for a job or an experiment (`id`: what /api/jobs/ID/ACTION acts on).
+  function buttons(id, what, names, refresh) {
     const said = document.getElementById("action-message");
-    return job.actions.map((action) => el("button", {type: "button", class: `action action-${action}`, "data-action": action,
+    return names.map((action) => el("button", {type: "button", class: `action action-${action}`, "data-action": action,
       text: VERBS[action], on: {click: async (event) => {
-        if (!window.confirm(`${VERBS[action]} job ${job.id} (${job.name})?`)) return;
+        if (!window.confirm(`${VERBS[action]} ${what}?`)) return;
         event.target.disabled = true;
         try {
-          const answer = await post(`/api/jobs/${encodeURIComponent(job.id)}/${action}`);
+          const answer = await post(`/api/jobs/${encodeURIComponent(id)}/${action}`);
           said.className = "message ok"; said.textContent = answer.message;
         } catch (e) {
           said.className = "message error"; said.textContent = e.message;
@@ -535,19 +540,7 @@
   }
 
   function experimentActions(experiment, refresh) {
-    const said = document.getElementById("action-message");
-    return experiment.actions.map((action) => el("button", {type: "button", class: `action action-${action}`, "data-action": action,
-      text: VERBS[action], on: {click: async (event) => {
-        if (!window.confirm(`${VERBS[action]} experiment ${experiment.id} (every trial)?`)) return;
-        event.target.disabled = true;
-        try {
-          const answer = await post(`/api/jobs/${encodeURIComponent(experiment.id)}/${action}`);
-          said.className = "message ok"; said.textContent = answer.message;
-        } catch (e) {
-          said.className = "message error"; said.textContent = e.message;
-        }
-        refresh();
-      }}}));
+    return buttons(experiment.id, `experiment ${experiment.id} (every trial)`, experiment.actions, refresh);
   }
 
   function experimentPage(id) {

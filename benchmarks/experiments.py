@@ -15,6 +15,8 @@
    - the alternative: random (the same values), every trial trained to `--epochs` epochs, 4 at once.
    Measured: the fraction of node-time busy (a trial holds the node) over the search's wall time; the wall
    time until the best trial reported its best value, and until the search ended; which trial is best.
+3. The same, with every epoch `--longer` times as long (the same curves: a model whose epochs take longer
+   against the same start-up), which is where early stopping pays.
 
 Repeated for `--seeds` seeds (medians across them). Prints the table; writes benchmarks/results/experiments.json.
 
@@ -204,6 +206,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--passes", type=int, default=8, help="passes over the digits an epoch makes")
+    parser.add_argument("--longer", type=int, default=10, help="the second table's epochs: this many times longer")
     args = parser.parse_args()
     startup = startup_seconds()
     print(f"trial start-up (python + tensorflow + keras + tfdist imported): {startup:.2f} s")
@@ -213,26 +216,36 @@ def main() -> None:
         curves = real_curves(values, args.epochs, args.passes)
         asha = simulate("adaptive_asha", seed, values, curves, startup, args.epochs)
         full = simulate("random", seed, values, curves, startup, args.epochs)
+        longer = [(losses, [s * args.longer for s in secs]) for losses, secs in curves]
+        asha_long = simulate("adaptive_asha", seed, values, longer, startup, args.epochs)
+        full_long = simulate("random", seed, values, longer, startup, args.epochs)
         runs.append({"seed": seed, "adaptive_asha": dataclasses.asdict(asha), "all_to_the_end": dataclasses.asdict(full),
-                     "mean_epoch_seconds": statistics.mean(s for _, secs in curves for s in secs)})
+                     "adaptive_asha_longer": dataclasses.asdict(asha_long),
+                     "all_to_the_end_longer": dataclasses.asdict(full_long),
+                     "mean_epoch_seconds": statistics.mean(s for _, secs in curves for s in secs),
+                     "curves": [{"values": v, "val_loss": c[0], "epoch_seconds": c[1]} for v, c in zip(values, curves)]})
         print(f"seed {seed}: asha best trial {asha.best_trial} ({asha.best_loss:.4f}) in {asha.wall:.1f} s, "
               f"all-to-the-end best trial {full.best_trial} ({full.best_loss:.4f}) in {full.wall:.1f} s")
     rows = []
-    for key, label in (("adaptive_asha", "adaptive_asha"), ("all_to_the_end", "random, every trial to the end")):
+    for key, label in (("adaptive_asha", "adaptive_asha"), ("all_to_the_end", "random, every trial to the end"),
+                       ("adaptive_asha_longer", f"adaptive_asha, epochs x{args.longer}"),
+                       ("all_to_the_end_longer", f"every trial to the end, epochs x{args.longer}")):
         med = lambda field: statistics.median(r[key][field] for r in runs)  # noqa: E731
         rows.append((label, med("busy"), med("to_best"), med("wall"), med("epochs_trained")))
     same = sum(r["adaptive_asha"]["best_trial"] == r["all_to_the_end"]["best_trial"] for r in runs)
+    same_longer = sum(r["adaptive_asha_longer"]["best_trial"] == r["all_to_the_end"]["best_trial"] for r in runs)
     print(f"\n{NODES} one-slot nodes, {args.trials} trials, max_length {args.epochs} epochs of {args.passes} passes; "
           f"start-up {startup:.1f} s; medians of "
           f"{args.seeds} seeds (each: its own 16 draws, trained for real)")
-    print(f"{'search':32} {'node-time busy':>15} {'to the best (s)':>16} {'wall (s)':>9} {'epochs trained':>15}")
+    print(f"{'search':40} {'node-time busy':>15} {'to the best (s)':>16} {'wall (s)':>9} {'epochs trained':>15}")
     for label, busy, to_best, wall, epochs in rows:
-        print(f"{label:32} {busy:>14.1%} {to_best:>16.1f} {wall:>9.1f} {epochs:>15.0f}")
-    print(f"the same best trial as running all to the end: {same} of {len(runs)} seeds")
+        print(f"{label:40} {busy:>14.1%} {to_best:>16.1f} {wall:>9.1f} {epochs:>15.0f}")
+    print(f"the same best trial as running all to the end: {same} of {len(runs)} seeds "
+          f"({same_longer} with the longer epochs)")
     save_json(os.path.join(HERE, "results", "experiments.json"),
               {"nodes": NODES, "trials": args.trials, "epochs": args.epochs, "passes": args.passes,
                "startup_seconds": startup,
-               "runs": runs, "same_best_trial": same,
+               "runs": runs, "same_best_trial": same, "same_best_trial_longer": same_longer, "longer": args.longer,
                "medians": {label: {"busy": b, "to_best_seconds": t, "wall_seconds": w, "epochs_trained": e}
                            for label, b, t, w, e in rows}})
 

@@ -14,7 +14,7 @@ def _experiments(client, args) -> int:
     if args.json:
         print(json_output.dumps({"experiments": [to_json(e) for e in listed]}))
         return 0
-    rows = [[e.id, e.name, e.state, e.searcher, f"{len(e.trials) or '-'}/{e.max_trials}", e.message] for e in listed]
+    rows = [[e.id, e.name, e.state, e.searcher, f"{e.trials_made}/{e.max_trials}", e.message] for e in listed]
     headers = ["ID", "NAME", "STATE", "SEARCHER", "TRIALS", "INFO"]
     print(table(headers, rows))
     return 0

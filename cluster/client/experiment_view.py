@@ -52,7 +52,7 @@ def headline(experiment: pb.Experiment) -> str:
     said = f": {experiment.message}" if experiment.message else ""
     return (f"experiment {experiment.id} ({experiment.name}) {experiment.state}{said}\n"
             f"  {experiment.searcher} search of {experiment.metric} ("
-            f"{'smaller' if experiment.smaller_is_better else 'larger'} is better), {len(experiment.trials)} of "
+            f"{'smaller' if experiment.smaller_is_better else 'larger'} is better), {experiment.trials_made} of "
             f"{experiment.max_trials} trials made, {done} ended{rungs}; seed {experiment.seed}")
 
 
@@ -63,7 +63,8 @@ def to_json(experiment: pb.Experiment) -> dict[str, Any]:
         "id": experiment.id, "name": experiment.name, "state": experiment.state, "owner": experiment.owner,
         "searcher": experiment.searcher, "metric": experiment.metric,
         "smaller_is_better": experiment.smaller_is_better, "seed": experiment.seed,
-        "max_trials": experiment.max_trials, "length_unit": experiment.length_unit,
+        "max_trials": experiment.max_trials, "trials_made": experiment.trials_made,
+        "length_unit": experiment.length_unit,
         "rung_lengths": list(experiment.rung_lengths), "message": experiment.message,
         "created_at": json_output.when(experiment.created_at), "ended_at": json_output.when(experiment.ended_at),
         "best_trial": _trial(best) if best else None,

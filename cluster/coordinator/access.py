@@ -91,8 +91,9 @@ def decide(method: str, principal: Principal, request, owner_of: Callable[[str],
         owner = owner_of(request.job_id)
         if owner is not None and owner != principal.name:
             whose = f"user {owner}" if owner else "no recorded owner (submitted before owners were kept)"
-            raise PermissionDeniedError(f"job {request.job_id} belongs to {whose}: only its owner or an admin may "
-                                        f"{_verb(method)} it")
+            what = "experiment" if request.job_id[:1] == "e" else "job"
+            raise PermissionDeniedError(f"{what} {request.job_id} belongs to {whose}: only its owner or an admin "
+                                        f"may {_verb(method)} it")
 
 
 def _verb(method: str) -> str:

@@ -56,7 +56,7 @@ class InProcessClient:
     def experiment(self, ref: str) -> pb.Experiment:
         reader = self.follower.reader
         return experiment_views.experiment_answer(reader, experiment_views.find(reader, ref),
-                                                  checkpoint_of=self.core.store.latest_checkpoint)
+                                                  checkpoint_of=self.follower.reader.latest_checkpoint)
 
     def experiments(self) -> list[pb.Experiment]:
         return list(experiment_views.experiments_answer(self.follower.reader).experiments)

@@ -20,12 +20,13 @@ class Intake:
         self.store, self.lifecycle, self.settings, self.telemetry = store, lifecycle, settings, telemetry
         self.admissions = admission.Admissions()  # its answers, per size and mode, while the node sizes stay
 
-    def submit(self, spec: JobSpec, now: float, owner: str) -> tuple[str, str]:
-        """(job id, state after scheduling); BadRequest when the cluster could never hold the job."""
+    def submit(self, spec: JobSpec, now: float, owner: str, admit: bool = True) -> tuple[str, str]:
+        """(job id, state after scheduling); BadRequest when the cluster could never hold the job. `admit`
+        False: it was admitted already (an experiment's trial): it queues whatever the nodes are now."""
         known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
         if known is not None:
             return known.id, known.state.value
-        refusal = self.admissions.refusal(spec, self.lifecycle.live.index.sizes)
+        refusal = self.admissions.refusal(spec, self.lifecycle.live.index.sizes) if admit else ""
         if refusal:
             raise BadRequest(refusal)
         seq = max(self.store.next_job_seq(), self.settings.first_job_seq)

@@ -161,7 +161,7 @@ def global_batch_size(job) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def experiment_gauges(store):
+def experiment_gauges(store):  # the store's reader: never the coordinator's lock
     """Experiments by state, and the trials of those not ended by their jobs' state (WAITING: paused by the
     searcher after losing a rung)."""
     from prometheus_client.core import GaugeMetricFamily
@@ -179,7 +179,8 @@ def experiment_gauges(store):
         counts: collections.Counter = collections.Counter()
         for trial in experiment.search.get("trials", ()):
             job = store.job(trial["job"]) if trial.get("job") else None
-            state = "WAITING" if trial.get("waiting") else job.state.value if job else "GONE"
+            state = "GONE" if job is None else "WAITING" if trial.get("waiting") and not job.terminal \
+                else job.state.value
             counts[state] += 1
         for state, count in sorted(counts.items()):
             trials.add_metric([experiment.id, state], count)
@@ -217,7 +218,7 @@ class StateCollector:
         yield GaugeMetricFamily("tfdist_queue_oldest_wait_seconds", "How long the oldest queued job has waited "
                                 "since its submission (0: none queued).",
                                 value=max((now - j.submitted_at for j in queued), default=0.0))
-        yield from experiment_gauges(core.store)
+        yield from experiment_gauges(core.store.reader())
 
         states = GaugeMetricFamily("tfdist_agents", "Agents by state.", labels=["state"])
         states.add_metric(["alive"], sum(1 for a in agents if not a[1]))

@@ -165,6 +165,12 @@ def _get_logs(request) -> None:
     wait_ms(request.wait_ms)
 
 
+def _experiment_id(value: str) -> None:
+    if len(value) > limits.MAX_ID_CHARS or not JOB_ID.fullmatch(value):
+        raise BadRequest(f"experiment_id: {_shown(value)} is not an experiment id (eN, or its full id such as "
+                         f"e3-a3f0; at most {limits.MAX_ID_CHARS} characters); `tfdist experiments` lists them")
+
+
 def _get_metrics(request) -> None:
     job_id(request.job_id)
     text(request.name, "name")
@@ -273,7 +279,7 @@ RULES: dict[str, Callable[[Any], None]] = {
     "SubmitJob": lambda request: None,  # the spec: jobspec.from_pb(validate=True) runs check_config
     "GetJob": _by_job, "CancelJob": _by_job, "PreemptJob": _by_job, "ResumeJob": _by_job,
     "ListJobs": _list_jobs, "GetLogs": _get_logs, "GetMetrics": _get_metrics, "ListAgents": lambda request: None,
-    "GetExperiment": lambda request: job_id(request.experiment_id), "ListExperiments": lambda request: None,
+    "GetExperiment": lambda request: _experiment_id(request.experiment_id), "ListExperiments": lambda request: None,
     "Register": _register, "Heartbeat": _heartbeat, "WaitForWork": _wait_for_work, "ReportExit": _report_exit,
     "PushLogs": _push_logs, "ReportMetrics": _report_metrics, "CheckScrapeToken": _check_scrape_token,
 }

@@ -76,7 +76,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetExperiment(self, request, context, principal):
         experiment = experiment_views.find(self.follower.reader, request.experiment_id)
         return experiment_views.experiment_answer(self.follower.reader, experiment,
-                                                  checkpoint_of=self.core.store.latest_checkpoint)
+                                                  checkpoint_of=self.follower.reader.latest_checkpoint)
 
     @guard
     def ListExperiments(self, request, context, principal):

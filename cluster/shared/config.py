@@ -222,6 +222,14 @@ def _check_search(value: Mapping[str, Any], space: Mapping[str, Any]) -> dict[st
             search_space.grid(space)
         except hyperparameters.HyperparameterError as e:
             raise ConfigError(str(e)) from None
+    batch = space.get("global_batch_size")
+    if isinstance(batch, Mapping) and batch.get("type") in hyperparameters.SEARCH_TYPES:  # every value a trial may get
+        kind = batch["type"]
+        if kind not in ("int", "categorical"):
+            raise ConfigError(f"hyperparameters.global_batch_size: a batch size is an integer: search it with type "
+                              f"int or categorical, not {kind}")
+        for value in batch["vals"] if kind == "categorical" else (batch["minval"], batch["maxval"]):
+            check_int(value, "hyperparameters.global_batch_size", minimum=1, maximum=limits.MAX_GLOBAL_BATCH_SIZE)
     return search.to_mapping()
 
 

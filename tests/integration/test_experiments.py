@@ -65,7 +65,7 @@ def test_a_determined_random_search_runs_its_trials_as_gangs_on_a_cluster(tmp_pa
         assert len(job["placement"]) == 1 and job["placement"][0]["slots"] == 2  # a whole node each
         assert sorted(e["rank"] for e in job["exits"]) == [0, 1]
     listed = valid(cluster.json("experiments"), "tfdist experiments --json")["experiments"]
-    assert [(e["id"], e["state"]) for e in listed] == [(shown["id"], "COMPLETED")]
+    assert [(e["id"], e["state"], e["trials_made"]) for e in listed] == [(shown["id"], "COMPLETED", 4)]
     refused = cluster.cli("resume", "e1")
     assert refused.returncode != 0 and "already ended (COMPLETED)" in refused.stderr
     see_in_a_browser(tmp_path, cluster, marker, shown)

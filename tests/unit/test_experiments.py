@@ -301,3 +301,74 @@ def test_a_trial_is_a_job_with_its_values_and_the_experiment_named():
     assert trial.experiment_id == "e4-aa" and trial.trial == 3 and trial.name == "t.t3"
     assert trial.config.hyperparameters == {"lr": 0.01, "global_batch_size": 8}
     assert trial.submission_id == "e4-aa/3"  # a retried creation is the same job
+
+
+# ---------------------------------------------------------------- what a review found
+
+def test_a_trial_made_while_a_node_is_lost_queues_rather_than_rolling_the_loss_back(cluster):
+    """Trials were admitted with their experiment: a trial the search makes while a node is lost (the cluster
+    too small for it right now) waits for nodes; the loss that ended its predecessor is kept."""
+    core, nodes = cluster
+    experiment_id, _ = core.submit(_experiment_spec(dict(ASHA, max_concurrent_trials=1, max_trials=3),
+                                                    slots_per_trial=4), now=1)
+    drive(nodes, 2)
+    first = _trials(core, experiment_id)[0].job
+    assert core.store.job(first).state == JobState.RUNNING  # 4 slots: both nodes
+    nodes[0].beat(20)  # a2 says nothing past lost_after (10 s)
+    core.check_agents(now=20)
+    assert core.store.job(first).state == JobState.FAILED
+    trials = _trials(core, experiment_id)
+    assert len(trials) == 2 and core.store.job(trials[1].job).state == JobState.QUEUED
+
+
+def test_preempt_then_resume_of_an_experiment_resumes_a_trial_that_was_still_stopping(cluster):
+    core, nodes = cluster
+    experiment_id, _ = core.submit(_experiment_spec(), now=1)
+    drive(nodes, 2)
+    t1, t2 = (t.job for t in _trials(core, experiment_id))
+    _report(core, nodes, t1, 1, 0.9, now=3)  # t1 can stop at a step; t2 has not shown it yet
+    assert core.preempt(experiment_id, now=4) == "PAUSED"  # not refused for t2
+    assert core.store.job(t1).preempt_requested and not core.store.job(t2).preempt_requested
+    _report(core, nodes, t2, 1, 0.8, now=5)  # now t2 can: it is asked too
+    assert core.store.job(t2).preempt_requested
+    _stop_at_preemption(core, nodes, t1, 2, now=6)
+    assert core.resume(experiment_id, now=7) == "ACTIVE"  # t2 is still stopping
+    assert core.store.job(t1).state == JobState.QUEUED
+    _stop_at_preemption(core, nodes, t2, 2, now=8)
+    assert core.store.job(t2).state == JobState.QUEUED and core.store.job(t2).attempt == 1  # resumed on pausing
+
+
+def test_a_trial_whose_values_break_the_config_fails_the_experiment_and_cancels_its_other_trials(cluster):
+    core, nodes = cluster
+    space = {"global_batch_size": {"type": "categorical", "vals": [8, 0]}}
+    spec = _experiment_spec({"name": "grid", "metric": "val_loss", "max_concurrent_trials": 2})
+    spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, hyperparameters=space))
+    experiment_id, state = core.submit(spec, now=1)
+    experiment = core.store.experiment(experiment_id)
+    assert state == "FAILED" and experiment.message.startswith(
+        "trial 2: hyperparameters.global_batch_size: must be at least 1, got 0")
+    assert core.store.job(_trials(core, experiment_id)[0].job).state == JobState.CANCELED
+
+
+def test_adaptive_asha_makes_no_more_trials_than_max_trials():
+    for brackets in (halving.brackets(2, 4, 5, 100, 1.2, "standard"),
+                     halving.brackets(2, 4, 5, 100, 2.0, "conservative", bracket_rungs=(3, 3, 3, 3))):
+        assert sum(b.max_trials for b in brackets) == 2
+
+
+def test_an_epoch_count_shipped_apart_from_its_metric_is_found():
+    job = type("J", (), {"spec": _experiment_spec()})
+    config = _searcher(name="random", max_trials=1, max_length={"epochs": 4})
+    stored = [MetricRow(0, 40, "epoch", 3, 1)]
+    assert reports(config, [MetricRow(0, 40, "val_loss", 0.5, 1)], job, lambda: stored) == [(0.5, 3)]
+
+
+@pytest.mark.parametrize("batch, message", [
+    ({"type": "categorical", "vals": [8, 0]}, "hyperparameters.global_batch_size: must be at least 1, got 0"),
+    ({"type": "log", "base": 2, "minval": 3, "maxval": 6}, "hyperparameters.global_batch_size: a batch size is an "
+                                                           "integer: search it with type int or categorical, not log"),
+])
+def test_every_global_batch_size_a_trial_may_get_is_checked_at_submission(batch, message):
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        config_from_dict({"entrypoint": "x", "hyperparameters": {"global_batch_size": batch},
+                          "searcher": {"name": "random", "metric": "loss", "max_trials": 2}})

@@ -160,7 +160,7 @@ def brackets(max_trials: int, max_concurrent: int, max_rungs: int, max_units: in
         top = max(top, 1)
         rungs = {"aggressive": [top], "standard": list(range((top - 1) // 2 + 1, top + 1)),
                  "conservative": list(range(1, top + 1))}[mode]
-    rungs.sort(reverse=True)
+    rungs = sorted(rungs, reverse=True)[:max(max_trials, 1)]  # a bracket has a trial at least: no more than them
     weights = [divisor ** (n - 1) / n for n in rungs]
     trials = [max(int(w / sum(weights) * max_trials), 1) for w in weights]
     trials[0] += max(max_trials - sum(trials), 0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from cluster.coordinator import job_machine
 from cluster.coordinator.experiments import search
@@ -23,6 +23,7 @@ from cluster.coordinator.values import BadRequest, NotFound
 from cluster.shared import config_values, limits, search_space, searcher as searcher_lib
 from cluster.shared.jobspec import JobSpec
 from cluster.shared.model import Experiment, ExperimentState, Job, JobState, MetricRow
+from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.coordinator")
 EPOCH = "epoch"  # MetricsReporter's epoch count, reported beside each epoch's metrics
@@ -48,7 +49,10 @@ class Experiments:
         seed = spec.config.seed or secrets.randbelow(2 ** 31 - 2) + 1
         seq = self.store.next_experiment_seq()
         experiment = Experiment(f"e{seq}-{secrets.token_hex(2)}", seq, spec, ExperimentState.ACTIVE, now, owner)
-        state, ops = search.begin(config, spec.config.hyperparameters, seed)
+        try:
+            state, ops = search.begin(config, spec.config.hyperparameters, seed)
+        except UserError as e:  # Optuna missing here, a grid's values: this submission's own refusal
+            raise BadRequest(str(e)) from None
         log.info("experiment %s: %s search of %s, seed %d", experiment.id, config.name, spec.name, seed)
         experiment = self._apply(experiment, config, state, ops, now)
         self.store.put_experiment(experiment)
@@ -82,8 +86,7 @@ class Experiments:
             if experiment.state == ExperimentState.PAUSED:
                 raise BadRequest(f"experiment {experiment.id} is already PAUSED; `tfdist resume {experiment.id}`")
             for _, job in live:
-                if job.state != JobState.PAUSED:
-                    self.lifecycle.handle(job.id, job_machine.PreemptRequested(), now)  # Refused: none changed
+                pause_if_it_can(self.lifecycle, job, now)  # one that cannot yet is paused once it can (settle)
             experiment = dataclasses.replace(experiment, state=ExperimentState.PAUSED,
                                              message="paused by the user: its trials stop and save")
         elif action == "resume":
@@ -91,8 +94,12 @@ class Experiments:
                 raise BadRequest(f"experiment {experiment.id} is {experiment.state.value}, not PAUSED")
             experiment = dataclasses.replace(experiment, state=ExperimentState.ACTIVE, message="")
             for trial, job in live:
-                if job.state == JobState.PAUSED and not trial.waiting:
+                if trial.waiting:
+                    continue
+                if job.state == JobState.PAUSED:
                     self.lifecycle.handle(job.id, job_machine.Resumed(), now)
+                elif job.preempt_requested:  # still stopping: resumed once it has paused (settle)
+                    trial.asked_pause = True
             held = [_op_from_plain(op) for op in experiment.held]
             experiment = self._apply(dataclasses.replace(experiment, held=()), config, state, held, now)
         self.store.put_experiment(experiment)
@@ -119,13 +126,16 @@ class Experiments:
             trial = state.trial(job.spec.trial)
             ops: list[search.Op] = []
             if kind == "metrics":
-                for metric, length in reports(config, payload, job):
+                for metric, length in reports(config, payload, job, lambda: self.store.metrics(job.id, EPOCH)):
                     ops += search.observed(config, space, state, trial.number, metric, length)
             elif payload.terminal:
                 ops += search.ended(config, space, state, trial.number)
             elif payload == JobState.PAUSED and trial.asked_pause and not trial.waiting:
                 trial.asked_pause = False  # promoted while it was stopping: on it goes
                 ops.append(search.Continue(trial.number))
+            current = self.store.job(job.id)
+            if experiment.state == ExperimentState.PAUSED and current is not None and current.state.active:
+                pause_if_it_can(self.lifecycle, current, now)  # it could not stop at a step when paused
             experiment = self._apply(experiment, config, state, ops, now)
             self.store.put_experiment(self._maybe_done(experiment, config, state, now))
 
@@ -139,18 +149,27 @@ class Experiments:
                 continue
             try:
                 self._apply_one(experiment, state, op, now)
-            except config_values.ConfigError as e:
-                return dataclasses.replace(experiment, state=ExperimentState.FAILED, ended_at=now,
-                                           message=f"trial {op.number}: {e}", search=state.to_plain())
+            except UserError as e:  # a trial's values break a rule of the config: nothing more can be searched
+                return self._fail(experiment, state, f"trial {op.number}: {e}", now)
         return dataclasses.replace(experiment, search=state.to_plain(), held=tuple(held))
+
+    def _fail(self, experiment: Experiment, state: search.SearchState, message: str, now: float) -> Experiment:
+        """The experiment ends FAILED; its trials still queued or running are canceled with it."""
+        log.warning("experiment %s failed: %s", experiment.id, message)
+        for trial in state.trials:
+            job = self.store.job(trial.job) if trial.job else None
+            if job is not None and not job.terminal:
+                self.lifecycle.handle(job.id, job_machine.Canceled(f"experiment {experiment.id} failed"), now)
+        return dataclasses.replace(experiment, state=ExperimentState.FAILED, ended_at=now, message=message,
+                                   search=state.to_plain(), held=())
 
     def _apply_one(self, experiment: Experiment, state: search.SearchState, op: search.Op, now: float) -> None:
         trial = state.trial(op.number)
         job = self.store.job(trial.job) if trial.job else None
         match op:
             case search.Create(number, values):
-                spec = trial_spec(experiment, number, values)
-                trial.job, _ = self.intake.submit(spec, now, experiment.owner)
+                spec = trial_spec(experiment, number, values)  # admitted with its experiment: it waits for nodes
+                trial.job, _ = self.intake.submit(spec, now, experiment.owner, admit=False)
             case search.Continue():
                 trial.asked_pause = bool(job and job.state.active and job.preempt_requested)
                 if job is not None and job.state == JobState.PAUSED:
@@ -187,6 +206,13 @@ class Experiments:
         return dataclasses.replace(experiment, state=ExperimentState.COMPLETED, ended_at=now, message=said)
 
 
+def pause_if_it_can(lifecycle: JobLifecycle, job: Job, now: float) -> None:
+    """Asks a trial's job to stop at a step and save (a queued one pauses at once); one that cannot yet (it is
+    starting, or its workers have not shown that they check) is left: the caller asks again later."""
+    if job.state == JobState.QUEUED or (job.state.active and job.preemptible and not job.preempt_requested):
+        lifecycle.handle(job.id, job_machine.PreemptRequested(), now)
+
+
 def best_trial(config: searcher_lib.SearcherConfig, state: search.SearchState) -> search.Trial | None:
     scored = [t for t in state.trials if t.best is not None]
     if not scored:
@@ -194,11 +220,15 @@ def best_trial(config: searcher_lib.SearcherConfig, state: search.SearchState) -
     return min(scored, key=lambda t: (t.best if config.smaller_is_better else -t.best, t.number))
 
 
-def reports(config: searcher_lib.SearcherConfig, rows: Sequence[MetricRow], job: Job) -> list[tuple[float, int]]:
+def reports(config: searcher_lib.SearcherConfig, rows: Sequence[MetricRow], job: Job,
+            stored_epochs: Callable[[], Sequence[MetricRow]] = tuple) -> list[tuple[float, int]]:
     """(metric, length) of each report of the searcher metric among `rows`, the length in max_length's unit:
-    batches are steps, epochs the epoch count reported at that step, records steps x global_batch_size."""
+    batches are steps, epochs the epoch count reported at that step (in this batch, else stored before: an
+    agent may ship them apart), records steps x global_batch_size."""
     unit = config.max_length[0] if config.max_length else "batches"
     epochs = {r.step: int(r.value) for r in rows if r.name == EPOCH}
+    if unit == "epochs" and any(r.name == config.metric and r.step not in epochs for r in rows):
+        epochs = {**{r.step: int(r.value) for r in stored_epochs()}, **epochs}
     found = []
     for row in rows:
         if row.name != config.metric:

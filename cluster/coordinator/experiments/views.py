@@ -34,7 +34,8 @@ def experiment_answer(reader: StateReader, experiment: Experiment, trials: bool 
         ended_at=experiment.ended_at or 0.0, message=experiment.message, best_trial=best.number if best else 0,
         max_trials=search.max_trials(config, experiment.spec.config.hyperparameters), owner=experiment.owner,
         seed=state.seed, length_unit=config.max_length[0] if config.max_length else "batches",
-        rung_lengths=[r.units for r in state.brackets[0].rungs] if state.brackets else [])
+        rung_lengths=[r.units for r in state.brackets[0].rungs] if state.brackets else [],
+        trials_made=len(state.trials))
     if not trials:
         return answer
     for trial in state.trials:

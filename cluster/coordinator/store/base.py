@@ -73,6 +73,10 @@ class StateReader(abc.ABC):
     def experiments(self) -> list[Experiment]:
         """As `StateStore.experiments`."""
 
+    @abc.abstractmethod
+    def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
+        """As `StateStore.latest_checkpoint`."""
+
 
 class StateStore(abc.ABC):
     """Jobs, their events, allocations, exits, checkpoints, metrics and logs; agents as registered.

@@ -351,3 +351,6 @@ class MemoryReader(StateReader):
 
     def experiments(self) -> list[Experiment]:
         return self._store.experiments()
+
+    def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
+        return self._store.latest_checkpoint(job_id)

@@ -283,9 +283,7 @@ class SqliteStore(experiment_rows.SqliteExperiments, StateStore):
             return cursor.rowcount == 1
 
     def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
-        rows = self._all("SELECT step, path, attempt, time FROM checkpoints WHERE job_id=? ORDER BY step DESC "
-                         "LIMIT 1", (job_id,))
-        return Checkpoint(**rows[0]) if rows else None
+        return rows_lib.latest_checkpoint(self._all, job_id)
 
     # ---------------------------------------------------------------- shipped output
     def _fresh(self, db: sqlite3.Connection, job_id: str, source: str, kind: str, first_seq: int,

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from cluster.coordinator.store import experiment_rows, sqlite_rows as rows_lib
 from cluster.coordinator.store.base import StateReader
 from cluster.coordinator.store.sqlite_rows import one_job, read_logs
-from cluster.shared.model import Experiment, Job, JobState, LogLine
+from cluster.shared.model import Checkpoint, Experiment, Job, JobState, LogLine
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -61,3 +61,6 @@ class SqliteReader(StateReader):
 
     def experiments(self) -> list[Experiment]:
         return experiment_rows.every(self._query)
+
+    def latest_checkpoint(self, job_id: str) -> Checkpoint | None:
+        return rows_lib.latest_checkpoint(self._query, job_id)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 from google.protobuf import json_format
 
-from cluster.shared.model import Allocation, AllocState, Job, JobSpec, JobState, LogLine
+from cluster.shared.model import Allocation, AllocState, Checkpoint, Job, JobSpec, JobState, LogLine
 from tfdist.errors import TfdistError
 
 log = logging.getLogger("tfdist.coordinator")
@@ -158,3 +158,9 @@ def ended(query: Query, job_id: str) -> bool:
     except ValueError:
         stopped = True
     return stopped and rows[0]["held"] == 0
+
+
+def latest_checkpoint(query: Query, job_id: str) -> Checkpoint | None:
+    rows = query("SELECT step, path, attempt, time FROM checkpoints WHERE job_id=? ORDER BY step DESC LIMIT 1",
+                 (job_id,))
+    return Checkpoint(**rows[0]) if rows else None

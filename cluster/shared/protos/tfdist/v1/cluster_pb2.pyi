@@ -311,7 +311,7 @@ class Trial(_message.Message):
     def __init__(self, number: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ..., hparams: _Optional[_Union[ValueMap, _Mapping]] = ..., latest: _Optional[float] = ..., best: _Optional[float] = ..., length: _Optional[int] = ..., rung: _Optional[int] = ..., waiting: _Optional[bool] = ..., why: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_step: _Optional[int] = ...) -> None: ...
 
 class Experiment(_message.Message):
-    __slots__ = ("id", "name", "state", "searcher", "metric", "smaller_is_better", "created_at", "ended_at", "message", "trials", "best_trial", "max_trials", "owner", "seed", "length_unit", "rung_lengths")
+    __slots__ = ("id", "name", "state", "searcher", "metric", "smaller_is_better", "created_at", "ended_at", "message", "trials", "best_trial", "max_trials", "owner", "seed", "length_unit", "rung_lengths", "trials_made")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -328,6 +328,7 @@ class Experiment(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     LENGTH_UNIT_FIELD_NUMBER: _ClassVar[int]
     RUNG_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    TRIALS_MADE_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     state: str
@@ -344,7 +345,8 @@ class Experiment(_message.Message):
     seed: int
     length_unit: str
     rung_lengths: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., searcher: _Optional[str] = ..., metric: _Optional[str] = ..., smaller_is_better: _Optional[bool] = ..., created_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., message: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ..., best_trial: _Optional[int] = ..., max_trials: _Optional[int] = ..., owner: _Optional[str] = ..., seed: _Optional[int] = ..., length_unit: _Optional[str] = ..., rung_lengths: _Optional[_Iterable[int]] = ...) -> None: ...
+    trials_made: int
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., searcher: _Optional[str] = ..., metric: _Optional[str] = ..., smaller_is_better: _Optional[bool] = ..., created_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., message: _Optional[str] = ..., trials: _Optional[_Iterable[_Union[Trial, _Mapping]]] = ..., best_trial: _Optional[int] = ..., max_trials: _Optional[int] = ..., owner: _Optional[str] = ..., seed: _Optional[int] = ..., length_unit: _Optional[str] = ..., rung_lengths: _Optional[_Iterable[int]] = ..., trials_made: _Optional[int] = ...) -> None: ...
 
 class GetExperimentRequest(_message.Message):
     __slots__ = ("experiment_id",)

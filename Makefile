@@ -72,20 +72,22 @@ kubernetes-start:
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
 
-# The unit tests run once, through Bazel (one target per file, every tests/unit/test_*.py); then everything
-# that starts processes runs under pytest, whose summary line closes the output. (Run beside the pytest tier
-# instead, with tests/unit_tier.py and TFDIST_UNIT_TIER_BESIDE=1, the whole took 19m50s rather than 21m19s,
-# but a TensorFlow worker then found its leased port taken, most likely by a unit test: Bazel gives each test
-# a HOME of its own, so they do not see the machine's port leases. Not used until they lease from the same
-# place.) One after the other, with the unit targets' pytest loading one plugin: 19m46s on a fresh clone. Three pytest workers, each
-# test module on one (module fixtures such as a Slurm cluster start once): most of these tests wait on
-# processes, sockets, Slurm and the API server rather than the CPU: on 2 cores three at a time ran 141 tests
-# in 14m16s where two had run 135 (the Kubernetes engine's 7 not yet among them) in 14m45s.
+# The unit tests run once, through Bazel (one target per file, every tests/unit/test_*.py), beside everything
+# that starts processes, which runs under pytest; pytest starts the Bazel run and reports it in its summary,
+# above its own summary line, which closes the output (tests/unit_tier.py). While the control plane's first
+# build is still going, the unit tier runs first, beside that build, instead. Bazel gives each test a HOME of
+# its own (so its port leases are not the machine's): its tests lease ports from TFDIST_PORT_RANGE 20000-22767
+# (tools/bazel_test.sh), below the range the pytest tier's launches and coordinators lease from. Three pytest
+# workers, each test module on one (module fixtures such as a Slurm cluster start once): most of these tests
+# wait on processes, sockets, Slurm and the API server rather than the CPU: on 2 cores three at a time ran 141
+# tests in 14m16s where two had run 135 in 14m45s. One tier after the other: 19m46s on a fresh clone; beside:
+# 19m50s against 21m19s (docs/development.md).
 PYTEST_ARGS = -p no:cacheprovider -n 3 --dist loadscope --durations=15 tests --ignore=tests/unit
 test: kubernetes-start $(VENV)/.test $(VENV)/.horovod debian-packages
-	bash tools/bazel_test.sh
-	@bash tests/kubernetes/build_control_plane.sh --wait
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@if bash tests/kubernetes/build_control_plane.sh --built; then beside=1; else \
+	  bash tools/bazel_test.sh && bash tests/kubernetes/build_control_plane.sh --wait && beside=0 || exit 1; fi; \
+	  echo "TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)"; \
+	  TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)
 
 unit: $(VENV)/.test
 	$(PY) -m pytest -p no:cacheprovider tests/unit

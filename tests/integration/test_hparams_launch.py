@@ -39,6 +39,6 @@ def test_a_searched_hyperparameter_without_a_value_is_one_line(tmp_path, marker)
     result = run_cli(["launch", "--config", "exp.yaml", "--slots", "2", "--", "python", SCRIPT], marker,
                      timeout=60, cwd=str(tmp_path))
     assert (result.returncode, result.stdout) == (125, "")
-    assert result.stderr == ("tfdist: error: exp.yaml: hyperparameters.learning_rate: type log needs a searcher, "
-                             "which tfdist does not run yet; give one value with {type: const, val: 0.01} or "
-                             "--hparam learning_rate=0.01\n")
+    assert result.stderr == ("tfdist: error: exp.yaml: hyperparameters.learning_rate: type log needs a searcher "
+                             "that searches (e.g. searcher: {name: random, metric: val_loss, max_trials: 8}); or give "
+                             "one value with {type: const, val: 0.01} or --hparam learning_rate=0.01\n")

@@ -250,20 +250,29 @@ def test_a_scrape_with_1000_agents_is_cheap():
         server.stop(grace=0)
 
 
-def test_experiments_and_their_trials_by_state(cluster):
-    server, node, user, *_ = cluster
-    config = ExperimentConfig(entrypoint=("python", "-c", "pass"), slots_per_trial=2, hyperparameters={
-        "lr": {"type": "double", "minval": 0.1, "maxval": 0.2}}, searcher={
-        "name": "random", "metric": "loss", "max_trials": 3, "max_concurrent_trials": 2})
-    experiment_id = user.submit(jobspec.to_pb(jobspec.job_spec(config, working_dir="/")), retry_for=0)
+def test_experiments_and_their_trials_by_state():
+    """On a coordinator of its own: its node registered just now (the module's may be lost by this test's turn)."""
+    server = AgentsServer(":memory:", "127.0.0.1:0", http_listen="127.0.0.1:0").start()
+    node = Client(server.address, server.issue("node", "n1"))
+    user = Client(server.address, server.issue("user", "alice"))
     try:
+        node.call(node.agents.Register, pb.RegisterRequest(agent=pb.AgentInfo(
+            name="n1", slots=1, addresses=[pb.Address(ip="127.0.0.1", prefix_len=8)])))
+        config = ExperimentConfig(entrypoint=("python", "-c", "pass"), slots_per_trial=1, hyperparameters={
+            "lr": {"type": "double", "minval": 0.1, "maxval": 0.2}}, searcher={
+            "name": "random", "metric": "loss", "max_trials": 3, "max_concurrent_trials": 2})
+        experiment_id = user.submit(jobspec.to_pb(jobspec.job_spec(config, working_dir="/")), retry_for=0)
         status, text = scrape(server, server.issue("monitor", "prometheus").token)
         assert status == 200
         assert series(text, "tfdist_experiments") == {'{state="ACTIVE"}': 1.0}
-        # two trials at once, 2 slots each, on a node whose other job holds a slot: both wait for slots
-        assert series(text, "tfdist_experiment_trials") == {f'{{experiment="{experiment_id}",state="QUEUED"}}': 2.0}
-    finally:
+        # two trials at once on a node of one slot: one placed, one waiting for it
+        assert series(text, "tfdist_experiment_trials") == {f'{{experiment="{experiment_id}",state="QUEUED"}}': 1.0,
+                                                           f'{{experiment="{experiment_id}",state="STARTING"}}': 1.0}
         user.cancel(experiment_id)
-    text = scrape(server, server.issue("monitor", "prometheus").token)[1]
-    assert series(text, "tfdist_experiments") == {'{state="CANCELED"}': 1.0}
-    assert series(text, "tfdist_experiment_trials") == {}
+        text = scrape(server, server.issue("monitor", "prometheus").token)[1]
+        assert series(text, "tfdist_experiments") == {'{state="CANCELED"}': 1.0}
+        assert series(text, "tfdist_experiment_trials") == {}
+    finally:
+        node.close()
+        user.close()
+        server.stop(grace=0)

@@ -218,32 +218,6 @@ def test_horovod_and_parameter_servers_inside_an_allocation(slurm, tmp_path, mar
     assert not processes_with_marker(marker)
 
 
-def test_an_experiments_horovod_trials_share_the_allocations_nodes(slurm, tmp_path, marker):
-    """A random search inside an sbatch script: two 2-slot Horovod trials at once, one on each node."""
-    import yaml
-
-    (tmp_path / "search.yaml").write_text(yaml.safe_dump({
-        "name": "search", "entrypoint": f"{sys.executable} {os.path.join(REPO, 'tests', 'integration', 'workers', 'search_trial.py')}",
-        "resources": {"slots_per_trial": 2}, "distribution": {"mode": "horovod"},
-        "searcher": {"name": "random", "metric": "val_loss", "max_trials": 2, "max_concurrent_trials": 2,
-                     "max_length": {"batches": 3}},
-        "hyperparameters": {"learning_rate": {"type": "log", "base": 10, "minval": -4, "maxval": -1}},
-        "checkpoint_storage": str(tmp_path / "checkpoints"),
-        "environment": {"variables": [f"OUT={tmp_path}", "SLOW=0.1"]}}))
-    result = sbatch(slurm, tmp_path, marker, f"""
-        {sys.executable} -m cluster.client.cli launch --config {tmp_path / 'search.yaml'}
-        """, "--nodes=2", "--ntasks-per-node=2")
-    out = job_output(tmp_path)
-    assert result.returncode == 0, out[-3000:]
-    assert ": 2 node(s) (node1, node2), 2 slot(s) per trial" in out
-    assert " COMPLETED: best: trial " in out and "2 of 2 trials made, 2 ended" in out, out[-3000:]
-    trials = re.findall(r"^([12]) +(\S+) +SUCCEEDED ", out, re.M)
-    assert {n for n, _ in trials} == {"1", "2"}, out[-3000:]
-    for _, job_id in set(trials):  # each trial's chief trained steps 1-3 once
-        assert (tmp_path / f"steps-{job_id}").read_text().split("\n")[:3] == ["0 1", "0 2", "0 3"]
-    assert not processes_with_marker(marker)
-
-
 PREEMPTIBLE = ("PartitionName=low Nodes=ALL Default=YES PriorityTier=1 PreemptMode=REQUEUE GraceTime=60 "
                "MaxTime=INFINITE State=UP\nPartitionName=high Nodes=ALL PriorityTier=2 PreemptMode=OFF "
                "MaxTime=INFINITE State=UP")

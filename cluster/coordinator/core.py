@@ -169,7 +169,7 @@ class CoordinatorCore:
                                       first_seq)
             for row in rows:
                 self.lifecycle.record(job, row, now=row.time)
-            self.experiments.metrics(job, rows, max(r.time for r in rows))
+            self.experiments.metrics(job, rows)
 
     def _job_on(self, agent: str, job_id: str) -> Job:
         return job_on(self.store.job(job_id), job_id, agent, self.allocs.get(job_id, agent) is not None)

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 from typing import Any, Mapping
 
+from cluster.shared.hyperparameters import _clip, _show  # the one way config errors show a bad value
 from tfdist.errors import UserError
 
 SINGLE = "single"
@@ -147,12 +148,3 @@ def _int(value: Any, key: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SearcherError(f"searcher.{key}: expected an integer from {low} to {high:,}, got {_show(value)}")
     return value
-
-
-def _show(value: Any) -> str:
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return _clip(repr(value)) if number else f"{_clip(repr(value))} ({type(value).__name__})"
-
-
-def _clip(text: str, chars: int = 60) -> str:
-    return text if len(text) <= chars else text[:chars - 3] + "..."

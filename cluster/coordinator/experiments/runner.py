@@ -24,6 +24,7 @@ from cluster.shared import config_values, limits, search_space, searcher as sear
 from cluster.shared.jobspec import JobSpec
 from cluster.shared.model import Experiment, ExperimentState, Job, JobState, MetricRow
 from tfdist.errors import UserError
+from tfdist.metrics import PREEMPTIBLE_RECORD
 
 log = logging.getLogger("tfdist.coordinator")
 EPOCH = "epoch"  # MetricsReporter's epoch count, reported beside each epoch's metrics
@@ -59,15 +60,8 @@ class Experiments:
         return experiment.id, experiment.state.value
 
     def resolve(self, ref: str) -> Experiment | None:
-        """An experiment by id or by `eN` (its number); None when `ref` does not name one."""
-        if not ref.startswith("e"):
-            return None
-        found = self.store.experiment(ref)
-        if found is None and ref[1:].isdigit():
-            found = self.store.experiment(int(ref[1:]))
-        if found is None:
-            raise NotFound(f"experiment {ref} not found; `tfdist experiments` lists them")
-        return found
+        """An experiment by id or by `eN` (its number); None when `ref` does not name one (a job's)."""
+        return find(self.store, ref) if ref.startswith("e") else None
 
     def act(self, experiment: Experiment, action: str, now: float) -> str:
         """cancel, preempt or resume the experiment (all its trials); its state after."""
@@ -106,10 +100,15 @@ class Experiments:
         return experiment.state.value
 
     # ---------------------------------------------------------------- trials' events
-    def metrics(self, job: Job, rows: Sequence[MetricRow], now: float) -> None:
-        """A trial's metric rows arrived (inside the core's event): settled at its end."""
-        if job.spec.experiment_id:
-            self.pending.append(("metrics", job, list(rows), now))
+    def metrics(self, job: Job, rows: Sequence[MetricRow]) -> None:
+        """A trial's metric rows arrived (inside the core's event): settled at its end when they hold what the
+        search reads (its metric; the record that the trial can now pause, for a paused experiment). Others,
+        MetricsReporter's frequent batch reports, cost no read or write of the experiment."""
+        if not job.spec.experiment_id:
+            return
+        wanted = (job.spec.config.searcher.get("metric"), PREEMPTIBLE_RECORD)
+        if any(r.name in wanted for r in rows):
+            self.pending.append(("metrics", job, list(rows), max(r.time for r in rows)))
 
     def settle(self) -> None:
         """Applies what the trials' events of this core event decide (called before it commits)."""
@@ -204,6 +203,16 @@ class Experiments:
             f"{config.metric}"
         log.info("experiment %s completed: %s", experiment.id, said)
         return dataclasses.replace(experiment, state=ExperimentState.COMPLETED, ended_at=now, message=said)
+
+
+def find(source, ref: str) -> Experiment:
+    """The experiment `ref` names, by id or `eN`, in a store or a store's reader; NotFound otherwise."""
+    found = source.experiment(ref)
+    if found is None and ref[:1] == "e" and ref[1:].isdigit():
+        found = source.experiment(int(ref[1:]))
+    if found is None:
+        raise NotFound(f"experiment {ref} not found; `tfdist experiments` lists them")
+    return found
 
 
 def pause_if_it_can(lifecycle: JobLifecycle, job: Job, now: float) -> None:

@@ -6,21 +6,11 @@ from __future__ import annotations
 from typing import Callable
 
 from cluster.coordinator.experiments import search
-from cluster.coordinator.experiments.runner import best_trial
+from cluster.coordinator.experiments.runner import best_trial, find  # noqa: F401 (find: the servicers')
 from cluster.coordinator.store.base import StateReader
-from cluster.coordinator.values import NotFound
 from cluster.shared import jobspec, search_space, searcher as searcher_lib
 from cluster.shared.model import Checkpoint, Experiment
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
-
-
-def find(reader: StateReader, ref: str) -> Experiment:
-    found = reader.experiment(ref)
-    if found is None and ref[:1] == "e" and ref[1:].isdigit():
-        found = reader.experiment(int(ref[1:]))
-    if found is None:
-        raise NotFound(f"experiment {ref} not found; `tfdist experiments` lists them")
-    return found
 
 
 def experiment_answer(reader: StateReader, experiment: Experiment, trials: bool = True,

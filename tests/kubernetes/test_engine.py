@@ -227,3 +227,35 @@ def test_horovod_runs_across_two_pods_with_one_set_of_weights(kube, tmp_path):
     digests = {line.split("weights=")[1].split()[0] for line in out.splitlines() if "weights=" in line}
     assert len(digests) == 1 and out.count("loss_fell=True") == 2, out[-3000:]
     wait_for(lambda: not kube.objects(), "the Horovod job's objects to be deleted", timeout=60, logs=kube.objects)
+
+
+def test_an_asha_search_pauses_a_trial_s_pods_and_resumes_it_in_new_pods_from_its_checkpoint(kube, tmp_path):
+    """Issue 33 on the Kubernetes engine: each trial is a gang of pods; a trial paused at its rung gives its node
+    up (its pods deleted), the next trial's pods take it, and the promoted trial's new pods continue from the
+    checkpoint it paused at (every step trained once); the losing trial is stopped and nothing is left."""
+    from tests.integration.test_experiments import trained_steps, write_config
+
+    # Seed 7: trial 1 (learning rate 3.4e-3) beats trial 2 (3.9e-4) at the rung of 8 batches; one trial at a
+    # time, so trial 1 waits there alone (paused) until trial 2 loses to it. 0.5 s a step leaves a paused trial
+    # 4 s to stop in before its end.
+    searcher = {"name": "adaptive_asha", "metric": "val_loss", "max_trials": 2, "max_length": {"batches": 16},
+                "max_rungs": 2, "divisor": 2, "mode": "aggressive", "max_concurrent_trials": 1}
+    config = write_config(tmp_path, searcher, slow=0.5, reproducibility={"experiment_seed": 7})
+    result = kube.launch("--config", config)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "COMPLETED: best: trial 1" in result.stdout, result.stdout[-3000:]
+    shown = kube.cluster.json("experiment", "e1")
+    first, second = shown["trials"]
+    assert first["state"] == "SUCCEEDED" and first["rung"] == 1, shown
+    assert second["state"] == "CANCELED" and second["why"].startswith("stopped early"), shown
+    runs = trained_steps(tmp_path, first["job_id"])
+    paused_at = max(step for attempt, step in runs if attempt == 0)
+    assert 8 <= paused_at < 16, runs  # paused at (or just past) its rung, before its end
+    assert [step for _, step in runs] == list(range(1, 17)), runs  # every step once, in order
+    assert [attempt for attempt, step in runs if step > paused_at] == [1] * (16 - paused_at), runs  # in new pods
+    assert max(step for _, step in trained_steps(tmp_path, second["job_id"])) < 16
+    for trial in (first, second):
+        job = kube.cluster.job(trial["job_id"])
+        assert len(job["placement"]) == 1 and job["placement"][0]["node"] in NODES, job
+    wait_for(lambda: not kube.objects(), "the trials' pods, Services and Secrets deleted", timeout=60,
+             logs=kube.objects)

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any, Mapping
 
-from tfdist import envvars
+from tfdist.compat import rendezvous
 from tfdist.context import DistributedContext, context_from_env
 from tfdist.modes import worker_mode
 
@@ -60,10 +60,7 @@ def current_or_env() -> DistributedContext:
 
 def _signal_ready() -> None:
     """Tells the launcher this worker joined, so its startup timeout stops."""
-    path = os.environ.get(envvars.READY_FILE)
-    if path:
-        with open(path, "w") as f:
-            f.write(str(os.getpid()))
+    rendezvous.signal_ready()
 
 
 def _setup_logging() -> None:

@@ -60,7 +60,9 @@ def local_command(config: ExperimentConfig) -> ExperimentConfig:
 
 
 # How to install what a mode's workers need (Planner.worker_needs): (the name users know, the fix).
-INSTALL_HINTS = {"horovod": ("Horovod", HOROVOD_INSTALL_HINT)}
+INSTALL_HINTS = {"horovod": ("Horovod", HOROVOD_INSTALL_HINT),
+                 "jax": ("JAX", "pip install 'tfdist[jax]' into it (JAX's CPU wheels; on GPUs install JAX's CUDA build)"),
+                 "torch": ("PyTorch", "pip install torch into it")}
 MISSING_MODULE = "distribution mode {mode} needs {what}, which is not installed for {python}; {hint}"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from tfdist import envvars
-from tfdist.modes import horovod, mwms, ps, single
+from tfdist.modes import horovod, jax, mwms, ps, single, torch
 from tfdist.modes.base import Process, WorkerMode
 from tfdist.modes.unsupported import Unsupported
 
@@ -22,6 +22,8 @@ WORKER_MODES: dict[str, WorkerMode] = {
     "mwms": mwms.MWMS,
     "ps": ps.PS,
     "horovod": horovod.HOROVOD,
+    "jax": jax.JAX,
+    "torch": torch.TORCH,
     "mirrored": single.MIRRORED,
     "central_storage": single.CENTRAL_STORAGE,
     "one_device": single.ONE_DEVICE,

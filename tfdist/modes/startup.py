@@ -11,7 +11,8 @@ class Startup:
     """A mode's start-up steps."""
 
     def __init__(self, refuse_keras_3: bool = False, fix_horovod: bool = False,
-                 explain_missing: tuple[str, str] | None = None):
+                 explain_missing: tuple[str, str] | None = None, ready_after: tuple[str, str] | None = None,
+                 jax_cluster: bool = False):
         # Keras 3 variables under ParameterServerStrategy raise, naming tf.keras (tfdist/compat/keras_ps.py):
         # a refusal, not a patch, so TFDIST_KERAS_PATCH=0 keeps it.
         self.refuse_keras_3 = refuse_keras_3
@@ -20,6 +21,11 @@ class Startup:
         # (package, why): an `import` of the package that nothing finds fails with `why` ({python}: the
         # worker's interpreter), the command that installs it.
         self.explain_missing = explain_missing
+        # (module, function): the framework's own rendezvous, after which this worker counts as joined (its
+        # startup timeout stops) for scripts that never call tfdist.init() (tfdist/compat/rendezvous.py).
+        self.ready_after = ready_after
+        # `jax.distributed.initialize()` with no arguments finds tfdist's cluster (tfdist/compat/jax_cluster.py).
+        self.jax_cluster = jax_cluster
 
 
 NOTHING = Startup()
@@ -31,6 +37,10 @@ _HOROVOD_MISSING = ("Horovod is not installed for {python}; run `tfdist build-ho
 STARTUP = {
     "ps": Startup(refuse_keras_3=True),
     "horovod": Startup(fix_horovod=True, explain_missing=("horovod", _HOROVOD_MISSING)),
+    "jax": Startup(ready_after=("jax.distributed", "initialize"), jax_cluster=True,
+                   explain_missing=("jax", "JAX is not installed for {python}; pip install 'tfdist[jax]' into it")),
+    "torch": Startup(ready_after=("torch.distributed", "init_process_group"),
+                     explain_missing=("torch", "PyTorch is not installed for {python}; pip install torch into it")),
 }
 
 

@@ -10,7 +10,7 @@ in PLANNERS (one line); the annotation makes mypy check it against the protocol
 
 from __future__ import annotations
 
-from cluster.shared.modes import horovod, mwms, ps, single
+from cluster.shared.modes import horovod, jax, mwms, ps, single, torch
 from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, Planner, ProcessPlan,
                                        SuccessRule)
 from tfdist.errors import UserError
@@ -20,6 +20,8 @@ PLANNERS: dict[str, Planner] = {
     "mwms": mwms.MWMS,
     "ps": ps.PS,
     "horovod": horovod.HOROVOD,
+    "jax": jax.JAX,
+    "torch": torch.TORCH,
     "mirrored": single.MIRRORED,
     "central_storage": single.CENTRAL_STORAGE,
     "one_device": single.ONE_DEVICE,

@@ -179,6 +179,19 @@ def layout(placement: Placement, devices: Sequence[Sequence[int]],
     return result
 
 
+def process_plan(me: Layout, env: Mapping[str, str], gpus: tuple[int, ...] | None = None) -> ProcessPlan:
+    """A worker process where `layout` put it, with its environment (`gpus`: the ones it is counted as
+    holding, when not the ones its layout split off)."""
+    return ProcessPlan(rank=me.rank, node_rank=me.node_rank, local_rank=me.local_rank, local_size=me.local_size,
+                       port=me.port, gpus=me.gpus if gpus is None else gpus, replicas=me.replicas, env=env)
+
+
+def rendezvous_host(placement: Placement) -> str:
+    """Where rank 0 serves a framework's own rendezvous (JAX's coordination service, torch's TCPStore): the
+    first node's address for the job, loopback when the job has one node."""
+    return LOOPBACK if len(placement.nodes) == 1 else placement.nodes[0].host
+
+
 @dataclasses.dataclass(frozen=True)
 class JobServices:
     """What every process of a job is told about the job as a whole."""
@@ -196,8 +209,7 @@ def job_services(placement: Placement, processes: Sequence[Layout]) -> JobServic
     job (its interface, never every interface)."""
     on_first = sum(1 for p in processes if p.node_rank == 0)
     store = store_of(placement, on_first)
-    host = LOOPBACK if len(placement.nodes) == 1 else placement.nodes[0].host
-    address = f"{host}:{store[1]}" if store else None
+    address = f"{rendezvous_host(placement)}:{store[1]}" if store else None
     return JobServices(store, address, cluster_info(placement, processes), placement.attempt,
                        placement.checkpoint_dir)
 

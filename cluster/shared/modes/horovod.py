@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from cluster.shared.experiment import ExperimentConfig
-from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, ProcessPlan, SuccessRule,
-                                       common_env, job_services, layout, ports_per_process)
+from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, SuccessRule,
+                                       common_env, job_services, layout, ports_per_process, process_plan)
 from tfdist import envvars
 
 
@@ -68,9 +68,7 @@ class HorovodPlanner:
             })
             if config.auto_tune_tensor_fusion:
                 env["HOROVOD_AUTOTUNE"] = "1"  # Horovod's Bayesian tuner of fusion threshold and cycle time
-            result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
-                                      local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas,
-                                      env=env))
+            result.append(process_plan(p, env))
         return JobPlan(processes=tuple(result), success=self.success, store=services.store)
 
 

@@ -11,8 +11,8 @@ import json
 from typing import Sequence
 
 from cluster.shared.experiment import ExperimentConfig
-from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, ProcessPlan, SuccessRule, common_env,
-                                       job_services, layout, ports_per_process)
+from cluster.shared.modes.base import (JobPlan, Layout, NodePlacement, Placement, SuccessRule, common_env, job_services,
+                                       layout, ports_per_process, process_plan)
 from tfdist import envvars
 
 
@@ -43,9 +43,7 @@ class MwmsPlanner:
         for p in processes:
             env = common_env(placement.job_id, config, processes, p, gpu_job, self.name, services)
             env[envvars.TF_CONFIG] = json.dumps(tf_config(processes, p.rank), sort_keys=True)
-            result.append(ProcessPlan(rank=p.rank, node_rank=p.node_rank, local_rank=p.local_rank,
-                                      local_size=p.local_size, port=p.port, gpus=p.gpus, replicas=p.replicas,
-                                      env=env))
+            result.append(process_plan(p, env))
         return JobPlan(processes=tuple(result), success=self.success, store=services.store)
 
 

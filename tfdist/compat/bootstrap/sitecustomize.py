@@ -3,7 +3,9 @@ tfdist's compatibility fixes too, each applied when the module it fixes finishes
 - `keras`: the Keras 3 `fit` fix under MultiWorkerMirroredStrategy (TensorFlow's own MWMS tutorials read
   TF_CONFIG themselves), and in ps mode the refusal of Keras 3 variables under parameter servers;
 - `horovod.tensorflow`: Keras 3 variables accepted by the gradient tape and the broadcast (horovod#4290);
-- in horovod mode, a missing Horovod is one line naming the command that installs it;
+- in horovod mode, a missing Horovod is one line naming the command that installs it (jax and torch: theirs);
+- in jax and torch modes, the framework's rendezvous (`jax.distributed.initialize`, `init_process_group`)
+  tells the agent the worker joined, and a `jax.distributed.initialize()` without arguments finds the job;
 - SIGUSR1 prints every thread's Python stack (faulthandler), for the step watchdog;
 - `keras` and `tf_keras`: `fit` reports its step progress to the step watchdog (compat/keras_progress.py).
 Nothing else is imported at start-up. TFDIST_KERAS_PATCH=0 turns the fixes off (not the ps refusal nor the progress
@@ -108,6 +110,16 @@ def _fix_horovod(module):
     keras_horovod.apply(module)
 
 
+def _after_rendezvous(module):
+    from tfdist.compat import rendezvous
+
+    if _STARTUP.jax_cluster:
+        from tfdist.compat import jax_cluster
+
+        jax_cluster.register()
+    rendezvous.ready_after(module, _STARTUP.ready_after[1])
+
+
 def _chain_to_the_environments_own() -> None:
     mine = sys.modules.pop("sitecustomize", None)
     saved = list(sys.path)
@@ -128,6 +140,8 @@ if _PROGRESS and "tf_keras" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("tf_keras", _report_fit_progress))
 if _PATCH and _STARTUP.fix_horovod and "horovod.tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("horovod.tensorflow", _fix_horovod))
+if _STARTUP.ready_after and _STARTUP.ready_after[0] not in sys.modules:
+    sys.meta_path.insert(0, _AfterImport(_STARTUP.ready_after[0], _after_rendezvous))
 if _STARTUP.explain_missing:
     sys.meta_path.append(_MissingPackage(*_STARTUP.explain_missing))
 if _PROGRESS:

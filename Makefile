@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,19 @@ $(VENV)/.horovod: cluster/client/build_horovod.sh | $(VENV)/.test
 	touch $@
 
 horovod: $(VENV)/.horovod
+
+# PyTorch for the torch mode's tests, in a cache outside the clone (tools/torch_cache.sh: PyPI's Linux torch
+# is a CUDA build of about 5 GB installed, 7 minutes the first time; nothing once there). `make test` starts
+# its install first, in the background, and waits for it after the venv's.
+$(VENV)/.torch: tools/torch_cache.sh | $(VENV)/.test
+	@bash tools/torch_cache.sh --wait
+	@bash tools/torch_cache.sh --pth $(VENV)
+	@touch $@
+
+torch-start:
+	@bash tools/torch_cache.sh --start
+
+torch: $(VENV)/.torch
 
 # Debian's packages the suite runs for real: Slurm's daemons and clients (tests/slurm: a real slurmctld
 # and one slurmd per namespace node; the tests start their own private munged and daemons), Prometheus
@@ -83,7 +96,7 @@ demo: $(VENV)/.examples
 # tests in 14m16s where two had run 135 in 14m45s. One tier after the other: 19m46s on a fresh clone; beside:
 # 19m50s against 21m19s (docs/development.md).
 PYTEST_ARGS = -p no:cacheprovider -n 3 --dist loadscope --durations=15 tests --ignore=tests/unit
-test: kubernetes-start $(VENV)/.test $(VENV)/.horovod debian-packages
+test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.horovod $(VENV)/.torch debian-packages
 	@if bash tests/kubernetes/build_control_plane.sh --built; then beside=1; else \
 	  bash tools/bazel_test.sh && bash tests/kubernetes/build_control_plane.sh --wait && beside=0 || exit 1; fi; \
 	  echo "TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)"; \

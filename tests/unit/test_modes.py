@@ -113,8 +113,8 @@ def test_every_mode_is_planned_by_its_planner_and_an_unknown_mode_is_the_users_e
     with pytest.raises(UnknownModeError) as raised:
         planner("nope")
     assert isinstance(raised.value, UserError) and str(raised.value) == (
-        "no launch plan for distribution mode 'nope'; known modes: central_storage, horovod, mirrored, mwms, "
-        "one_device, ps")
+        "no launch plan for distribution mode 'nope'; known modes: central_storage, horovod, jax, mirrored, mwms, "
+        "one_device, ps, torch")
 
 
 def test_a_plan_can_run_one_process_per_gpu():

@@ -84,7 +84,9 @@ def test_the_registry_plans_every_configurable_mode_and_declares_what_differs():
         "horovod": (SuccessRule.ALL_RANKS, False, ("horovod",)),
         "mirrored": (SuccessRule.ALL_RANKS, True, ()),
         "central_storage": (SuccessRule.ALL_RANKS, True, ()),
-        "one_device": (SuccessRule.ALL_RANKS, True, ())}
+        "one_device": (SuccessRule.ALL_RANKS, True, ()),
+        "jax": (SuccessRule.ALL_RANKS, False, ("jax",)),
+        "torch": (SuccessRule.ALL_RANKS, False, ("torch",))}
 
 
 class _NeedsMissingModule:

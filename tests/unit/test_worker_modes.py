@@ -89,7 +89,9 @@ def test_each_mode_declares_what_differs():
             "horovod": (True, False, True),
             "mirrored": (True, True, True),
             "central_storage": (True, True, True),
-            "one_device": (True, True, True)}
+            "one_device": (True, True, True),
+            "jax": (True, True, True),
+            "torch": (True, False, True)}
 
 
 def test_a_name_no_mode_has_runs_one_process_and_refuses_a_job():

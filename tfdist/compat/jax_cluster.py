@@ -1,9 +1,12 @@
-"""tfdist's job as one of JAX's cluster environments, so that `jax.distributed.initialize()` with no
+"""tfdist's job for JAX: one of JAX's cluster environments, so that `jax.distributed.initialize()` with no
 arguments joins it (coordinator, process count and id from what the jax mode's plan set, the
 TFDIST_* ranks). JAX finds its environments by subclasses of its `ClusterEnv` (jax/_src/clusters, not a
 public module: the import is checked and a JAX without it says so once) and takes the first present one:
 tfdist's goes first, ahead of JAX's Slurm and Kubernetes detection, which would read an allocation's or a
-pod's variables and pick a coordinator tfdist never leased."""
+pod's variables and pick a coordinator tfdist never leased. And CPU collectives on the job's address: JAX
+makes its Gloo transport with no hostname, so Gloo takes the address the machine's hostname resolves to
+(often loopback: across hosts every peer then waits on a connection that never comes, "Gloo context
+initialization failed: Connect timeout"); tfdist passes the node's address for the job."""
 
 from __future__ import annotations
 
@@ -15,11 +18,14 @@ COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"  # cluster/shared/modes/jax.py s
 
 
 def present(env=os.environ) -> bool:
-    return env.get(envvars.DISTRIBUTION) == "jax" and envvars.RANK in env and COORDINATOR_ADDRESS in env
+    """A process of a tfdist job told where JAX's coordinator is (only the jax mode registers this cluster)."""
+    return envvars.RANK in env and envvars.SIZE in env and COORDINATOR_ADDRESS in env
 
 
 def register() -> bool:
-    """Puts tfdist's cluster first among JAX's; False where this JAX has no such registry."""
+    """Puts tfdist's cluster first among JAX's and Gloo on the job's address; False where this JAX has no
+    such registry."""
+    _gloo_on_the_job_address()
     try:
         from jax._src.clusters import ClusterEnv
     except ImportError:
@@ -55,3 +61,20 @@ def register() -> bool:
     known.remove(TfdistCluster)  # __init_subclass__ appended it last
     known.insert(0, TfdistCluster)
     return True
+
+
+def _gloo_on_the_job_address() -> None:
+    address = os.environ.get(envvars.NODE_ADDRESS)
+    try:
+        from jax._src import xla_bridge
+    except ImportError:
+        return
+    make = getattr(xla_bridge._jax, "make_gloo_tcp_collectives", None)
+    if not address or make is None or getattr(make, "_tfdist_address", None):
+        return
+
+    def on_the_job_address(distributed_client, hostname=None, interface=None):
+        return make(distributed_client=distributed_client, hostname=hostname or address, interface=interface)
+
+    on_the_job_address._tfdist_address = address  # type: ignore[attr-defined]
+    xla_bridge._jax.make_gloo_tcp_collectives = on_the_job_address

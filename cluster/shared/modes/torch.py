@@ -6,6 +6,8 @@ MASTER_ADDR/MASTER_PORT (rank 0's leased port, where its TCPStore listens), RANK
 LOCAL_WORLD_SIZE, GROUP_RANK/GROUP_WORLD_SIZE (the node and the number of nodes), ROLE_NAME/ROLE_RANK/
 ROLE_WORLD_SIZE, TORCHELASTIC_RUN_ID (the job), TORCHELASTIC_RESTART_COUNT (the run: restarts and resumes
 count) and TORCHELASTIC_MAX_RESTARTS, and OMP_NUM_THREADS=1 where a node runs several processes (as torchrun).
+Across nodes, GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME name the interface carrying the job's address (as
+for Horovod: Gloo otherwise takes the interface of the hostname's address, often loopback).
 
 GPUs: as under torchrun, every process of a node sees every GPU the job holds on that node
 (CUDA_VISIBLE_DEVICES) and picks its own by LOCAL_RANK (`torch.cuda.set_device(local_rank)`); tfdist counts
@@ -19,6 +21,7 @@ from typing import Sequence
 from cluster.shared.experiment import ExperimentConfig
 from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, SuccessRule, common_env, job_services,
                                        layout, ports_per_process, process_plan, rendezvous_host)
+from tfdist import envvars
 
 
 def processes_on(node: NodePlacement) -> int:
@@ -61,6 +64,9 @@ class TorchPlanner:
                 "TORCHELASTIC_MAX_RESTARTS": str(config.max_restarts),
                 "TORCHELASTIC_USE_AGENT_STORE": "False",  # rank 0 serves the store, not an agent
             })
+            if nodes > 1:  # Gloo and NCCL pick an interface by the hostname (loopback, often): the job's, filled in by
+                # the node's agent (only it knows its interfaces' names)
+                env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = envvars.NODE_INTERFACE_PLACEHOLDER
             if p.local_size > 1:
                 env.setdefault("OMP_NUM_THREADS", "1")
             if gpu_job:  # torchrun's contract: each process sees its node's GPUs and takes the LOCAL_RANK-th

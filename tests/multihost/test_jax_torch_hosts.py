@@ -1,0 +1,31 @@
+"""Keras 3 on JAX and a torchrun DDP script across two hosts (network namespaces), under real agents: the
+framework's rendezvous is served by rank 0 at the first node's address for the job, on a port its agent
+leased (on one machine: tests/integration/test_jax_torch.py)."""
+
+import os
+
+import pytest
+
+from tests.integration.test_jax_torch import KERAS_JAX, TORCH_DDP, same_weights
+
+pytestmark = [pytest.mark.multihost, pytest.mark.timeout(300)]
+
+
+def _placement(cluster, result):
+    job = cluster.json("jobs")["jobs"][0]
+    assert job["state"] == "SUCCEEDED", (job, result.stderr[-3000:])
+    return cluster.json("job", job["id"])["placement"]
+
+
+@pytest.mark.parametrize("mode, script, args", [("jax", KERAS_JAX, ["--model-parallel"]), ("torch", TORCH_DDP, [])])
+def test_a_two_host_job_trains_with_one_set_of_weights(make_cluster, tmp_path, mode, script, args):
+    cluster = make_cluster(slots_per_agent=1)
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(tmp_path, 0o755)
+    result = cluster.cli("launch", "--slots", "2", "--distribution", mode, "--", script, *args, "--out", str(out),
+                         timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + str(cluster.logs())
+    placement = _placement(cluster, result)
+    assert sorted((p["node"], p["address"]) for p in placement) == [("a1", "198.18.0.2"), ("a2", "198.18.0.3")]
+    same_weights(out)

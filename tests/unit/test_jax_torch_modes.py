@@ -1,0 +1,125 @@
+"""The jax and torch modes' plans (what jax.distributed, keras.distribution and a torchrun script read, exact
+values), their worker sides, and the start-up pieces: tfdist's cluster first among JAX's, the framework's
+rendezvous reported as the join."""
+
+import os
+import sys
+import types
+
+import pytest
+
+from cluster.shared.config import parse_config
+from cluster.shared.modes import NodePlacement, Placement, planner
+from tfdist.compat import jax_cluster, rendezvous
+from tfdist.modes import startup, worker_mode
+
+
+def cpu(host, slots, ports):
+    return NodePlacement(host, host, slots, tuple(ports))
+
+
+def gpu(host, slots, port, store=None):
+    return NodePlacement(host, host, slots, (port,) if store is None else (port, store), gpu_node=True)
+
+
+def plan(mode, nodes, cfg="", devices=None, attempt=0):
+    return planner(mode).plan(Placement("j-1", tuple(nodes), attempt=attempt), parse_config(cfg),
+                              devices or [()] * len(nodes))
+
+
+def test_jax_one_node_coordinates_on_loopback_at_rank_0s_port_and_keras_reads_the_same():
+    p = plan("jax", [cpu("10.1.0.5", 2, (7001, 7002, 7003))])
+    assert [(w.rank, w.port) for w in p.processes] == [(0, 7001), (1, 7002)] and p.store == (0, 7003)
+    for w in p.processes:
+        env = w.env
+        assert env["JAX_COORDINATOR_ADDRESS"] == env["KERAS_DISTRIBUTION_JOB_ADDRESSES"] == "127.0.0.1:7001"
+        assert env["JAX_COORDINATOR_BIND_ADDRESS"] == "127.0.0.1:7001"  # not every interface
+        assert (env["JAX_NUM_PROCESSES"], env["KERAS_DISTRIBUTION_NUM_PROCESSES"]) == ("2", "2")
+        assert env["JAX_PROCESS_ID"] == env["KERAS_DISTRIBUTION_PROCESS_ID"] == str(w.rank)
+        assert env["KERAS_BACKEND"] == "jax" and env["TFDIST_DISTRIBUTION"] == "jax" and "TF_CONFIG" not in env
+        assert env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_jax_gpu_nodes_run_one_process_each_over_their_gpus_and_a_dns_name_is_not_bound():
+    p = plan("jax", [gpu("10.0.0.1", 4, 5000, 5009), gpu("10.0.0.2", 2, 5001)], devices=[(4, 5, 6, 7), (0, 1)])
+    assert [(w.rank, w.node_rank, w.gpus, w.replicas) for w in p.processes] == [(0, 0, (4, 5, 6, 7), 4),
+                                                                               (1, 1, (0, 1), 2)]
+    assert p.processes[1].env["JAX_COORDINATOR_ADDRESS"] == "10.0.0.1:5000"
+    assert p.processes[1].env["CUDA_VISIBLE_DEVICES"] == "0,1" and p.processes[1].env["TFDIST_SLOTS"] == "6"
+    named = plan("jax", [cpu("pod-0.job", 1, (5000, 5001)), cpu("pod-1.job", 1, (5000,))])
+    assert named.processes[0].env["JAX_COORDINATOR_ADDRESS"] == "pod-0.job:5000"
+    assert "JAX_COORDINATOR_BIND_ADDRESS" not in named.processes[0].env  # a pod's name: JAX binds [::]
+
+
+def test_jax_keeps_a_keras_backend_the_config_sets():
+    p = plan("jax", [cpu("127.0.0.1", 1, (1, 2))], "environment: {variables: {KERAS_BACKEND: tensorflow}}")
+    assert p.processes[0].env["KERAS_BACKEND"] == "tensorflow"
+
+
+def test_torch_gets_torchrun_s_environment_exactly():
+    p = plan("torch", [cpu("10.0.0.1", 2, (6001, 6002, 6009)), cpu("10.0.0.2", 2, (6003, 6004))],
+             "max_restarts: 3", attempt=2)
+    env = p.processes[3].env
+    assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                                "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                                "OMP_NUM_THREADS")} == {
+        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "6001", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_NAME": "default",
+        "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "j-1", "TORCHELASTIC_RESTART_COUNT": "2",
+        "TORCHELASTIC_MAX_RESTARTS": "3", "OMP_NUM_THREADS": "1"}
+    assert p.store == (0, 6009) and env["TFDIST_RANK"] == "3"
+    alone = plan("torch", [cpu("10.0.0.1", 1, (6001, 6002))]).processes[0].env
+    assert alone["MASTER_ADDR"] == "127.0.0.1" and "OMP_NUM_THREADS" not in alone
+
+
+def test_torch_on_gpus_each_process_sees_its_node_s_gpus_and_takes_its_local_rank_s():
+    node = NodePlacement("g", "10.0.0.1", 2, (5000, 5001, 5002), gpu_node=True)
+    p = plan("torch", [node], devices=[(3, 6)])
+    assert [(w.rank, w.gpus) for w in p.processes] == [(0, (3,)), (1, (6,))]  # counted one each
+    assert [w.env["CUDA_VISIBLE_DEVICES"] for w in p.processes] == ["3,6", "3,6"]  # cuda:LOCAL_RANK is its own
+
+
+def test_the_modes_are_distribution_modes_with_their_worker_sides():
+    for mode in ("jax", "torch"):
+        assert parse_config(f"distribution: {{mode: {mode}}}").distribution_mode == mode
+        assert worker_mode(mode).name == mode and worker_mode(mode).every_rank_runs_script
+    assert planner("jax").worker_needs == ("jax",) and planner("torch").worker_needs == ("torch",)
+    assert worker_mode("torch").make_strategy(None) is None  # the script's own init_process_group joins
+    assert startup.startup_of("jax").jax_cluster and startup.startup_of("jax").ready_after == ("jax.distributed",
+                                                                                              "initialize")
+    assert startup.startup_of("torch").ready_after == ("torch.distributed", "init_process_group")
+    assert "pip install" in startup.startup_of("torch").explain_missing[1]
+
+
+def test_returning_from_the_framework_s_rendezvous_marks_the_worker_joined(tmp_path, monkeypatch):
+    ready = tmp_path / "ready"
+    monkeypatch.setenv("TFDIST_READY_FILE", str(ready))
+    calls = []
+    module = types.SimpleNamespace(init_process_group=lambda backend=None: calls.append(backend) or "group")
+    rendezvous.ready_after(module, "init_process_group")
+    rendezvous.ready_after(module, "init_process_group")  # once only
+    assert not ready.exists()
+    assert module.init_process_group(backend="gloo") == "group" and calls == ["gloo"]
+    assert ready.read_text() == str(os.getpid())
+
+
+def test_tfdist_s_cluster_is_the_first_jax_finds_even_inside_slurm(monkeypatch):
+    import jax  # noqa: F401  (`make test` installs it: the `jax` extra)
+    from jax._src.clusters import ClusterEnv
+
+    for name, value in {"TFDIST_DISTRIBUTION": "jax", "TFDIST_RANK": "1", "TFDIST_SIZE": "3",
+                        "JAX_COORDINATOR_ADDRESS": "10.0.0.1:5000", "SLURM_JOB_ID": "77", "SLURM_NTASKS": "9",
+                        "TFDIST_NODE_ADDRESS": "198.18.0.2"}.items():
+        monkeypatch.setenv(name, value)
+    assert jax_cluster.register() and jax_cluster.register()
+    ours = [kind for kind in ClusterEnv._cluster_types if kind.name == "tfdist"]
+    assert len(ours) == 1 and ClusterEnv._cluster_types[0] is ours[0]
+    found = ClusterEnv.auto_detect_unset_distributed_params(None, None, None, None, None, 10)
+    assert found == ("10.0.0.1:5000", 3, 1, None)
+    from jax._src import xla_bridge  # Gloo's transport on the node's address for the job, not the hostname's
+
+    assert xla_bridge._jax.make_gloo_tcp_collectives._tfdist_address == "198.18.0.2"
+    monkeypatch.delenv("JAX_COORDINATOR_ADDRESS")
+    assert not jax_cluster.present()  # JAX's own detection then
+    assert "jax" in sys.modules

@@ -2,6 +2,7 @@
 unchanged: each gets what its framework's own launcher would give it (across two hosts:
 tests/multihost/test_jax_torch_hosts.py)."""
 
+import json
 import os
 import sys
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, wait_for
 
 pytestmark = [pytest.mark.timeout(300)]
 KERAS_JAX = os.path.join(REPO, "examples", "keras_jax", "train.py")
@@ -64,3 +65,34 @@ def test_a_torchrun_ddp_script_runs_unchanged_with_one_set_of_weights(tmp_path, 
     losses = [float(line.split("loss ")[1]) for line in out.splitlines() if "[rank=0] epoch " in line]
     assert len(losses) == 3 and losses[-1] < losses[0], out[-3000:]
     same_weights(tmp_path)
+
+
+def test_keras_on_jax_restarts_from_its_checkpoint_and_pauses_every_rank_at_one_step(tmp_path, local_cluster):
+    """tfdist's own worker API under the JAX backend (tests/integration/workers/resumable_fit.py, unchanged
+    from the TensorFlow modes): a killed rank restarts the gang from the latest checkpoint (max_restarts),
+    `tfdist preempt` stops both ranks at one step with a checkpoint, `tfdist resume` continues after it; the
+    checkpoint is the model's and optimizer's variables (tfdist/keras_state.py), the metrics are reported."""
+    from tests.integration.test_restarts import TOTAL_STEPS, steps_by_attempt, stopped_steps, trained, write_config
+
+    cluster = local_cluster()
+    cluster.start_agent("n1", "--slots", "2")
+    cluster.wait_agents("n1")
+    config = write_config(tmp_path, {"SLOW": 0.3, "SLOW_RUNS": 2, "KILL_AT": 7}, mode="jax", max_restarts=1)
+    job = cluster.cli("launch", "--detach", "--config", config)
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip()
+    running = lambda: cluster.job(job_id)["state"] in ("QUEUED", "STARTING", "RUNNING")  # noqa: E731
+    wait_for(lambda: trained(tmp_path, 1) >= 8, "the restarted run's step 8", alive=running)
+    runs = steps_by_attempt(tmp_path)
+    assert max(runs[0]) == 7 and min(runs[1]) == 6, runs  # killed at 7, restarted from the checkpoint at 5
+    assert cluster.cli("preempt", job_id).returncode == 0
+    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "PAUSED", "the job to pause")
+    stops = stopped_steps(cluster.cli("logs", job_id).stdout)
+    assert set(stops) == {0, 1} and len(set(stops.values())) == 1, stops  # both ranks, one step
+    assert cluster.cli("resume", job_id).returncode == 0
+    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=180)
+    runs = steps_by_attempt(tmp_path)
+    assert sorted(runs) == [0, 1, 2] and min(runs[2]) == stops[0] + 1, runs  # resumed right after the pause
+    assert sorted(set(s for attempt in runs for s in runs[attempt])) == list(range(1, TOTAL_STEPS + 1))
+    rows = [json.loads(line) for line in cluster.cli("metrics", job_id, "--json").stdout.splitlines()]
+    assert rows and rows[-1]["step"] == TOTAL_STEPS and "loss" in rows[-1]["metrics"], rows[-3:]  # MetricsReporter's

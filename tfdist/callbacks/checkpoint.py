@@ -9,6 +9,9 @@ trained: `dataset.repeat().skip(checkpoint.resume_step)` (in global batches, bef
 the same as `ctx.resume_step` under `tfdist launch`). Epochs
 after a mid-epoch resume end S mod steps_per_epoch steps later than they would have.
 
+Under Keras 3 on JAX (the jax mode) the model's and optimizer's variables are saved as arrays
+(tfdist/keras_state.py) instead of a tf.train.Checkpoint.
+
 In ps mode tf_keras runs no batch-level callbacks: save_freq must be "epoch", and a preemption
 stops at an epoch's end.
 """
@@ -47,12 +50,12 @@ class Checkpoint(Callback):
         return self._per_batch
 
     def on_train_begin(self, logs=None):
-        import tensorflow as tf
+        from tfdist.keras_state import checkpoint_of
 
         optimizer = self.model.optimizer
         if hasattr(optimizer, "built") and not optimizer.built:  # Keras 3 without a strategy builds lazily
             optimizer.build(self.model.trainable_variables)
-        self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=optimizer)
+        self._checkpoint = checkpoint_of(self.model, optimizer)  # tf.train.Checkpoint, or the variables on JAX
         self._step = self._saved_at = checkpointing.restore_checkpoint(self._checkpoint, directory=self.directory)
         epochs, steps = self.params.get("epochs"), self.params.get("steps")
         if steps and epochs:

@@ -2,9 +2,10 @@
 `keras.distribution.initialize()` where Keras runs on JAX (it also seeds every process's random generator
 alike, so the model starts with the same weights everywhere), else `jax.distributed.initialize()`, both with
 what the plan set (cluster/shared/modes/jax.py); a script that already joined is left as it is. The
-strategy is a `keras.distribution.DataParallel` over every process's devices (`with ctx.strategy.scope():`
-as in TensorFlow's modes, or `keras.distribution.set_distribution(ctx.strategy)`), or, without Keras, a
-`jax.sharding.Mesh` over them with one axis, "batch". Every rank takes part in a save (sharded arrays are
+strategy is a `keras.distribution.DataParallel` over every process's devices, set as Keras's distribution
+(so `fit` splits each global batch over the processes; `with ctx.strategy.scope():` as in TensorFlow's modes
+works too), or the distribution the script set before tfdist.init(); without Keras, a `jax.sharding.Mesh`
+over every device with one axis, "batch". Every rank takes part in a save (sharded arrays are
 every process's), the chief's copy is kept.
 """
 
@@ -58,7 +59,11 @@ class Jax:
         if keras_on_jax():
             import keras
 
-            return keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+            if keras.distribution.distribution() is not None:
+                return keras.distribution.distribution()  # the script's own, set before tfdist.init()
+            data_parallel = keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+            keras.distribution.set_distribution(data_parallel)  # `fit` splits each global batch over the processes
+            return data_parallel
         import numpy as np
 
         return jax.sharding.Mesh(np.array(jax.devices()), ("batch",))

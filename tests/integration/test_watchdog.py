@@ -39,12 +39,14 @@ def test_no_watchdog_when_turned_off(tmp_path, marker):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_a_rank_stuck_inside_keras_fit_is_named_with_no_change_to_the_script(tmp_path, marker):
+@pytest.mark.parametrize("mode", ["mwms", "jax"])
+def test_a_rank_stuck_inside_keras_fit_is_named_with_no_change_to_the_script(tmp_path, marker, mode):
     """Measured (issue 18): a rank hung inside `fit` showed nothing at all; the watchdog needed the script to
-    report progress. Now `fit` reports by itself: the rank behind is named with its node and last step."""
+    report progress. Now `fit` reports by itself: the rank behind is named with its node and last step. Under
+    Keras 3 on JAX too (jax#38503: an alive but stuck process fires no timeout of JAX's)."""
     (tmp_path / "c.yaml").write_text("watchdog: {step_timeout: 4}\n")
-    result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--slots", "2", "--", HANG_IN_FIT], marker,
-                     timeout=150)
+    result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--slots", "2", "--distribution", mode, "--",
+                      HANG_IN_FIT], marker, timeout=150)
     assert result.returncode == 1, result.stderr[-3000:]
     assert re.search(r" failed: rank 1 on node local made no progress for \d+s \(after step 3; the step watchdog "
                      r"allows 4s\); every rank's Python stacks are in the job's logs", result.stderr), result.stderr[-3000:]

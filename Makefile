@@ -41,6 +41,15 @@ $(VENV)/.test: pyproject.toml | $(UV)
 	@echo "tfdist[test,examples]: installed"
 	@touch $@
 
+# JAX for the jax mode's tests, beside the venv rather than in it: `import tensorflow` loads JAX wherever it is
+# installed (tensorflow.lite's util), 0.64 s of CPU more for each of the suite's hundreds of TensorFlow
+# processes. The jax mode's tests put .venv/jax-site on their workers' PYTHONPATH (tests/conftest.py).
+# Its dependencies (numpy, scipy, ml_dtypes, opt_einsum) are the venv's, for TensorFlow already.
+JAX := jax==0.10.2 jaxlib==0.10.2
+$(VENV)/.jax: | $(VENV)/.test
+	@$(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/jax-site $(JAX)
+	@touch $@
+
 venv: $(VENV)/.test
 
 # Horovod 0.28.1 built from its sdist for the venv's TensorFlow (Gloo only): about 2 minutes, once;
@@ -106,7 +115,7 @@ demo: $(VENV)/.examples
 # tests in 14m16s where two had run 135 in 14m45s. One tier after the other: 19m46s on a fresh clone; beside:
 # 19m50s against 21m19s (docs/development.md).
 PYTEST_ARGS = -p no:cacheprovider -n 3 --dist loadscope --durations=15 tests --ignore=tests/unit
-test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.horovod $(VENV)/.torch debian-packages
+test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.jax $(VENV)/.horovod $(VENV)/.torch debian-packages
 	@if bash tests/kubernetes/build_control_plane.sh --built; then beside=1; else \
 	  bash tools/bazel_test.sh && bash tests/kubernetes/build_control_plane.sh --wait && beside=0 || exit 1; fi; \
 	  echo "TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)"; \

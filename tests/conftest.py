@@ -13,6 +13,10 @@ from tests.unit_tier import pytest_sessionfinish, pytest_sessionstart, pytest_te
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER_VAR = "TFDIST_TEST_MARKER"
+# JAX for the jax mode's workers, installed beside the venv (make test: `import tensorflow` would load it
+# in every TensorFlow process otherwise): put on a worker's PYTHONPATH by the tests that run JAX.
+JAX_SITE = os.path.join(sys.prefix, "jax-site")
+WITH_JAX = {"PYTHONPATH": JAX_SITE}
 
 # The credentials the coordinators of this test run publish for their user go to a private runtime dir of
 # the run (what a user's ~/.tfdist/runtime is), not to the real one of whoever runs the tests.

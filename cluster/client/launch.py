@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from cluster.slurm import allocation as slurm
 from cluster.shared.auth import publish_local, unpublish_local, user_name
@@ -66,16 +66,16 @@ INSTALL_HINTS = {"horovod": ("Horovod", HOROVOD_INSTALL_HINT),
 MISSING_MODULE = "distribution mode {mode} needs {what}, which is not installed for {python}; {hint}"
 
 
-def check_worker_needs(program: str, planner: modes.Planner) -> None:
+def check_worker_needs(program: str, planner: modes.Planner, variables: Mapping[str, str] | None = None) -> None:
     """Local launches: a worker Python lacking a module the mode needs (`planner.worker_needs`, e.g.
     Horovod) is refused before anything starts (a cluster's workers say the same line themselves,
-    tfdist/compat/bootstrap)."""
+    tfdist/compat/bootstrap). Asked with the config's `environment.variables` (a PYTHONPATH there counts)."""
     if not planner.worker_needs or not os.path.basename(program).startswith("python"):
         return  # nothing to ask, or not a Python we can ask
     probe = subprocess.run([program, "-c", "import importlib.util, sys; "
                                            "print(' '.join(m for m in sys.argv[1:] "
                                            "if importlib.util.find_spec(m) is None))", *planner.worker_needs],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, env={**os.environ, **(variables or {})})
     if probe.returncode != 0:
         missing = list(planner.worker_needs)  # a dotted name whose parent is missing: find_spec raised
     else:  # the last line is the probe's (a site hook may print before it)
@@ -162,7 +162,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
     paused = None  # a job this Slurm batch script paused in a previous run (requeued): resumed, not resubmitted
     if coordinator is None:
         command = resolve_command(config.entrypoint)  # local: a missing script is refused before anything starts
-        check_worker_needs(command[0], modes.planner(spec.distribution_mode))
+        check_worker_needs(command[0], modes.planner(spec.distribution_mode), dict(config.environment_variables))
         if detach:
             raise UserError("--detach needs --coordinator: an embedded coordinator ends with `tfdist launch`")
         if slurm.in_allocation(os.environ):  # an sbatch script or salloc shell: the allocation's nodes

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, WITH_JAX, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 WORKER = os.path.join(REPO, "tests", "integration", "workers", "collectives.py")
@@ -17,10 +17,11 @@ def results(stdout):
     return {r["rank"]: r for r in (json.loads(m) for m in re.findall(r"RESULT (\{.*\})", stdout))}
 
 
-@pytest.mark.parametrize("mode, slots, init", [("mwms", 3, False), ("mwms", 2, True), ("horovod", 2, True)])
+@pytest.mark.parametrize("mode, slots, init", [("mwms", 3, False), ("mwms", 2, True), ("horovod", 2, True),
+                                              ("jax", 2, True), ("torch", 2, True)])
 def test_collectives_in_every_mode(marker, mode, slots, init):
     result = run_cli(["launch", "--slots", str(slots), "--distribution", mode, "--", WORKER,
-                      *(["--init"] if init else [])], marker)
+                      *(["--init"] if init else [])], marker, **(WITH_JAX if mode == "jax" else {}))
     assert result.returncode == 0, result.stderr[-3000:]
     got = results(result.stdout)
     job_id = re.search(r"tfdist: job (\S+) submitted", result.stderr).group(1)

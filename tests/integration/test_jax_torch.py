@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.conftest import REPO, run_cli, wait_for
+from tests.conftest import REPO, WITH_JAX, run_cli, wait_for
 
 pytestmark = [pytest.mark.timeout(300)]
 KERAS_JAX = os.path.join(REPO, "examples", "keras_jax", "train.py")
@@ -32,7 +32,7 @@ def test_a_keras_io_model_parallel_script_trains_over_two_processes_with_one_set
     """Measured 1: nothing a JAX process reads reached it. Now keras.io's LayoutMap script, unchanged but for
     the multi-process `keras.distribution.initialize()` Keras asks for, shards its Dense layers over both."""
     result = run_cli(["launch", "--slots", "2", "--distribution", "jax", "--", sys.executable, KERAS_JAX,
-                      "--model-parallel", "--out", str(tmp_path)], marker, timeout=240)
+                      "--model-parallel", "--out", str(tmp_path)], marker, timeout=240, **WITH_JAX)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert out.count("distribution=ModelParallel devices=2") == 2, out[-3000:]
@@ -45,7 +45,7 @@ def test_plain_jax_initialize_without_arguments_joins_the_job_even_where_slurm_s
     """JAX's own Slurm detection would take the allocation's variables (a coordinator on a port tfdist never
     leased, 4 processes); tfdist's cluster comes first."""
     slurm = {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "n[1-4]", "SLURM_NTASKS": "4", "SLURM_PROCID": "3",
-             "SLURM_LOCALID": "0"}  # every variable JAX's SlurmCluster looks for, in the workers' environment
+             "SLURM_LOCALID": "0", **WITH_JAX}  # every variable JAX's SlurmCluster looks for, in the workers' environment
     config = tmp_path / "plain.yaml"
     config.write_text(yaml.safe_dump({"entrypoint": f"{sys.executable} {JAX_PLAIN}", "resources": {"slots_per_trial": 2},
                                       "distribution": {"mode": "jax"}, "environment": {"variables": slurm}}))
@@ -77,7 +77,8 @@ def test_keras_on_jax_restarts_from_its_checkpoint_and_pauses_every_rank_at_one_
     cluster = local_cluster()
     cluster.start_agent("n1", "--slots", "2")
     cluster.wait_agents("n1")
-    config = write_config(tmp_path, {"SLOW": 0.3, "SLOW_RUNS": 2, "KILL_AT": 7}, mode="jax", max_restarts=1)
+    config = write_config(tmp_path, {"SLOW": 0.3, "SLOW_RUNS": 2, "KILL_AT": 7, **WITH_JAX}, mode="jax",
+                          max_restarts=1)
     job = cluster.cli("launch", "--detach", "--config", config)
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip()

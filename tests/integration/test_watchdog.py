@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, WITH_JAX, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 WORKER = os.path.join(REPO, "tests", "integration", "workers", "stalls.py")
@@ -46,7 +46,7 @@ def test_a_rank_stuck_inside_keras_fit_is_named_with_no_change_to_the_script(tmp
     Keras 3 on JAX too (jax#38503: an alive but stuck process fires no timeout of JAX's)."""
     (tmp_path / "c.yaml").write_text("watchdog: {step_timeout: 4}\n")
     result = run_cli(["launch", "--config", str(tmp_path / "c.yaml"), "--slots", "2", "--distribution", mode, "--",
-                      HANG_IN_FIT], marker, timeout=150)
+                      HANG_IN_FIT], marker, timeout=150, **(WITH_JAX if mode == "jax" else {}))
     assert result.returncode == 1, result.stderr[-3000:]
     assert re.search(r" failed: rank 1 on node local made no progress for \d+s \(after step 3; the step watchdog "
                      r"allows 4s\); every rank's Python stacks are in the job's logs", result.stderr), result.stderr[-3000:]

@@ -3,9 +3,12 @@ framework's rendezvous is served by rank 0 at the first node's address for the j
 leased (on one machine: tests/integration/test_jax_torch.py)."""
 
 import os
+import sys
 
 import pytest
+import yaml
 
+from tests.conftest import WITH_JAX
 from tests.integration.test_jax_torch import KERAS_JAX, TORCH_DDP, same_weights
 
 pytestmark = [pytest.mark.multihost, pytest.mark.timeout(300)]
@@ -23,8 +26,12 @@ def test_a_two_host_job_trains_with_one_set_of_weights(make_cluster, tmp_path, m
     out = tmp_path / "out"
     out.mkdir()
     os.chmod(tmp_path, 0o755)
-    result = cluster.cli("launch", "--slots", "2", "--distribution", mode, "--", script, *args, "--out", str(out),
-                         timeout=240)
+    config = tmp_path / "job.yaml"  # the agents' workers get the config's variables (JAX sits beside the venv)
+    config.write_text(yaml.safe_dump({"entrypoint": [sys.executable, script, *args, "--out", str(out)],
+                                      "resources": {"slots_per_trial": 2}, "distribution": {"mode": mode},
+                                      "environment": {"variables": WITH_JAX if mode == "jax" else {}}}))
+    os.chmod(config, 0o644)
+    result = cluster.cli("launch", "--config", str(config), timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + str(cluster.logs())
     placement = _placement(cluster, result)
     assert sorted((p["node"], p["address"]) for p in placement) == [("a1", "198.18.0.2"), ("a2", "198.18.0.3")]

@@ -12,6 +12,7 @@ from cluster.shared.config import parse_config
 from cluster.shared.modes import NodePlacement, Placement, planner
 from tfdist.compat import jax_cluster, rendezvous
 from tfdist.modes import startup, worker_mode
+from tests.conftest import JAX_SITE
 
 
 def cpu(host, slots, ports):
@@ -105,7 +106,9 @@ def test_returning_from_the_framework_s_rendezvous_marks_the_worker_joined(tmp_p
 
 
 def test_tfdist_s_cluster_is_the_first_jax_finds_even_inside_slurm(monkeypatch):
-    import jax  # noqa: F401  (`make test` installs it: the `jax` extra)
+    if JAX_SITE not in sys.path:  # `make test` installs JAX there, beside the venv
+        sys.path.append(JAX_SITE)
+    import jax  # noqa: F401
     from jax._src.clusters import ClusterEnv
 
     for name, value in {"TFDIST_DISTRIBUTION": "jax", "TFDIST_RANK": "1", "TFDIST_SIZE": "3",

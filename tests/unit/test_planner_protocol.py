@@ -101,3 +101,8 @@ def test_a_local_launch_refuses_a_worker_python_lacking_what_the_planner_needs()
         f"distribution mode needs_missing needs tfdist_no_such_module_here, which is not installed for "
         f"{sys.executable}; install `tfdist_no_such_module_here` into that Python")
     check_worker_needs(sys.executable, PLANNERS["mwms"])  # needs nothing: no probe, no error
+
+
+def test_the_probe_sees_a_pythonpath_the_config_gives_the_workers(tmp_path):
+    (tmp_path / "tfdist_no_such_module_here.py").write_text("")
+    check_worker_needs(sys.executable, _NeedsMissingModule(), {"PYTHONPATH": str(tmp_path)})  # found there

@@ -18,6 +18,36 @@ MARKER_VAR = "TFDIST_TEST_MARKER"
 JAX_SITE = os.path.join(sys.prefix, "jax-site")
 WITH_JAX = {"PYTHONPATH": JAX_SITE}
 
+# The longest modules (seconds of one module on one worker of `make test`, measured), started first: pytest-xdist
+# hands each worker a whole module (--dist loadscope) in collection order, and in path order the Kubernetes,
+# multi-host and Slurm modules, among the longest, came last, so the run ended with one or two workers busy
+# on them and the others idle. Longest first, every worker finishes near the same time.
+LONGEST_FIRST = (
+    "tests/kubernetes/test_engine.py",  # 430
+    "tests/integration/test_restarts.py",  # 400
+    "tests/integration/test_launch_mwms.py",  # 375
+    "tests/slurm/test_slurm.py",  # 370
+    "tests/integration/test_horovod_mode.py",  # 300
+    "tests/multihost/test_cluster.py",  # 260
+    "tests/integration/test_jax_torch.py",  # 200
+    "tests/integration/test_cluster_cli.py",  # 160
+    "tests/integration/test_failures.py",  # 145
+    "tests/integration/test_ps_mode.py",  # 130
+    "tests/slurm/test_slurm_experiments.py",  # 120
+    "tests/integration/test_experiments.py",  # 115
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules in LONGEST_FIRST order, then the rest as collected; tests keep their order within a module."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+
+    def module_rank(item):
+        path = os.path.relpath(str(item.path), REPO)
+        return rank.get(path, len(rank))
+
+    items.sort(key=module_rank)  # stable: the rest keep their collection order
+
 # The credentials the coordinators of this test run publish for their user go to a private runtime dir of
 # the run (what a user's ~/.tfdist/runtime is), not to the real one of whoever runs the tests.
 if "TFDIST_RUNTIME_DIR" not in os.environ:

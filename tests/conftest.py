@@ -29,7 +29,7 @@ LONGEST_FIRST = (
     "tests/slurm/test_slurm.py",  # 370
     "tests/integration/test_horovod_mode.py",  # 300
     "tests/multihost/test_cluster.py",  # 260
-    "tests/integration/test_jax_torch.py",  # 200
+    "tests/integration/test_jax_torch.py",  # 150
     "tests/integration/test_cluster_cli.py",  # 160
     "tests/integration/test_failures.py",  # 145
     "tests/integration/test_ps_mode.py",  # 130

@@ -1,6 +1,6 @@
-"""Keras 3 on JAX, plain JAX and a torchrun DDP script under `tfdist launch`, two processes on this machine,
-unchanged: each gets what its framework's own launcher would give it (across two hosts:
-tests/multihost/test_jax_torch_hosts.py)."""
+"""Plain JAX, a torchrun DDP script and Keras 3 on JAX under tfdist's worker API, two processes on this
+machine: each gets what its framework's own launcher would give it. keras.io's `keras.distribution` example
+(ModelParallel with a LayoutMap) runs across two hosts: tests/multihost/test_jax_torch_hosts.py."""
 
 import json
 import os
@@ -26,18 +26,6 @@ def same_weights(out, ranks=2):
         for name in first.files:
             np.testing.assert_array_equal(first[name], other[name])
     return first
-
-
-def test_a_keras_io_model_parallel_script_trains_over_two_processes_with_one_set_of_weights(tmp_path, marker):
-    """Measured 1: nothing a JAX process reads reached it. Now keras.io's LayoutMap script, unchanged but for
-    the multi-process `keras.distribution.initialize()` Keras asks for, shards its Dense layers over both."""
-    result = run_cli(["launch", "--slots", "2", "--distribution", "jax", "--", sys.executable, KERAS_JAX,
-                      "--model-parallel", "--out", str(tmp_path)], marker, timeout=240, **WITH_JAX)
-    out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-4000:]
-    assert out.count("distribution=ModelParallel devices=2") == 2, out[-3000:]
-    weights = same_weights(tmp_path)
-    assert weights["d1.kernel"].shape == (784, 200)  # gathered from both processes' shards
 
 
 def test_plain_jax_initialize_without_arguments_joins_the_job_even_where_slurm_s_variables_are_set(tmp_path,

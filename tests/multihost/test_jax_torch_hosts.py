@@ -1,6 +1,9 @@
 """Keras 3 on JAX and a torchrun DDP script across two hosts (network namespaces), under real agents: the
 framework's rendezvous is served by rank 0 at the first node's address for the job, on a port its agent
-leased (on one machine: tests/integration/test_jax_torch.py)."""
+leased (on one machine: tests/integration/test_jax_torch.py). Measured 1 of issue 34: nothing a JAX or torch
+process reads reached it; now keras.io's LayoutMap script, unchanged but for the multi-process
+`keras.distribution.initialize()` Keras asks for, shards its Dense layers over both hosts, and a DDP script
+written for torchrun trains across them, each with one set of weights."""
 
 import os
 import sys
@@ -35,4 +38,6 @@ def test_a_two_host_job_trains_with_one_set_of_weights(make_cluster, tmp_path, m
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + str(cluster.logs())
     placement = _placement(cluster, result)
     assert sorted((p["node"], p["address"]) for p in placement) == [("a1", "198.18.0.2"), ("a2", "198.18.0.3")]
-    same_weights(out)
+    weights = same_weights(out)
+    if mode == "jax":
+        assert weights["d1.kernel"].shape == (784, 200)  # gathered whole from both hosts' shards

@@ -65,12 +65,12 @@ horovod: $(VENV)/.horovod
 # is a CUDA build of about 5 GB installed, 7 minutes the first time; nothing once there). `make test` starts
 # its install first, in the background, and waits for it after the venv's.
 $(VENV)/.torch: tools/torch_cache.sh | $(VENV)/.test
-	@bash tools/torch_cache.sh --wait
-	@bash tools/torch_cache.sh --pth $(VENV)
+	@PYTHON=$(PY) bash tools/torch_cache.sh --wait
+	@PYTHON=$(PY) bash tools/torch_cache.sh --pth $(VENV)
 	@touch $@
 
-torch-start:
-	@bash tools/torch_cache.sh --start
+torch-start: | $(VENV)/bin/python
+	@PYTHON=$(PY) bash tools/torch_cache.sh --start
 
 torch: $(VENV)/.torch
 

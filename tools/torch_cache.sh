@@ -21,6 +21,8 @@ installed() { [ -f "$DIR/.complete" ]; }
 case "${1:-}" in
   --start)
     installed && exit 0
+    running=$(cat "$CACHE/install.pid" 2>/dev/null || true)
+    if [ -n "$running" ] && kill -0 "$running" 2>/dev/null; then exit 0; fi  # one install at a time
     mkdir -p "$CACHE" && chmod 700 "$CACHE"
     nohup bash "$0" >"$LOG" 2>&1 </dev/null &
     echo $! >"$CACHE/install.pid"
@@ -31,8 +33,10 @@ case "${1:-}" in
       pid=$(cat "$CACHE/install.pid" 2>/dev/null || true)
       if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
         installed && break
+        if [ -z "$pid" ]; then exec bash "$0"; fi  # never started (`make torch` alone): install now
         echo "torch: the install into $DIR did not finish; its log ($LOG) ends:" >&2
         tail -20 "$LOG" >&2 || true
+        rm -f "$CACHE/install.pid"  # the next `make test` starts it again
         exit 1
       fi
       if [ "$waited" -ge "$WAIT_SECONDS" ]; then

@@ -6,6 +6,7 @@ import os
 import sys
 import types
 
+import numpy as np
 import pytest
 
 from cluster.shared.config import parse_config
@@ -126,3 +127,48 @@ def test_tfdist_s_cluster_is_the_first_jax_finds_even_inside_slurm(monkeypatch):
     monkeypatch.delenv("JAX_COORDINATOR_ADDRESS")
     assert not jax_cluster.present()  # JAX's own detection then
     assert "jax" in sys.modules
+
+
+def _bootstrapped_python(code, env):
+    import subprocess
+
+    bootstrap = os.path.join(os.path.dirname(rendezvous.__file__), "bootstrap")
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": bootstrap, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_one_process_job_counts_as_joined_at_start_a_larger_one_at_its_rendezvous(tmp_path):
+    """A torchrun script alone may skip init_process_group (`if world_size > 1:`): it must not hit the startup
+    timeout. With peers, only returning from the rendezvous joins."""
+    for size, joined in (("1", True), ("2", False)):
+        ready = tmp_path / f"ready-{size}"
+        ran = _bootstrapped_python("pass", {"TFDIST_DISTRIBUTION": "torch", "TFDIST_SIZE": size,
+                                            "TFDIST_READY_FILE": str(ready)})
+        assert ran.returncode == 0, ran.stderr
+        assert ready.exists() is joined
+
+
+def test_a_mid_epoch_checkpoint_under_jax_holds_that_step_s_weights(tmp_path):
+    """Keras 3 on JAX keeps the trained values off the model's variables until an epoch ends; the Checkpoint
+    callback syncs them first, so the weights saved at step 2 of a 4-step epoch are step 2's."""
+    script = '''
+import json, os, numpy as np, keras
+from tfdist.callbacks import Checkpoint
+
+class Record(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 1:  # step 2; reading self.model syncs JAX's state into the variables
+            np.savez(os.environ["OUT"] + "/seen.npz", *[np.asarray(w) for w in self.model.get_weights()])
+
+x = np.random.RandomState(0).rand(32, 3).astype("float32"); y = x.sum(1, keepdims=True)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+model.compile(keras.optimizers.SGD(0.1), "mse")
+model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[Checkpoint(save_freq=2, directory=os.environ["OUT"]), Record()])
+'''
+    ran = _bootstrapped_python(script, {"KERAS_BACKEND": "jax", "OUT": str(tmp_path),
+                                        "PYTHONPATH": os.pathsep.join([JAX_SITE, *sys.path])})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = np.load(tmp_path / "seen.npz")
+    saved = np.load(tmp_path / "ckpt-2.data.npz")
+    np.testing.assert_array_equal(saved["v0"], seen["arr_0"])  # the kernel after step 2, not the epoch's start
+    np.testing.assert_array_equal(saved["v1"], seen["arr_1"])

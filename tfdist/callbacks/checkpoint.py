@@ -89,6 +89,11 @@ class Checkpoint(Callback):
 
     def _save(self) -> None:
         if self._saved_at != self._step:
+            # Keras 3 on JAX puts the trained values back into the model's variables only at an epoch's end, or
+            # when a callback reads `self.model` (which syncs them): read it, so a mid-epoch save holds this step.
+            sync = getattr(self.model, "jax_state_sync", None)
+            if callable(sync):
+                sync()
             checkpointing.save_checkpoint(self._checkpoint, self._step, directory=self.directory,
                                           max_to_keep=self.max_to_keep)
             self._saved_at = self._step

@@ -69,7 +69,8 @@ def _gloo_on_the_job_address() -> None:
         from jax._src import xla_bridge
     except ImportError:
         return
-    make = getattr(xla_bridge._jax, "make_gloo_tcp_collectives", None)
+    native = getattr(xla_bridge, "_jax", None)  # JAX's extension module (older JAX: another name: left alone)
+    make = getattr(native, "make_gloo_tcp_collectives", None)
     if not address or make is None or getattr(make, "_tfdist_address", None):
         return
 
@@ -77,4 +78,4 @@ def _gloo_on_the_job_address() -> None:
         return make(distributed_client=distributed_client, hostname=hostname or address, interface=interface)
 
     on_the_job_address._tfdist_address = address  # type: ignore[attr-defined]
-    xla_bridge._jax.make_gloo_tcp_collectives = on_the_job_address
+    native.make_gloo_tcp_collectives = on_the_job_address

@@ -140,6 +140,10 @@ if _PROGRESS and "tf_keras" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("tf_keras", _report_fit_progress))
 if _PATCH and _STARTUP.fix_horovod and "horovod.tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _AfterImport("horovod.tensorflow", _fix_horovod))
+if _STARTUP.ready_after and os.environ.get("TFDIST_SIZE") == "1" and os.environ.get("TFDIST_READY_FILE"):
+    # One process: nothing to meet, and a script may skip its rendezvous when alone (`if world_size > 1:`).
+    with open(os.environ["TFDIST_READY_FILE"], "w") as _ready:
+        _ready.write(str(os.getpid()))
 if _STARTUP.ready_after and _STARTUP.ready_after[0] not in sys.modules:
     sys.meta_path.insert(0, _AfterImport(_STARTUP.ready_after[0], _after_rendezvous))
 if _STARTUP.explain_missing:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tfdist.collectives import Collectives
+from tfdist.errors import UserError
 from tfdist.modes.base import Process
 
 
@@ -28,7 +29,8 @@ class Torch:
         return None
 
     def aggregate_gradients(self, optimizer: Any, steps: int) -> None:
-        raise NotImplementedError("aggregation_frequency is a Keras optimizer's; under torch use DDP's no_sync()")
+        raise UserError("optimizations.aggregation_frequency acts on a Keras optimizer; the torch mode has none: "
+                        "accumulate gradients with DistributedDataParallel's no_sync()")
 
 
 TORCH = Torch()

@@ -33,9 +33,14 @@ UV := $(VENV)/bin/uv
 $(UV): | $(VENV)/bin/python
 	@$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check 'uv>=0.9'
 
+#
+# scikit-learn and matplotlib stay out of the test venv: Keras imports both whenever they are installed (its
+# scikit-learn wrappers, its image-gallery plot), 2.3 s of CPU more at each TensorFlow process's start (6.3 s
+# against 4.0 s here), in each of the suite's hundreds. A venv from before loses them.
 $(VENV)/.test: pyproject.toml | $(UV)
 	@echo "tfdist[test,examples]: uv pip install -e .[test,examples]"
 	@$(UV) pip install --quiet --python $(PY) -e '.[test,examples]'
+	@$(UV) pip uninstall --quiet --python $(PY) scikit-learn matplotlib 2>/dev/null || true
 	@$(UV) pip install --quiet --python $(PY) --no-deps $(TF_KERAS)
 	@$(PY) -m compileall -q -j0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') >/dev/null || true
 	@echo "tfdist[test,examples]: installed"
@@ -44,10 +49,18 @@ $(VENV)/.test: pyproject.toml | $(UV)
 # JAX for the jax mode's tests, beside the venv rather than in it: `import tensorflow` loads JAX wherever it is
 # installed (tensorflow.lite's util), 0.64 s of CPU more for each of the suite's hundreds of TensorFlow
 # processes. The jax mode's tests put .venv/jax-site on their workers' PYTHONPATH (tests/conftest.py).
-# Its dependencies (numpy, scipy, ml_dtypes, opt_einsum) are the venv's, for TensorFlow already.
-JAX := jax==0.10.2 jaxlib==0.10.2
+# Its dependencies are the venv's (numpy, ml_dtypes, opt_einsum: TensorFlow's), but scipy, installed beside it.
+JAX := jax==0.10.2 jaxlib==0.10.2 scipy==1.17.1
 $(VENV)/.jax: | $(VENV)/.test
 	@$(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/jax-site $(JAX)
+	@touch $@
+
+# matplotlib for the tests of `tfdist metrics --plot`, beside the venv for the same reason as JAX (Keras imports
+# it wherever it is installed); those tests put .venv/plot-site on the path (tests/conftest.py: PLOT_SITE).
+PLOT := matplotlib==3.11.2 contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 kiwisolver==1.5.1 pyparsing==3.3.3 \
+	python-dateutil==4.0.0 tzdata==2026.6
+$(VENV)/.plot: | $(VENV)/.test
+	@$(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/plot-site $(PLOT)
 	@touch $@
 
 venv: $(VENV)/.test
@@ -115,16 +128,16 @@ demo: $(VENV)/.examples
 # tests in 14m16s where two had run 135 in 14m45s. One tier after the other: 19m46s on a fresh clone; beside:
 # 19m50s against 21m19s (docs/development.md).
 PYTEST_ARGS = -p no:cacheprovider -n 3 --dist loadscope --durations=15 tests --ignore=tests/unit
-test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.jax $(VENV)/.horovod $(VENV)/.torch debian-packages
+test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.jax $(VENV)/.plot $(VENV)/.horovod $(VENV)/.torch debian-packages
 	@if bash tests/kubernetes/build_control_plane.sh --built; then beside=1; else \
 	  bash tools/bazel_test.sh && bash tests/kubernetes/build_control_plane.sh --wait && beside=0 || exit 1; fi; \
 	  echo "TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)"; \
 	  TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)
 
-unit: $(VENV)/.test
+unit: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot
 	$(PY) -m pytest -p no:cacheprovider tests/unit
 
-integration: $(VENV)/.test
+integration: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot
 	$(PY) -m pytest -p no:cacheprovider tests/integration
 
 multihost: $(VENV)/.test
@@ -153,7 +166,7 @@ bench-scale: $(VENV)/.test
 	$(PY) benchmarks/liveness_scale.py
 	$(PY) benchmarks/memory_scale.py
 
-bazel-test: $(VENV)/.test $(VENV)/.horovod
+bazel-test: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot $(VENV)/.horovod
 	bash tools/bazel_test.sh
 
 clean:

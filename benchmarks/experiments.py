@@ -67,11 +67,9 @@ def real_curves(values: list[dict], epochs: int, passes: int) -> list[tuple[list
     """Each trial's (val_loss after each epoch, seconds of each epoch), trained for real."""
     import keras
     import numpy as np
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = (digits.images / 16.0).astype("float32")[..., None]
-    labels = digits.target.astype("int32")
+    digits = np.loadtxt(os.path.join(REPO, "examples", "data", "digits.csv.gz"), delimiter=",")
+    images = (digits[:, :64].reshape(-1, 8, 8) / 16.0).astype("float32")[..., None]
+    labels = digits[:, 64].astype("int32")
     order = np.random.RandomState(0).permutation(len(labels))
     images, labels = images[order], labels[order]
     split = int(0.8 * len(labels))

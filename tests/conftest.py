@@ -17,6 +17,10 @@ MARKER_VAR = "TFDIST_TEST_MARKER"
 # in every TensorFlow process otherwise): put on a worker's PYTHONPATH by the tests that run JAX.
 JAX_SITE = os.path.join(sys.prefix, "jax-site")
 WITH_JAX = {"PYTHONPATH": JAX_SITE}
+# matplotlib, for `tfdist metrics --plot`, beside the venv for the same reason (Keras imports it when installed):
+# the CLI runs that plot get it on their PYTHONPATH.
+PLOT_SITE = os.path.join(sys.prefix, "plot-site")
+WITH_PLOT = {"PYTHONPATH": os.pathsep.join([REPO, PLOT_SITE])}
 
 # The longest modules (seconds of one module on one worker of `make test`, measured), started first: pytest-xdist
 # hands each worker a whole module (--dist loadscope) in collection order, and in path order the Kubernetes,

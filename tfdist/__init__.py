@@ -22,7 +22,8 @@ _EXPORTS = {
     "DistributedContext": "tfdist.context", "context_from_env": "tfdist.context", "download": "tfdist.data",
     "DownloadError": "tfdist.errors", "LaunchEnvironmentError": "tfdist.errors", "TfdistError": "tfdist.errors",
     "report_metrics": "tfdist.metrics", "report_progress": "tfdist.progress", "current": "tfdist.runtime",
-    "init": "tfdist.runtime", "save_model": "tfdist.saving", "worker_save_path": "tfdist.saving",
+    "init": "tfdist.runtime", "save_model": "tfdist.saving", "TorchState": "tfdist.torch_state",
+    "worker_save_path": "tfdist.saving",
 }
 
 
@@ -40,5 +41,6 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DistributedContext", "aggregate_gradients", "DownloadError", "LaunchEnvironmentError", "TfdistError", "context_from_env",
-    "CheckpointError", "current", "download", "restore_checkpoint", "save_checkpoint", "init", "report_metrics", "report_progress", "save_model", "worker_save_path", "__version__",
+    "CheckpointError", "current", "download", "restore_checkpoint", "save_checkpoint", "init", "report_metrics", "report_progress", "save_model", "TorchState", "worker_save_path",
+    "__version__",
 ]

@@ -17,6 +17,7 @@ after it is completely written, so a restart never reads half a checkpoint.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import shutil
@@ -100,6 +101,15 @@ def save_checkpoint(checkpoint, step: int, ctx=None, directory: str | None = Non
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return None
+
+
+def write_index(prefix: str, index: dict) -> None:
+    """PREFIX.index, the last file of a checkpoint written by tfdist's own formats (tfdist/keras_state.py,
+    tfdist/torch_state.py), renamed into place: a checkpoint cut short has none and is never taken as the
+    latest (`latest` and `_prune` look for it, as they do for tf.train.Checkpoint's)."""
+    with open(prefix + ".index.partial", "w") as f:
+        json.dump(index, f)
+    os.replace(prefix + ".index.partial", prefix + ".index")
 
 
 def _prune(root: str, keep: int) -> None:

@@ -10,10 +10,11 @@ process (a collective: in the jax mode every rank takes part in a save)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import numpy as np
+
+from tfdist.checkpointing import write_index
 
 
 def _host_array(variable: Any) -> np.ndarray:
@@ -34,10 +35,7 @@ class KerasVariables:
     def write(self, prefix: str) -> str:
         arrays = {f"v{i}": _host_array(v) for i, v in enumerate(self._variables)}
         np.savez(prefix + ".data.npz", **arrays)
-        index = {"variables": [v.path for v in self._variables]}
-        with open(prefix + ".index.partial", "w") as f:
-            json.dump(index, f)
-        os.replace(prefix + ".index.partial", prefix + ".index")
+        write_index(prefix, {"variables": [v.path for v in self._variables]})
         return prefix
 
     def read(self, path: str) -> "KerasVariables":

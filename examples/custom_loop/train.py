@@ -1,4 +1,4 @@
-"""A Keras 3 model trained by a custom loop (`strategy.run`) on scikit-learn's digits.
+"""A Keras 3 model trained by a custom loop (`strategy.run`) on the UCI handwritten digits.
 
 Each replica gets `ctx.per_replica_batch_size` samples a step; gradients
 are all-reduced by the strategy. Prints the loss per epoch on the chief and reports it every
@@ -9,6 +9,7 @@ the latest checkpoint after a restart (max_restarts) or `tfdist resume`, and on 
 (`tfdist preempt`, SIGTERM) every worker stops at the same step, saves and exits 0.
 """
 
+import os
 import sys
 
 import tfdist
@@ -18,11 +19,11 @@ ctx = tfdist.init(default_hparams={"global_batch_size": 64, "learning_rate": 0.0
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
 
-digits = load_digits()
-images = (digits.images / 16.0).reshape(-1, 64).astype("float32")
-labels = digits.target.astype("int32")
+digits = np.loadtxt(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data", "digits.csv.gz"),
+                    delimiter=",")  # the UCI digits, 8x8 pixels 0..16 and the label (examples/data/README.md)
+images = (digits[:, :64] / 16.0).astype("float32")
+labels = digits[:, 64].astype("int32")
 steps_per_epoch = len(labels) // ctx.effective_global_batch_size
 REPORT_EVERY = 4  # steps between metric reports: a curve of a few dozen points
 

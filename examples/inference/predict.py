@@ -11,6 +11,7 @@ gather the paths instead.
 """
 
 import argparse
+import os
 import json
 
 import tfdist
@@ -19,14 +20,15 @@ ctx = tfdist.init()
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True, help="where the chief writes the predictions (JSON)")
 parser.add_argument("--batch-size", type=int, default=64)
 args = parser.parse_args()
 
-images = (load_digits().images / 16.0).astype("float32")[..., None]
+digits = np.loadtxt(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data", "digits.csv.gz"),
+                    delimiter=",")  # the UCI digits, 8x8 pixels 0..16 and the label (examples/data/README.md)
+images = (digits[:, :64].reshape(-1, 8, 8) / 16.0).astype("float32")[..., None]
 keras.utils.set_random_seed(0)  # the same weights on every rank
 model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(32, activation="relu"),
                           keras.layers.Dense(10, activation="softmax")])

@@ -1,4 +1,4 @@
-"""A trial of a hyperparameter search on scikit-learn's digits (Keras 3, `model.fit`).
+"""A trial of a hyperparameter search on the UCI handwritten digits (Keras 3, `model.fit`).
 
 Run the search: `tfdist launch --config examples/search/asha.yaml` (adaptive ASHA: 8 trials, the losers of each
 rung paused at their checkpoint, the winners continuing). Each trial gets its values in `ctx.hparams` and trains
@@ -7,6 +7,7 @@ saves through tfdist's Checkpoint callback, so a trial the searcher pauses stops
 promoted, continues from there. Runs unchanged as `python train.py` (one trial with the defaults).
 """
 
+import os
 import sys
 
 import tfdist
@@ -16,15 +17,15 @@ ctx = tfdist.init(default_hparams={"global_batch_size": 64, "learning_rate": 0.0
 import keras  # noqa: E402  (after init: the strategy must exist before any TF work)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
 from tfdist.callbacks import Checkpoint, MetricsReporter  # noqa: E402
 
 keras.utils.set_random_seed(1)
 length = ctx.searcher.get("max_length") or {"epochs": 6}
 epochs = length["epochs"]  # the config's max_length is in epochs
-digits = load_digits()  # ships inside scikit-learn: no network
-images = (digits.images / 16.0).astype("float32")[..., None]
-labels = digits.target.astype("int32")
+digits = np.loadtxt(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "data", "digits.csv.gz"),
+                    delimiter=",")  # the UCI digits, 8x8 pixels 0..16 and the label (examples/data/README.md)
+images = (digits[:, :64].reshape(-1, 8, 8) / 16.0).astype("float32")[..., None]
+labels = digits[:, 64].astype("int32")
 order = np.random.RandomState(0).permutation(len(labels))
 images, labels = images[order], labels[order]
 split = int(0.8 * len(labels))

@@ -331,7 +331,7 @@ def test_the_dashboard_in_a_real_browser(tmp_path, local_cluster, marker):
         owner.wait(lambda d: "boom: no such file data.csv" in owner.text("#failure pre.last-lines"),
                    f"job {failed}'s page to show why it failed")
         assert owner.text(".job-head .badge") == "FAILED"
-        assert f"rank 0 on g1: exit 1" in owner.text("#failure"), owner.text("#failure")
+        assert "rank 0 on g1: exit 1" in owner.text("#failure"), owner.text("#failure")
         shoot(owner, shots, "failed")
 
         # A coordinator that stops answering is said on the page, which keeps its last view and keeps asking.

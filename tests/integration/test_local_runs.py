@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli, wait_for
+from tests.conftest import REPO, WITH_PLOT, cli_env, run_cli, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 WORKER = os.path.join(REPO, "tests", "integration", "workers", "resumable_fit.py")
@@ -42,7 +42,7 @@ def steps(out) -> dict[int, list[int]]:
 
 def test_local_jobs_stay_and_a_preempted_one_resumes_from_its_checkpoint(tmp_path, marker):
     env = {"XDG_STATE_HOME": str(tmp_path / "state"), "PATH": PATH_WITHOUT_THE_VENV, "TFDIST_COORDINATOR": ""}
-    cli = lambda *args, timeout=120: run_cli(list(args), marker, timeout=timeout, **env)  # noqa: E731
+    cli = lambda *args, timeout=120, **more: run_cli(list(args), marker, timeout=timeout, **{**env, **more})  # noqa: E731
 
     # 1. A local launch to the end, `python` meaning the launcher's; then found without --coordinator.
     done = cli("launch", "--config", config(tmp_path, "first"), timeout=300)
@@ -61,7 +61,7 @@ def test_local_jobs_stay_and_a_preempted_one_resumes_from_its_checkpoint(tmp_pat
         next(line for line in lines if line["text"].startswith("rank 1 done")).items()
     rows = [json.loads(line) for line in cli("metrics", first, "--json").stdout.splitlines()]
     assert rows and rows[-1]["step"] == TOTAL_STEPS, rows[-3:]
-    plotted = cli("metrics", first, "--plot", str(tmp_path / "m.png"))
+    plotted = cli("metrics", first, "--plot", str(tmp_path / "m.png"), **WITH_PLOT)
     assert plotted.returncode == 0 and (tmp_path / "m.png").stat().st_size > 0, plotted.stderr
 
     # 2. A second local launch, preempted by SIGTERM: exit 75, paused at a checkpoint; its id is a new one.

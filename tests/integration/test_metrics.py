@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, WITH_PLOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 WORKER = os.path.join(REPO, "tests", "integration", "workers", "metrics_fit.py")
@@ -64,7 +64,7 @@ def test_metrics_from_every_mode_survive_a_coordinator_restart(tmp_path, local_c
 
     table = cluster.cli("metrics", "1", "--name", "val_loss").stdout.splitlines()
     assert table[0].split() == ["STEP", "RANK", "val_loss"] and len(table) == 4
-    plot = cluster.cli("metrics", "1", "--plot", str(tmp_path / "m.png"))
+    plot = cluster.cli("metrics", "1", "--plot", str(tmp_path / "m.png"), **WITH_PLOT)
     assert plot.returncode == 0, plot.stderr
     assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

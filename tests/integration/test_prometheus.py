@@ -10,7 +10,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO, cli_env, run_cli, wait_for
+from tests.conftest import REPO, WITH_PLOT, cli_env, run_cli, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 DIGITS = os.path.join(REPO, "examples", "digits", "train.py")
@@ -60,7 +60,7 @@ def test_an_example_reports_curves_that_tensorboard_serves(tmp_path, local_clust
     assert len(losses) >= 24 and losses == sorted(losses), rows  # 22 batches an epoch, a report every 4 (<= 50/s)
     assert [r["metrics"]["epoch"] for r in rows if "epoch" in r["metrics"]] == [1, 2, 3, 4, 5, 6]
     assert rows[-1]["step"] == 6 * 22 and {"test_loss", "test_accuracy"} <= set(rows[-1]["metrics"])
-    plot = cluster.cli("metrics", job_id, "--plot", str(tmp_path / "m.png"))
+    plot = cluster.cli("metrics", job_id, "--plot", str(tmp_path / "m.png"), **WITH_PLOT)
     assert plot.returncode == 0 and (tmp_path / "m.png").read_bytes()[:4] == b"\x89PNG", plot.stderr
 
     server = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "tensorboard", job_id, "--port", "0"],

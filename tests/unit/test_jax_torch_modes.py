@@ -172,3 +172,34 @@ model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[Checkpoint(save_fr
     saved = np.load(tmp_path / "ckpt-2.data.npz")
     np.testing.assert_array_equal(saved["v0"], seen["arr_0"])  # the kernel after step 2, not the epoch's start
     np.testing.assert_array_equal(saved["v1"], seen["arr_1"])
+
+
+def test_the_warmup_s_rates_are_the_ones_keras_on_jax_trains_with(tmp_path):
+    """Keras 3 on JAX trains on a copy of the variables and writes it back at the epoch's end: a learning rate
+    assigned between steps without syncing that copy first is used by no step and then overwritten. With
+    nothing else touching the model (no other callback), each step's rate must be the ramp's: the kernel is
+    checked against the same SGD steps done by hand."""
+    script = '''
+import os, numpy as np, keras
+from tfdist.callbacks import LearningRateWarmup
+x = np.random.RandomState(0).rand(16, 3).astype("float32"); y = x @ np.array([[1.0], [-2.0], [0.5]], "float32")
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+model.compile(keras.optimizers.SGD(0.05), "mse")
+model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+          callbacks=[LearningRateWarmup(warmup_steps=4, multiplier=4)])
+np.savez(os.environ["OUT"] + "/after.npz", kernel=np.asarray(model.get_weights()[0]),
+         rate=np.asarray(model.optimizer.learning_rate))
+'''
+    ran = _bootstrapped_python(script, {"KERAS_BACKEND": "jax", "OUT": str(tmp_path),
+                                        "PYTHONPATH": os.pathsep.join([JAX_SITE, *sys.path])})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    after = np.load(tmp_path / "after.npz")
+    x = np.random.RandomState(0).rand(16, 3).astype("float32")
+    y = x @ np.array([[1.0], [-2.0], [0.5]], "float32")
+    kernel = np.zeros((3, 1), "float32")
+    for step in range(8):  # 2 epochs of 4 batches; the rate climbs from 0.05 to 0.2 over the first 4 steps
+        rate = 0.05 + (0.2 - 0.05) * min(1.0, step / 4)
+        xb, yb = x[step % 4 * 4:step % 4 * 4 + 4], y[step % 4 * 4:step % 4 * 4 + 4]
+        kernel = kernel - rate * 2 / 4 * xb.T @ (xb @ kernel - yb)
+    assert float(after["rate"]) == pytest.approx(0.2)
+    np.testing.assert_allclose(after["kernel"], kernel, rtol=1e-5)

@@ -1,10 +1,16 @@
 """`tfdist metrics --plot` draws curves: per-batch values as lines, a metric's val_/test_ values in its
 panel, epoch ends as vertical lines (the matplotlib objects are checked, not pixels)."""
 
+import sys
+
 import pytest
 
 from cluster.client import metrics_report
+from tests.conftest import PLOT_SITE
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+
+
+sys.path.append(PLOT_SITE)  # matplotlib is kept beside the test venv (Makefile: $(VENV)/.plot)
 
 
 def history() -> pb.GetMetricsResponse:

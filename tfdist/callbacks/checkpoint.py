@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 
 from tfdist import checkpointing, preemption
-from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
+from tfdist.callbacks._base import Callback, batch_hooks_allowed, received, sync_jax_state
 
 
 class Checkpoint(Callback):
@@ -89,11 +89,7 @@ class Checkpoint(Callback):
 
     def _save(self) -> None:
         if self._saved_at != self._step:
-            # Keras 3 on JAX puts the trained values back into the model's variables only at an epoch's end, or
-            # when a callback reads `self.model` (which syncs them): read it, so a mid-epoch save holds this step.
-            sync = getattr(self.model, "jax_state_sync", None)
-            if callable(sync):
-                sync()
+            sync_jax_state(self.model)  # a mid-epoch save holds this step's values under Keras-on-JAX
             checkpointing.save_checkpoint(self._checkpoint, self._step, directory=self.directory,
                                           max_to_keep=self.max_to_keep)
             self._saved_at = self._step

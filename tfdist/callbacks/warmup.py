@@ -8,7 +8,7 @@ optimizer's learning rate before every batch of the warmup, then leaves it at th
 
 from __future__ import annotations
 
-from tfdist.callbacks._base import Callback, batch_hooks_allowed, received
+from tfdist.callbacks._base import Callback, batch_hooks_allowed, received, sync_jax_state
 from tfdist.runtime import current
 
 
@@ -95,6 +95,7 @@ class LearningRateWarmup(Callback):
         if self._assigned is not None and (value == self._assigned or
                                            (done < self._total and abs(value - self._assigned) < stair)):
             return
+        sync_jax_state(self.model)  # else Keras-on-JAX trains on with the old rate and later overwrites this one
         self._rate.assign(value)
         self._assigned = value
         if done == self._total:

@@ -1,9 +1,13 @@
 """Shared test helpers: run the real `tfdist` CLI and prove no process is left behind."""
 
+import atexit
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -53,16 +57,28 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=module_rank)  # stable: the rest keep their collection order
 
 # The credentials the coordinators of this test run publish for their user go to a private runtime dir of
-# the run (what a user's ~/.tfdist/runtime is), not to the real one of whoever runs the tests.
+# the run (what a user's ~/.tfdist/runtime is), not to the real one of whoever runs the tests. Local launches
+# record their jobs under $XDG_STATE_HOME/tfdist: the test run's own, not the user's. Both are removed when the
+# process that made them (pytest, or one Bazel test) exits; pytest-xdist's workers inherit them.
+_RUN_DIRS: list[str] = []
 if "TFDIST_RUNTIME_DIR" not in os.environ:
-    import tempfile
-
     os.environ["TFDIST_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="tfdist-test-runtime-")
-# Local launches record their jobs under $XDG_STATE_HOME/tfdist: the test run's own, not the user's.
+    _RUN_DIRS.append(os.environ["TFDIST_RUNTIME_DIR"])
 if "TFDIST_TEST_STATE_HOME" not in os.environ:
-    import tempfile
-
     os.environ["TFDIST_TEST_STATE_HOME"] = os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tfdist-test-state-")
+    _RUN_DIRS.append(os.environ["TFDIST_TEST_STATE_HOME"])
+atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _RUN_DIRS])
+
+# TFDIST_TEST_TIMELINE=FILE: one JSON line per test (its xdist worker, start and end, setup and teardown
+# included), to see where a `make test` run's time went and which modules to start first (LONGEST_FIRST).
+if os.environ.get("TFDIST_TEST_TIMELINE"):
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        start = time.time()
+        yield
+        with open(os.environ["TFDIST_TEST_TIMELINE"], "a") as timeline:
+            timeline.write(json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid,
+                                       "start": start, "end": time.time()}) + "\n")
 
 
 def processes_with_marker(marker: str) -> list[int]:
@@ -116,11 +132,15 @@ def wait_for(predicate, what, timeout=180, alive=lambda: True, logs=lambda: ""):
     """Waits for a condition (never for a fixed time); fails naming what did not happen, at once if
     `alive()` says the thing being waited on is gone."""
     deadline = time.monotonic() + timeout
+    pause = 0.1
     while time.monotonic() < deadline:
         if predicate():
             return
         assert alive(), f"gave up waiting for {what}: the job ended"
-        time.sleep(0.2)
+        time.sleep(pause)
+        # Looks become rarer, up to one a second: many predicates start a `tfdist` process (0.3-1 s of CPU
+        # each); at five a second, the `job --json` and `agents --json` calls alone took 2 minutes of the suite's CPU.
+        pause = min(1.0, pause * 1.5)
     raise AssertionError(f"timed out waiting for {what}{'; logs: ' + str(logs()) if logs() else ''}")
 
 

@@ -16,6 +16,7 @@ from tfdist.errors import TfdistError
 
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+TRUST_FAILURES = ("tls handshake failed", "ssl_error_ssl", "certificate", "verif", "peer name")
 
 
 class ClientError(TfdistError):
@@ -30,8 +31,10 @@ class ClientError(TfdistError):
 def describe_rpc_error(address: str, e: grpc.RpcError) -> ClientError:
     code = e.code()
     details = (e.details() or "").lower()
-    if code == grpc.StatusCode.UNAVAILABLE and any(w in details for w in ("ssl", "handshake", "tls", "verif",
-                                                                          "certificate")):
+    # A refused certificate: "Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: ...CERTIFICATE_VERIFY_
+    # FAILED", or a name the certificate lacks. Not "Handshake read failed (Socket closed)": a server going down
+    # (a coordinator's restart) mid-handshake, which is retried like any unreachable server.
+    if code == grpc.StatusCode.UNAVAILABLE and any(w in details for w in TRUST_FAILURES):
         return ClientError(f"the server at {address} did not prove it is the coordinator your credential trusts "
                            "(TLS verification failed); nothing was sent. Check --coordinator and --credentials "
                            "(a coordinator started with --insecure-plaintext needs a plaintext credential)",

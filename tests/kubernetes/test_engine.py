@@ -161,7 +161,7 @@ def test_a_killed_pod_restarts_the_whole_gang_from_its_checkpoint_as_max_restart
             launched.kill()
             launched.communicate()
     assert launched.returncode == 0, err[-4000:]
-    assert f"lost its pod" in err or f"its pod {victim}" in err, err[-4000:]
+    assert "lost its pod" in err or f"its pod {victim}" in err, err[-4000:]
     assert "restarting the job (restart 1 of 1)" in err, err[-4000:]
     runs = steps_by_attempt(tmp_path)
     assert sorted(runs) == [0, 1] and min(runs[1]) <= max(runs[0]) + 1
@@ -258,4 +258,35 @@ def test_an_asha_search_pauses_a_trial_s_pods_and_resumes_it_in_new_pods_from_it
         job = kube.cluster.job(trial["job_id"])
         assert len(job["placement"]) == 1 and job["placement"][0]["node"] in NODES, job
     wait_for(lambda: not kube.objects(), "the trials' pods, Services and Secrets deleted", timeout=60,
+             logs=kube.objects)
+
+
+@pytest.mark.parametrize("mode", ["jax", "torch"])
+def test_jax_and_torch_jobs_join_across_two_pods(kube, tmp_path, mode):
+    """Issue 34 on the Kubernetes engine: a plain JAX script's `jax.distributed.initialize()` with no arguments,
+    and a torchrun DDP script unchanged, each as a gang of two pods that rendezvous on rank 0's pod by its DNS
+    name (its Service's), then leave nothing behind."""
+    from tests.conftest import WITH_JAX
+
+    if mode == "jax":
+        script, args, variables = os.path.join(REPO, "tests", "integration", "workers", "jax_plain.py"), [], WITH_JAX
+    else:
+        script, args, variables = os.path.join(REPO, "examples", "torch", "ddp.py"), ["--out", str(tmp_path)], {}
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"entrypoint": [sys.executable, script, *args], "resources": {"slots_per_trial": 2},
+                                  "distribution": {"mode": mode}, "environment": {"variables": variables}}))
+    result = kube.launch("--config", str(config))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:] + json.dumps(kube.cluster.logs())[-4000:]
+    placement = kube.cluster.job(job_id_of(result))["placement"]
+    assert sorted(p["node"] for p in placement) == list(NODES), placement
+    if mode == "jax":
+        assert "[rank=0] process 0 of 2 gathered [1, 2]" in out and "[rank=1] process 1 of 2 gathered [1, 2]" in out, \
+            out[-3000:]
+    else:
+        assert "[rank=0] rank 0 of 2 (local 0) done" in out and "[rank=1] rank 1 of 2 (local 0) done" in out, out[-3000:]
+        first, second = (np.load(tmp_path / f"rank{r}.npz") for r in (0, 1))
+        for name in first.files:
+            np.testing.assert_array_equal(first[name], second[name])
+    wait_for(lambda: not kube.objects(), f"the {mode} job's pods, Service and Secret deleted", timeout=60,
              logs=kube.objects)

@@ -104,3 +104,38 @@ def test_plaintext_is_an_explicit_warned_opt_out_and_still_needs_credentials(tmp
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert "warning: --insecure-plaintext: no TLS" in err
+
+
+def test_a_server_closing_mid_handshake_is_unreachable_not_untrusted():
+    """A coordinator killed or restarting while a client's TLS handshake is under way closes the socket: gRPC
+    says "Handshake read failed (Socket closed)". That is a server that is not there (retried by `logs -f`,
+    submissions, agents), not one that failed to prove who it is (never retried)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    stop = threading.Event()
+
+    def accept_and_close():
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.close()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+    server = AgentsServer(":memory:", "127.0.0.1:0").start()
+    try:
+        client = Client(f"127.0.0.1:{listener.getsockname()[1]}", server.authority.issue("user", "u"), timeout=5)
+        with pytest.raises(ClientError) as err:
+            client.jobs()
+        client.close()
+        assert err.value.code == grpc.StatusCode.UNAVAILABLE, str(err.value)
+        assert "cannot reach the coordinator" in str(err.value)
+    finally:
+        stop.set()
+        listener.close()
+        server.stop(grace=0)

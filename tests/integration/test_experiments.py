@@ -161,6 +161,8 @@ def test_kill_9_of_the_coordinator_mid_search_loses_no_trial_and_trains_no_step_
             steps = [step for _, step in trained_steps(tmp_path, job_id)]
             assert steps == sorted(set(steps)) and steps[:1] == [1], (job_id, steps)  # each step once, in order
         winners = [t for t in trials if t["rung"] == 2]
-        assert winners and all(max(s for _, s in trained_steps(tmp_path, t["job_id"])) == 8 for t in winners), trials
+        summary = [(t["trial"], t["state"], t["rung"], t.get("why"), trained_steps(tmp_path, t["job_id"])[-1:])
+                   for t in trials]
+        assert winners and all(max(s for _, s in trained_steps(tmp_path, t["job_id"])) == 8 for t in winners), summary
     finally:
         cluster.close()

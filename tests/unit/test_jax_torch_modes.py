@@ -203,3 +203,19 @@ np.savez(os.environ["OUT"] + "/after.npz", kernel=np.asarray(model.get_weights()
         kernel = kernel - rate * 2 / 4 * xb.T @ (xb @ kernel - yb)
     assert float(after["rate"]) == pytest.approx(0.2)
     np.testing.assert_allclose(after["kernel"], kernel, rtol=1e-5)
+
+
+def test_batch_sizes_follow_the_devices_each_process_drives():
+    """A JAX process on a GPU node drives all of its GPUs: it feeds their share of the global batch; a torch
+    process drives one device, a CPU JAX process one slot."""
+    from tfdist.context import context_from_env
+
+    def per_worker(p):
+        return [context_from_env(w.env, {"global_batch_size": 48}).per_worker_batch_size for w in p.processes]
+
+    jax_gpus = plan("jax", [gpu("10.0.0.1", 4, 5000, 5009), gpu("10.0.0.2", 2, 5001)], devices=[(4, 5, 6, 7), (0, 1)])
+    assert per_worker(jax_gpus) == [32, 16]  # 8 a replica over 6 GPUs
+    assert context_from_env(jax_gpus.processes[1].env, {"global_batch_size": 48}).per_replica_batch_size == 8
+    torch_gpus = plan("torch", [NodePlacement("g", "10.0.0.1", 2, (5000, 5001, 5002), gpu_node=True)], devices=[(3, 6)])
+    assert per_worker(torch_gpus) == [24, 24]
+    assert per_worker(plan("jax", [cpu("10.1.0.5", 2, (7001, 7002, 7003))])) == [24, 24]

@@ -64,27 +64,9 @@ def test_keras_on_jax_restarts_from_its_checkpoint_and_pauses_every_rank_at_one_
     checkpoint is the model's and optimizer's variables (tfdist/keras_state.py), the metrics are reported."""
     from tests.integration.test_restarts import TOTAL_STEPS, stopped_steps, write_config
 
-    cluster = local_cluster()
-    cluster.start_agent("n1", "--slots", "2")
-    cluster.wait_agents("n1")
     config = write_config(tmp_path, {"SLOW": 0.3, "SLOW_RUNS": 2, "KILL_AT": 7, **WITH_JAX}, mode="jax",
                           max_restarts=1)
-    job = cluster.cli("launch", "--detach", "--config", config)
-    assert job.returncode == 0, job.stderr
-    job_id = job.stdout.strip()
-    running = lambda: cluster.job(job_id)["state"] in ("QUEUED", "STARTING", "RUNNING")  # noqa: E731
-    wait_for(lambda: trained(tmp_path, 1) >= 8, "the restarted run's step 8", alive=running)
-    runs = steps_by_attempt(tmp_path)
-    assert max(runs[0]) == 7 and min(runs[1]) == 6, runs  # killed at 7, restarted from the checkpoint at 5
-    assert cluster.cli("preempt", job_id).returncode == 0
-    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "PAUSED", "the job to pause")
-    stops = stopped_steps(cluster.cli("logs", job_id).stdout)
-    assert set(stops) == {0, 1} and len(set(stops.values())) == 1, stops  # both ranks, one step
-    assert cluster.cli("resume", job_id).returncode == 0
-    cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=180)
-    runs = steps_by_attempt(tmp_path)
-    assert sorted(runs) == [0, 1, 2] and min(runs[2]) == stops[0] + 1, runs  # resumed right after the pause
-    assert sorted(set(s for attempt in runs for s in runs[attempt])) == list(range(1, TOTAL_STEPS + 1))
+    cluster, job_id = killed_paused_resumed(local_cluster(), tmp_path, config, stopped_steps, TOTAL_STEPS)
     rows = [json.loads(line) for line in cluster.cli("metrics", job_id, "--json").stdout.splitlines()]
     assert rows and rows[-1]["step"] == TOTAL_STEPS and "loss" in rows[-1]["metrics"], rows[-3:]  # MetricsReporter's
 
@@ -94,9 +76,6 @@ def test_a_torch_loop_restarts_from_its_checkpoint_and_pauses_every_rank_at_one_
     checkpoints recorded with the job, a killed rank restarting the gang from the latest (max_restarts),
     `tfdist preempt` stopping both ranks at one step through `ctx.should_preempt`, `tfdist resume` continuing
     after it, and the data fetched once for the node however many runs read it."""
-    cluster = local_cluster()
-    cluster.start_agent("n1", "--slots", "2")
-    cluster.wait_agents("n1")
     variables = {"OUT": str(tmp_path), "SLOW": "0.3", "SLOW_RUNS": "2", "KILL_AT": "7",
                  "DATA_ROOT": str(tmp_path / "data")}
     config = tmp_path / "torch.yaml"
@@ -104,7 +83,22 @@ def test_a_torch_loop_restarts_from_its_checkpoint_and_pauses_every_rank_at_one_
         "entrypoint": [sys.executable, os.path.join(REPO, "tests", "integration", "workers", "torch_resumable.py")],
         "resources": {"slots_per_trial": 2}, "distribution": {"mode": "torch"}, "max_restarts": 1,
         "checkpoint_storage": {"host_path": str(tmp_path / "ckpt")}, "environment": {"variables": variables}}))
-    job = cluster.cli("launch", "--detach", "--config", str(config))
+    stopped = lambda logs: {int(r): int(s) for r, s in  # noqa: E731  (the worker's own line)
+                            re.findall(r"\[rank=(\d+)\] rank \d+ stopped at step (\d+)", logs)}
+    cluster, job_id = killed_paused_resumed(local_cluster(), tmp_path, str(config), stopped, 20)
+    assert "resumed from checkpoint" in cluster.cli("logs", job_id).stdout
+    assert (tmp_path / "fetches.txt").read_text() == "0\n"  # the node's local chief, once, in the first run
+    assert (tmp_path / "data" / "torch-data" / "node0" / "data.npz").exists()
+    assert not [name for name in os.listdir(tmp_path / "data" / "torch-data") if name.startswith("rank")]
+
+
+def killed_paused_resumed(cluster, tmp_path, config: str, stopped_steps, total_steps: int):
+    """The scenario of the restart tests: rank 1 kills itself after step 7 of the first run (KILL_AT), the gang
+    restarts from the checkpoint of step 5 (max_restarts: 1), `tfdist preempt` pauses both ranks at one step,
+    `tfdist resume` continues right after it, and every step is trained. Returns the cluster and the job's id."""
+    cluster.start_agent("n1", "--slots", "2")
+    cluster.wait_agents("n1")
+    job = cluster.cli("launch", "--detach", "--config", config)
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip()
     running = lambda: cluster.job(job_id)["state"] in ("QUEUED", "STARTING", "RUNNING")  # noqa: E731
@@ -114,14 +108,11 @@ def test_a_torch_loop_restarts_from_its_checkpoint_and_pauses_every_rank_at_one_
     assert cluster.cli("preempt", job_id).returncode == 0
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "PAUSED", "the job to pause")
     logs = cluster.cli("logs", job_id).stdout
-    stops = {int(r): int(s) for r, s in re.findall(r"\[rank=(\d+)\] rank \d+ stopped at step (\d+)", logs)}
+    stops = stopped_steps(logs)
     assert set(stops) == {0, 1} and len(set(stops.values())) == 1, logs[-3000:]  # both ranks, one step
     assert cluster.cli("resume", job_id).returncode == 0
     cluster.wait_for(lambda: cluster.job(job_id)["state"] == "SUCCEEDED", "the job to finish", timeout=180)
     runs = steps_by_attempt(tmp_path)
     assert sorted(runs) == [0, 1, 2] and min(runs[2]) == stops[0] + 1, runs  # resumed right after the pause
-    assert sorted(set(s for attempt in runs for s in runs[attempt])) == list(range(1, 21)), runs
-    assert "resumed from checkpoint" in cluster.cli("logs", job_id).stdout
-    assert (tmp_path / "fetches.txt").read_text() == "0\n"  # the node's local chief, once, in the first run
-    assert (tmp_path / "data" / "torch-data" / "node0" / "data.npz").exists()
-    assert not [name for name in os.listdir(tmp_path / "data" / "torch-data") if name.startswith("rank")]
+    assert sorted(set(s for attempt in runs for s in runs[attempt])) == list(range(1, total_steps + 1)), runs
+    return cluster, job_id

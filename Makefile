@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start FORCE
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,8 @@ $(UV): | $(VENV)/bin/python
 #
 # scikit-learn and matplotlib stay out of the test venv: Keras imports both whenever they are installed (its
 # scikit-learn wrappers, its image-gallery plot), 2.3 s of CPU more at each TensorFlow process's start (6.3 s
-# against 4.0 s here), in each of the suite's hundreds. A venv from before loses them.
+# against 4.0 s here), in each of the suite's hundreds. A venv from before loses them (not their dependencies,
+# which Keras does not import).
 $(VENV)/.test: pyproject.toml | $(UV)
 	@echo "tfdist[test,examples]: uv pip install -e .[test,examples]"
 	@$(UV) pip install --quiet --python $(PY) -e '.[test,examples]'
@@ -51,19 +52,26 @@ $(VENV)/.test: pyproject.toml | $(UV)
 # processes. The jax mode's tests put .venv/jax-site on their workers' PYTHONPATH (tests/conftest.py).
 # Its dependencies are the venv's (numpy, ml_dtypes, opt_einsum: TensorFlow's), but scipy, installed beside it.
 JAX := jax==0.10.2 jaxlib==0.10.2 scipy==1.17.1
-$(VENV)/.jax: | $(VENV)/.test
-	@$(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/jax-site $(JAX)
-	@touch $@
+# The stamps hold the pins: a venv made with other pins installs again. Compiled here, as the venv is (the
+# workers that import them could not write bytecode there).
+$(VENV)/.jax: FORCE | $(VENV)/.test
+	@[ "$$(cat $@ 2>/dev/null)" = "$(JAX)" ] || { rm -rf $(VENV)/jax-site && \
+	  $(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/jax-site $(JAX) && \
+	  { $(PY) -m compileall -q -j0 $(VENV)/jax-site >/dev/null || true; } && echo "$(JAX)" > $@; }
 
 # matplotlib for the tests of `tfdist metrics --plot`, beside the venv for the same reason as JAX (Keras imports
-# it wherever it is installed); those tests put .venv/plot-site on the path (tests/conftest.py: PLOT_SITE).
+# it wherever it is installed); those tests put .venv/plot-site on the path (tests/conftest.py: PLOT_SITE). Its
+# other dependencies are the venv's: numpy, packaging, and pillow (tensorboard's).
 PLOT := matplotlib==3.11.2 contourpy==1.3.3 cycler==0.12.1 fonttools==4.68.0 kiwisolver==1.5.1 pyparsing==3.3.3 \
 	python-dateutil==4.0.0 tzdata==2026.6
-$(VENV)/.plot: | $(VENV)/.test
-	@$(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/plot-site $(PLOT)
-	@touch $@
+$(VENV)/.plot: FORCE | $(VENV)/.test
+	@[ "$$(cat $@ 2>/dev/null)" = "$(PLOT)" ] || { rm -rf $(VENV)/plot-site && \
+	  $(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/plot-site $(PLOT) && \
+	  { $(PY) -m compileall -q -j0 $(VENV)/plot-site >/dev/null || true; } && echo "$(PLOT)" > $@; }
 
-venv: $(VENV)/.test
+FORCE:
+
+venv: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot
 
 # Horovod 0.28.1 built from its sdist for the venv's TensorFlow (Gloo only): about 2 minutes, once;
 # kept in .venv. `tfdist build-horovod` runs the script the package ships (cluster/client/build_horovod.sh
@@ -137,10 +145,10 @@ test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.jax $(VENV)/.plot $(VE
 unit: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot
 	$(PY) -m pytest -p no:cacheprovider tests/unit
 
-integration: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot
+integration: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot $(VENV)/.horovod $(VENV)/.torch
 	$(PY) -m pytest -p no:cacheprovider tests/integration
 
-multihost: $(VENV)/.test
+multihost: $(VENV)/.test $(VENV)/.jax $(VENV)/.torch
 	$(PY) -m pytest -p no:cacheprovider tests/multihost
 
 # The long gRPC fuzz: every RPC, new random messages each run (make test runs 200 fixed ones per RPC).

@@ -112,6 +112,15 @@ def write_index(prefix: str, index: dict) -> None:
     os.replace(prefix + ".index.partial", prefix + ".index")
 
 
+def discard_index(prefix: str) -> None:
+    """Removes PREFIX.index before its checkpoint's files are written again (a second save at one step, as at
+    a preemption right after a periodic save): until the new index, the step has no checkpoint."""
+    try:
+        os.remove(prefix + ".index")
+    except FileNotFoundError:
+        pass
+
+
 def _prune(root: str, keep: int) -> None:
     """Keeps the newest `keep` checkpoints (0: all)."""
     if keep <= 0:

@@ -14,9 +14,10 @@ containers only, nothing unpickled that could run code."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
-from tfdist.checkpointing import write_index
+from tfdist.checkpointing import discard_index, write_index
 
 
 class TorchState:
@@ -35,7 +36,9 @@ class TorchState:
     def write(self, prefix: str) -> str:
         import torch
 
-        torch.save({name: obj.state_dict() for name, obj in self._stateful.items()}, prefix + ".pt")
+        discard_index(prefix)  # a save again at the same step: never an index beside a half-written .pt
+        torch.save({name: obj.state_dict() for name, obj in self._stateful.items()}, prefix + ".pt.partial")
+        os.replace(prefix + ".pt.partial", prefix + ".pt")
         write_index(prefix, {"objects": sorted(self._stateful)})
         return prefix
 

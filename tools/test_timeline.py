@@ -12,7 +12,8 @@ import sys
 
 
 def main(path: str) -> None:
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as lines:
+        rows = [json.loads(line) for line in lines if line.strip()]
     if not rows:
         sys.exit(f"{path}: no tests recorded")
     start = min(r["start"] for r in rows)

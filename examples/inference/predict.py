@@ -11,8 +11,8 @@ gather the paths instead.
 """
 
 import argparse
-import os
 import json
+import os
 
 import tfdist
 

@@ -85,7 +85,7 @@ def test_a_torch_loop_restarts_from_its_checkpoint_and_pauses_every_rank_at_one_
         "checkpoint_storage": {"host_path": str(tmp_path / "ckpt")}, "environment": {"variables": variables}}))
     stopped = lambda logs: {int(r): int(s) for r, s in  # noqa: E731  (the worker's own line)
                             re.findall(r"\[rank=(\d+)\] rank \d+ stopped at step (\d+)", logs)}
-    cluster, job_id = killed_paused_resumed(local_cluster(), tmp_path, str(config), stopped, 20)
+    cluster, job_id = killed_paused_resumed(local_cluster(), tmp_path, str(config), stopped, 30)
     assert "resumed from checkpoint" in cluster.cli("logs", job_id).stdout
     assert (tmp_path / "fetches.txt").read_text() == "0\n"  # the node's local chief, once, in the first run
     assert (tmp_path / "data" / "torch-data" / "node0" / "data.npz").exists()

@@ -102,9 +102,15 @@ def test_scancel_stops_every_node_and_leaves_nothing_behind(slurm, tmp_path, mar
     slurm.run(["scancel", job])
     wait_for(lambda: not processes_with_marker(marker), "every process of the job to end")
     # slurmctld may record the state a moment after the processes are gone (seen under load)
-    state = lambda: re.search(r"JobState=(\S+)", slurm.run(["scontrol", "show", "job", job]).stdout)  # noqa: E731
-    wait_for(lambda: state() and state().group(1) == "CANCELLED", "Slurm to record the job CANCELLED", timeout=60,
-             logs=lambda: state() and state().group(0))
+    seen = [None]
+
+    def job_state():
+        found = re.search(r"JobState=(\S+)", slurm.run(["scontrol", "show", "job", job]).stdout)
+        seen[0] = found and found.group(1)
+        return seen[0]
+
+    wait_for(lambda: job_state() == "CANCELLED", "Slurm to record the job CANCELLED", timeout=60,
+             logs=lambda: f"JobState={seen[0]}")
 
 
 def tfdist(slurm, tmp_path, marker, *args: str, timeout: float = 300, salloc: bool = False):

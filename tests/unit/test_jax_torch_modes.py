@@ -219,3 +219,32 @@ def test_batch_sizes_follow_the_devices_each_process_drives():
     torch_gpus = plan("torch", [NodePlacement("g", "10.0.0.1", 2, (5000, 5001, 5002), gpu_node=True)], devices=[(3, 6)])
     assert per_worker(torch_gpus) == [24, 24]
     assert per_worker(plan("jax", [cpu("10.1.0.5", 2, (7001, 7002, 7003))])) == [24, 24]
+
+
+def test_a_torch_state_saved_again_at_a_step_is_never_complete_while_half_written(tmp_path):
+    """A preemption's save right after a periodic one writes the same step again: its old index goes first, so
+    a save cut short leaves no checkpoint of that step rather than an index beside a half-written file."""
+    import torch
+
+    from tfdist.torch_state import TorchState
+
+    model = torch.nn.Linear(2, 1)
+    prefix = str(tmp_path / "ckpt-5")
+    assert TorchState(model=model).write(prefix) == prefix and os.path.exists(prefix + ".index")
+
+    class Breaks:
+        def state_dict(self):
+            raise OSError("disk full")
+
+        def load_state_dict(self, state):
+            pass
+
+    with pytest.raises(OSError):
+        TorchState(model=model, other=Breaks()).write(prefix)
+    assert not os.path.exists(prefix + ".index")
+    TorchState(model=model).write(prefix)
+    fresh = torch.nn.Linear(2, 1)
+    TorchState(model=fresh).read(prefix)
+    assert torch.equal(fresh.weight, model.weight)
+    with pytest.raises(ValueError, match="pass the same names"):
+        TorchState(net=fresh).read(prefix)

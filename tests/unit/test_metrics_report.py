@@ -1,16 +1,21 @@
 """`tfdist metrics --plot` draws curves: per-batch values as lines, a metric's val_/test_ values in its
 panel, epoch ends as vertical lines (the matplotlib objects are checked, not pixels)."""
 
-import sys
+import os
 
 import pytest
 
 from cluster.client import metrics_report
-from tests.conftest import PLOT_SITE
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
+from tests.conftest import PLOT_SITE
 
 
-sys.path.append(PLOT_SITE)  # matplotlib is kept beside the test venv (Makefile: $(VENV)/.plot)
+@pytest.fixture(autouse=True)
+def matplotlib_beside_the_venv(monkeypatch):
+    """matplotlib is kept beside the test venv (Makefile: $(VENV)/.plot), on the path for these tests only: in
+    a process that imports Keras later, it would be imported by Keras too."""
+    assert os.path.isdir(PLOT_SITE), f"{PLOT_SITE} is missing: run `make .venv/.plot`"
+    monkeypatch.syspath_prepend(PLOT_SITE)
 
 
 def history() -> pb.GetMetricsResponse:

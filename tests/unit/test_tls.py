@@ -108,7 +108,7 @@ def test_plaintext_is_an_explicit_warned_opt_out_and_still_needs_credentials(tmp
 
 def test_a_server_closing_mid_handshake_is_unreachable_not_untrusted():
     """A coordinator killed or restarting while a client's TLS handshake is under way closes the socket: gRPC
-    says "Handshake read failed (Socket closed)". That is a server that is not there (retried by `logs -f`,
+    says "Handshake read failed (Socket closed)" (or "Connection reset by peer"). That is a server that is not there (retried by `logs -f`,
     submissions, agents), not one that failed to prove who it is (never retried)."""
     import socket
     import threading
@@ -137,5 +137,6 @@ def test_a_server_closing_mid_handshake_is_unreachable_not_untrusted():
         assert "cannot reach the coordinator" in str(err.value)
     finally:
         stop.set()
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the thread's accept()
         listener.close()
         server.stop(grace=0)

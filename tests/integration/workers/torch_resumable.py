@@ -23,7 +23,7 @@ import tfdist
 ctx = tfdist.init()
 dist.init_process_group("gloo")
 OUT = os.environ["OUT"]
-TOTAL_STEPS, GLOBAL_BATCH = 20, 8
+TOTAL_STEPS, GLOBAL_BATCH = 30, 8
 KILL_AT = int(os.environ.get("KILL_AT", "0"))
 SLOW = float(os.environ.get("SLOW", "0")) if ctx.attempt < int(os.environ.get("SLOW_RUNS", "1000")) else 0.0
 
@@ -57,10 +57,12 @@ while step < TOTAL_STEPS:
             f.write(f"{ctx.attempt} {step}\n")
     if KILL_AT and ctx.attempt == 0 and ctx.rank == 1 and step == KILL_AT:
         os.kill(os.getpid(), signal.SIGKILL)
-    if step % int(os.environ.get("SAVE_FREQ", "5")) == 0:
+    saved = step % int(os.environ.get("SAVE_FREQ", "5")) == 0
+    if saved:
         tfdist.save_checkpoint(state, step)
     if ctx.should_preempt(step):
-        tfdist.save_checkpoint(state, step)
+        if not saved:
+            tfdist.save_checkpoint(state, step)
         print(f"rank {ctx.rank} stopped at step {step}", flush=True)
         sys.exit(0)
     if SLOW:

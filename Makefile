@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start FORCE
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start plot FORCE
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,8 @@ $(VENV)/.plot: FORCE | $(VENV)/.test
 	@[ "$$(cat $@ 2>/dev/null)" = "$(PLOT)" ] || { rm -rf $(VENV)/plot-site && \
 	  $(UV) pip install --quiet --python $(PY) --no-deps --target $(VENV)/plot-site $(PLOT) && \
 	  { $(PY) -m compileall -q -j0 $(VENV)/plot-site >/dev/null || true; } && echo "$(PLOT)" > $@; }
+
+plot: $(VENV)/.plot
 
 FORCE:
 

@@ -135,7 +135,9 @@ def test_kill_9_of_the_coordinator_mid_search_loses_no_trial_and_trains_no_step_
         cluster.wait_agents("n1")
         searcher = {"name": "adaptive_asha", "metric": "val_loss", "max_trials": 4, "max_length": {"batches": 8},
                     "max_rungs": 3, "divisor": 2, "mode": "aggressive", "max_concurrent_trials": 2}
-        submitted = cluster.cli("launch", "--detach", "--config", write_config(tmp_path, searcher, slow=0.25))
+        # 0.5 s a step: a trial that loses its first rung (2 batches) has 3 s to pause before its end (8), kills
+        # included; at 0.25 s one sometimes trained to its end first, and then no trial reached the top rung.
+        submitted = cluster.cli("launch", "--detach", "--config", write_config(tmp_path, searcher, slow=0.5))
         assert submitted.returncode == 0, submitted.stderr
         experiment_id = submitted.stdout.strip()
         chance = random.Random(5)

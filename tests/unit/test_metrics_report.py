@@ -14,7 +14,7 @@ from tests.conftest import PLOT_SITE
 def matplotlib_beside_the_venv(monkeypatch):
     """matplotlib is kept beside the test venv (Makefile: $(VENV)/.plot), on the path for these tests only: in
     a process that imports Keras later, it would be imported by Keras too."""
-    assert os.path.isdir(PLOT_SITE), f"{PLOT_SITE} is missing: run `make .venv/.plot`"
+    assert os.path.isdir(PLOT_SITE), f"{PLOT_SITE} is missing: run `make plot`"
     monkeypatch.syspath_prepend(PLOT_SITE)
 
 

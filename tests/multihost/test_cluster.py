@@ -1,8 +1,9 @@
 """A real cluster on three hosts (network namespaces): coordinator, two agents, real gRPC and TF."""
 
 import json
-import re
 import os
+import re
+import select
 import signal
 import subprocess
 import time
@@ -99,7 +100,10 @@ def test_coordinator_kill9_and_restart_mid_job(make_cluster, hosts, marker):
     follower = subprocess.Popen(hosts["a1"].command(["logs", job_id, "-f", "--coordinator", cluster.address,
                                                      "--credentials", cluster.user_credential]),
                                 env=cli_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
+    # Killed once the follower follows (its first line printed), not while it starts: its first call, the job's
+    # lookup, fails at once on an unreachable coordinator, as any command does (seen under load after a 1 s sleep).
+    ready, _, _ = select.select([follower.stdout], [], [], 60)
+    assert ready and follower.stdout.readline(), "the follower printed nothing in 60 s"
     cluster.kill("c", signal.SIGKILL)
     time.sleep(2)  # workers go on; agents buffer output and retry
     cluster.start_coordinator()

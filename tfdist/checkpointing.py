@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import tempfile
+from typing import BinaryIO, Callable
 
 from tfdist import envvars
 from tfdist.context import CheckpointInfo
@@ -103,22 +104,21 @@ def save_checkpoint(checkpoint, step: int, ctx=None, directory: str | None = Non
     return None
 
 
-def write_index(prefix: str, index: dict) -> None:
-    """PREFIX.index, the last file of a checkpoint written by tfdist's own formats (tfdist/keras_state.py,
-    tfdist/torch_state.py), renamed into place: a checkpoint cut short has none and is never taken as the
-    latest (`latest` and `_prune` look for it, as they do for tf.train.Checkpoint's)."""
-    with open(prefix + ".index.partial", "w") as f:
-        json.dump(index, f)
-    os.replace(prefix + ".index.partial", prefix + ".index")
-
-
-def discard_index(prefix: str) -> None:
-    """Removes PREFIX.index before its checkpoint's files are written again (a second save at one step, as at
-    a preemption right after a periodic save): until the new index, the step has no checkpoint."""
+def write_sealed(prefix: str, data_suffix: str, write_data: Callable[[BinaryIO], None], index: dict) -> None:
+    """The files of a checkpoint in tfdist's own formats (tfdist/keras_state.py, tfdist/torch_state.py): the
+    data to PREFIX+data_suffix by rename, then PREFIX.index, renamed into place last. A checkpoint cut short has
+    no index and is never taken as the latest (`latest` and `_prune` look for it, as for tf.train.Checkpoint's);
+    one written again at its step (a preemption right after a periodic save) loses its old index first."""
     try:
         os.remove(prefix + ".index")
     except FileNotFoundError:
         pass
+    with open(prefix + data_suffix + ".partial", "wb") as f:
+        write_data(f)
+    os.replace(prefix + data_suffix + ".partial", prefix + data_suffix)
+    with open(prefix + ".index.partial", "w") as f:
+        json.dump(index, f)
+    os.replace(prefix + ".index.partial", prefix + ".index")
 
 
 def _prune(root: str, keep: int) -> None:

@@ -10,12 +10,11 @@ process (a collective: in the jax mode every rank takes part in a save)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import numpy as np
 
-from tfdist.checkpointing import discard_index, write_index
+from tfdist.checkpointing import write_sealed
 
 
 def _host_array(variable: Any) -> np.ndarray:
@@ -35,11 +34,8 @@ class KerasVariables:
 
     def write(self, prefix: str) -> str:
         arrays = {f"v{i}": _host_array(v) for i, v in enumerate(self._variables)}
-        discard_index(prefix)  # a save again at the same step: never an index beside half-written arrays
-        with open(prefix + ".data.npz.partial", "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(prefix + ".data.npz.partial", prefix + ".data.npz")
-        write_index(prefix, {"variables": [v.path for v in self._variables]})
+        write_sealed(prefix, ".data.npz", lambda f: np.savez(f, **arrays),
+                     {"variables": [v.path for v in self._variables]})
         return prefix
 
     def read(self, path: str) -> "KerasVariables":

@@ -14,10 +14,9 @@ containers only, nothing unpickled that could run code."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-from tfdist.checkpointing import discard_index, write_index
+from tfdist.checkpointing import write_sealed
 
 
 class TorchState:
@@ -36,10 +35,10 @@ class TorchState:
     def write(self, prefix: str) -> str:
         import torch
 
-        discard_index(prefix)  # a save again at the same step: never an index beside a half-written .pt
-        torch.save({name: obj.state_dict() for name, obj in self._stateful.items()}, prefix + ".pt.partial")
-        os.replace(prefix + ".pt.partial", prefix + ".pt")
-        write_index(prefix, {"objects": sorted(self._stateful)})
+        def save(f) -> None:  # the state dicts taken inside: a failing one leaves no index of this step
+            torch.save({name: obj.state_dict() for name, obj in self._stateful.items()}, f)
+
+        write_sealed(prefix, ".pt", save, {"objects": sorted(self._stateful)})
         return prefix
 
     def read(self, path: str) -> "TorchState":

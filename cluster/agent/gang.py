@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
-from cluster.agent.listening import listening_ports
+from cluster.agent.listening import listened_by_sessions
 from cluster.agent.worker_output import Splitter
 from cluster.shared.model import describe_exit
 from cluster.shared.output_lines import PROGRESS, Kind, NoiseFilter
@@ -194,9 +194,12 @@ class Gang:
         return self._stopping
 
     def joined_ranks(self) -> list[int]:
-        """Ranks that joined: tfdist.init() wrote their ready file, or their port listens."""
+        """Ranks that joined: tfdist.init() wrote their ready file, or the worker (its session: each worker
+        starts one) listens on its port. Another process listening on that port number is not the rank
+        joining (cluster/agent/listening.py)."""
         waiting = [w for w in self.workers if w.rank not in self._joined and w.rank in self._procs]
-        listening = listening_ports() if any(w.port is not None for w in waiting) else frozenset()
+        sessions = {w.port: self._procs[w.rank].pid for w in waiting if w.port is not None}
+        listening = listened_by_sessions(sessions) if sessions else set()
         for w in waiting:
             if (w.ready_file and os.path.exists(w.ready_file)) or w.port in listening:
                 self._joined.add(w.rank)

@@ -21,17 +21,20 @@ SLEEPER = os.path.join(REPO, "tests", "multihost", "sleeper.py")
 
 
 def test_a_rank_that_never_joins_fails_a_job_of_one_process_nodes(local_cluster):
+    """Rank 0 listens on rank 1's port meanwhile (`--squat`), as a concurrent job's worker did in CI: a
+    listener that is not rank 1's own process is not rank 1 joining (the job waited forever)."""
     cluster = local_cluster()
     for name in ("n1", "n2"):
         cluster.start_agent(name, "--slots", "1")
     cluster.wait_agents("n1", "n2")
-    result = cluster.cli("launch", "--slots", "2", "--startup-timeout", "12", "--", HANG, "1")
+    result = cluster.cli("launch", "--slots", "2", "--startup-timeout", "12", "--", HANG, "1", "--squat")
     assert result.returncode == 1, result.stderr
     assert "failed: rank(s) 1 did not join within the startup timeout of 12s" in result.stderr
     # While it waited, the launcher said who had not joined (issue 18: nothing until the timeout).
     assert re.search(r"tfdist: job \S+ running: 1 of 2 ranks joined; waiting for rank 1 \(node n2\)( for 10 s)? "
                      r"\(startup timeout 12 s\)\n", result.stderr), result.stderr
     assert "tfdist: last lines of rank 1 (node n2):\n  rank 1 up" in result.stderr
+    assert "[rank=0] rank 0 listens on rank 1's port" in result.stdout
     assert "[rank=0] rank 0 up" in result.stdout and "[rank=1] rank 1 up" in result.stdout
 
 

@@ -90,10 +90,10 @@ def test_joined_ranks_are_those_that_wrote_their_ready_file(tmp_path, marker):
     assert result.exit_codes == {0: -signal.SIGTERM, 1: -signal.SIGTERM} and result.failure is None
 
 
-def test_listening_ports_from_the_kernels_socket_diagnostics(marker):
-    """netlink's answer names the listeners /proc/net/tcp shows (IPv4 and IPv6), and a closed listener is
-    gone from it; a bound socket that does not listen is no listener. (Other tests may listen meanwhile:
-    the sets are compared on this test's own ports.)"""
+def test_listeners_from_the_kernels_socket_diagnostics(marker):
+    """netlink's answer names the listeners /proc/net/tcp shows (IPv4 and IPv6) with their sockets' inodes,
+    and a closed listener is gone from it; a bound socket that does not listen is no listener. (Other tests
+    may listen meanwhile: the tables are compared on this test's own ports.)"""
     import socket
     with socket.socket() as s, socket.socket(socket.AF_INET6) as s6, socket.socket() as bound:
         s.bind(("127.0.0.1", 0))
@@ -101,26 +101,45 @@ def test_listening_ports_from_the_kernels_socket_diagnostics(marker):
         s6.bind(("::1", 0))
         s6.listen()
         bound.bind(("127.0.0.1", 0))
-        ports = listening._asked(socket.AF_INET) | listening._asked(socket.AF_INET6)
-        assert {s.getsockname()[1], s6.getsockname()[1]} <= ports
-        assert bound.getsockname()[1] not in ports
-        assert {s.getsockname()[1], s6.getsockname()[1]} <= listening._read_proc()  # the fallback agrees
-        assert bound.getsockname()[1] not in listening._read_proc()
+        mine = {sock.getsockname()[1]: frozenset({os.fstat(sock.fileno()).st_ino}) for sock in (s, s6)}
+        asked = {**listening._asked(socket.AF_INET), **listening._asked(socket.AF_INET6)}
+        assert {port: asked.get(port) for port in mine} == mine
+        assert bound.getsockname()[1] not in asked
+        from_proc = listening._read_proc()  # the fallback agrees
+        assert {port: from_proc.get(port) for port in mine} == mine
+        assert bound.getsockname()[1] not in from_proc
         port = s.getsockname()[1]
-    assert port not in listening.listening_ports()
+    assert port not in listening.listeners()
 
 
-def test_listening_port_counts_as_joined(marker):
+def test_a_port_counts_as_joined_only_when_the_worker_itself_listens_on_it(marker):
+    """Rank 0's worker starts a child that listens on rank 0's port (the worker's session: joined). Rank 1's
+    port is listened on by another process (this test's, as another job's worker or a daemon could once the
+    port number was free): rank 1 has not joined. Before, any listener on the port counted, and such a rank
+    was taken as joined: its job waited forever instead of failing at its startup timeout."""
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        gang = Gang([WorkerLaunch(0, [sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ),
-                                  port=port)], lambda *a: None, stop_grace=0.5)
+    with socket.socket() as free, socket.socket() as squatter:
+        free.bind(("127.0.0.1", 0))
+        own_port = free.getsockname()[1]
+        free.close()
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        listens = _py(f"""
+            import subprocess, sys
+            subprocess.run([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                            "s.bind(('127.0.0.1', {own_port})); s.listen(); print('up', flush=True); time.sleep(60)"])
+            """)
+        sleeps = _py("import time; time.sleep(60)")
+        lines = []
+        gang = Gang([WorkerLaunch(0, listens, cli_env(marker), port=own_port),
+                     WorkerLaunch(1, sleeps, cli_env(marker), port=squatter.getsockname()[1])],
+                    lambda rank, stream, line: lines.append(line), stop_grace=0.5)
         gang.start()
         try:
-            assert gang.joined_ranks() == [0]
+            deadline = time.monotonic() + 60
+            while gang.joined_ranks() != [0] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert gang.joined_ranks() == [0], lines
         finally:
             gang.stop()
             gang.run()

@@ -57,7 +57,7 @@ def test_an_agent_restarted_under_its_name_fails_its_job_at_once_and_kills_lefto
                               "are gone; the other workers were stopped")
     cluster.wait_for(lambda: not os.path.exists(f"/proc/{child}") or
                      open(f"/proc/{child}/stat").read().split()[2] == "Z", "the leftover child to be killed")
-    cluster.wait_for(lambda: all(a.get("free_slots", 0) == 1 for a in cluster.json("agents")["agents"]), "both slots to be free")
+    cluster.wait_for(lambda: all(a.get("free_slots", 0) == 1 for a in cluster.listed_agents()), "both slots to be free")
     assert "killed 1 leftover worker process(es)" in (cluster.tmp / "agent-n2.log").read_text()
 
 
@@ -104,7 +104,7 @@ def test_a_second_ctrl_c_or_sigterm_leaves_at_once_and_says_how_to_follow(local_
     assert (f"tfdist: {name} again: cancel requested; not waiting for job {job_id} to end. Follow it with "
             f"`tfdist job {job_id}` or `tfdist logs -f {job_id}`") in err
     assert cluster.job(job_id)["state"] == "CANCELED"
-    cluster.wait_for(lambda: cluster.json("agents")["agents"][0].get("free_slots", 0) == 1, "the worker to be killed after its grace")
+    cluster.wait_for(lambda: cluster.listed_agents()[0].get("free_slots", 0) == 1, "the worker to be killed after its grace")
 
 
 def test_daemons_stop_on_sigterm_while_the_other_side_hangs(local_cluster):

@@ -19,7 +19,7 @@ SLEEPER = os.path.join(REPO, "tests", "multihost", "sleeper.py")
 
 
 def agent(cluster, name):
-    return next(a for a in cluster.json("agents")["agents"] if a["name"] == name)
+    return next(a for a in cluster.listed_agents() if a["name"] == name)
 
 
 def loss_seconds(cluster, name):

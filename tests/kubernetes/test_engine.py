@@ -99,7 +99,7 @@ def kube(plane, admin, tmp_path_factory):
                 "--node-selector", "type=test-kubelet", "--pod-start-timeout", "60"])
         finally:
             del os.environ["TFDIST_POD_AGENT_COMMAND"]
-        cluster.wait_for(lambda: {a["name"] for a in cluster.json("agents")["agents"] if a["state"] == "ALIVE"}
+        cluster.wait_for(lambda: {a["name"] for a in cluster.listed_agents() if a["state"] == "ALIVE"}
                          >= set(NODES), "the cluster's nodes offered")
         yield Kube(admin, cluster, kubelets, marker)
     finally:
@@ -185,7 +185,7 @@ def test_a_coordinator_killed_re_adopts_its_pods_and_preempt_and_resume_work_as_
     kube.restart_coordinator()
     restarted_at = trained(tmp_path, 0)
     assert restarted_at < TOTAL_STEPS - 4, f"the run reached step {restarted_at} while the coordinator restarted"
-    kube.cluster.wait_for(lambda: any(a["state"] == "ALIVE" and a["jobs"] for a in kube.cluster.json("agents")["agents"]),
+    kube.cluster.wait_for(lambda: any(a["state"] == "ALIVE" and a["jobs"] for a in kube.cluster.listed_agents()),
                           "the pods' agents registered again", timeout=60)
     assert {p.metadata.name: p.metadata.uid for p in kube.admin.list(Pod, namespace=NS)} == before, \
         "the pods were not the same ones after the restart"

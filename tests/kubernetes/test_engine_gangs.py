@@ -45,7 +45,7 @@ def test_a_gang_is_never_half_placed_when_one_node_frees_up(plane, admin, tmp_pa
         samples: list[int] = []
 
         def offered(*names):
-            alive = {a["name"]: a for a in cluster.json("agents")["agents"] if a["state"] == "ALIVE"}
+            alive = {a["name"]: a for a in cluster.listed_agents() if a["state"] == "ALIVE"}
             samples.append(len(_ours(admin)))
             return all(n in alive for n in names)
 

@@ -134,22 +134,32 @@ kubernetes-start:
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
 
-# The unit tests run once, through Bazel (one target per file, every tests/unit/test_*.py), beside everything
+# The unit tests run once, through Bazel (two targets, the first in 3 shards: BUILD), beside everything
 # that starts processes, which runs under pytest; pytest starts the Bazel run and reports it in its summary,
-# above its own summary line, which closes the output (tests/unit_tier.py). While the control plane's first
-# build is still going, the unit tier runs first, beside that build, instead. Bazel gives each test a HOME of
+# above its own summary line, which closes the output (tests/unit_tier.py). Bazel gives each test a HOME of
 # its own (so its port leases are not the machine's): its tests lease ports from TFDIST_PORT_RANGE 20000-22767
 # (tools/bazel_test.sh), below the range the pytest tier's launches and coordinators lease from. Three pytest
 # workers, each test module on one (module fixtures such as a Slurm cluster start once): most of these tests
 # wait on processes, sockets, Slurm and the API server rather than the CPU: on 2 cores three at a time ran 141
-# tests in 14m16s where two had run 135 in 14m45s. One tier after the other: 19m46s on a fresh clone; beside:
-# 19m50s against 21m19s (docs/development.md).
-PYTEST_ARGS = -p no:cacheprovider -n 3 --dist loadscope --durations=15 tests --ignore=tests/unit
+# tests in 14m16s where two had run 135 in 14m45s. While the control plane's first build is still going,
+# everything but tests/kubernetes runs beside it, and tests/kubernetes once it is built (a second pytest
+# session, its own summary line last): the build, the unit tier and the pytest tier then share both cores
+# instead of the pytest tier waiting for the build (docs/development.md).
+PYTEST_ARGS = -p no:cacheprovider -n 3 --dist loadscope --durations=15
 test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.jax $(VENV)/.plot $(VENV)/.horovod $(VENV)/.torch debian-packages
-	@if bash tests/kubernetes/build_control_plane.sh --built; then beside=1; else \
-	  bash tools/bazel_test.sh && bash tests/kubernetes/build_control_plane.sh --wait && beside=0 || exit 1; fi; \
-	  echo "TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)"; \
-	  TFDIST_UNIT_TIER_BESIDE=$$beside $(PY) -m pytest $(PYTEST_ARGS)
+	@if bash tests/kubernetes/build_control_plane.sh --built; then \
+	  echo "TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit"; \
+	  TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit; \
+	else \
+	  echo "kubernetes: still building; its tests run once it is built, the others now"; \
+	  echo "TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit --ignore=tests/kubernetes"; \
+	  TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit --ignore=tests/kubernetes; \
+	  others=$$?; \
+	  bash tests/kubernetes/build_control_plane.sh --wait && \
+	  echo "$(PY) -m pytest $(PYTEST_ARGS) tests/kubernetes" && $(PY) -m pytest $(PYTEST_ARGS) tests/kubernetes; \
+	  kubernetes=$$?; \
+	  [ $$others = 0 ] && [ $$kubernetes = 0 ]; \
+	fi
 
 unit: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot
 	$(PY) -m pytest -p no:cacheprovider tests/unit

@@ -26,7 +26,7 @@ import tfdist, cluster.client.cli, cluster.agent.daemon, cluster.coordinator.dae
 repo = {repo!r}
 from_repo = sorted(f for f in (getattr(m, "__file__", None) or "" for m in list(sys.modules.values()))
                    if f.startswith(repo + os.sep) and not f.startswith({own_venv!r}))
-start_up = getattr(sys.modules.get("sitecustomize"), "__file__", "")
+start_up = getattr(sys.modules.get("_tfdist_worker_startup"), "__file__", "")  # the environment's may be `sitecustomize`
 print("rank", os.environ.get("TFDIST_RANK", "-"), "tfdist", tfdist.__file__, "start-up", start_up, "from-repo", from_repo)
 """
 

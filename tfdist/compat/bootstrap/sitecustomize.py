@@ -120,8 +120,15 @@ def _after_rendezvous(module):
     rendezvous.ready_after(module, _STARTUP.ready_after[1])
 
 
+STARTUP_MODULE = "_tfdist_worker_startup"  # this module's name in sys.modules whatever `sitecustomize` names
+
+
 def _chain_to_the_environments_own() -> None:
+    """Runs the environment's own sitecustomize too (Debian's Python has one: apport's hook), which then keeps
+    the name; this start-up stays in sys.modules as STARTUP_MODULE."""
     mine = sys.modules.pop("sitecustomize", None)
+    if mine is not None:
+        sys.modules[STARTUP_MODULE] = mine
     saved = list(sys.path)
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
     try:

@@ -142,24 +142,10 @@ demo: $(VENV)/.examples
 # workers, each test module on one (module fixtures such as a Slurm cluster start once): most of these tests
 # wait on processes, sockets, Slurm and the API server rather than the CPU: on 2 cores three at a time ran 141
 # tests in 14m16s where two had run 135 in 14m45s. While the control plane's first build is still going,
-# everything but tests/kubernetes runs beside it, and tests/kubernetes once it is built (a second pytest
-# session, its own summary line last): the build, the unit tier and the pytest tier then share both cores
-# instead of the pytest tier waiting for the build (docs/development.md).
-PYTEST_ARGS = -p no:cacheprovider -n 3 --dist loadscope --durations=15
+# tests/kubernetes waits for it in a session of its own and the rest runs beside the build
+# (tools/run_tests.sh; docs/development.md).
 test: kubernetes-start torch-start $(VENV)/.test $(VENV)/.jax $(VENV)/.plot $(VENV)/.horovod $(VENV)/.torch debian-packages
-	@if bash tests/kubernetes/build_control_plane.sh --built; then \
-	  echo "TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit"; \
-	  TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit; \
-	else \
-	  echo "kubernetes: still building; its tests run once it is built, the others now"; \
-	  echo "TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit --ignore=tests/kubernetes"; \
-	  TFDIST_UNIT_TIER_BESIDE=1 $(PY) -m pytest $(PYTEST_ARGS) tests --ignore=tests/unit --ignore=tests/kubernetes; \
-	  others=$$?; \
-	  bash tests/kubernetes/build_control_plane.sh --wait && \
-	  echo "$(PY) -m pytest $(PYTEST_ARGS) tests/kubernetes" && $(PY) -m pytest $(PYTEST_ARGS) tests/kubernetes; \
-	  kubernetes=$$?; \
-	  [ $$others = 0 ] && [ $$kubernetes = 0 ]; \
-	fi
+	@PY=$(PY) bash tools/run_tests.sh
 
 unit: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot
 	$(PY) -m pytest -p no:cacheprovider tests/unit

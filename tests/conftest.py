@@ -31,18 +31,21 @@ WITH_PLOT = {"PYTHONPATH": os.pathsep.join([REPO, PLOT_SITE])}
 # multi-host and Slurm modules, among the longest, came last, so the run ended with one or two workers busy
 # on them and the others idle. Longest first, every worker finishes near the same time.
 LONGEST_FIRST = (
-    "tests/kubernetes/test_engine.py",  # 350
-    "tests/slurm/test_slurm.py",  # 326
-    "tests/integration/test_launch_mwms.py",  # 278
-    "tests/integration/test_restarts.py",  # 256
-    "tests/integration/test_jax_torch.py",  # 219
-    "tests/multihost/test_cluster.py",  # 185
-    "tests/integration/test_horovod_mode.py",  # 171
-    "tests/slurm/test_slurm_experiments.py",  # 128
-    "tests/integration/test_ps_mode.py",  # 91
-    "tests/integration/test_failures.py",  # 88
-    "tests/integration/test_liveness.py",  # 79
-    "tests/multihost/test_jax_torch_hosts.py",  # 71
+    "tests/slurm/test_slurm.py",  # 356
+    "tests/integration/test_launch_mwms.py",  # 296
+    "tests/kubernetes/test_engine.py",  # 287
+    "tests/integration/test_restarts.py",  # 251
+    "tests/multihost/test_cluster.py",  # 202
+    "tests/integration/test_jax_torch.py",  # 166
+    "tests/integration/test_horovod_mode.py",  # 157
+    "tests/integration/test_ps_mode.py",  # 105
+    "tests/slurm/test_slurm_experiments.py",  # 96
+    "tests/integration/test_experiments.py",  # 84
+    "tests/integration/test_liveness.py",  # 80
+    "tests/integration/test_experiments_local.py",  # 66
+    "tests/integration/test_failures.py",  # 63
+    "tests/integration/test_local_runs.py",  # 63
+    "tests/integration/test_cluster_cli.py",  # 60
 )
 
 

@@ -40,25 +40,55 @@ def discover_addresses(coordinator: str | None = None) -> list[dict]:
 
 
 def discover_gpus(env: dict | None = None) -> list[Gpu]:
-    """The GPUs this agent may hand out: `nvidia-smi --query-gpu=index,uuid,name`, restricted to
-    the agent's own CUDA_VISIBLE_DEVICES (indices or UUIDs) when it was started under one (e.g. by a
-    cluster manager). Indices are nvidia-smi's: PCI bus order."""
+    """The GPUs this agent may hand out: `nvidia-smi --query-gpu=index,uuid,name`, or NVML's answer to
+    the same question where nvidia-smi is not installed (containers that mount the driver's library but
+    not its tools), restricted to the agent's own CUDA_VISIBLE_DEVICES (indices or UUIDs) when it was
+    started under one (e.g. by a cluster manager). Indices are nvidia-smi's: PCI bus order."""
     smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if out.returncode != 0:
-        return []
-    gpus = parse_gpu_query(out.stdout)
+    gpus = _smi_gpus(smi) if smi else nvml_gpus()
     visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         wanted = [v.strip() for v in visible.split(",") if v.strip()]
         gpus = [g for g in gpus if str(g.index) in wanted or g.uuid in wanted]
     return gpus
+
+
+def _smi_gpus(smi: str) -> list[Gpu]:
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,uuid,name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return parse_gpu_query(out.stdout) if out.returncode == 0 else []
+
+
+def nvml_gpus() -> list[Gpu]:
+    """NVML's GPUs (`pynvml`, the tfdist[gpu] extra); none when it is not installed or finds no driver.
+    NVML numbers devices as nvidia-smi does (it is what nvidia-smi asks)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # not installed, or no driver behind it
+        return []
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid, name = pynvml.nvmlDeviceGetUUID(handle), pynvml.nvmlDeviceGetName(handle)
+            gpus.append(Gpu(index, _text(uuid), _text(name)))
+        return gpus
+    except Exception:  # a device that stopped answering: no GPU is offered rather than a wrong one
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value  # older pynvml returns bytes
 
 
 def parse_gpu_query(text: str) -> list[Gpu]:

@@ -26,7 +26,7 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--out", help="write this process's weights to OUT/rank<N>.npz")
 args = parser.parse_args()
 
-keras.distribution.initialize()  # one process of several: joins the others (a no-op when alone)
+keras.distribution.initialize()  # joins the other processes (tfdist launch sets what it reads, even for one)
 keras.utils.set_random_seed(1)
 
 devices = keras.distribution.list_devices()  # every process's devices

@@ -45,12 +45,16 @@ def discover_gpus(env: dict | None = None) -> list[Gpu]:
     not its tools), restricted to the agent's own CUDA_VISIBLE_DEVICES (indices or UUIDs) when it was
     started under one (e.g. by a cluster manager). Indices are nvidia-smi's: PCI bus order."""
     smi = shutil.which("nvidia-smi")
-    gpus = _smi_gpus(smi) if smi else nvml_gpus()
-    visible = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        wanted = [v.strip() for v in visible.split(",") if v.strip()]
-        gpus = [g for g in gpus if str(g.index) in wanted or g.uuid in wanted]
-    return gpus
+    return visible_only(_smi_gpus(smi) if smi else nvml_gpus(), os.environ if env is None else env)
+
+
+def visible_only(gpus: list[Gpu], env) -> list[Gpu]:
+    """The GPUs of `gpus` that `env`'s CUDA_VISIBLE_DEVICES (indices or UUIDs) leaves; all where it is not set."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return gpus
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    return [g for g in gpus if str(g.index) in wanted or g.uuid in wanted]
 
 
 def _smi_gpus(smi: str) -> list[Gpu]:

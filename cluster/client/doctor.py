@@ -63,11 +63,18 @@ def probe_python(python: str, timeout: float) -> checks.PythonFacts:
 
 
 def probe_gpus(env: dict | None = None) -> checks.GpuFacts:
-    """nvidia-smi's GPUs, and how many of them CUDA_VISIBLE_DEVICES leaves (indices or UUIDs, as the agent reads it)."""
+    """nvidia-smi's GPUs (NVML's where nvidia-smi is not installed), and how many of them CUDA_VISIBLE_DEVICES
+    leaves (indices or UUIDs): as the agent reads them."""
     env = os.environ if env is None else env
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not smi:
-        return checks.GpuFacts("")
+        from cluster.agent.netinfo import nvml_gpus, visible_only
+
+        listed = nvml_gpus()
+        if not listed:
+            return checks.GpuFacts("")
+        visible = None if env.get("CUDA_VISIBLE_DEVICES") is None else len(visible_only(listed, env))
+        return checks.GpuFacts(checks.NVML, len(listed), visible)
     try:
         out = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=SMI_TIMEOUT, env=dict(env))

@@ -53,10 +53,13 @@ class PythonFacts:
     horovod_build: str = ""  # tfdist's build id, "" for another build
 
 
+NVML = "NVML"  # GpuFacts.smi where nvidia-smi is not installed and NVML listed the GPUs
+
+
 @dataclasses.dataclass(frozen=True)
 class GpuFacts:
-    """nvidia-smi's answer: `smi` is its path ("": not on PATH); `visible`: the GPUs CUDA_VISIBLE_DEVICES
-    leaves (None: not set)."""
+    """nvidia-smi's answer: `smi` is its path ("": not on PATH; NVML: NVML answered instead); `visible`: the
+    GPUs CUDA_VISIBLE_DEVICES leaves (None: not set)."""
 
     smi: str
     listed: int = 0
@@ -167,12 +170,14 @@ def check_gpus(py: PythonFacts, gpus: GpuFacts) -> Result:
     sees = py.tf_gpus
     if not gpus.smi:
         if sees:
-            return Result("gpus", PROBLEM, f"TensorFlow sees {sees} GPU(s) but nvidia-smi is not on PATH: tfdist's "
-                          "agent counts and assigns GPUs with it", "put the NVIDIA driver's nvidia-smi on PATH")
+            return Result("gpus", PROBLEM, f"TensorFlow sees {sees} GPU(s) but nvidia-smi is not on PATH and NVML "
+                          "lists none: tfdist's agent counts and assigns GPUs with one of them",
+                          "put the NVIDIA driver's nvidia-smi on PATH, or pip install 'tfdist[gpu]' (NVML)")
         return Result("gpus", OK, "none (no nvidia-smi): a CPU node; agents need --slots N")
     expected = gpus.listed if gpus.visible is None else gpus.visible
-    listed = f"nvidia-smi lists {gpus.listed}" + ("" if gpus.visible is None else
-                                                   f", CUDA_VISIBLE_DEVICES leaves {gpus.visible}")
+    tool = "NVML" if gpus.smi == NVML else "nvidia-smi"
+    listed = f"{tool} lists {gpus.listed}" + ("" if gpus.visible is None else
+                                               f", CUDA_VISIBLE_DEVICES leaves {gpus.visible}")
     if sees == expected:
         return Result("gpus", OK, f"{listed}, TensorFlow sees {sees}")
     if sees == 0 and not py.cuda:

@@ -14,6 +14,7 @@ from cluster.client import doctor_checks as checks
 from tests.agent_core import AgentsServer
 from cluster.shared.credentials import Authority
 from tests.conftest import REPO, MARKER_VAR
+from tests.stand_in_nvml import StandInNvml
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,7 +46,7 @@ def run(py=GOOD, gpus=CPU_NODE, ports=PORTS, coordinator=checks.CoordinatorFacts
     (GOOD, checks.GpuFacts("/bin/nvidia-smi", 8), "", "gpus", checks.PROBLEM, "tensorflow[and-cuda]"),
     (dataclasses.replace(GOOD, cuda=True, tf_gpus=2), checks.GpuFacts("/bin/nvidia-smi", 8, visible=2), "", "gpus",
      checks.OK, "CUDA_VISIBLE_DEVICES leaves 2, TensorFlow sees 2"),
-    (dataclasses.replace(GOOD, tf_gpus=1), CPU_NODE, "", "gpus", checks.PROBLEM, "nvidia-smi is not on PATH"),
+    (dataclasses.replace(GOOD, tf_gpus=1), CPU_NODE, "", "gpus", checks.PROBLEM, "nvidia-smi is not on PATH and NVML lists none"),
     (GOOD, checks.GpuFacts("/bin/nvidia-smi", failed="nvidia-smi exited with 9: NVIDIA-SMI has failed"), "", "gpus",
      checks.PROBLEM, "NVIDIA driver"),
     (GOOD, CPU_NODE, "", "horovod", checks.SKIPPED, "tfdist build-horovod"),
@@ -128,6 +129,17 @@ def test_gpus_come_from_nvidia_smi_as_the_agent_reads_them():
     assert doctor.probe_gpus(env) == checks.GpuFacts(os.path.join(REPO, "tests", "fakes", "nvidia-smi"), 4)
     fakes = doctor.probe_gpus({**env, "CUDA_VISIBLE_DEVICES": "1,GPU-00000003-fake-4000-8000-000000000003,7"})
     assert (fakes.listed, fakes.visible) == (4, 2)
+
+
+def test_without_nvidia_smi_the_doctor_counts_nvmls_gpus_as_the_agent_does(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml([("GPU-aaaa", "NVIDIA H200"), ("GPU-bbbb", "NVIDIA H200")]))
+    env = {"PATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": "GPU-bbbb"}  # a container with the driver's library only
+    facts = doctor.probe_gpus(env)
+    assert facts == checks.GpuFacts(checks.NVML, 2, visible=1)
+    said = checks.check_gpus(dataclasses.replace(GOOD, cuda=True, tf_gpus=1), facts)
+    assert (said.status, said.detail) == (checks.OK, "NVML lists 2, CUDA_VISIBLE_DEVICES leaves 1, TensorFlow sees 1")
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml([], fails_to_start=True))
+    assert doctor.probe_gpus(env) == checks.GpuFacts("")
 
 
 def test_a_python_that_hangs_importing_tensorflow_is_stopped_and_named(tmp_path, monkeypatch, marker):

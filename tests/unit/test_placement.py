@@ -4,6 +4,7 @@ import pytest
 
 from cluster.shared.model import Address
 from cluster.coordinator.placement import PlacementError, choose_addresses, choose_gpus, choose_ports
+from tests.stand_in_nvml import StandInNvml
 
 
 def a(ip, prefix=24, iface="eth0"):
@@ -59,41 +60,15 @@ def test_nvidia_smi_query_lines_are_parsed_and_malformed_ones_skipped():
                                       Gpu(1, "GPU-bbbb", "NVIDIA H100, with a comma")]
 
 
-class _StandInNvml:
-    """pynvml's calls discovery makes, over a list of (uuid, name): NVML numbers devices as nvidia-smi."""
-
-    def __init__(self, devices, fails_to_start=False):
-        self.devices, self.fails_to_start, self.shut_down = devices, fails_to_start, False
-
-    def nvmlInit(self):
-        if self.fails_to_start:
-            raise RuntimeError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self):
-        self.shut_down = True
-
-    def nvmlDeviceGetCount(self):
-        return len(self.devices)
-
-    def nvmlDeviceGetHandleByIndex(self, index):
-        return index
-
-    def nvmlDeviceGetUUID(self, handle):
-        return self.devices[handle][0].encode()  # older pynvml: bytes
-
-    def nvmlDeviceGetName(self, handle):
-        return self.devices[handle][1]
-
-
 def test_without_nvidia_smi_the_gpus_are_nvmls_restricted_to_the_agents_visible_devices(monkeypatch, tmp_path):
     from cluster.agent.netinfo import discover_gpus
     from cluster.shared.model import Gpu
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: a container with the driver's library only
-    nvml = _StandInNvml([("GPU-aaaa", "NVIDIA H200"), ("GPU-bbbb", "NVIDIA H200")])
+    nvml = StandInNvml([("GPU-aaaa", "NVIDIA H200"), ("GPU-bbbb", "NVIDIA H200")])
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     assert discover_gpus(env={}) == [Gpu(0, "GPU-aaaa", "NVIDIA H200"), Gpu(1, "GPU-bbbb", "NVIDIA H200")]
     assert nvml.shut_down
     assert discover_gpus(env={"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}) == [Gpu(1, "GPU-bbbb", "NVIDIA H200")]
-    monkeypatch.setitem(sys.modules, "pynvml", _StandInNvml([("GPU-aaaa", "x")], fails_to_start=True))
+    monkeypatch.setitem(sys.modules, "pynvml", StandInNvml([("GPU-aaaa", "x")], fails_to_start=True))
     assert discover_gpus(env={}) == []

@@ -3,8 +3,9 @@ started by hand, on a GPU where the machine has one: examples per second of the 
 workload, after a warm-up fit that compiles the step, benchmarks/keras_jax_fit_worker.py) and the wall
 time of the whole command, alternating rounds, medians of --runs.
 
-It also checks the pinning: under tfdist the worker's CUDA_VISIBLE_DEVICES holds the GPU its agent gave
-the job and JAX sees exactly that one device; by hand JAX sees every GPU. With --require-gpu (the device
+It also checks the pinning: a local launch's slot is one of this machine's GPUs (as an agent offers them),
+so under tfdist the worker's CUDA_VISIBLE_DEVICES names the GPU the job got and JAX sees exactly that one
+device; by hand JAX sees every GPU. With --require-gpu (the device
 check, tools/device_check.sh) it exits 1 when there is no GPU or the pinning is not so.
 
     python benchmarks/keras_jax_fit.py [--runs 3] [--steps 500] [--batch 512] [--require-gpu]
@@ -16,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,22 +27,17 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
 from benchmarks.compare import alternate, print_table, summarize, write_json  # noqa: E402
+from cluster.agent.netinfo import discover_gpus  # noqa: E402
+from cluster.shared.model import Gpu  # noqa: E402
 
 WORKLOAD = os.path.join(HERE, "keras_jax_fit_worker.py")
 BENCH = re.compile(r"BENCH (\{.*\})")
 MEASURES = ("examples_per_s", "wall_s")
 
 
-def gpu_names() -> list[str]:
-    """The machine's GPUs by name (nvidia-smi, else NVML), empty without one."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=30)
-        return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
-    from cluster.agent.netinfo import nvml_gpus
-
-    return [gpu.name for gpu in nvml_gpus()]
+def machine_gpus() -> list[Gpu]:
+    """This machine's GPUs as tfdist's agent and local launch find them (nvidia-smi, else NVML), all of them."""
+    return discover_gpus({})
 
 
 def commands(args) -> dict[str, list[str]]:
@@ -69,7 +64,7 @@ def run_once(command: list[str], state_dir: str, timeout: float) -> tuple[dict, 
     return {"examples_per_s": report["examples"] / report["seconds"], "wall_s": wall}, report
 
 
-def pinning_problems(by_hand: dict, launched: dict, gpus: list[str]) -> list[str]:
+def pinning_problems(by_hand: dict, launched: dict, gpus: list[Gpu]) -> list[str]:
     """What is wrong with where each run trained, given the machine's GPUs: empty when all is as it should be."""
     problems = []
     if not gpus:
@@ -77,12 +72,13 @@ def pinning_problems(by_hand: dict, launched: dict, gpus: list[str]) -> list[str
     for name, report in (("by hand", by_hand), ("tfdist launch", launched)):
         if report["backend"] != "gpu":
             problems.append(f"{name}: JAX trained on {report['backend']}, not the GPU")
-    if launched["cuda_visible_devices"] in (None, ""):
-        problems.append(f"tfdist launch: CUDA_VISIBLE_DEVICES is {launched['cuda_visible_devices']!r}, "
-                        f"not the GPU the agent gave the job")
+    pinned = launched["cuda_visible_devices"]
+    if pinned not in {str(g.index) for g in gpus} | {g.uuid for g in gpus}:
+        problems.append(f"tfdist launch: CUDA_VISIBLE_DEVICES is {pinned!r}, not one of this machine's GPUs "
+                        f"({', '.join(str(g.index) for g in gpus)}) given to the job's one slot")
     elif len(launched["local_devices"]) != 1:
         problems.append(f"tfdist launch: JAX sees {launched['local_devices']} with CUDA_VISIBLE_DEVICES="
-                        f"{launched['cuda_visible_devices']}, not exactly the one GPU pinned")
+                        f"{pinned}, not exactly the one GPU pinned")
     if len(by_hand["local_devices"]) != len(gpus):
         problems.append(f"by hand: JAX sees {by_hand['local_devices']}, not the machine's {len(gpus)} GPUs")
     return problems
@@ -100,8 +96,8 @@ def main() -> int:
     parser.add_argument("--json", default=os.path.join(HERE, "results", "keras_jax_fit.json"))
     args = parser.parse_args()
 
-    gpus = gpu_names()
-    card = ", ".join(gpus) or "none (CPU)"
+    gpus = machine_gpus()
+    card = ", ".join(g.name for g in gpus) or "none (CPU)"
     print(f"GPUs: {card}", file=sys.stderr)
     reports: dict[str, dict] = {}  # each way's last report
 

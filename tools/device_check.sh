@@ -6,6 +6,7 @@
 # against the same script by hand, and the agent's pinning of the GPU. Results under $OUT (else /tmp).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1  # lines reach $OUT as they are printed, even if the call's limit cuts the run short
 out=${OUT:-/tmp}
 PY=${PYTHON:-python3}
 site=$(mktemp -d)/site
@@ -17,5 +18,6 @@ site=$(mktemp -d)/site
   tfdist rich namex optree packaging
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -m pip list 2>/dev/null > "$out/packages.txt" || true
-"$PY" benchmarks/keras_jax_fit.py --require-gpu "$@" --json "$out/keras_jax_fit.json" 2>&1 | tee "$out/keras_jax_fit.txt"
-exit "${PIPESTATUS[0]}"
+# 6 runs of about 30 s: --timeout bounds each within the call's 600 s; its exit status is the script's (pipefail)
+"$PY" benchmarks/keras_jax_fit.py --require-gpu --timeout 120 "$@" --json "$out/keras_jax_fit.json" 2>&1 \
+  | tee "$out/keras_jax_fit.txt"

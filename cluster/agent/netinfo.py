@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+from typing import Mapping
 
 from cluster.shared.model import Gpu
 
@@ -48,7 +49,7 @@ def discover_gpus(env: dict | None = None) -> list[Gpu]:
     return visible_only(_smi_gpus(smi) if smi else nvml_gpus(), os.environ if env is None else env)
 
 
-def visible_only(gpus: list[Gpu], env) -> list[Gpu]:
+def visible_only(gpus: list[Gpu], env: Mapping[str, str]) -> list[Gpu]:
     """The GPUs of `gpus` that `env`'s CUDA_VISIBLE_DEVICES (indices or UUIDs) leaves; all where it is not set."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:

@@ -53,15 +53,15 @@ class PythonFacts:
     horovod_build: str = ""  # tfdist's build id, "" for another build
 
 
-NVML = "NVML"  # GpuFacts.smi where nvidia-smi is not installed and NVML listed the GPUs
+NVML = "NVML"  # GpuFacts.source where nvidia-smi is not installed and NVML listed the GPUs
 
 
 @dataclasses.dataclass(frozen=True)
 class GpuFacts:
-    """nvidia-smi's answer: `smi` is its path ("": not on PATH; NVML: NVML answered instead); `visible`: the
-    GPUs CUDA_VISIBLE_DEVICES leaves (None: not set)."""
+    """Who listed the GPUs: `source` is nvidia-smi's path, or NVML where nvidia-smi is not on PATH ("": neither
+    lists any); `visible`: the GPUs CUDA_VISIBLE_DEVICES leaves (None: not set)."""
 
-    smi: str
+    source: str
     listed: int = 0
     visible: int | None = None
     failed: str = ""
@@ -168,14 +168,14 @@ def check_gpus(py: PythonFacts, gpus: GpuFacts) -> Result:
     if py.failed or not py.tensorflow:
         return Result("gpus", SKIPPED, "needs TensorFlow first")
     sees = py.tf_gpus
-    if not gpus.smi:
+    if not gpus.source:
         if sees:
             return Result("gpus", PROBLEM, f"TensorFlow sees {sees} GPU(s) but nvidia-smi is not on PATH and NVML "
                           "lists none: tfdist's agent counts and assigns GPUs with one of them",
                           "put the NVIDIA driver's nvidia-smi on PATH, or pip install 'tfdist[gpu]' (NVML)")
-        return Result("gpus", OK, "none (no nvidia-smi): a CPU node; agents need --slots N")
+        return Result("gpus", OK, "none (no nvidia-smi, NVML lists none): a CPU node; agents need --slots N")
     expected = gpus.listed if gpus.visible is None else gpus.visible
-    tool = "NVML" if gpus.smi == NVML else "nvidia-smi"
+    tool = "NVML" if gpus.source == NVML else "nvidia-smi"
     listed = f"{tool} lists {gpus.listed}" + ("" if gpus.visible is None else
                                                f", CUDA_VISIBLE_DEVICES leaves {gpus.visible}")
     if sees == expected:
@@ -210,7 +210,7 @@ def check_horovod(py: PythonFacts, mode: str) -> Result:
 def slots_of(gpus: GpuFacts, cpus: int) -> int:
     """The slots a job may use on this node: its GPUs, else one per core."""
     visible = gpus.listed if gpus.visible is None else gpus.visible
-    return visible if gpus.smi and visible else max(1, cpus)
+    return visible if gpus.source and visible else max(1, cpus)
 
 
 def check_ports(ports: PortFacts, slots: int) -> Result:

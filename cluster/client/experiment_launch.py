@@ -15,7 +15,8 @@ CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def cores_for_trials(slots_per_trial: int, max_concurrent: int, cores: int) -> int:
-    """A local experiment's slots on this machine: as many trials at once as its cores hold (at least one)."""
+    """A local experiment's slots on this machine: as many trials at once as its cores (its GPUs, where the
+    trials' slots are GPUs) hold, at least one."""
     return slots_per_trial * max(1, min(max_concurrent, cores // max(slots_per_trial, 1)))
 
 

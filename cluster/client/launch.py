@@ -15,11 +15,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Mapping
 
+from cluster.agent.netinfo import discover_gpus
 from cluster.slurm import allocation as slurm
 from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Authority, Credential, derived_key, new_secret
 from cluster.shared.commands import other_venv_warning, resolve_command, with_launcher_python
 from cluster.shared.config import ExperimentConfig
+from cluster.shared.model import Gpu
 from cluster.client import experiment_launch, local_runs
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
 from cluster.client.progress_view import QUIET, ViewOptions
@@ -48,6 +50,16 @@ def slots_warning(slots: int, cores: int) -> str | None:
     return (f"--slots {slots} starts {slots} worker processes on this machine's {cores} CPU core"
             f"{'s' if cores != 1 else ''}: they share the cores and train slower than {cores} would; use --slots "
             f"{cores} or fewer here, or a cluster (--coordinator, --slurm) for more")
+
+
+def local_gpus(slots: int, found: list[Gpu]) -> tuple[Gpu, ...]:
+    """The GPUs behind a local launch's slots (none: CPU slots), said in one line where it has to be CPU."""
+    from cluster.engines.local.engine import slots_on_gpus  # the engine's imports: only for a local launch
+
+    gpus, warning = slots_on_gpus(slots, found)
+    if warning:
+        sys.stderr.write(f"tfdist: warning: {warning}\n")
+    return gpus
 
 
 def local_command(config: ExperimentConfig) -> ExperimentConfig:
@@ -101,7 +113,7 @@ class EmbeddedCluster:
     memory, where this user's other terminals find it (`tfdist jobs`, `logs`, `preempt`): another user of
     this machine can reach the port but holds no credential."""
 
-    def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1):
+    def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1, gpus: tuple[Gpu, ...] = ()):
         from cluster.coordinator.daemon import CoordinatorProcess, InProcessClient, Settings
         from cluster.engines import EngineOptions, create_engine
         from cluster.engines.local import lease_range
@@ -112,7 +124,7 @@ class EmbeddedCluster:
         settings = Settings(port_range=lease_range(), first_job_seq=first_job_seq,
                             store_key=derived_key(secret, "job store"), counting=False)
         self.process = CoordinatorProcess(state_dir, settings,
-                                          create_engine("local", EngineOptions(slots=slots))).start()
+                                          create_engine("local", EngineOptions(slots=slots, gpus=gpus))).start()
         self.client = InProcessClient(self.process.core, user_name())
         self._front = self._published = None
         self._front_lock = threading.Lock()
@@ -179,14 +191,19 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
                              f"({', '.join(allocation.nodes)}), {slots} slot(s)"
                              f"{' per trial' if spec.config.searcher else ''}\n")
         else:
-            warning = slots_warning(config.slots_per_trial, len(os.sched_getaffinity(0)))
+            found = discover_gpus()  # the launcher's CUDA_VISIBLE_DEVICES="" hides them: CPU slots
+            on_gpus = bool(found) and config.slots_per_trial <= len(found)
+            room = len(found) if on_gpus else len(os.sched_getaffinity(0))  # what a slot stands for here
+            warning = None if on_gpus else slots_warning(config.slots_per_trial, room)
             if warning:
                 sys.stderr.write(f"tfdist: warning: {warning}\n")
-            run = None if state_dir else local_runs.new_run()
             slots = config.slots_per_trial if not spec.config.searcher else experiment_launch.cores_for_trials(
-                config.slots_per_trial, spec.config.searcher["max_concurrent_trials"], len(os.sched_getaffinity(0)))
+                config.slots_per_trial, spec.config.searcher["max_concurrent_trials"], room)
+            gpus = local_gpus(slots, found)
+            run = None if state_dir else local_runs.new_run()
             try:
-                embedded = EmbeddedCluster(slots, state_dir or run.path, first_job_seq=run.number if run else 1)
+                embedded = EmbeddedCluster(slots, state_dir or run.path, first_job_seq=run.number if run else 1,
+                                           gpus=gpus)
             except BaseException:
                 if run:
                     local_runs.remove(run)
@@ -238,7 +255,7 @@ def resume_local(run: local_runs.LocalRun, job_id: str, slots: int, view: ViewOp
     """`tfdist resume ID` of a paused local job whose launch ended: an embedded cluster on the run's state
     (the job's slots on this machine) resumes it from its latest checkpoint and follows it as launch does
     (the same signals and exit codes)."""
-    embedded = EmbeddedCluster(slots, run.path, first_job_seq=run.number)
+    embedded = EmbeddedCluster(slots, run.path, first_job_seq=run.number, gpus=local_gpus(slots, discover_gpus()))
     client = embedded.client
     try:
         printed = last_seq(client, job_id)  # the launch that ran it printed those

@@ -33,7 +33,7 @@ from cluster.coordinator.store import StateStore
 from cluster.coordinator.user_first import UserFirst, UserFirstLock
 from cluster.coordinator.values import AgentLive, ChangeBoard, Settings
 from cluster.shared.credentials import Authority
-from cluster.shared.model import LogLine, MetricRow, WorkerExit
+from cluster.shared.model import Gpu, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import NodeUsage
 
 ENGINE_THREADS = 64  # the coordinator's server threads for an engine's held calls (agents' WaitForWork)
@@ -105,6 +105,7 @@ class Engine(Protocol):
 class EngineOptions:
     """What `tfdist coordinator --engine NAME` and a local launch know to build an engine with."""
     slots: int = 1  # the local engine's: worker processes on this machine
+    gpus: tuple[Gpu, ...] = ()  # the local engine's: the GPUs behind its slots (none: CPU slots)
     # The Kubernetes engine's (cluster/engines/kubernetes): where its jobs' pods go and how they reach back.
     namespace: str = "tfdist"
     kubeconfig: str = ""  # "": the pod's ServiceAccount (in-cluster)

@@ -1,11 +1,11 @@
 """GPU nodes with a stand-in nvidia-smi (8 GPUs): devices are assigned, never shared, and each worker
-process sees exactly its own through CUDA_VISIBLE_DEVICES."""
+process sees exactly its own through CUDA_VISIBLE_DEVICES; on a cluster's agents and in a local launch."""
 
 import os
 
 import pytest
 
-from tests.conftest import FAKES, REPO
+from tests.conftest import FAKES, JAX_SITE, REPO, run_cli
 
 pytestmark = [pytest.mark.timeout(180)]
 SHOW_DEVICES = os.path.join(REPO, "tests", "integration", "workers", "show_devices.py")
@@ -13,6 +13,11 @@ SHOW_DEVICES = os.path.join(REPO, "tests", "integration", "workers", "show_devic
 
 def gpu_env():
     return {"PATH": FAKES + os.pathsep + os.environ["PATH"]}
+
+
+def launch_env(**extra):
+    """A local launch's: the stand-in nvidia-smi, and JAX for the jax mode's check of it."""
+    return {**gpu_env(), "PYTHONPATH": REPO + os.pathsep + JAX_SITE, **extra}
 
 
 def test_packed_jobs_get_disjoint_gpus_and_see_only_them(local_cluster):
@@ -64,3 +69,30 @@ def test_modes_with_a_process_per_gpu_pin_each_to_its_device(local_cluster, mode
     cluster.wait_for(lambda: all(line in cluster.cli("logs", job).stdout for line in expected),
                      f"every {mode} process's devices")
     assert cluster.cli("cancel", job).returncode == 0
+
+
+@pytest.mark.parametrize("mode", ["mwms", "jax"])
+def test_a_local_launch_on_a_gpu_machine_gives_its_slots_gpus(marker, mode):
+    """As an agent offers its GPUs as its slots: one process drives the job's GPUs in these modes."""
+    result = run_cli(["launch", "--slots", "2", "--distribution", mode, "--", "python", SHOW_DEVICES, "--then-exit"],
+                     marker, timeout=120, **launch_env(TFDIST_FAKE_GPUS="4"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[rank=0] cuda_visible_devices=0,1 tfdist_gpus=0,1 order=PCI_BUS_ID slots=2" in result.stdout, result.stdout
+    assert "[rank=1]" not in result.stdout and "warning" not in result.stderr, result.stderr
+
+
+def test_a_local_launch_takes_the_gpus_its_own_cuda_visible_devices_leaves(marker):
+    result = run_cli(["launch", "--slots", "1", "--distribution", "jax", "--", "python", SHOW_DEVICES, "--then-exit"],
+                     marker, timeout=120, **launch_env(CUDA_VISIBLE_DEVICES="GPU-00000003-fake-4000-8000-000000000003"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "[rank=0] cuda_visible_devices=3 tfdist_gpus=3 order=PCI_BUS_ID slots=1" in result.stdout, result.stdout
+
+
+def test_a_local_launch_of_more_slots_than_gpus_runs_cpu_slots_and_says_so(marker):
+    result = run_cli(["launch", "--slots", "3", "--distribution", "horovod", "--", "python", SHOW_DEVICES,
+                      "--then-exit"], marker, timeout=120, **launch_env(TFDIST_FAKE_GPUS="2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ("tfdist: warning: --slots 3 is more than this machine's 2 GPUs: the workers run on CPU slots and see "
+            "no GPU; --slots 2 or fewer trains on the GPUs\n") in result.stderr
+    for rank in range(3):
+        assert f"[rank={rank}] cuda_visible_devices= tfdist_gpus=None order=None slots=3" in result.stdout, result.stdout

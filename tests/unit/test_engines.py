@@ -198,3 +198,17 @@ def test_a_coordinator_daemon_on_the_local_engine_runs_a_launch_with_no_agent(ma
     finally:
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0
+
+
+def test_a_local_launch_s_slots_are_this_machine_s_first_gpus_when_it_has_as_many():
+    from cluster.engines.local import slots_on_gpus
+    from cluster.shared.model import Gpu
+
+    found = [Gpu(i, f"GPU-{i}", "NVIDIA H200") for i in (2, 5, 7)]  # as CUDA_VISIBLE_DEVICES left them
+    assert slots_on_gpus(2, found) == ((found[0], found[1]), None)
+    assert slots_on_gpus(3, found) == (tuple(found), None)
+    assert slots_on_gpus(4, []) == ((), None)  # a CPU machine: CPU slots, nothing to say
+    assert slots_on_gpus(4, found) == ((), "--slots 4 is more than this machine's 3 GPUs: the workers run on CPU "
+                                           "slots and see no GPU; --slots 3 or fewer trains on the GPUs")
+    assert create_engine("local", EngineOptions(slots=2, gpus=(found[0], found[1])))._record().gpus == (found[0],
+                                                                                                        found[1])

@@ -22,7 +22,7 @@ from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.node_runs import NodeRuns, Shipping
 from cluster.coordinator.engine import EngineHost, Front
 from cluster.engines.agents.nodes import AgentNodes
-from cluster.shared.model import Address, AgentRecord, LogLine, MetricRow, WorkerExit
+from cluster.shared.model import Address, AgentRecord, Gpu, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport
 from tfdist.errors import InternalError, NotFoundError, PermissionDeniedError, TfdistError, UserError
 
@@ -37,11 +37,25 @@ RETRY = 0.5  # seconds before storing again what the store refused (its disk ful
 REFUSED = (NotFoundError, PermissionDeniedError, UserError)
 
 
+def slots_on_gpus(slots: int, found: list[Gpu]) -> tuple[tuple[Gpu, ...], str | None]:
+    """The GPUs behind a local launch's `slots` (the first `slots` of this machine's, as an agent offers its
+    GPUs as its slots), and a warning where there are GPUs but fewer than the slots: then the slots are CPU
+    slots and the GPUs hidden from the workers, as under an agent's --slots, rather than a job that waits
+    for GPUs this machine does not have."""
+    if not found:
+        return (), None
+    if slots <= len(found):
+        return tuple(found[:slots]), None
+    return (), (f"--slots {slots} is more than this machine's {len(found)} GPU{'s' if len(found) != 1 else ''}: "
+                f"the workers run on CPU slots and see no GPU; --slots {len(found)} or fewer trains on the GPUs")
+
+
 class LocalEngine:
     name = "local"
 
-    def __init__(self, slots: int):
-        self.slots = slots
+    def __init__(self, slots: int, gpus: tuple[Gpu, ...] = ()):
+        """`gpus`: the GPUs behind the slots, one each (slots_on_gpus); none: CPU slots, GPUs hidden."""
+        self.slots, self.gpus = slots, tuple(gpus)
         self._host: EngineHost | None = None
         self._nodes: AgentNodes | None = None  # its node speaks the agents' protocol, in-process
         self._stop = threading.Event()
@@ -119,7 +133,7 @@ class LocalEngine:
         return self._nodes
 
     def _record(self) -> AgentRecord:
-        return AgentRecord(NODE, self.slots, (LOOPBACK,), ())
+        return AgentRecord(NODE, self.slots, (LOOPBACK,), self.gpus)
 
     # ---------------------------------------------------------------- the node's work
     def _work_loop(self) -> None:

@@ -27,7 +27,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
 from benchmarks.compare import alternate, print_table, summarize, write_json  # noqa: E402
-from cluster.agent.netinfo import discover_gpus  # noqa: E402
+from cluster.shared.gpus import discover_gpus  # noqa: E402
 from cluster.shared.model import Gpu  # noqa: E402
 
 WORKLOAD = os.path.join(HERE, "keras_jax_fit_worker.py")

@@ -11,6 +11,7 @@ versions=${DEVICE_PYTHON:-3.12}
 dest=.device-wheels
 rm -rf "$dest" && mkdir -p "$dest"
 "$PY" -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir "$dest" .
+rm -rf build  # setuptools' work folder
 # tfdist's own dependencies as pyproject.toml pins them (a --target install takes none from the machine),
 # and what they and Keras import
 deps=$("$PY" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')

@@ -26,13 +26,14 @@ from cluster.agent.edge import CoordinatorLink
 from cluster.agent.loops import jittered, ship_loop, watch_loop
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.metrics_endpoint import NodeCollector, NodeMetrics
-from cluster.agent.netinfo import discover_addresses, discover_gpus
+from cluster.agent.netinfo import discover_addresses
 from cluster.agent.node_runs import NodeRuns, Shipping
 from cluster.agent.outbox import Outbox
 from cluster.agent.ports import Prober, lease_dir
 from cluster.agent.unreachable import Unreachable
 from cluster.agent.usage import UsageSampler
 from cluster.shared.credentials import Credential, parse_run_name
+from cluster.shared.gpus import discover_gpus
 from cluster.shared.model import Address, AgentRecord, Gpu
 from cluster.shared.rpc import Client, ClientError
 from cluster.shared.work import AgentReport, ProbeTask, Work, of_run

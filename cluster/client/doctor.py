@@ -68,7 +68,7 @@ def probe_gpus(env: dict | None = None) -> checks.GpuFacts:
     env = os.environ if env is None else env
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not smi:
-        from cluster.agent.netinfo import nvml_gpus, visible_only
+        from cluster.shared.gpus import nvml_gpus, visible_only
 
         listed = nvml_gpus()
         if not listed:

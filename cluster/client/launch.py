@@ -15,12 +15,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Mapping
 
-from cluster.agent.netinfo import discover_gpus
 from cluster.slurm import allocation as slurm
 from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Authority, Credential, derived_key, new_secret
 from cluster.shared.commands import other_venv_warning, resolve_command, with_launcher_python
 from cluster.shared.config import ExperimentConfig
+from cluster.shared.gpus import discover_gpus
 from cluster.shared.model import Gpu
 from cluster.client import experiment_launch, local_runs
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary

@@ -5,7 +5,7 @@ import socket
 import threading
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cluster.engines.agents import reconcile
 from cluster.engines.agents.beacons import REPOKE_AFTER, BeaconBook, BeaconService
@@ -17,6 +17,8 @@ from cluster.shared.model import AgentRecord
 pytestmark = [pytest.mark.timeout(60)]
 KEY = bytes(range(32))
 
+UNDER_LOAD = [HealthCheck.too_slow]  # it times input drawing: a loaded machine is no failure of the property
+
 
 def test_a_datagram_reads_back_and_only_its_key_makes_it_authentic():
     data = beacon.encode(beacon.BEACON, "node-ü1", 7, 42, KEY, b"n" * 16)
@@ -27,7 +29,7 @@ def test_a_datagram_reads_back_and_only_its_key_makes_it_authentic():
     assert not beacon.authentic(datagram, beacon.new_key())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=UNDER_LOAD)
 @given(position=st.integers(min_value=0), flip=st.integers(min_value=1, max_value=255))
 def test_any_changed_byte_is_refused(position, flip):
     data = bytearray(beacon.encode(beacon.BEACON, "n1", 3, 9, KEY))
@@ -36,7 +38,7 @@ def test_any_changed_byte_is_refused(position, flip):
     assert datagram is None or not beacon.authentic(datagram, KEY)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=UNDER_LOAD)
 @given(st.binary(max_size=beacon.MAX_DATAGRAM + 8))
 def test_garbage_is_never_an_error(data):
     datagram = beacon.decode(data)

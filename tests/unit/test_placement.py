@@ -49,7 +49,7 @@ def test_gpus_are_never_shared():
 
 
 def test_nvidia_smi_query_lines_are_parsed_and_malformed_ones_skipped():
-    from cluster.agent.netinfo import parse_gpu_query
+    from cluster.shared.gpus import parse_gpu_query
     from cluster.shared.model import Gpu
 
     text = ("0, GPU-aaaa, NVIDIA H100 80GB HBM3\n"
@@ -61,7 +61,7 @@ def test_nvidia_smi_query_lines_are_parsed_and_malformed_ones_skipped():
 
 
 def test_without_nvidia_smi_the_gpus_are_nvmls_restricted_to_the_agents_visible_devices(monkeypatch, tmp_path):
-    from cluster.agent.netinfo import discover_gpus
+    from cluster.shared.gpus import discover_gpus
     from cluster.shared.model import Gpu
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi: a container with the driver's library only

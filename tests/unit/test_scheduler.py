@@ -98,7 +98,11 @@ def test_achievable_sizes():
 
 # ---------------------------------------------------------------- the coordinator's persistent index
 
-from hypothesis import given, settings as hypothesis_settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st  # noqa: E402
+
+# Hypothesis' too_slow check times the drawing of inputs: on a loaded 2-core CI machine one draw once took 49 s
+# (the process starved), and a property test must not fail on how busy the machine is.
+UNDER_LOAD = [HealthCheck.too_slow]
 
 from cluster.coordinator.capacity import NodeIndex  # noqa: E402
 
@@ -106,7 +110,7 @@ clusters = st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.integers(0, 8)), mi
 queues = st.lists(st.tuples(st.sampled_from([1, 2, 3, 4, 8, 12, 16, 24]), st.integers(0, 2)), max_size=12)
 
 
-@hypothesis_settings(max_examples=300, deadline=None)
+@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=UNDER_LOAD)
 @given(clusters, queues)
 def test_a_round_over_the_index_decides_as_one_over_the_list_and_leaves_the_index_as_it_was(cluster, queue):
     nodes = [Node(f"n{i:02d}", size, min(free, size)) for i, (size, free) in enumerate(cluster)]

@@ -35,11 +35,6 @@ BENCH = re.compile(r"BENCH (\{.*\})")
 MEASURES = ("examples_per_s", "wall_s")
 
 
-def machine_gpus() -> list[Gpu]:
-    """This machine's GPUs as tfdist's agent and local launch find them (nvidia-smi, else NVML), all of them."""
-    return discover_gpus({})
-
-
 def commands(args) -> dict[str, list[str]]:
     """By hand, and under `tfdist launch` (the CLI as a module: the same code as the `tfdist` script, found
     whether tfdist was installed into a venv or onto PYTHONPATH, as on the device machine)."""
@@ -96,7 +91,7 @@ def main() -> int:
     parser.add_argument("--json", default=os.path.join(HERE, "results", "keras_jax_fit.json"))
     args = parser.parse_args()
 
-    gpus = machine_gpus()
+    gpus = discover_gpus({})  # all of them, as an agent or a local launch finds them (nvidia-smi, else NVML)
     card = ", ".join(g.name for g in gpus) or "none (CPU)"
     print(f"GPUs: {card}", file=sys.stderr)
     reports: dict[str, dict] = {}  # each way's last report

@@ -14,10 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Mapping
 
 from cluster.client import doctor_checks as checks
 from cluster.client import doctor_probe, local_runs
 from cluster.shared.auth import find_credential
+from cluster.shared.gpus import nvml_gpus, parse_gpu_query, visible_only
+from cluster.shared.model import Gpu
 from cluster.shared.user_dirs import machine_dir_path, runtime_dir
 from cluster.shared.credentials import CredentialError
 from cluster.shared.rpc import Client, ClientError
@@ -68,13 +71,8 @@ def probe_gpus(env: dict | None = None) -> checks.GpuFacts:
     env = os.environ if env is None else env
     smi = shutil.which("nvidia-smi", path=env.get("PATH"))
     if not smi:
-        from cluster.shared.gpus import nvml_gpus, visible_only
-
         listed = nvml_gpus()
-        if not listed:
-            return checks.GpuFacts("")
-        visible = None if env.get("CUDA_VISIBLE_DEVICES") is None else len(visible_only(listed, env))
-        return checks.GpuFacts(checks.NVML, len(listed), visible)
+        return _gpu_facts(checks.NVML, listed, env) if listed else checks.GpuFacts("")
     try:
         out = subprocess.run([smi, "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=SMI_TIMEOUT, env=dict(env))
@@ -85,12 +83,12 @@ def probe_gpus(env: dict | None = None) -> checks.GpuFacts:
     if out.returncode != 0:
         said = (out.stderr or out.stdout).strip().splitlines()
         return checks.GpuFacts(smi, failed=f"{smi} exited with {out.returncode}: {said[-1] if said else ''}"[:300])
-    gpus = [[p.strip() for p in line.split(",")] for line in out.stdout.splitlines() if "," in line]
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return checks.GpuFacts(smi, len(gpus))
-    wanted = {v.strip() for v in visible.split(",") if v.strip()}
-    return checks.GpuFacts(smi, len(gpus), sum(1 for g in gpus if g[0] in wanted or g[1] in wanted))
+    return _gpu_facts(smi, parse_gpu_query(out.stdout), env)
+
+
+def _gpu_facts(source: str, listed: list[Gpu], env: Mapping[str, str]) -> checks.GpuFacts:
+    visible = None if env.get("CUDA_VISIBLE_DEVICES") is None else len(visible_only(listed, env))
+    return checks.GpuFacts(source, len(listed), visible)
 
 
 def probe_ports(port_range: tuple[int, int] | None, cluster: bool) -> checks.PortFacts:

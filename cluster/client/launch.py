@@ -20,7 +20,7 @@ from cluster.shared.auth import publish_local, unpublish_local, user_name
 from cluster.shared.credentials import Authority, Credential, derived_key, new_secret
 from cluster.shared.commands import other_venv_warning, resolve_command, with_launcher_python
 from cluster.shared.config import ExperimentConfig
-from cluster.shared.gpus import discover_gpus
+from cluster.shared.gpus import discover_gpus, slots_on_gpus
 from cluster.shared.model import Gpu
 from cluster.client import experiment_launch, local_runs
 from cluster.client.follow import PAUSED_EXIT, exit_code, follow_job, last_seq, summary
@@ -54,8 +54,6 @@ def slots_warning(slots: int, cores: int) -> str | None:
 
 def local_gpus(slots: int, found: list[Gpu]) -> tuple[Gpu, ...]:
     """The GPUs behind a local launch's slots (none: CPU slots), said in one line where it has to be CPU."""
-    from cluster.engines.local.engine import slots_on_gpus  # the engine's imports: only for a local launch
-
     gpus, warning = slots_on_gpus(slots, found)
     if warning:
         sys.stderr.write(f"tfdist: warning: {warning}\n")
@@ -192,14 +190,14 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
                              f"{' per trial' if spec.config.searcher else ''}\n")
         else:
             found = discover_gpus()  # the launcher's CUDA_VISIBLE_DEVICES="" hides them: CPU slots
-            on_gpus = bool(found) and config.slots_per_trial <= len(found)
-            room = len(found) if on_gpus else len(os.sched_getaffinity(0))  # what a slot stands for here
-            warning = None if on_gpus else slots_warning(config.slots_per_trial, room)
-            if warning:
-                sys.stderr.write(f"tfdist: warning: {warning}\n")
+            cores = len(os.sched_getaffinity(0))
+            room = len(found) if config.slots_per_trial <= len(found) else cores  # what a slot stands for here
             slots = config.slots_per_trial if not spec.config.searcher else experiment_launch.cores_for_trials(
                 config.slots_per_trial, spec.config.searcher["max_concurrent_trials"], room)
             gpus = local_gpus(slots, found)
+            warning = None if gpus else slots_warning(config.slots_per_trial, cores)
+            if warning:
+                sys.stderr.write(f"tfdist: warning: {warning}\n")
             run = None if state_dir else local_runs.new_run()
             try:
                 embedded = EmbeddedCluster(slots, state_dir or run.path, first_job_seq=run.number if run else 1,

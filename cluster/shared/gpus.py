@@ -11,13 +11,14 @@ from typing import Mapping
 from cluster.shared.model import Gpu
 
 
-def discover_gpus(env: dict | None = None) -> list[Gpu]:
+def discover_gpus(env: Mapping[str, str] | None = None) -> list[Gpu]:
     """The GPUs this agent may hand out: `nvidia-smi --query-gpu=index,uuid,name`, or NVML's answer to
     the same question where nvidia-smi is not installed (containers that mount the driver's library but
     not its tools), restricted to the agent's own CUDA_VISIBLE_DEVICES (indices or UUIDs) when it was
     started under one (e.g. by a cluster manager). Indices are nvidia-smi's: PCI bus order."""
-    smi = shutil.which("nvidia-smi")
-    return visible_only(_smi_gpus(smi) if smi else nvml_gpus(), os.environ if env is None else env)
+    env = os.environ if env is None else env
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    return visible_only(_smi_gpus(smi) if smi else nvml_gpus(), env)
 
 
 def visible_only(gpus: list[Gpu], env: Mapping[str, str]) -> list[Gpu]:
@@ -75,3 +76,16 @@ def parse_gpu_query(text: str) -> list[Gpu]:
         if len(parts) >= 2 and parts[0].isdigit() and parts[1].startswith("GPU-"):
             gpus.append(Gpu(int(parts[0]), parts[1], parts[2] if len(parts) > 2 else ""))
     return gpus
+
+
+def slots_on_gpus(slots: int, found: list[Gpu]) -> tuple[tuple[Gpu, ...], str | None]:
+    """The GPUs behind a local launch's `slots` (the first `slots` of this machine's, as an agent offers its
+    GPUs as its slots), and a warning where there are GPUs but fewer than the slots: then the slots are CPU
+    slots and the GPUs hidden from the workers, as under an agent's --slots, rather than a job that waits
+    for GPUs this machine does not have."""
+    if not found:
+        return (), None
+    if slots <= len(found):
+        return tuple(found[:slots]), None
+    return (), (f"--slots {slots} is more than this machine's {len(found)} GPU{'s' if len(found) != 1 else ''}: "
+                f"the workers run on CPU slots and see no GPU; --slots {len(found)} or fewer trains on the GPUs")

@@ -201,7 +201,7 @@ def test_a_coordinator_daemon_on_the_local_engine_runs_a_launch_with_no_agent(ma
 
 
 def test_a_local_launch_s_slots_are_this_machine_s_first_gpus_when_it_has_as_many():
-    from cluster.engines.local import slots_on_gpus
+    from cluster.shared.gpus import slots_on_gpus
     from cluster.shared.model import Gpu
 
     found = [Gpu(i, f"GPU-{i}", "NVIDIA H200") for i in (2, 5, 7)]  # as CUDA_VISIBLE_DEVICES left them

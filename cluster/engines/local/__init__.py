@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from cluster.agent.node_runs import lease_range  # the ports a local coordinator leases from: the machine's
 from cluster.coordinator.engine import EngineOptions
-from cluster.engines.local.engine import LocalEngine, slots_on_gpus
+from cluster.engines.local.engine import LocalEngine
 
 
 def create(options: EngineOptions) -> LocalEngine:
     return LocalEngine(options.slots, options.gpus)
 
 
-__all__ = ["LocalEngine", "create", "lease_range", "slots_on_gpus"]
+__all__ = ["LocalEngine", "create", "lease_range"]

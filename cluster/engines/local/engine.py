@@ -37,24 +37,11 @@ RETRY = 0.5  # seconds before storing again what the store refused (its disk ful
 REFUSED = (NotFoundError, PermissionDeniedError, UserError)
 
 
-def slots_on_gpus(slots: int, found: list[Gpu]) -> tuple[tuple[Gpu, ...], str | None]:
-    """The GPUs behind a local launch's `slots` (the first `slots` of this machine's, as an agent offers its
-    GPUs as its slots), and a warning where there are GPUs but fewer than the slots: then the slots are CPU
-    slots and the GPUs hidden from the workers, as under an agent's --slots, rather than a job that waits
-    for GPUs this machine does not have."""
-    if not found:
-        return (), None
-    if slots <= len(found):
-        return tuple(found[:slots]), None
-    return (), (f"--slots {slots} is more than this machine's {len(found)} GPU{'s' if len(found) != 1 else ''}: "
-                f"the workers run on CPU slots and see no GPU; --slots {len(found)} or fewer trains on the GPUs")
-
-
 class LocalEngine:
     name = "local"
 
     def __init__(self, slots: int, gpus: tuple[Gpu, ...] = ()):
-        """`gpus`: the GPUs behind the slots, one each (slots_on_gpus); none: CPU slots, GPUs hidden."""
+        """`gpus`: the GPUs behind the slots, one each (cluster/shared/gpus.py: slots_on_gpus); none: CPU slots."""
         self.slots, self.gpus = slots, tuple(gpus)
         self._host: EngineHost | None = None
         self._nodes: AgentNodes | None = None  # its node speaks the agents' protocol, in-process

@@ -177,6 +177,63 @@ def read_private(path: str, limit: int = 1 << 20) -> bytes:
     return data
 
 
+MAX_LINKS = 8  # links one mounted file may be reached through (a kubelet's atomic writer makes two)
+
+
+def read_mounted(path: str, limit: int = 1 << 20) -> bytes:
+    """Reads a file that may be a key of a volume a kubelet laid out (a Secret's, a ConfigMap's, a projected
+    one): its atomic writer makes `credential.json -> ..data/credential.json` and `..data -> ..2026_...`, links
+    that stay inside the volume's directory. Those are followed; nothing else: a link's target must be a
+    relative path below `path`'s directory (no `/` at its start, no `..` part), every link and file on the way
+    must be root's (the kubelet's) or this user's, and the file a regular one of at most `limit` bytes. A path
+    that is no link is read as read_private does."""
+    directory, name = os.path.split(os.path.abspath(path))
+    if not stat.S_ISLNK(os.lstat(path).st_mode):
+        return read_private(path, limit)
+    base = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fds = [base]
+    try:
+        parts, links, at = [name], 0, base  # `parts`: what is left to walk, relative to `at`
+        while parts:
+            part = parts.pop(0)
+            st = os.stat(part, dir_fd=at, follow_symlinks=False)
+            if st.st_uid not in (0, os.geteuid()):
+                raise UnsafePathError(f"{path}: {part} in {directory} belongs to {_owner_name(st.st_uid)}, neither "
+                                      "you nor root (a kubelet): tfdist will not read through it; remove it")
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                target = os.readlink(part, dir_fd=at)
+                pieces = [p for p in target.split("/") if p not in ("", ".")]
+                if links > MAX_LINKS or target.startswith("/") or ".." in pieces or not pieces:
+                    raise UnsafePathError(f"{path} is a symlink (made by {_owner_name(st.st_uid)}) that leads to "
+                                          f"{target!r}, outside {directory}; tfdist follows only the links a "
+                                          "kubelet's volume makes inside its own directory: remove it")
+                parts[:0] = pieces
+                continue
+            if parts:  # a directory on the way (the atomic writer's ..TIMESTAMP)
+                if not stat.S_ISDIR(st.st_mode):
+                    raise UnsafePathError(f"{path}: {part} in {directory} is not a directory; remove the link")
+                at = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)
+                fds.append(at)
+                continue
+            fd = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=at)
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+                    raise UnsafePathError(f"{path} leads to a file that is not a regular file of yours or root's "
+                                          f"(owner {_owner_name(st.st_uid)}): remove the link")
+                data = f.read(limit + 1)
+            if len(data) > limit:
+                raise UnsafePathError(f"{path} is larger than {limit} bytes; it is not a file tfdist wrote")
+            return data
+        raise UnsafePathError(f"{path} leads nowhere inside {directory}: remove the link")
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"{path} is a link to a file that does not exist", path) from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 # ---------------------------------------------------------------- umask
 
 def _current_umask() -> int:

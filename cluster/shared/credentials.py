@@ -24,10 +24,11 @@ import ipaddress
 import json
 import os
 import re
+import stat
 import secrets
 
 from tfdist.errors import UserError
-from tfdist.private_files import private_dir, read_private, write_private
+from tfdist.private_files import private_dir, read_mounted, read_private, write_private
 
 RUN_KIND = "run"  # one run's agent on one node (run_name): a Kubernetes pod's
 KINDS = ("node", "user", "admin", "monitor", RUN_KIND)
@@ -141,14 +142,14 @@ class Credential:
     @classmethod
     def load(cls, path: str) -> "Credential":
         try:
-            data = read_private(path, MAX_FILE)
+            data = read_mounted(path, MAX_FILE)  # a Secret volume's key is a link inside it (a pod's credential)
         except FileNotFoundError:
             raise CredentialError(f"credential file {path} does not exist; make one on the coordinator's host with "
                                   "`tfdist credentials DIR --user NAME` (or --node NAME)") from None
         except OSError as e:
             raise CredentialError(f"cannot read credential file {path}: {e.strerror}") from None
-        st = os.stat(path)
-        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == os.geteuid():
             os.chmod(path, 0o600)  # our own file: nobody else should read it from now on
         return cls.from_json(data.decode("utf-8", "replace"), path)
 

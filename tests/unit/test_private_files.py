@@ -15,7 +15,7 @@ import pytest
 
 from tfdist.errors import UnsafePathError
 from tfdist.private_files import check_private_dir, open_private, private_dir, read_private, write_private
-from tests.other_user import NOBODY
+from tests.other_user import NOBODY, NOBODY_UID
 
 
 
@@ -205,3 +205,85 @@ def test_a_daemon_runs_with_umask_077_and_remembers_the_users(tmp_path):
     out = subprocess.run([sys.executable, "-c", UMASKS], umask=0o027, env=env, capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()
     assert out == ["0o27", "0o27", "0o77", "0o27"]
+
+
+# ---------------------------------------------------------------- a kubelet's volume (issue 45, Measured 1)
+def test_a_key_of_a_kubelet_laid_out_volume_is_read_through_its_links(tmp_path):
+    from tests.volume_layout import lay_out
+    from tfdist.private_files import read_mounted
+
+    volume = str(tmp_path / "vol")
+    lay_out(volume, {"credential.json": b"{}"}, mode=0o440)
+    assert os.path.islink(os.path.join(volume, "credential.json"))
+    assert read_mounted(os.path.join(volume, "credential.json")) == b"{}"
+    with pytest.raises(UnsafePathError):  # what every read but this one still does
+        read_private(os.path.join(volume, "credential.json"))
+
+
+def test_a_plain_file_reads_as_before_and_a_missing_one_is_not_found(tmp_path):
+    from tfdist.private_files import read_mounted
+
+    (tmp_path / "plain.json").write_bytes(b"x")
+    assert read_mounted(str(tmp_path / "plain.json")) == b"x"
+    with pytest.raises(FileNotFoundError):
+        read_mounted(str(tmp_path / "absent.json"))
+    os.symlink("..data/absent.json", tmp_path / "dangling.json")
+    with pytest.raises(FileNotFoundError):
+        read_mounted(str(tmp_path / "dangling.json"))
+
+
+@pytest.mark.parametrize("target", ["/etc/hostname", "../outside/credential.json", "..data/../../outside/credential.json",
+                                    "sub/../../outside/credential.json"])
+def test_a_link_that_leaves_the_volume_is_refused_in_one_line(tmp_path, target):
+    from tfdist.private_files import read_mounted
+
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "credential.json").write_bytes(b"{}")
+    volume = tmp_path / "vol"
+    volume.mkdir()
+    (volume / "sub").mkdir()
+    os.symlink(target, volume / "credential.json")
+    with pytest.raises(UnsafePathError) as error:
+        read_mounted(str(volume / "credential.json"))
+    assert "outside" in one_line(error) and "remove it" in one_line(error)
+
+
+def test_another_users_file_or_link_in_the_volume_is_refused(tmp_path):
+    from tests.volume_layout import lay_out
+    from tfdist.private_files import read_mounted
+
+    volume = str(tmp_path / "vol")
+    folder = lay_out(volume, {"credential.json": b"{}"})
+    os.chown(os.path.join(folder, "credential.json"), NOBODY_UID, NOBODY_UID)
+    with pytest.raises(UnsafePathError) as error:
+        read_mounted(os.path.join(volume, "credential.json"))
+    assert "nobody" in one_line(error)
+    other = str(tmp_path / "other")
+    lay_out(other, {"credential.json": b"{}"})
+    os.lchown(os.path.join(other, "..data"), NOBODY_UID, NOBODY_UID)  # a link another user made
+    with pytest.raises(UnsafePathError) as error:
+        read_mounted(os.path.join(other, "credential.json"))
+    assert "..data" in one_line(error) and "nobody" in one_line(error)
+
+
+def test_a_link_loop_in_the_volume_ends_in_one_line(tmp_path):
+    from tfdist.private_files import read_mounted
+
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    with pytest.raises(UnsafePathError):
+        read_mounted(str(tmp_path / "a"))
+
+
+def test_another_user_reads_its_credential_from_a_volume_root_laid_out_for_its_group(shared, other_user_python):
+    """A pod's non-root user (fsGroup) reads the key the kubelet (root) laid out: mode 0440, group fsGroup."""
+    from tests.volume_layout import lay_out
+
+    volume = os.path.join(shared, "vol")
+    lay_out(volume, {"credential.json": b'{"kind": "user", "name": "alice", "token": "t"}'}, mode=0o440,
+            gid=NOBODY_UID)
+    script = ("from cluster.shared.credentials import Credential; import sys; "
+              "print(Credential.load(sys.argv[1]).name)")
+    out = subprocess.run([*other_user_python.argv("-c", script), os.path.join(volume, "credential.json")],
+                         capture_output=True, text=True, timeout=60, env=other_user_python.env())
+    assert out.returncode == 0 and out.stdout.strip() == "alice", out.stderr[-2000:]

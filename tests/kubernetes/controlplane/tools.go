@@ -1,6 +1,6 @@
 //go:build tools
 
-// The control plane's programs, built from this module by build_control_plane.sh: listed here so that
+// The control plane's programs and the real node's kubelet, built from this module by build_control_plane.sh: listed here so that
 // `go mod tidy` keeps what they need.
 package controlplane
 
@@ -8,4 +8,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

@@ -14,6 +14,7 @@ jobs at once instead of waiting on workers that are gone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
@@ -73,13 +74,17 @@ def node_slots(slots: int | None, gpus: list[Gpu] | None) -> tuple[list[Gpu], in
 class Agent:
     def __init__(self, coordinator: str, *, name: str, credential: Credential, slots: int | None = None,
                  addresses: list[Address] | None = None, gpus: list[Gpu] | None = None,
-                 metrics_listen: str | None = None, beacons: bool = True, only_run: tuple[str, int] | None = None):
+                 metrics_listen: str | None = None, beacons: bool = True, only_run: tuple[str, int] | None = None,
+                 working_dir: str | None = None):
         """`beacons`: prove the node alive with UDP beacons where the coordinator offers them (False:
         with heartbeats alone, as agents before them did; for UDP blocked between node and coordinator).
         `only_run`: (job, attempt) whose work alone it carries out (a Kubernetes pod's agent: the node is
-        its pod's only for that run; another's work waits for that run's own pod)."""
+        its pod's only for that run; another's work waits for that run's own pod). `working_dir`: where its
+        workers run, whatever directory the job was launched from (a pod has none of the client's: its
+        config's or its image's)."""
         self.name = name
         self.only_run = only_run
+        self.working_dir = working_dir
         self.gpus, self.slots = node_slots(slots, gpus)
         self.addresses = addresses or [Address(a["ip"], a["prefix_len"], a.get("interface", ""))
                                        for a in discover_addresses(coordinator)]
@@ -203,6 +208,9 @@ class Agent:
     def _apply(self, work: Work) -> None:
         if self.only_run is not None:
             work = of_run(work, *self.only_run)
+        if self.working_dir is not None and work.start:
+            work = dataclasses.replace(work, start=[dataclasses.replace(t, working_dir=self.working_dir)
+                                                    for t in work.start])
         for task in work.probes:
             self._start_probe(task)
         self.runs.apply(work)

@@ -257,6 +257,8 @@ AGENT = Command("agent", "run a node agent", _handler("daemon_commands", "run_ag
              "certificate the coordinator signs, and the coordinator's credentials (default: none)"),
     arg("--only-run", metavar="JOB/ATTEMPT", help="carry out only this run's work (what the Kubernetes engine's "
                                                    "pods run: the node is the pod's for its gang's run)"),
+    arg("--working-dir", metavar="DIR", help="run every job's workers in DIR, not in the directory the job was "
+                                              "launched from (a Kubernetes pod's agent: the config's or the image's)"),
     arg("--no-beacons", dest="beacons", action="store_false",
         help="prove this node alive with heartbeats alone, not UDP beacons to the coordinator's port (for a network "
              "that blocks UDP between them; costs the coordinator more at thousands of nodes)"),

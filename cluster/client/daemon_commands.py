@@ -193,7 +193,7 @@ def run_agent(args) -> int:
     try:
         agent = Agent(coordinator, name=name, slots=args.slots, credential=credential,
                       metrics_listen=getattr(args, "metrics_listen", None), beacons=getattr(args, "beacons", True),
-                      only_run=only_run)
+                      only_run=only_run, working_dir=getattr(args, "working_dir", None))
     except UserError as e:  # no GPUs and no --slots (NoSlotsError), a credential for another node
         raise UsageError(f"tfdist agent: {e}") from None
     _setup_daemon_logging(args.verbosity)

@@ -13,14 +13,17 @@ business: the machine hears `Placed`, `NodesStarted` and `Joined` and says `Hold
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Sequence, Union
+from typing import Callable, Sequence
 
 from cluster.coordinator import exits as exits_lib, policy, watchdogs
+from cluster.coordinator.job_events import (  # noqa: F401 (the machine's vocabulary, re-exported)
+    Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, NotStarted, PortsBusy, Freed,
+    Canceled, PreemptRequested, Resumed, Disrupted, DeadlineCheck, StacksAsked, SetState, Note, LogLine, Hold,
+    Release, TellNodes, Schedule, Count, Warn, Event, Action)
 from cluster.coordinator.run_state import NOTHING, RunState, frozen
 from cluster.coordinator.values import BadRequest as Refused  # the user's action does not apply to the job as it is
 from cluster.shared.model import Allocation, AllocState, Checkpoint, Job, JobState, WorkerExit
 from cluster.shared.modes import JobPlan
-from cluster.shared.work import RunningJob
 from tfdist.errors import InternalError
 
 
@@ -35,145 +38,6 @@ class Facts:
     latest_checkpoint: Callable[[], Checkpoint | None] = lambda: None
     startup_timeout: float = 300.0  # the coordinator's, for jobs that set none
     stack_dump_grace: float = 3.0
-
-
-# ---------------------------------------------------------------- events: what happened to the job
-@dataclasses.dataclass(frozen=True)
-class Adopted:
-    """The coordinator (re)started with the job placed: its clocks start now; exits recorded before decide."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Placed:
-    allocations: tuple[Allocation, ...]  # the engine made the scheduler's assignment concrete
-
-
-@dataclasses.dataclass(frozen=True)
-class PlacementFailed:
-    message: str  # the assignment could not be made concrete (no address the nodes share, ...)
-
-
-@dataclasses.dataclass(frozen=True)
-class NodesStarted:
-    """One of its nodes started its workers (its allocation is STARTED now)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Joined:
-    ranks: frozenset[int]
-
-
-@dataclasses.dataclass(frozen=True)
-class Progress:
-    report: RunningJob  # one node's report of its ranks' steps
-
-
-@dataclasses.dataclass(frozen=True)
-class Exited:
-    """A worker's exit of the current run was recorded (it is among facts.exits())."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Failed:
-    outcome: policy.Outcome  # a node lost or gone, a peer unreachable, a port check failed
-
-
-@dataclasses.dataclass(frozen=True)
-class NotStarted:
-    why: str  # an engine could not bring the placed gang up, through no fault of the job's (its pods were not
-    # scheduled in time): placed again, without spending a restart
-
-
-@dataclasses.dataclass(frozen=True)
-class PortsBusy:
-    node: str
-    ports: frozenset[int]  # found busy there: not leased to the job on that node again
-
-
-@dataclasses.dataclass(frozen=True)
-class Freed:
-    node: str  # the node let the job go (facts.allocations no longer has it)
-
-
-@dataclasses.dataclass(frozen=True)
-class Canceled:
-    why: str = "canceled by the user"  # the job's message (an experiment's searcher stopping a trial says why)
-
-
-@dataclasses.dataclass(frozen=True)
-class PreemptRequested:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class Resumed:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class DeadlineCheck:
-    """The periodic check: the start-up timeout and the step watchdog."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StacksAsked:
-    node: str  # the node was told to dump its workers' stacks
-
-
-Event = Union[Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, NotStarted, PortsBusy,
-              Freed, Canceled, PreemptRequested, Resumed, DeadlineCheck, StacksAsked]
-
-
-# ---------------------------------------------------------------- actions: what to do about it
-@dataclasses.dataclass(frozen=True)
-class SetState:
-    state: JobState
-    event: str  # the job's event line (after "STATE: ")
-    fields: Mapping = dataclasses.field(default_factory=dict)  # the job's other stored fields that change
-
-
-@dataclasses.dataclass(frozen=True)
-class Note:
-    event: str  # an event line without a state change
-    fields: Mapping = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class LogLine:
-    text: str  # a line of tfdist's own in the job's log
-
-
-@dataclasses.dataclass(frozen=True)
-class Hold:
-    allocations: tuple[Allocation, ...]  # the nodes are the job's now: the engine starts its workers
-
-
-@dataclasses.dataclass(frozen=True)
-class Release:
-    """Stop the job's workers; each node frees it once they are gone (`Freed`)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TellNodes:
-    """Its nodes hear of a change at once (a preemption request)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Schedule:
-    """A scheduling round: nodes may be free, or a job queued."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Count:
-    what: str  # a telemetry counter: "stalls", "startup_timeouts"
-
-
-@dataclasses.dataclass(frozen=True)
-class Warn:
-    text: str  # one line in the coordinator's log
-
-
-Action = Union[SetState, Note, LogLine, Hold, Release, TellNodes, Schedule, Count, Warn]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,6 +87,8 @@ def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
             return end(facts, run, policy.Outcome(JobState.CANCELED, why, 130), now)
         case PreemptRequested():
             return preempt(facts, run)
+        case Disrupted(why):
+            return disrupted(facts, run, why)
         case Resumed():
             if job.state != JobState.PAUSED:
                 raise Refused(f"job {job.id} is {job.state.value}, not PAUSED; only a paused job can be resumed")
@@ -266,6 +132,10 @@ def decide_exits(facts: Facts, run: RunState, now: float) -> Step:
     decision = exits_lib.decide(job, facts.plan, facts.exits())
     if decision is None:
         return Step(run)
+    if run.disrupted and decision.action in (exits_lib.JobAction.FAIL, exits_lib.JobAction.PAUSE):
+        saved = f"stopped and saved at step {job.preempted_step}" if decision.action == exits_lib.JobAction.PAUSE \
+            else "stopped before a common step"
+        return requeue(facts, run, f"{run.disrupted}: {saved}; placed again (no restart spent)", restart=False)
     if decision.action == exits_lib.JobAction.FAIL:
         return fail(facts, run, decision.outcome, now)
     if decision.action == exits_lib.JobAction.PAUSE:
@@ -280,6 +150,9 @@ def fail(facts: Facts, run: RunState, outcome: policy.Outcome, now: float) -> St
     job = facts.job
     if job.terminal:
         return Step(run)
+    if run.disrupted and job.state.active:  # its node went as the disruption said: no failure of the job's
+        return requeue(facts, run, f"{run.disrupted}: {outcome.message}; placed again (no restart spent)",
+                       restart=False)
     decision = policy.on_failure(outcome, job.restarts, job.spec.max_restarts)
     if decision.action == policy.FailureAction.RESTART and job.state.active:
         return requeue(facts, run, decision.message, restart=True)
@@ -329,6 +202,23 @@ def preempt(facts: Facts, run: RunState) -> Step:
     if job.terminal:
         raise Refused(f"job {job.id} already ended ({job.state.value}); nothing to preempt")
     return Step(run)
+
+
+def disrupted(facts: Facts, run: RunState, why: str) -> Step:
+    """A routine disruption of its nodes: a running run whose workers check for preemption stops at a common
+    step with a checkpoint (their exits then requeue it: decide_exits); any other active run is placed again
+    at once, from its latest checkpoint. Neither spends a restart."""
+    job = facts.job
+    if not job.state.active or job.state == JobState.QUEUED or run.disrupted:
+        return Step(run)
+    if job.state == JobState.RUNNING and job.preemptible:
+        changes = () if job.preempt_requested else (
+            Note(f"{why}: the workers stop and save at a common step, then the job is placed again",
+                 {"preempt_requested": 1}), TellNodes())
+        return Step(run.replace(disrupted=why), changes, touched=True)
+    latest = facts.latest_checkpoint()
+    where = f"from the checkpoint at step {latest.step}" if latest else "from the start (no checkpoint)"
+    return requeue(facts, run, f"{why}: placed again {where} (no restart spent)", restart=False)
 
 
 def deadlines(facts: Facts, run: RunState, now: float) -> Step:

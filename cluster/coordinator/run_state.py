@@ -36,6 +36,7 @@ class RunState:
     dump_to: frozenset[str] = frozenset()  # nodes yet to be asked for their workers' stacks
     # node -> ports found busy there for this job
     excluded_ports: Mapping[str, frozenset[int]] = dataclasses.field(default_factory=lambda: EMPTY)
+    disrupted: str = ""  # why its engine takes its nodes back (a drain, an eviction): it is placed again, unspent
 
     def replace(self, **changes) -> "RunState":
         return dataclasses.replace(self, **changes)

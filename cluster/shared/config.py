@@ -15,7 +15,7 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 
-from cluster.shared import hyperparameters, limits, search_space, searcher as searcher_lib
+from cluster.shared import hyperparameters, limits, pod_spec_rules, search_space, searcher as searcher_lib
 from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
 from cluster.shared.config_values import (ConfigError, check_bool, check_choice, check_int, check_mapping,  # noqa: F401
@@ -86,7 +86,7 @@ def parse_config(text: str, source: str = "<config>", hparams: Sequence[str] = (
 
 _TOP_KEYS = ("name", "entrypoint", "resources", "distribution", "optimizations", "watchdog", "hyperparameters",
              "environment", "max_restarts", "checkpoint_storage", "searcher", "kubernetes", "reproducibility")
-_KUBERNETES_KEYS = ("image", "pod_spec")  # the Kubernetes engine's own keys: merged into each pod of the job
+_KUBERNETES_KEYS = ("image", "pod_spec", "working_dir")  # the Kubernetes engine's own keys: each pod of the job
 _CHECKPOINT_KEYS = ("type", "host_path", "storage_path")
 CHECKPOINT_STORAGE_TYPES = ("shared_fs",)
 _WATCHDOG_KEYS = ("step_timeout",)
@@ -181,12 +181,19 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
 
 
 def _check_kubernetes(value: Any) -> dict[str, Any]:
-    """`kubernetes: {image: IMAGE, pod_spec: {...}}`: read by the Kubernetes engine alone (other engines run the
-    job as they would without it); the pod spec is the base of each of the job's pods, as Determined's
-    `environment.pod_spec`, and is checked by the API server when the pods are made."""
+    """`kubernetes: {image: IMAGE, pod_spec: {...}, working_dir: DIR}`: read by the Kubernetes engine alone
+    (other engines run the job as they would without it); the pod spec is the base of each of the job's pods, as
+    Determined's `environment.pod_spec`, through an allow-list (pod_spec_rules: the pods are the coordinator's,
+    so nothing in it may grant more than every user has), and checked by the API server when the pods are
+    made; `working_dir`: where the workers run in the image (default: the image's WorkingDir)."""
     section = check_mapping(value, "kubernetes", _KUBERNETES_KEYS)
     if "image" in section:
         check_text(section["image"], "kubernetes.image", limits.MAX_PATH_CHARS, empty=False, printable=True)
+    if "working_dir" in section:
+        check_text(section["working_dir"], "kubernetes.working_dir", limits.MAX_PATH_CHARS, empty=False, printable=True)
+        if not str(section["working_dir"]).startswith("/"):
+            raise ConfigError(f"kubernetes.working_dir: {section['working_dir']!r} is not an absolute path; give "
+                              "the directory in the image the workers run in, e.g. /workspace")
     if "pod_spec" in section:
         spec = section["pod_spec"]
         if not isinstance(spec, dict):
@@ -195,6 +202,10 @@ def _check_kubernetes(value: Any) -> dict[str, Any]:
         if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
             raise ConfigError(f"kubernetes.pod_spec.containers: expected a list of containers, got "
                               f"{describe(containers)}; name the one tfdist runs the workers in `tfdist-worker`")
+        try:
+            pod_spec_rules.check_pod_spec(spec)
+        except pod_spec_rules.PodSpecError as e:
+            raise ConfigError(str(e)) from None
     try:
         return hyperparameters.check_values(section)  # what the wire carries: YAML's plain values, bounded
     except hyperparameters.HyperparameterError as e:

@@ -32,6 +32,8 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, NodeStatus, Pod, PodStatus, Secret
 from lightkube.types import PatchType
 
+from tests import volume_layout
+
 POD_EXEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pod_exec.py")
 POLL = 0.2
 RENEW_EVERY = 5.0  # seconds between Lease renewals (the node lifecycle controller's grace is 40 s)
@@ -267,7 +269,9 @@ class TestKubelet:
         return env
 
     def _volume(self, pod: Pod, name: str) -> str:
-        """The volume's files in a folder of this kubelet's (a Secret's keys as files; otherwise empty)."""
+        """The volume's files in a folder of this kubelet's: a Secret's keys laid out as a real kubelet's atomic
+        writer does (`KEY -> ..data/KEY`, `..data -> ..TIMESTAMP/`, the files root's with the volume's mode and
+        the pod's fsGroup as their group: tests/volume_layout.py); otherwise empty."""
         folder = os.path.join(self.root, "volumes", pod.metadata.uid, name)
         os.makedirs(folder, mode=0o700, exist_ok=True)
         volume = next(v for v in pod.spec.volumes or () if v.name == name)
@@ -277,11 +281,11 @@ class TestKubelet:
             values = _decoded(secret)
             paths = {item.key: item.path for item in volume.secret.items} if volume.secret.items else \
                 {key: key for key in values}  # `items`: only those keys, at their paths (as a kubelet does)
-            for key, value in ((k, v) for k, v in values.items() if k in paths):
-                path = os.path.join(folder, paths[key])
-                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                    f.write(value)
-                os.chmod(path, mode)
+            group = pod.spec.securityContext.fsGroup if pod.spec.securityContext else None
+            if group is not None:
+                mode |= 0o040  # the kubelet's fsGroup pass: the group may read
+            volume_layout.lay_out(folder, {paths[k]: v.encode() for k, v in values.items() if k in paths}, mode,
+                                  gid=group)
         return folder
 
     def _terminated(self, pod: Pod, running: _Running, code: int) -> None:

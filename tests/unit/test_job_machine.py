@@ -153,6 +153,27 @@ TABLE = [
      m.DeadlineCheck(), (), ["SetState", "Release", "Schedule"], JobState.FAILED, lambda r: r == NOTHING),
     ("a node asked for stacks is not asked again",
      job(), None, WATCHED, m.StacksAsked("n1"), (), [], None, lambda r: r.dump_to == frozenset()),
+    # issue 45, Measured 7: a drain, an eviction or the cluster's preemption is routine, not a failure
+    ("a disruption of a run whose workers check: they stop and save at a common step",
+     job(preemptible=True), None, WATCHED, m.Disrupted("node n1 is being drained"), (), ["Note", "TellNodes"], None,
+     lambda r: r.disrupted == "node n1 is being drained"),
+    ("a disruption of a run that cannot stop at a step: placed again at once, no restart spent",
+     job(), None, WATCHED, m.Disrupted("pod p evicted"), (), ["Release", "LogLine", "SetState", "Schedule"],
+     JobState.QUEUED, lambda r: r == NOTHING),
+    ("a disrupted run's workers saved at the common step: placed again, not PAUSED",
+     job(preempt_requested=True, preempted_step=12), None, WATCHED.replace(disrupted="node n1 is being drained"),
+     m.Exited(), (exit_(0), exit_(1)), ["Release", "LogLine", "SetState", "Schedule"], JobState.QUEUED,
+     lambda r: r == NOTHING),
+    ("a disrupted run's workers killed before the common step: placed again, not failed",
+     job(max_restarts=0), None, WATCHED.replace(disrupted="pod p evicted"), m.Exited(), (exit_(0, code=-9),),
+     ["Release", "LogLine", "SetState", "Schedule"], JobState.QUEUED, lambda r: r == NOTHING),
+    ("a disrupted run's node lost (its pod deleted): placed again, not failed",
+     job(max_restarts=0), None, WATCHED.replace(disrupted="node n1 is being drained"),
+     m.Failed(Outcome(JobState.FAILED, "node n1 was lost", 1)), (), ["Release", "LogLine", "SetState", "Schedule"],
+     JobState.QUEUED, lambda r: r == NOTHING),
+    ("a second disruption of the same run changes nothing",
+     job(preemptible=True, preempt_requested=True), None, WATCHED.replace(disrupted="x"), m.Disrupted("y"), (), [],
+     None, lambda r: r.disrupted == "x"),
     ("the coordinator restarted: clocks start now, recorded exits decide",
      job(), None, NOTHING, m.Adopted(), (exit_(0), exit_(1)), ["SetState", "Release", "Schedule"],
      JobState.SUCCEEDED, lambda r: r == NOTHING),
@@ -240,3 +261,18 @@ def test_a_rolled_back_event_puts_every_run_back():
     runs.rollback()
     assert dict(runs.items()) == {"a": WATCHED} and runs.waiting == {} and not runs.touched
     assert runs.reasons().get("a", "") == "" and dict(runs.reasons()) == {}
+
+
+def test_a_disruption_spends_no_restart_and_says_why():
+    placed_again = m.step(facts(job(max_restarts=0, attempt=2, restarts=0), checkpoint=Checkpoint(30, "/c", 2, 1.0)),
+                          WATCHED, m.Disrupted("pod tfdist-7-a2-n1 was evicted (DisruptionTarget: EvictionByEvictionAPI)"),
+                          NOW)
+    fields = state_set(placed_again).fields
+    assert fields["attempt"] == 3 and fields["restarts"] == 0
+    assert state_set(placed_again).event == ("pod tfdist-7-a2-n1 was evicted (DisruptionTarget: EvictionByEvictionAPI): "
+                                             "placed again from the checkpoint at step 30 (no restart spent)")
+    saved = m.step(facts(job(preempt_requested=True, preempted_step=12), exits=(exit_(0), exit_(1))),
+                   WATCHED.replace(disrupted="node n1 is being drained"), m.Exited(), NOW)
+    assert state_set(saved).event == "node n1 is being drained: stopped and saved at step 12; placed again (no " \
+                                     "restart spent)"
+    assert state_set(saved).fields["restarts"] == 0

@@ -8,26 +8,29 @@ import pytest
 from cluster.engines.kubernetes.offers import NodeOffer, node_offers, pod_requests, quantity
 
 
-def node(name, gpus=0, cpu="8", ready="True", cordoned=False, taints=()):
+def node(name, gpus=0, cpu="8", ready="True", cordoned=False, taints=(), labels=None):
     allocatable = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
     if gpus:
         allocatable["nvidia.com/gpu"] = str(gpus)
-    return {"metadata": {"name": name},
+    return {"metadata": {"name": name, "labels": labels or {}},
             "spec": {"unschedulable": cordoned, "taints": list(taints)},
             "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": ready}]}}
 
 
-def pod(node_name, gpus=0, cpu=None, phase="Running", tfdist=False, init_gpus=0):
+def pod(node_name, gpus=0, cpu=None, phase="Running", tfdist=False, init_gpus=0, namespace="", memory=None):
     resources = {"requests": {}, "limits": {}}
     if gpus:
         resources["limits"]["nvidia.com/gpu"] = str(gpus)
     if cpu:
         resources["requests"]["cpu"] = cpu
+    if memory:
+        resources["requests"]["memory"] = memory
     spec = {"nodeName": node_name, "containers": [{"name": "c", "resources": resources}]}
     if init_gpus:
         spec["initContainers"] = [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": str(init_gpus)}}}]
     labels = {"app.kubernetes.io/managed-by": "tfdist"} if tfdist else {}
-    return {"metadata": {"name": "p", "labels": labels}, "spec": spec, "status": {"phase": phase}}
+    return {"metadata": {"name": "p", "labels": labels, "namespace": namespace}, "spec": spec,
+            "status": {"phase": phase}}
 
 
 @pytest.mark.parametrize("text, value", [("2", 2), ("500m", Fraction(1, 2)), ("1Gi", 2**30), ("1k", 1000),
@@ -75,3 +78,50 @@ def test_node_offers(nodes, pods, kwargs, expected):
     offers = node_offers(nodes, pods, **kwargs)
     assert offers == expected
     assert [o.offered for o in offers] == [not o.why_not and o.slots > 0 for o in expected]
+
+
+GKE_GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def test_a_gpu_pool_tainted_as_gke_taints_it_is_offered_with_the_default_toleration():
+    """Issue 45, Measured 5: GPU nodes tainted nvidia.com/gpu=present:NoSchedule were never offered."""
+    from cluster.engines.kubernetes.offers import tolerations_of
+
+    nodes = [node("g1", gpus=8, taints=[GKE_GPU_TAINT])]
+    assert node_offers(nodes, [])[0].why_not == "tainted nvidia.com/gpu=present:NoSchedule (not tolerated)"
+    assert node_offers(nodes, [], tolerations=tolerations_of(["nvidia.com/gpu"])) == [NodeOffer("g1", 8, 8)]
+    assert tolerations_of(["nvidia.com/gpu"]) == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def test_control_plane_nodes_are_not_offered_unless_asked():
+    nodes = [node("cp", cpu="4", labels={"node-role.kubernetes.io/control-plane": ""}), node("w", cpu="4")]
+    offers = node_offers(nodes, [])
+    assert [o.offered for o in offers] == [False, True]
+    assert offers[0].why_not == "a control-plane node (node-role.kubernetes.io/control-plane): not offered to jobs"
+    assert all(o.offered for o in node_offers(nodes, [], system=True))
+
+
+def test_another_coordinators_pods_are_other_workloads_and_its_own_namespaces_are_its_own():
+    """Issue 45, Measured 10: two coordinators (namespaces a and b) double-booked a node's GPUs, each leaving
+    every tfdist-labelled pod out of what is taken."""
+    nodes = [node("g1", gpus=8)]
+    pods = [pod("g1", gpus=8, tfdist=True, namespace="a")]
+    assert node_offers(nodes, pods, namespace="a") == [NodeOffer("g1", 8, 8, taken=0)]
+    assert node_offers(nodes, pods, namespace="b") == [NodeOffer("g1", 8, 8, taken=8)]
+    assert node_offers(nodes, pods, namespace="b")[0].free == 0
+
+
+def test_what_other_workloads_leave_of_a_nodes_cpu_and_memory_is_known():
+    offer, = node_offers([node("g1", gpus=8, cpu="16")], [pod("g1", cpu="1500m", memory="2Gi")])
+    assert offer.free_cpu == Fraction(29, 2) and offer.free_memory == 30 * 2**30
+
+
+def test_gpu_and_cpu_nodes_are_never_offered_together():
+    """Issue 45, Measured 5: a 24-slot job mixed a 16-CPU pod with an 8-GPU pod."""
+    nodes = [node("c1", cpu="16"), node("g1", gpus=8)]
+    assert [(o.name, o.offered) for o in node_offers(nodes, [])] == [("c1", False), ("g1", True)]
+    assert "a CPU node: this coordinator offers GPU nodes" in node_offers(nodes, [])[0].why_not
+    assert [(o.name, o.offered) for o in node_offers(nodes, [], kind="cpu")] == [("c1", True), ("g1", False)]
+    # GPU nodes that cannot be offered (tainted) leave the CPU nodes offered under "auto"
+    tainted = [node("c1", cpu="16"), node("g1", gpus=8, taints=[GKE_GPU_TAINT])]
+    assert [(o.name, o.offered) for o in node_offers(tainted, [])] == [("c1", True), ("g1", False)]

@@ -1,11 +1,13 @@
 """What a Kubernetes cluster offers tfdist, decided from the API's Node and Pod objects (their JSON, as the
 API serves them): pure, so it is tested as a table and the engine only reads and applies it.
 
-A node is offered when it is Ready, not cordoned, and every NoSchedule/NoExecute taint is tolerated by the
-tolerations tfdist's pods carry. Its slots (its size) are its allocatable `nvidia.com/gpu`, or, on a node
+A node is offered when it is Ready, not cordoned, not a control-plane (system) node, and every
+NoSchedule/NoExecute taint is tolerated by the tolerations tfdist's pods carry (`nvidia.com/gpu` by default:
+GKE taints every GPU pool so). Its slots (its size) are its allocatable `nvidia.com/gpu`, or, on a node
 without GPUs, its allocatable whole CPUs (at most `cpu_slots` when that is set); `taken` is what other
-workloads' pods on it hold of those now (tfdist's own pods are its own allocations: not counted), so a node
-busy with others is still known at its size (a job that fits it waits for it) but is free only when they
+workloads' pods on it hold of those now. This coordinator's own pods (tfdist's label, in its namespace) are
+its own allocations and not counted; another coordinator's, in another namespace, are other workloads. So a
+node busy with others is still known at its size (a job that fits it waits for it) but is free only when they
 leave: a gang goes onto whole free nodes only. A node not offered says why, as a job's waiting reason does.
 """
 
@@ -25,6 +27,8 @@ _SUFFIXES = {"m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6),
              "Ei": Fraction(2**60)}
 _LONGEST_FIRST = sorted(_SUFFIXES, key=len, reverse=True)  # "Mi" before "M"
 _ENDED = ("Succeeded", "Failed")
+# The labels a cluster's own control-plane nodes carry (kubeadm and most distributions; "master" before 1.24).
+SYSTEM_ROLES = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
 
 Json = Mapping[str, Any]
 
@@ -36,6 +40,9 @@ class NodeOffer:
     gpus: int  # GPUs behind the slots (0: a CPU node, one worker process per slot)
     why_not: str = ""  # "": offered; else why no job can go there now
     taken: int = 0  # of its slots, those other workloads hold now
+    # What other workloads leave of its CPUs and memory (what a job's pod there requests: it is the node's).
+    free_cpu: Fraction = dataclasses.field(default=Fraction(0), compare=False)
+    free_memory: Fraction = dataclasses.field(default=Fraction(0), compare=False)
 
     @property
     def offered(self) -> bool:
@@ -90,11 +97,21 @@ def _tolerated(taint: Json, tolerations: Sequence[Json]) -> bool:
     return False
 
 
-def why_not(node: Json, tolerations: Sequence[Json] = ()) -> str:
-    """"" when tfdist may place on `node`, else why not."""
+def tolerations_of(keys: Sequence[str]) -> list[Json]:
+    """Tolerations of every taint with one of these keys, whatever its value and effect (what the
+    coordinator's --tolerate gives its offers and its pods alike)."""
+    return [{"key": key, "operator": "Exists"} for key in keys]
+
+
+def why_not(node: Json, tolerations: Sequence[Json] = (), system: bool = False) -> str:
+    """"" when tfdist may place on `node`, else why not. `system`: control-plane nodes may be offered too."""
     spec, status = node.get("spec") or {}, node.get("status") or {}
     if spec.get("unschedulable"):
         return "cordoned"
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    role = next((r for r in SYSTEM_ROLES if r in labels), "")
+    if role and not system:
+        return f"a control-plane node ({role}): not offered to jobs"
     ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "True":
         return "not Ready"
@@ -105,16 +122,25 @@ def why_not(node: Json, tolerations: Sequence[Json] = ()) -> str:
     return ""
 
 
+NODE_KINDS = ("auto", "gpu", "cpu")
+
+
 def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Sequence[Json] = (),
-                cpu_slots: int = 0) -> list[NodeOffer]:
+                cpu_slots: int = 0, namespace: str = "", system: bool = False, kind: str = "auto") -> list[NodeOffer]:
     """Each node's offer, by name. `pods`: every pod of the cluster (others' on a node take its GPUs or
-    CPUs); `cpu_slots`: at most this many worker processes on a node without GPUs (0: one per free CPU)."""
+    CPUs); `namespace`: this coordinator's (its own pods are there); `cpu_slots`: at most this many worker
+    processes on a node without GPUs (0: one per free CPU); `system`: offer control-plane nodes too.
+
+    `kind`: which nodes are offered, GPU nodes or CPU nodes, never both, so a gang never mixes a GPU pod with
+    a CPU one (its ranks would differ in what they run on). "auto": GPU nodes when any node could be offered
+    with GPUs, else CPU nodes."""
     used: dict[str, dict[str, Fraction]] = {}
     for pod in pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
         phase = (pod.get("status") or {}).get("phase")
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        if not node_name or phase in _ENDED or labels.get(MANAGED_BY) == TFDIST:
+        meta = pod.get("metadata") or {}
+        ours = (meta.get("labels") or {}).get(MANAGED_BY) == TFDIST and meta.get("namespace", "") == namespace
+        if not node_name or phase in _ENDED or ours:
             continue
         on_node = used.setdefault(node_name, {})
         for name, amount in pod_requests(pod).items():
@@ -131,8 +157,14 @@ def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Seq
             cpus = math.floor(quantity(allocatable.get("cpu", 0)))
             slots, behind = max(0, cpus if not cpu_slots else min(cpu_slots, cpus)), 0
             free = min(slots, max(0, math.floor(quantity(allocatable.get("cpu", 0)) - taken.get("cpu", Fraction(0)))))
-        reason = why_not(node, tolerations)
+        reason = why_not(node, tolerations, system)
         if not reason and slots == 0:
             reason = "no allocatable GPU or whole CPU"
-        offers.append(NodeOffer(name, slots, behind, reason, slots - free))
-    return offers
+        free_cpu = max(Fraction(0), quantity(allocatable.get("cpu", 0)) - taken.get("cpu", Fraction(0)))
+        free_memory = max(Fraction(0), quantity(allocatable.get("memory", 0)) - taken.get("memory", Fraction(0)))
+        offers.append(NodeOffer(name, slots, behind, reason, slots - free, free_cpu, free_memory))
+    if kind == "auto":
+        kind = "gpu" if any(o.gpus and o.offered for o in offers) else "cpu"
+    return [o if not o.offered or bool(o.gpus) == (kind == "gpu") else dataclasses.replace(
+        o, why_not=f"a {'CPU' if kind == 'gpu' else 'GPU'} node: this coordinator offers {kind.upper()} nodes, never "
+                   "both in one gang (--node-kind; --node-selector for a pool)") for o in offers]

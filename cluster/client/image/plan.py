@@ -32,7 +32,7 @@ SITE = f"{OPT}/site-packages"
 BIN = f"{OPT}/bin"
 EXAMPLES = f"{OPT}/examples"
 PTH = "tfdist-image.pth"
-DEBIAN_PACKAGES = ("python3", "python-is-python3", "ca-certificates")
+DEBIAN_PACKAGES = ("python3", "python-is-python3", "ca-certificates", "libstdc++6")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LOCKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locks")
 

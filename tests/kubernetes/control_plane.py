@@ -152,6 +152,7 @@ class ControlPlane:
     def _start_apiserver(self, deadline: float) -> None:
         serving = self.pki.serving("kube-apiserver", ["127.0.0.1", "localhost", "kubernetes",
                                                       "kubernetes.default", "kubernetes.default.svc", "10.96.0.1"])
+        kubelet_client = self.pki.client("kube-apiserver-kubelet-client", ("system:masters",))
         self._start("kube-apiserver", [
             "kube-apiserver", f"--etcd-servers={self.etcd}", "--bind-address=127.0.0.1",
             f"--secure-port={self.apiserver_port}", "--advertise-address=127.0.0.1",
@@ -160,6 +161,11 @@ class ControlPlane:
             f"--client-ca-file={self.pki.ca}", "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={self.pki.sa_pub}",
             f"--service-account-signing-key-file={self.pki.sa_key}", f"--service-cluster-ip-range={SERVICE_RANGE}",
+            # what it shows a kubelet (pods/log, exec, port-forward): a client certificate in system:masters, and
+            # the kubelet's serving certificate checked against the cluster CA at its InternalIP (a real node,
+            # tests/kubernetes/real_node.py; fake nodes serve nothing)
+            f"--kubelet-client-certificate={kubelet_client.cert}", f"--kubelet-client-key={kubelet_client.key}",
+            f"--kubelet-certificate-authority={self.pki.ca}", "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false", "--v=1"])
         admin = self._admin_context()
         self._wait("kube-apiserver", lambda: _http_ok(f"{self.server}/readyz", admin), deadline)

@@ -1,0 +1,250 @@
+"""A real node (tests/kubernetes/real_node.py: containerd + runc, CNI bridge, the kubelet and kube-proxy of the
+plane's release, CoreDNS) runs what tfdist's pods rely on, the way a cluster does: a pod from an OCI image
+and its log through the API; a Secret volume laid out by the kubelet's atomic writer with fsGroup; pods
+naming each other through the cluster DNS and a ClusterIP Service routed by kube-proxy; SIGTERM to PID 1,
+SIGKILL after the grace period. Every real-node test lives in this module (one node per session: pytest-xdist's
+loadscope keeps a module on one worker)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import threading
+import time
+
+import pytest
+from lightkube import ApiError
+from lightkube.models.apps_v1 import DeploymentSpec
+from lightkube.models.core_v1 import (Container, HostPathVolumeSource, PodSecurityContext, PodSpec,
+                                      PodTemplateSpec, SecretVolumeSource, ServicePort, ServiceSpec, Volume,
+                                      VolumeMount)
+from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace, Pod, Secret, Service, ServiceAccount
+
+from tests.kubernetes.cluster_helpers import gone, wait_for
+from tests.kubernetes.real_node import CLUSTER_DOMAIN, LABEL, NODE_IP, POD_SUBNET, TOLERATION, dns_query
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def ns(admin, real_node, request):
+    """A namespace of the test's own (its default ServiceAccount made), deleted afterwards with its pods
+    gone from the node."""
+    name = "real-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[5:40].strip("-")
+    admin.create(Namespace(metadata=ObjectMeta(name=name)))
+    wait_for(f"the default ServiceAccount of {name}", lambda: not gone(admin, ServiceAccount, "default", name))
+    yield name
+    admin.delete(Namespace, name)
+    wait_for(f"the pods of {name} gone from the real node",
+             lambda: not list(admin.list(Pod, namespace=name)), timeout=90, every=0.2)
+
+
+def python_pod(name: str, ns: str, image: str, script: str, *args: str, **spec) -> Pod:
+    """A pod on the real node running `python3 -c script args...`."""
+    container = Container(name="main", image=image, imagePullPolicy="Never",
+                          command=["python3", "-c", script, *args],
+                          volumeMounts=spec.pop("mounts", None))
+    return Pod(metadata=ObjectMeta(name=name, namespace=ns, labels=spec.pop("labels", None)),
+               spec=PodSpec(containers=[container], restartPolicy=spec.pop("restartPolicy", "Never"),
+                            nodeSelector=LABEL, tolerations=[TOLERATION], automountServiceAccountToken=False,
+                            **spec))
+
+
+def phase(admin, name: str, ns: str) -> str:
+    return admin.get(Pod, name, namespace=ns).status.phase or ""
+
+
+def finished(admin, name: str, ns: str, timeout: float = 60) -> str:
+    return wait_for(f"pod {ns}/{name} finished", lambda: phase(admin, name, ns) in ("Succeeded", "Failed")
+                    and phase(admin, name, ns), timeout=timeout)
+
+
+def log(admin, name: str, ns: str) -> str:
+    """pods/log: the apiserver asks the kubelet (its client certificate, the kubelet's serving one)."""
+    return "".join(admin.log(name, namespace=ns))
+
+
+def fields(text: str) -> dict[str, str]:
+    """`key value` lines, as the pods here print what they saw (python3-minimal has no json)."""
+    return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+
+
+def test_a_pod_runs_from_the_image_and_its_log_comes_through_the_api(admin, real_node, real_node_image, ns):
+    created = time.monotonic()
+    admin.create(python_pod("hello", ns, real_node_image,
+                            "import os, socket, sys; print('hello from', socket.gethostname());"
+                            "print('uid', os.getuid()); print('python', sys.version.split()[0])"))
+    wait_for("pod hello Running or done", lambda: phase(admin, "hello", ns) in ("Running", "Succeeded"))
+    running = time.monotonic() - created
+    assert finished(admin, "hello", ns) == "Succeeded", log(admin, "hello", ns)
+    done = time.monotonic() - created
+    seen = fields(log(admin, "hello", ns))
+    assert seen["hello"] == "from hello" and seen["uid"] == "0" and seen["python"].startswith("3.11"), seen
+    pod = admin.get(Pod, "hello", namespace=ns)
+    assert pod.spec.nodeName == real_node.name and pod.status.hostIP == NODE_IP
+    assert ipaddress.ip_address(pod.status.podIP) in ipaddress.ip_network(POD_SUBNET)
+    real_node.timings["pod created→Running"] = round(running, 2)
+    real_node.timings["pod created→Succeeded"] = round(done, 2)
+
+
+def test_a_secret_volume_is_laid_out_by_the_atomic_writer_with_fs_group(admin, real_node, real_node_image, ns):
+    admin.create(Secret(metadata=ObjectMeta(name="cred", namespace=ns),
+                        stringData={"credential.json": '{"token": "t0"}'}))
+    script = """
+import os
+d = "/etc/tfdist"
+print("groups", " ".join(map(str, sorted(os.getgroups()))))
+print("ids", os.getuid(), os.getgid())
+st = os.stat(d)
+print("mount", oct(st.st_mode & 0o7777), st.st_uid, st.st_gid)
+for entry in sorted(os.listdir(d)):
+    p = os.path.join(d, entry)
+    if os.path.islink(p):
+        print("link:" + entry, os.readlink(p))
+    else:
+        st = os.lstat(p)
+        print("dir:" + entry if os.path.isdir(p) else "file:" + entry, oct(st.st_mode & 0o7777), st.st_uid, st.st_gid)
+real = os.path.realpath(os.path.join(d, "credential.json"))
+st = os.stat(real)
+print("real", real, oct(st.st_mode & 0o7777), st.st_uid, st.st_gid)
+print("content", open(os.path.join(d, "credential.json")).read())
+"""
+    admin.create(python_pod("secret", ns, real_node_image, script,
+                            securityContext=PodSecurityContext(runAsUser=1000, runAsGroup=3000, fsGroup=2000),
+                            volumes=[Volume(name="cred", secret=SecretVolumeSource(secretName="cred", defaultMode=0o440))],
+                            mounts=[VolumeMount(name="cred", mountPath="/etc/tfdist", readOnly=True)]))
+    assert finished(admin, "secret", ns) == "Succeeded", log(admin, "secret", ns)
+    seen = fields(log(admin, "secret", ns))
+    assert seen["ids"] == "1000 3000" and "2000" in seen["groups"].split(), seen
+    timestamp = seen["link:..data"]
+    assert re.fullmatch(r"\.\.\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.\d+", timestamp), seen
+    assert seen["link:credential.json"] == "..data/credential.json", seen
+    assert seen[f"dir:{timestamp}"].split()[2] == "2000", seen  # the timestamped folder: group fsGroup
+    assert seen["real"] == f"/etc/tfdist/{timestamp}/credential.json 0o440 0 2000", seen
+    assert seen["mount"].split()[2] == "2000", seen  # the tmpfs' root: group fsGroup (setgid)
+    assert seen["content"] == '{"token": "t0"}', seen
+
+
+def test_pods_name_each_other_through_coredns_and_a_cluster_ip_routes(admin, real_node, real_node_image, ns):
+    # A headless Service and two pods with hostname/subdomain: each resolves the other's stable name.
+    admin.create(Service(metadata=ObjectMeta(name="peers", namespace=ns),
+                         spec=ServiceSpec(clusterIP="None", selector={"app": "peers"}, publishNotReadyAddresses=True,
+                                          ports=[ServicePort(port=7000, name="peer")])))
+    resolve = """
+import socket, sys, time
+name = sys.argv[1]
+deadline = time.monotonic() + 60
+while True:
+    try:
+        print("resolved", name, socket.gethostbyname(name)); break
+    except OSError as e:
+        if time.monotonic() > deadline:
+            print("failed", name, e); sys.exit(1)
+        time.sleep(0.2)
+print("own", socket.gethostbyname(socket.gethostname()))
+"""
+    for me, other in (("a", "b"), ("b", "a")):
+        admin.create(python_pod(me, ns, real_node_image, resolve, f"{other}.peers.{ns}.svc.{CLUSTER_DOMAIN}",
+                                hostname=me, subdomain="peers", labels={"app": "peers"}))
+    # A Deployment behind a ClusterIP Service, reached by its Service name from another pod.
+    server = """
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 7470)); s.listen()
+while True:
+    c, _ = s.accept(); c.sendall(("coordinator " + socket.gethostname() + "\\n").encode()); c.close()
+"""
+    labels = {"app": "tfdist-coordinator"}
+    admin.create(Deployment(metadata=ObjectMeta(name="tfdist-coordinator", namespace=ns), spec=DeploymentSpec(
+        replicas=1, selector=LabelSelector(matchLabels=labels),
+        template=PodTemplateSpec(metadata=ObjectMeta(labels=labels),
+                                 spec=python_pod("x", ns, real_node_image, server, restartPolicy="Always").spec))))
+    admin.create(Service(metadata=ObjectMeta(name="tfdist-coordinator", namespace=ns),
+                         spec=ServiceSpec(selector=labels, ports=[ServicePort(port=7470, name="grpc")])))
+    client = """
+import socket, sys, time
+name = sys.argv[1]
+deadline = time.monotonic() + 60
+while True:
+    try:
+        address = socket.gethostbyname(name)
+        with socket.create_connection((address, 7470), timeout=2) as c:
+            print("address", address); print("answer", c.makefile().readline().strip()); break
+    except OSError as e:
+        if time.monotonic() > deadline:
+            print("failed", name, e); sys.exit(1)
+        time.sleep(0.2)
+"""
+    admin.create(python_pod("client", ns, real_node_image, client, f"tfdist-coordinator.{ns}.svc"))
+    for name in ("a", "b"):
+        assert finished(admin, name, ns) == "Succeeded", log(admin, name, ns)
+    a, b = fields(log(admin, "a", ns)), fields(log(admin, "b", ns))
+    assert a["resolved"] == f"b.peers.{ns}.svc.{CLUSTER_DOMAIN} {b['own']}", (a, b)
+    assert b["resolved"] == f"a.peers.{ns}.svc.{CLUSTER_DOMAIN} {a['own']}", (a, b)
+    assert finished(admin, "client", ns) == "Succeeded", log(admin, "client", ns)
+    seen = fields(log(admin, "client", ns))
+    cluster_ip = admin.get(Service, "tfdist-coordinator", namespace=ns).spec.clusterIP
+    server_pod = next(iter(admin.list(Pod, namespace=ns, labels=labels)))
+    assert seen["address"] == cluster_ip, seen  # the Service's name, to its ClusterIP (CoreDNS)
+    assert seen["answer"] == f"coordinator {server_pod.metadata.name}", seen  # then to its pod (kube-proxy)
+    # the cluster's DNS answers for the cluster only: no upstream
+    assert dns_query(NODE_IP, "deb.debian.org")[0] == 5  # REFUSED
+
+
+def test_deleting_a_pod_sends_sigterm_to_pid_1_then_sigkill_after_the_grace(admin, real_node, real_node_image, ns):
+    out = os.path.join(real_node.root, f"hostpath-{ns}")
+    os.makedirs(out, mode=0o700)
+    script = """
+import os, signal, time
+def term(*_):
+    with open("/out/events", "a") as f:
+        f.write(f"TERM {time.time()}\\n")
+signal.signal(signal.SIGTERM, term)
+with open("/out/events", "a") as f:
+    f.write(f"START {time.time()} pid {os.getpid()}\\n")
+while True:  # does not exit on SIGTERM, as a TensorFlow worker does not (FACTS)
+    with open("/out/alive.tmp", "w") as f:
+        f.write(str(time.time()))
+    os.replace("/out/alive.tmp", "/out/alive")
+    time.sleep(0.05)
+"""
+    grace = 3
+    admin.create(python_pod("stubborn", ns, real_node_image, script, terminationGracePeriodSeconds=grace,
+                            volumes=[Volume(name="out", hostPath=HostPathVolumeSource(path=out, type="Directory"))],
+                            mounts=[VolumeMount(name="out", mountPath="/out")]))
+    events = os.path.join(out, "events")
+    wait_for("the stubborn pod started", lambda: os.path.exists(events) and "START" in open(events).read())
+    seen: list = []
+    watching = threading.Event()
+
+    def watch() -> None:
+        try:
+            for kind, pod in admin.watch(Pod, namespace=ns, fields={"metadata.name": "stubborn"}):
+                watching.set()
+                seen.append((kind, pod))
+                if kind == "DELETED":
+                    return
+        except Exception as e:  # noqa: BLE001 (reported by the assertions below)
+            seen.append(("ERROR", e))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    wait_for("the pod watch started", watching.is_set, timeout=10)
+    deleted = time.time()
+    admin.delete(Pod, "stubborn", namespace=ns)
+    watcher.join(timeout=60)
+    assert not watcher.is_alive(), "the stubborn pod was not deleted within 60 s"
+    lines = open(events).read().split("\n")
+    start = next(line.split() for line in lines if line.startswith("START"))
+    terms = [float(line.split()[1]) for line in lines if line.startswith("TERM")]
+    with open(os.path.join(out, "alive")) as f:
+        last_alive = float(f.read())
+    assert start[3] == "1", start  # the container's command is its PID 1
+    assert len(terms) == 1 and terms[0] - deleted < 2, (terms, deleted)  # SIGTERM, once, at deletion
+    assert grace - 0.5 < last_alive - terms[0] < grace + 2, (terms[0], last_alive)  # lived out the grace...
+    terminated = [c.state.terminated for _, p in seen if not isinstance(p, Exception)
+                  for c in (p.status.containerStatuses or ()) if c.state and c.state.terminated]
+    assert terminated and terminated[-1].exitCode == 137, seen  # ...then SIGKILL (128 + 9)
+    real_node.timings["SIGTERM→SIGKILL"] = round(last_alive - terms[0], 2)

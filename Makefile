@@ -131,6 +131,16 @@ kubernetes:
 kubernetes-start:
 	@bash tests/kubernetes/build_control_plane.sh --start
 
+# The worker image (Debian bookworm, TensorFlow 2.21 CPU, tf_keras, tfdist and its examples) that the suite's real
+# node runs, built without a Docker daemon by `tfdist kubernetes image` (mmdebstrap, uv, umoci, skopeo) into
+# ~/.cache/tfdist/images/tfdist-worker.tar (an OCI archive: `ctr images import`, `skopeo copy`): about a minute
+# the first time on 2 cores, 2 s when nothing changed (every layer is cached by a hash of its inputs).
+# .venv/.image holds what was built: oci-archive:PATH:TAG@DIGEST.
+.PHONY: image
+image: $(VENV)/.test
+	@$(VENV)/bin/tfdist kubernetes image > $(VENV)/.image.partial && mv $(VENV)/.image.partial $(VENV)/.image
+	@cat $(VENV)/.image
+
 demo: $(VENV)/.examples
 	$(VENV)/bin/tfdist launch --config examples/digits/config.yaml
 

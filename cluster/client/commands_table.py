@@ -294,29 +294,22 @@ CREDENTIALS_COMMAND = Command(
 KUBERNETES_COMMAND = Command(
     "kubernetes", "print the manifests that run a coordinator on Kubernetes, or build its image",
     _handler("image.command", "kubernetes"), description=(
-        "manifests: prints as YAML what a kubernetes-engine coordinator needs in NAMESPACE: its least rights, a "
-        "volume for its state, a Deployment and a Service. image: builds an OCI image with tfdist without a Docker "
-        "daemon (mmdebstrap, uv, umoci, skopeo), reproducibly and cached; prints OUTPUT@DIGEST "
-        "(docs/kubernetes.md)."),
+        "manifests: prints as YAML what a kubernetes-engine coordinator needs in NAMESPACE: its least rights, a volume "
+        "for its state, a Deployment and a Service. image: builds an OCI image with tfdist, no Docker daemon needed; "
+        "prints OUTPUT@DIGEST (docs/kubernetes.md)."),
     args=(
         arg("what", choices=["manifests", "image"], help="manifests: the coordinator's objects; image: build an image"),
         arg("--namespace", default="tfdist", metavar="NS", help="its namespace and its jobs' (default tfdist)"),
-        arg("--image", metavar="IMAGE", help="manifests: an image with tfdist, the coordinator's and its pods' "
-                                             "(required)"),
+        arg("--image", metavar="IMAGE", help="manifests (required): an image with tfdist, the coordinator's and pods'"),
         arg("--storage", default="10Gi", metavar="SIZE", help="the state volume's size (default 10Gi)"),
         arg("--storage-class", default="", metavar="NAME", help="its StorageClass (default: the cluster's)"),
-        arg("--base", metavar="BASE",
-            help="image: default (Debian bookworm, TensorFlow 2.21 CPU: the workers'), lean (no TensorFlow: a "
-                 "coordinator's), or your image (docker://NAME@sha256:..., oci:DIR:TAG, oci-archive:FILE): tfdist "
-                 "is added for its own Python"),
-        arg("--add", action="append", metavar="SRC:DEST", help="image: put your file or directory SRC at DEST in the "
-                                                               "image (repeatable)"),
-        arg("--output", metavar="OUT", help="image: oci-archive:FILE.tar or oci:DIR[:TAG] (default: "
-                                            "tfdist-TAG.tar in the cache)"),
-        arg("--tag", metavar="TAG", help="image: its tag (default worker, lean or custom, after --base)"),
+        arg("--base", metavar="BASE", help="image: default (TensorFlow 2.21 CPU), lean (none: a coordinator's), or "
+                                           "your image: docker://NAME@sha256:..., oci:DIR:TAG, oci-archive:FILE"),
+        arg("--add", action="append", metavar="SRC:DEST", help="image: your file or directory SRC at DEST (repeatable)"),
+        arg("--output", metavar="OUT", help="image: oci-archive:FILE.tar or oci:DIR[:TAG] (default: in the cache)"),
+        arg("--tag", metavar="TAG", help="image: its tag (default worker, lean or custom)"),
         arg("--cache-dir", metavar="DIR", help="image: the build cache (default ~/.cache/tfdist/images)"),
-        arg("--load-into", metavar="SOCKET", help="image: then import it into the containerd at SOCKET, namespace "
-                                                  "k8s.io, as localhost/tfdist:TAG"),
+        arg("--load-into", metavar="SOCKET", help="image: import it into this containerd (k8s.io, localhost/tfdist:TAG)"),
     ))
 
 COMMANDS: tuple[Command, ...] = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import secrets
 import threading
 import time
@@ -166,6 +167,15 @@ class Agent:
 
     def running_jobs(self) -> list[str]:
         return self.runs.job_ids()
+
+    def signal_workers(self, signum: int) -> None:
+        """`signum` to every worker's process group (a pod's agent passing on the SIGTERM only it got)."""
+        for groups in self.runs.process_groups().values():
+            for group in groups:
+                try:
+                    os.killpg(group, signum)
+                except ProcessLookupError:
+                    pass
 
     # ---------------------------------------------------------------- what it measures
     def _worker_pids(self) -> dict[str, list[int]]:

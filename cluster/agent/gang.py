@@ -163,6 +163,10 @@ class Gang:
                     preexec_fn=preexec, umask=original_umask())  # the user's, not a daemon's 077
             except OSError as e:
                 self.stop()
+                if self.cwd and not os.path.isdir(self.cwd):  # Popen names the command, not the directory
+                    raise LaunchError(f"cannot start rank {w.rank}: the job's working directory {self.cwd} does not "
+                                      "exist on this node; launch from a directory every node has, or on Kubernetes "
+                                      "set kubernetes.working_dir or the image's WorkingDir") from None
                 raise LaunchError(f"cannot start rank {w.rank}: {w.command[0]}: {e.strerror}") from None
             self._procs[w.rank] = proc
             self._pumps[w.rank] = [self._spawn(self._pump, w.rank, name, getattr(proc, name))

@@ -77,11 +77,6 @@ def plan_start(task: StartTask, node: NodeFacts, job_dir: str,
     """The run's plan on this node; `job_dir` holds its workers' ready, progress and metrics files."""
     cwd = task.working_dir or None
     ranks = tuple(p.rank for p in task.processes)
-    if cwd is not None and task.processes and not os.path.isdir(cwd):
-        return StartPlan(task.job_id, task.attempt, node.agent, job_dir, (), cwd, None, None, (), exits=every_rank_failed(
-            ranks, node.agent, task.attempt, [f"{node.agent}: the job's working directory {cwd} does not exist on this "
-                                              "node; launch from a directory every node has, or (Kubernetes) set "
-                                              "kubernetes.working_dir or the image's WorkingDir"]))
     try:
         command = tuple(resolve(list(task.command), cwd)) if task.processes else ()
     except CommandError as e:

@@ -4,14 +4,14 @@ every sub-parser from this table; an option several commands share is declared o
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import importlib
-import ipaddress
 import os
-from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Callable
 
+from cluster.client.command_args import (  # noqa: F401 (Arg, OneOf: cli.py reads them here)
+    Arg, Command, OneOf, arg, bounded, cidr, integer, non_negative_float, non_negative_integer, port_range,
+    positive_float)
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV
 from cluster.shared import limits
 from cluster.shared.config import DISTRIBUTION_MODES
@@ -33,114 +33,6 @@ def _dashboard(args: argparse.Namespace) -> int:
     from cluster.client.dashboard import command
 
     return command.run(args)
-
-
-@dataclasses.dataclass(frozen=True)
-class Arg:
-    """One `add_argument(*flags, **options)`. `default_from` gives the default when the parser is built
-    (an environment variable, the host name), not when this module is imported."""
-
-    flags: tuple[str, ...]
-    options: Mapping[str, Any]
-    default_from: Callable[[], Any] | None = None
-
-    def but(self, **options) -> Arg:
-        """The same argument with some options changed (help=None: no help)."""
-        return dataclasses.replace(self, options=MappingProxyType({**self.options, **options}))
-
-
-def arg(*flags: str, default_from: Callable[[], Any] | None = None, **options) -> Arg:
-    return Arg(flags, MappingProxyType(options), default_from)
-
-
-@dataclasses.dataclass(frozen=True)
-class OneOf:
-    """Arguments that exclude each other (argparse's mutually exclusive group)."""
-
-    args: tuple[Arg, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Command:
-    name: str
-    help: str
-    handler: Callable[[argparse.Namespace], int]
-    args: tuple[Arg | OneOf, ...] = ()
-    description: str | None = None
-
-
-# ---------------------------------------------------------------- argument types (argparse wants ArgumentTypeError)
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 40 else text[:37] + "...")
-
-
-def positive_float(text: str) -> float:
-    """Seconds: finite, positive, at most limits.MAX_SECONDS (`nan` and `inf` are floats, not durations)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {_shown(text)}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    problem = limits.seconds_problem(value, zero=False)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return value
-
-
-def non_negative_integer(text: str) -> int:
-    value = integer(text)
-    if not 0 <= value <= 10**9:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1000000000, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value <= 36500:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be between 0 and 36500, got {text}")
-    return value
-
-
-def integer(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)}") from None
-
-
-def bounded(low: int, high: int) -> Callable[[str], int]:
-    """An integer type within [low, high]."""
-    def parse(text: str) -> int:
-        value = integer(text)
-        problem = limits.int_problem(value, low, high)
-        if problem:
-            raise argparse.ArgumentTypeError(problem)
-        return value
-    return parse
-
-
-def cidr(text: str) -> str:
-    """A network such as 10.0.0.0/24 (checked when the coordinator starts, not at every placement)."""
-    try:
-        ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a network such as 10.0.0.0/24, got {_shown(text)}") from None
-    return text
-
-
-def port_range(text: str) -> tuple[int, int]:
-    try:
-        low, high = (int(x) for x in text.split("-"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected LOW-HIGH, e.g. 29500-29999, got {text!r}") from None
-    if not 1024 <= low <= high <= 65535:
-        raise argparse.ArgumentTypeError(f"must satisfy 1024 <= LOW <= HIGH <= 65535, got {text}")
-    return low, high
 
 
 # ---------------------------------------------------------------- options several commands share
@@ -224,8 +116,22 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", _handl
     arg("--advertise", metavar="HOST:PORT", help="kubernetes: where its pods reach this coordinator (default --listen)"),
     arg("--image", metavar="IMAGE", help="kubernetes: the pods' image where a job names none (tfdist installed)"),
     arg("--node-selector", metavar="LABEL=VALUE[,...]", help="kubernetes: offer only the nodes with these labels"),
-    _seconds("--pod-start-timeout", 120.0, "kubernetes: a gang's pods must all run within this, else the job is "
-                                           "placed again (default 120)"),
+    _seconds("--pod-start-timeout", 120.0, "kubernetes: a gang's pods must all be bound to their nodes within this, "
+                                           "else the job is placed again (default 120)"),
+    _seconds("--image-pull-timeout", 600.0, "kubernetes: a bound pod may take this long to get its image (failed "
+                                            "pulls are tried again meanwhile), else the job fails (default 600)"),
+    arg("--tolerate", action="append", metavar="TAINT_KEY",
+        help="kubernetes: offer nodes with taints of this key and tolerate them in the pods (repeatable; default "
+             "nvidia.com/gpu, as GKE taints GPU pools; none: no taint)"),
+    arg("--node-kind", default="auto", choices=["auto", "gpu", "cpu"],
+        help="kubernetes: offer GPU nodes or CPU nodes, never both in one gang (default auto: GPU nodes if any)"),
+    arg("--offer-system-nodes", action="store_true", help="kubernetes: offer control-plane nodes to jobs too"),
+    arg("--job-service-account", default="tfdist-job", metavar="NAME",
+        help="kubernetes: the jobs' pods' ServiceAccount (default tfdist-job: no rights, no token)"),
+    arg("--pod-qos", default="burstable", choices=["burstable", "guaranteed"],
+        help="kubernetes: guaranteed: the jobs' pods' CPU and memory limits equal their requests"),
+    arg("--allow-secret", action="append", metavar="NAME",
+        help="kubernetes: a Secret a job's pod_spec may give its pods (repeatable; default: none)"),
     arg("--credentials-dir", metavar="DIR", help="the cluster's CA, certificate and secret from `tfdist credentials` "
                                                  "(default: STATE_DIR/credentials, made on first start)"),
     arg("--insecure-plaintext", action="store_true",

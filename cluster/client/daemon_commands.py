@@ -95,6 +95,18 @@ def http_address(listen: str, http: str | None) -> str | None:
     return f"{host}:{int(port) + 10 if 0 < int(port) <= 65525 else 0}"
 
 
+def _names(flag: str, values: list[str]) -> list[str]:
+    """A repeatable flag's values, comma-separated ones split; "none" alone: none."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    if names == ["none"]:
+        return []
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_./]{0,251}[A-Za-z0-9])?", name):
+            raise UsageError(f"tfdist coordinator: {flag} {name!r} is not a Kubernetes name or key; e.g. "
+                             f"{flag} nvidia.com/gpu")
+    return names
+
+
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings, freeze_after_full_collections
     from cluster.engines import EngineOptions, create_engine
@@ -107,7 +119,10 @@ def run_coordinator(args) -> int:
     engine = create_engine(args.engine, EngineOptions(  # an unknown name: one line, nothing started
         slots=args.slots, namespace=args.namespace, kubeconfig=args.kubeconfig or "", advertise=args.advertise or "",
         image=args.image or "", agent_command=agent_command, start_timeout=args.pod_start_timeout,
-        node_selector=args.node_selector or ""))
+        pull_timeout=args.image_pull_timeout, node_selector=args.node_selector or "",
+        tolerate=tuple(_names("--tolerate", args.tolerate or ["nvidia.com/gpu"])), node_kind=args.node_kind,
+        system_nodes=args.offer_system_nodes, job_service_account=args.job_service_account,
+        guaranteed=args.pod_qos == "guaranteed", allow_secrets=tuple(_names("--allow-secret", args.allow_secret or []))))
     check_listen("--listen", args.listen)  # before anything starts: one line for `:7474`, `127.1:7475`
     if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):
         raise UsageError(f"tfdist coordinator: --state-dir {args.state_dir} is not a directory: give a directory "
@@ -199,6 +214,8 @@ def run_agent(args) -> int:
     _setup_daemon_logging(args.verbosity)
     if args.slurm:
         _slurm_sigterm(stop, agent)
+    elif only_run is not None:
+        _pod_sigterm(stop, agent)
 
     died: list[str] = []
 
@@ -214,6 +231,46 @@ def run_agent(args) -> int:
     threading.Thread(target=run, daemon=True).start()
     return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent",
                   lambda: agent.refused or (died[0] if died else ""))
+
+
+POD_SIGTERM_DEFER = 5.0  # seconds a pod's agent leaves its coordinator to stop the run before it signals the workers
+
+
+def _pod_sigterm(stop: threading.Event, agent) -> None:
+    """A container's runtime signals its PID 1 alone (the pod's agent), and only when the pod is being taken
+    back: evicted, preempted, deleted, its node shutting down. The coordinator sees that on the pod and stops
+    the whole run at a common step with a checkpoint (a disruption: placed again, no restart spent). So the
+    agent keeps serving its workers, shipping their output and exits, until they are gone; if they still run
+    POD_SIGTERM_DEFER seconds later (the coordinator unreachable), it passes the SIGTERM on to them, and they
+    stop at a common step by themselves. A second SIGTERM, or one with no workers, stops it."""
+    deferred = threading.Event()
+    log = logging.getLogger("tfdist.agent")
+
+    def pass_on():
+        if agent.running_jobs() and not stop.is_set():
+            log.warning("the workers still run %gs after the pod's SIGTERM: passing it on to them", POD_SIGTERM_DEFER)
+            agent.signal_workers(signal.SIGTERM)
+
+    def until_gone():
+        while agent.running_jobs() and not stop.wait(0.2):
+            pass
+        stop.set()
+
+    def handler(signum, _frame):
+        if signum == signal.SIGTERM and agent.running_jobs() and not deferred.is_set():
+            deferred.set()
+            log.warning("SIGTERM with workers running (the pod is being stopped): the coordinator stops the run at a "
+                        "common step; this agent serves the workers until they end")
+            timer = threading.Timer(POD_SIGTERM_DEFER, pass_on)
+            timer.daemon = True
+            timer.start()
+            threading.Thread(target=until_gone, daemon=True).start()
+            return
+        if stop.is_set():
+            os._exit(128 + signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _only_run(text: str) -> tuple[str, int]:

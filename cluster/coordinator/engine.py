@@ -112,5 +112,12 @@ class EngineOptions:
     advertise: str = ""  # HOST:PORT the pods reach the coordinator at ("": its --listen address)
     image: str = ""  # the pods' image where a job's config names none (`kubernetes.image`)
     agent_command: tuple[str, ...] = ("tfdist",)  # how a pod runs tfdist (its image's entry)
-    start_timeout: float = 120.0  # seconds a gang's pods have to all be Running
+    start_timeout: float = 120.0  # seconds a gang's pods have to be bound to their nodes
+    pull_timeout: float = 600.0  # seconds a bound pod may take to get its image (pulls are tried again meanwhile)
     node_selector: str = ""  # "k=v,...": only the nodes with these labels are offered ("": every node)
+    tolerate: tuple[str, ...] = ("nvidia.com/gpu",)  # taint keys tolerated, in offers and pods alike
+    node_kind: str = "auto"  # gpu, cpu, or auto: GPU nodes where any is offered (never both in one gang)
+    system_nodes: bool = False  # offer control-plane nodes too
+    job_service_account: str = "tfdist-job"  # the jobs' pods' ServiceAccount (no rights, no token)
+    guaranteed: bool = False  # the jobs' pods' CPU and memory limits equal their requests (QoS Guaranteed)
+    allow_secrets: tuple[str, ...] = ()  # the Secrets a job's pod_spec may give its pods

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "kubernetes" / "build_control_plane.sh"
-PROGRAMS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+PROGRAMS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kwok", "coredns"]
 FAKE_GO = """#!/bin/bash
 # go build ... -o DIR/ PKG...: one empty program per package; go install PKG@V: into $GOBIN.
 echo "$*" >> "$FAKE_ROOT/go-calls"
@@ -53,9 +53,9 @@ def test_a_build_is_made_once_into_a_private_folder_and_then_found(env, tmp_path
     assert first.returncode == 0, first.stdout + first.stderr
     assert sorted(p.name for p in where.iterdir()) == sorted(PROGRAMS)
     assert all(oct(p.stat().st_mode & 0o777) == "0o700" for p in [where, where.parent, *where.iterdir()])
-    assert len(_calls(tmp_path)) == 2  # the control plane's build and KWOK's install
+    assert len(_calls(tmp_path)) == 3  # the control plane's and kubelet's build, KWOK's and CoreDNS's installs
     again = _run(env)
-    assert again.returncode == 0 and "already built" in again.stdout and len(_calls(tmp_path)) == 2
+    assert again.returncode == 0 and "already built" in again.stdout and len(_calls(tmp_path)) == 3
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".building")]
 
 

@@ -39,6 +39,7 @@ class MemoryApi:
         self.created: list[str] = []  # "Kind/name", in order
         self.calls: dict[str, int] = {}
         self._seen = None
+        self.refuse = None  # an ApiRefused every pod's creation raises (a quota's answer)
 
     def __call__(self, namespace, kubeconfig):  # the engine's api_factory
         return self
@@ -58,7 +59,11 @@ class MemoryApi:
         listed(self.pods())
         stopping.wait()
 
-    def create(self, obj):
+    def create(self, obj, dry_run=False):
+        if self.refuse is not None and obj["kind"] == "Pod":
+            raise self.refuse
+        if dry_run:
+            return obj
         obj = json.loads(json.dumps(obj))
         obj["metadata"]["uid"] = f"uid-{len(self.created)}"
         if obj["kind"] == "Pod":
@@ -125,7 +130,8 @@ def test_nodes_are_offered_and_a_placed_gangs_objects_are_made_together_pinned_w
     job_id = submit(core)
     wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
     gang = f"tfdist-{job_id}-a0"
-    assert api.created == [f"Secret/{gang}", f"Service/{gang}", f"Pod/{gang}-n0", f"Pod/{gang}-n1"]
+    assert api.created == [f"Secret/{gang}", f"Service/{gang}", f"PodDisruptionBudget/{gang}", f"Pod/{gang}-n0",
+                           f"Pod/{gang}-n1"]
     secret = api.objects[("Secret", gang)]["stringData"]
     credentials = [json.loads(secret[f"node-{r}.json"]) for r in (0, 1)]
     assert [(c["kind"], c["name"]) for c in credentials] == [("run", f"g1@{job_id}+0"), ("run", f"g2@{job_id}+0")]
@@ -167,16 +173,94 @@ def test_a_pod_that_ends_mid_run_fails_the_run_naming_it_and_its_objects_go(kube
     wait_for(lambda: not core.allocs.all(), "its nodes free again", timeout=10)
 
 
-def test_an_image_that_cannot_be_pulled_fails_the_job_for_good(kube):
+def test_an_image_name_that_is_no_name_fails_the_job_for_good(kube):
     core, engine, api = kube
     wait_for(lambda: len(core.agents) == 2, "both nodes offered")
     job_id = submit(core, max_restarts=3)
     wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
     api.set_phase("Pending", api.pod_names()[0], containerStatuses=[{"name": "tfdist-worker", "state": {
-        "waiting": {"reason": "ErrImagePull", "message": "tfdist:1 not found"}}}])
+        "waiting": {"reason": "InvalidImageName", "message": "tfdist:1:: is no name"}}}])
     wait_for(lambda: core.store.job(job_id).state == JobState.FAILED, "the job to fail", timeout=10)
     job = core.store.job(job_id)
-    assert "cannot start: ErrImagePull: tfdist:1 not found" in job.message and job.restarts == 0, job.message
+    assert "cannot start: InvalidImageName: tfdist:1:: is no name" in job.message and job.restarts == 0, job.message
+
+
+@pytest.mark.parametrize("kube", [0.5], indirect=True)  # pods have 0.5 s to be bound, a pull 600 s
+def test_a_pull_that_fails_and_is_tried_again_or_takes_long_is_waited_for_past_the_start_bound(kube):
+    """Issue 45, Measured 8: a pull error was final on first sight; a pull past the start bound tore the gang
+    down and placed it again without end."""
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    first, second = api.pod_names()
+    api.set_phase("Pending", first, containerStatuses=[{"name": "tfdist-worker", "state": {
+        "waiting": {"reason": "ErrImagePull", "message": "registry timed out"}}}])
+    api.set_phase("Pending", second, containerStatuses=[{"name": "tfdist-worker", "state": {
+        "waiting": {"reason": "ContainerCreating"}}}])
+    time.sleep(2.0)  # four times the start bound: what is asserted is that nothing happens
+    assert core.store.job(job_id).state == JobState.STARTING and core.store.job(job_id).attempt == 0
+    assert api.pod_names() == [first, second]
+    api.set_phase("Running", first, second)
+    wait_for(lambda: engine._retries.tries == {} and core.store.job(job_id).attempt == 0, "the gang running")
+
+
+def test_a_quota_refusal_is_a_waiting_reason_tried_again_and_bounded(kube, monkeypatch):
+    """Issue 45, Measured 7: a namespace quota's 403 failed the job for good, after part of the gang was made."""
+    from cluster.engines.kubernetes import run_objects
+    from cluster.engines.kubernetes.api import ApiRefused
+
+    monkeypatch.setattr(run_objects, "BACKOFF_FIRST", 0.05)
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    api.refuse = ApiRefused("create Pod (dry run)", 403, 'pods "x" is forbidden: exceeded quota: gpus, requested: '
+                                                         "requests.nvidia.com/gpu=8, used: 8, limited: 8")
+    job_id = submit(core)
+    wait_for(lambda: core.store.job(job_id).attempt >= 2, "the job placed again after refusals", timeout=10)
+    job = core.store.job(job_id)
+    assert job.state != JobState.FAILED and job.restarts == 0 and "exceeded quota" in job.message, job.message
+    assert not api.objects  # no half gang was ever made
+    api.refuse = None  # the quota frees up
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods once the quota allows them", timeout=10)
+    api.set_phase("Running", *api.pod_names())
+    wait_for(lambda: core.store.job(job_id).state == JobState.RUNNING or engine._retries.tries == {}, "running")
+
+
+def test_quota_refusals_in_a_row_end_in_a_failure_naming_them(kube, monkeypatch):
+    from cluster.engines.kubernetes import run_objects
+    from cluster.engines.kubernetes.api import ApiRefused
+
+    monkeypatch.setattr(run_objects, "BACKOFF_FIRST", 0.02)
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    api.refuse = ApiRefused("create Pod (dry run)", 403, "exceeded quota: gpus")
+    job_id = submit(core)
+    wait_for(lambda: core.store.job(job_id).state == JobState.FAILED, "the job to fail", timeout=20)
+    message = core.store.job(job_id).message
+    assert "did not start in 5 placements in a row; the last: its pods were refused" in message, message
+    assert "exceeded quota: gpus" in message and core.store.job(job_id).restarts == 0
+
+
+def test_an_eviction_or_a_drain_places_the_job_again_without_spending_a_restart(kube):
+    """Issue 45, Measured 7: eviction, the scheduler's preemption and a drain failed the run and spent a restart."""
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core, max_restarts=0)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    api.set_phase("Running", *api.pod_names())
+    api.set_phase("Running", api.pod_names()[1], conditions=[{"type": "DisruptionTarget", "status": "True",
+                                                              "reason": "EvictionByEvictionAPI"}])
+    wait_for(lambda: core.store.job(job_id).attempt == 1, "the job placed again", timeout=10)
+    job = core.store.job(job_id)
+    assert job.restarts == 0 and job.state != JobState.FAILED, job.message
+    assert "(DisruptionTarget: EvictionByEvictionAPI): placed again from the start (no checkpoint) (no restart " \
+           "spent)" in job.message, job.message
+    wait_for(lambda: api.pod_names() and all("-a1-" in n for n in api.pod_names()), "the next run's pods", timeout=10)
+    api.set_phase("Running", *api.pod_names())
+    api.nodes_["g2"]["spec"]["unschedulable"] = True  # `kubectl drain` cordons the node first
+    wait_for(lambda: core.store.job(job_id).attempt == 2, "the job moved off the drained node", timeout=20)
+    assert "node g2 was cordoned (a drain)" in core.store.job(job_id).message
+    assert core.store.job(job_id).restarts == 0
 
 
 def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
@@ -189,6 +273,6 @@ def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
     again = start(core, api)
     try:
         assert again._handed == {"g1": (job_id, 0), "g2": (job_id, 0)}  # their pods' agents answer for them
-        assert len(api.created) == 4  # nothing made twice
+        assert len(api.created) == 5  # nothing made twice
     finally:
         again.close(timeout=5)

@@ -9,8 +9,13 @@ from cluster.engines.kubernetes.gangs import Verdict, judge, why_pending
 NAMES = {"n1": "job-a0-n0", "n2": "job-a0-n1"}
 
 
-def pod(phase="Pending", node="n1", scheduled=None, waiting=None, terminated=None, deleting=False):
+def pod(phase="Pending", node="n1", scheduled=None, waiting=None, terminated=None, deleting=False, target=None,
+        reason=None):
     status = {"phase": phase, "conditions": [], "containerStatuses": []}
+    if target:
+        status["conditions"].append({"type": "DisruptionTarget", "status": "True", "reason": target})
+    if reason:
+        status["reason"] = reason
     if scheduled is not None:
         status["conditions"].append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                      "message": scheduled})
@@ -35,19 +40,36 @@ RUNNING = pod("Running")
     ({"n1": RUNNING, "n2": pod(scheduled="0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")}, [], 61,
      Verdict.NOT_STARTED, "1 of the gang's 2 pods were not running within 60s (job-a0-n1 on n2: not scheduled: 0/4 "
                           "nodes are available: 4 Insufficient nvidia.com/gpu.)"),
-    ({"n1": RUNNING, "n2": pod(waiting="ErrImagePull")}, [], 5, Verdict.BROKEN,
-     "pod job-a0-n1 on node n2 cannot start: ErrImagePull"),
+    # issue 45, Measured 8: a pull error is tried again within the pull bound, and a long pull is no
+    # reason to tear the gang down at the start bound
+    ({"n1": RUNNING, "n2": pod(waiting="ErrImagePull")}, [], 5, Verdict.STARTING, ""),
+    ({"n1": RUNNING, "n2": pod(waiting="ImagePullBackOff")}, [], 300, Verdict.STARTING, ""),
+    ({"n1": RUNNING, "n2": pod(waiting="ContainerCreating")}, [], 300, Verdict.STARTING, ""),
+    ({"n1": RUNNING, "n2": pod(waiting="ImagePullBackOff")}, [], 601, Verdict.BROKEN,
+     "pod job-a0-n1 on node n2 did not get its image within 600s (ImagePullBackOff)"),
+    ({"n1": RUNNING, "n2": pod(waiting="InvalidImageName")}, [], 5, Verdict.BROKEN,
+     "pod job-a0-n1 on node n2 cannot start: InvalidImageName"),
+    # a pulling pod beside one the scheduler did not bind: the start bound holds for the gang
+    ({"n1": pod(waiting="ContainerCreating"), "n2": pod(scheduled="0/2 nodes are available")}, [], 61,
+     Verdict.NOT_STARTED, "2 of the gang's 2 pods were not running within 60s"),
     ({"n1": RUNNING, "n2": pod("Failed", terminated=137)}, ["n1", "n2"], 100, Verdict.LOST,
      "its pod job-a0-n1 ended (Failed, exit code 137 (Error))"),
     ({"n1": RUNNING, "n2": None}, ["n1", "n2"], 100, Verdict.LOST, "its pod job-a0-n1 was deleted"),
-    ({"n1": RUNNING, "n2": pod("Running", deleting=True)}, ["n1", "n2"], 100, Verdict.LOST,
-     "its pod job-a0-n1 is being deleted"),
+    # issue 45, Measured 7: evictions, the scheduler's preemption and deletions are disruptions, not losses
+    ({"n1": RUNNING, "n2": pod("Running", deleting=True)}, ["n1", "n2"], 100, Verdict.DISRUPTED,
+     "pod job-a0-n1 on node n2 was taken back by the cluster (deleted)"),
+    ({"n1": RUNNING, "n2": pod("Running", deleting=True, target="EvictionByEvictionAPI")}, ["n1", "n2"], 100,
+     Verdict.DISRUPTED, "(DisruptionTarget: EvictionByEvictionAPI)"),
+    ({"n1": RUNNING, "n2": pod("Running", target="PreemptionByScheduler")}, ["n1", "n2"], 100,
+     Verdict.DISRUPTED, "(DisruptionTarget: PreemptionByScheduler)"),
+    ({"n1": RUNNING, "n2": pod("Failed", reason="Evicted", terminated=137)}, ["n1", "n2"], 100,
+     Verdict.DISRUPTED, "(Evicted)"),
 ])
 def test_a_gangs_verdict(pods, seen, age, verdict, said):
     judged = judge(pods, NAMES, seen, age, 60)
     assert judged.verdict == verdict
     assert said in judged.why
-    assert judged.node == ("n2" if verdict in (Verdict.LOST, Verdict.BROKEN) else "")
+    assert judged.node == ("n2" if verdict in (Verdict.LOST, Verdict.BROKEN, Verdict.DISRUPTED) else "")
 
 
 def test_why_a_pod_waits_names_the_schedulers_message_or_its_containers_reason():

@@ -62,10 +62,11 @@ def test_the_users_pod_spec_is_the_base_and_tfdists_part_wins():
                             "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "64Gi"}}}],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
             "tolerations": [{"key": "gpu", "operator": "Exists"}], "nodeSelector": {"pool": "a100"},
-            "restartPolicy": "Always", "automountServiceAccountToken": True, "serviceAccountName": "x"}
+            "restartPolicy": "Always", "automountServiceAccountToken": True}
     spec = _pod(user)["spec"]
     worker, sidecar = spec["containers"]
-    assert worker["name"] == "tfdist-worker" and worker["image"] == "mine:2" and sidecar == user["containers"][0]
+    assert worker["name"] == "tfdist-worker" and worker["image"] == "mine:2"
+    assert sidecar == {**user["containers"][0], "securityContext": m.RESTRICTED_CONTAINER}
     assert worker["command"] == ["python", "-m", "x"]
     assert worker["env"] == [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]
     assert worker["resources"] == {"limits": {"nvidia.com/gpu": "8", "memory": "64Gi"}, "requests": {"nvidia.com/gpu": "8"}}
@@ -74,6 +75,7 @@ def test_the_users_pod_spec_is_the_base_and_tfdists_part_wins():
     assert spec["volumes"][-1] == {"name": "tfdist-job", "secret": {
         "secretName": "tfdist-7-ab12-a2", "defaultMode": 0o400, "items": [{"key": "node-1.json", "path": "credential.json"}]}}
     assert (spec["restartPolicy"], spec["automountServiceAccountToken"]) == ("Never", False)
+    assert spec["serviceAccountName"] == "tfdist-job"
     assert (spec["tolerations"], spec["nodeSelector"]) == (user["tolerations"], user["nodeSelector"])
 
 
@@ -100,3 +102,49 @@ def test_everything_is_labelled_and_owned_by_the_jobs_secret():
     created = {**secret, "metadata": {**secret["metadata"], "uid": "u-9"}}
     assert m.owner(created) == {"apiVersion": "v1", "kind": "Secret", "name": "tfdist-7-ab12-a2", "uid": "u-9",
                                 "blockOwnerDeletion": True}
+
+
+def test_every_pod_passes_podsecurity_restricted_and_runs_under_a_service_account_with_no_rights():
+    """Issue 45, Measured 9 and 4: no security context failed "restricted"; the pods could name any ServiceAccount."""
+    spec = _pod({"initContainers": [{"name": "fetch", "image": "x"}],
+                 "securityContext": {"fsGroup": 2000}})["spec"]
+    for container in (*spec["containers"], *spec["initContainers"]):
+        assert container["securityContext"] == m.RESTRICTED_CONTAINER
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 2000,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["serviceAccountName"] == "tfdist-job" and spec["automountServiceAccountToken"] is False
+    named = m.pod(GANG, "ml", image="i", command=["c"], env={}, owner_ref=OWNER,
+                  policy=m.PodPolicy(service_account="training", user=4242))["spec"]
+    assert named["serviceAccountName"] == "training" and named["securityContext"]["runAsUser"] == 4242
+
+
+def test_a_pod_asks_for_its_nodes_cpus_and_memory_and_guaranteed_sets_the_limits():
+    """Issue 45, Measured 7: pods asking for GPUs alone were BestEffort and a quota that needs requests refused them."""
+    gang = m.GangPod("7", attempt=0, node_rank=0, node="gpu-1", slots=8, gpus=8, cpu="94500m", memory="700Gi")
+    burstable = _pod(gang=gang)["spec"]["containers"][0]["resources"]
+    assert burstable == {"limits": {"nvidia.com/gpu": "8"},
+                         "requests": {"nvidia.com/gpu": "8", "cpu": "94500m", "memory": "700Gi"}}
+    guaranteed = m.pod(gang, "ml", image="i", command=["c"], env={}, owner_ref=OWNER,
+                       policy=m.PodPolicy(guaranteed=True))["spec"]["containers"][0]["resources"]
+    assert guaranteed["limits"] == guaranteed["requests"] == {"nvidia.com/gpu": "8", "cpu": "94500m", "memory": "700Gi"}
+    mine = _pod({"containers": [{"name": "tfdist-worker", "resources": {"requests": {"cpu": "4"},
+                                                                       "limits": {"memory": "64Gi"}}}]}, gang)
+    assert mine["spec"]["containers"][0]["resources"] == {
+        "limits": {"memory": "64Gi", "nvidia.com/gpu": "8"},
+        "requests": {"cpu": "4", "nvidia.com/gpu": "8", "memory": "64Gi"}}
+
+
+def test_tolerations_and_working_dir_come_from_the_coordinator_and_the_config():
+    policy = m.PodPolicy(tolerations=({"key": "nvidia.com/gpu", "operator": "Exists"},), working_dir="/workspace")
+    spec = m.pod(GANG, "ml", image="i", command=["c"], env={}, owner_ref=OWNER, policy=policy,
+                 pod_spec={"tolerations": [{"key": "pool", "operator": "Exists"}]})["spec"]
+    assert spec["tolerations"] == [{"key": "pool", "operator": "Exists"}, {"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert spec["containers"][0]["workingDir"] == "/workspace"
+    assert "workingDir" not in _pod()["spec"]["containers"][0]  # the image's own
+
+
+def test_a_runs_disruption_budget_keeps_every_pod_of_its_gang():
+    budget = m.disruption_budget("7-AB12", 2, "ml", 3, OWNER)
+    assert budget["kind"] == "PodDisruptionBudget" and budget["spec"]["minAvailable"] == 3
+    assert budget["spec"]["selector"]["matchLabels"] == m.labels("7-AB12", 2)
+    assert budget["metadata"]["ownerReferences"] == [OWNER] and budget["metadata"]["name"] == "tfdist-7-ab12-a2"

@@ -7,12 +7,26 @@ from cluster.engines.kubernetes.rbac import rbac_objects
 
 def test_no_wildcard_and_the_cluster_role_only_reads():
     objects = rbac_objects("ml")
-    assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole",
-                                            "ClusterRoleBinding"]
+    assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding",
+                                            "ClusterRole", "ClusterRoleBinding"]
     rules = [r for o in objects for r in o.get("rules", ())]
     assert not [r for r in rules if "*" in r["verbs"] + r["resources"] + r["apiGroups"]]
     cluster_role = next(o for o in objects if o["kind"] == "ClusterRole")
     assert cluster_role["rules"] == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}]
     assert {o["metadata"].get("namespace") for o in objects if o["kind"] in ("ServiceAccount", "Role", "RoleBinding")} == {"ml"}
     assert cluster_role["metadata"]["name"] == "tfdist-coordinator-ml"  # one coordinator per namespace, side by side
-    assert all(o["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "tfdist"} for o in objects)
+    assert all(o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "tfdist" for o in objects)
+
+
+def test_the_namespace_enforces_podsecurity_restricted_and_the_jobs_account_has_no_binding_nor_token():
+    """Issue 45, Measured 9 and 4: the shipped Namespace was not labelled; job pods could run as any account."""
+    objects = rbac_objects("ml")
+    namespace = objects[0]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    job_account = next(o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "tfdist-job")
+    assert job_account["automountServiceAccountToken"] is False
+    subjects = [s for o in objects for s in o.get("subjects", ())]
+    assert all(s["name"] == "tfdist-coordinator" for s in subjects)  # bound to nothing
+    role = next(o for o in objects if o["kind"] == "Role")
+    assert {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
+            "verbs": ["get", "list", "watch", "create", "delete"]} in role["rules"]

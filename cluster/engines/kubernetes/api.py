@@ -17,7 +17,8 @@ Json = dict[str, Any]
 WATCH_SECONDS = 20  # the server ends a pod watch this often; lightkube resumes it from its last version (a
 # version too old for the server raises, and the pods are listed and watched again: the list is the truth)
 _KINDS = {"Pod": ("lightkube.resources.core_v1", "Pod"), "Service": ("lightkube.resources.core_v1", "Service"),
-          "Secret": ("lightkube.resources.core_v1", "Secret"), "Node": ("lightkube.resources.core_v1", "Node")}
+          "Secret": ("lightkube.resources.core_v1", "Secret"), "Node": ("lightkube.resources.core_v1", "Node"),
+          "PodDisruptionBudget": ("lightkube.resources.policy_v1", "PodDisruptionBudget")}
 _warm = threading.Lock()
 _warmed = False
 
@@ -103,11 +104,13 @@ class Api:
                     return
                 seen(kind, pod.to_dict())
 
-    def create(self, obj: Mapping[str, Any]) -> Json:
+    def create(self, obj: Mapping[str, Any], dry_run: bool = False) -> Json:
+        """Creates `obj` (`dry_run`: only asks the API's admission whether it would: quota, PodSecurity, the spec)."""
         from lightkube import codecs
 
         resource = codecs.from_dict(dict(obj))
-        return self._call(f"create {obj['kind']}", lambda: self.client.create(resource).to_dict())
+        return self._call(f"create {obj['kind']}{' (dry run)' if dry_run else ''}",
+                          lambda: self.client.create(resource, dry_run=dry_run).to_dict())
 
     def delete(self, kind: str, names: Iterable[str]) -> None:
         """Deletes each named object of this namespace; one already gone is fine."""

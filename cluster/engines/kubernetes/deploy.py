@@ -2,7 +2,12 @@
 prints for `kubectl apply -f -`. Its least rights (rbac.py), a PersistentVolumeClaim for its state (the SQLite
 store and its credentials directory, which survive the pod), a one-replica Deployment that runs
 `tfdist coordinator --engine kubernetes` as its ServiceAccount, and a Service its jobs' pods and its users reach
-it at. Its own pod mounts the ServiceAccount token (it calls the API); its jobs' pods never do."""
+it at. Its own pod mounts the ServiceAccount token (it calls the API); its jobs' pods never do.
+
+The volume's root is not the coordinator's: on a block volume (EBS, PD, Azure Disk) it is root's, and the
+kubelet's fsGroup pass makes it `root:1000 2775`. tfdist keeps its state only in a directory of its own (0700),
+so the state is a folder it makes under the root (`state/`), as is its HOME (`home/`). The pod passes
+PodSecurity "restricted" (non-root, no privilege escalation, no capabilities, the runtime's seccomp profile)."""
 
 from __future__ import annotations
 
@@ -12,7 +17,9 @@ from cluster.engines.kubernetes.offers import MANAGED_BY, TFDIST
 from cluster.engines.kubernetes.rbac import COORDINATOR, rbac_objects
 
 PORT = 7470
-STATE = "/var/lib/tfdist"
+VOLUME = "/var/lib/tfdist"  # where its volume is mounted (its root may be root's: never the state itself)
+STATE = f"{VOLUME}/state"  # made by the coordinator, 0700, its own
+HOME = f"{VOLUME}/home"
 Json = dict[str, Any]
 
 
@@ -34,10 +41,11 @@ def coordinator_objects(namespace: str, image: str, storage: str = "10Gi", stora
                "--advertise", service_address(namespace), "--image", image]
     container = {"name": "coordinator", "image": image, "command": command,
                  "ports": [{"name": "grpc", "containerPort": PORT}],
-                 "env": [{"name": "HOME", "value": STATE}],  # its published credential and caches: on the volume
-                 "volumeMounts": [{"name": "state", "mountPath": STATE}, {"name": "tmp", "mountPath": "/tmp"}],
+                 "env": [{"name": "HOME", "value": HOME}],  # its published credential and caches: on the volume
+                 "volumeMounts": [{"name": "state", "mountPath": VOLUME}, {"name": "tmp", "mountPath": "/tmp"}],
                  "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 5},
-                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True}}
+                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                     "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True}}
     return [
         *rbac_objects(namespace),
         {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": claim},
@@ -47,7 +55,9 @@ def coordinator_objects(namespace: str, image: str, storage: str = "10Gi", stora
                   "template": {"metadata": {"labels": labels},
                                "spec": {"serviceAccountName": COORDINATOR, "containers": [container],
                                         "terminationGracePeriodSeconds": 30,
-                                        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+                                        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                                            "fsGroup": 1000,
+                                                            "seccompProfile": {"type": "RuntimeDefault"}},
                                         "volumes": [{"name": "state",
                                                      "persistentVolumeClaim": {"claimName": COORDINATOR}},
                                                     {"name": "tmp", "emptyDir": {}}]}}}},

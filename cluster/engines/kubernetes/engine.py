@@ -20,7 +20,6 @@ register again and say what they run; nothing is left that no job holds.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -29,14 +28,15 @@ from typing import Any, Sequence
 from cluster.coordinator import job_machine, policy
 from cluster.coordinator.engine import EngineHost, EngineOptions, Front
 from cluster.engines.agents.nodes import AgentNodes
-from cluster.engines.kubernetes import gangs, manifests
+from cluster.engines.kubernetes import gangs, manifests, run_objects
+from cluster.engines.kubernetes.gangs import Gang
 from cluster.engines.kubernetes.api import Api, KubernetesError
-from cluster.engines.kubernetes.offers import node_offers
+from cluster.engines.kubernetes.offered import OfferedNodes
+from cluster.engines.kubernetes.offers import node_offers, tolerations_of
 from cluster.engines.kubernetes.pods import PodWatch, runs_of
 from cluster.shared.credentials import CredentialError, run_name
-from cluster.shared.model import AgentRecord, Allocation, Gpu, Job, JobState
-from cluster.shared.work import AgentReport
-from tfdist.errors import InternalError, TfdistError, UserError
+from cluster.shared.model import Job, JobState
+from tfdist.errors import InternalError, TfdistError
 
 log = logging.getLogger("tfdist.kubernetes")
 ROUND = 1.0  # seconds between the engine's rounds when nothing wakes it
@@ -44,20 +44,7 @@ OFFERS_EVERY = 5.0  # seconds between readings of the cluster's nodes and pods (
 RETRY = 2.0
 FIRST_LIST = 30.0  # seconds the API has to answer the first listing of the namespace's pods at start
 TEAR_DOWN_AFTER = 30.0  # seconds a run that is over may keep its pods while their agents stop its workers
-CREDENTIAL = f"{manifests.SECRET_MOUNT}/credential.json"
-
-
-@dataclasses.dataclass
-class Gang:
-    """One run's pods, as the engine knows them."""
-    job_id: str
-    attempt: int
-    nodes: dict[str, int]  # node -> its rank in the gang
-    pod_names: dict[str, str]  # node -> its pod's name
-    created: float  # monotonic
-    seen_running: set[str] = dataclasses.field(default_factory=set)
-    over_since: float = 0.0  # monotonic: when the engine saw the run over (0: not yet)
-    tearing_down: bool = False
+RETRY_REFUSED = (403, 409, 429, 500, 502, 503, 504)  # the API's refusals that a later try may not meet (quota)
 
 
 class KubernetesEngine:
@@ -72,11 +59,13 @@ class KubernetesEngine:
         self._authority: Any = None
         self._plaintext = False
         self._advertise = options.advertise
-        self._selector = node_selector(options.node_selector)
+        self._selector = run_objects.node_selector(options.node_selector)
         self._gangs: dict[tuple[str, int], Gang] = {}
         self._handed: dict[str, tuple[str, int]] = {}  # node -> the run whose pod is its agent now
-        self._owned: dict[str, AgentRecord] = {}  # the offered nodes it answers for (no pod of a run on them)
-        self._taken: dict[str, int] = {}  # node -> its slots other workloads hold (offers.NodeOffer.taken)
+        self._offered = OfferedNodes(lambda: self.nodes, lambda: self.host, self._handed)
+        self._tolerations = tolerations_of(options.tolerate)
+        self._policy = manifests.PodPolicy(options.job_service_account, tuple(self._tolerations), options.guaranteed)
+        self._retries = run_objects.Retries()  # placements in a row whose pods did not start, per job
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pods = PodWatch(None, self._stop, self._wake.set)  # the namespace's tfdist pods; its api set at attach
@@ -151,7 +140,7 @@ class KubernetesEngine:
         self._threads.append(thread)
 
     def _work_changed(self, names) -> None:
-        if any(name in self._owned for name in names):
+        if any(name in self._offered.owned for name in names):
             self._wake.set()
 
     def _addresses(self, job: Job, names: Sequence[str]) -> dict[str, str]:
@@ -187,101 +176,89 @@ class KubernetesEngine:
     def _round(self) -> None:
         if time.monotonic() >= self._next_offers:
             self._sync_offers()
-        wanted = self._answer_for_owned_nodes(time.time())
+        wanted = self._offered.heartbeat(time.time())
         for (job_id, attempt), names in wanted.items():
             self._maybe_create(job_id, attempt, names)
         for gang in list(self._gangs.values()):
             self._watch_gang(gang)
 
     def _sync_offers(self) -> None:
-        """Registers each offered node it answers for (again when its slots changed); a node no longer offered
-        and holding nothing is lost, saying why."""
+        """Reads what the cluster offers; a drain cordons a node first: its gang moves, then the node drains."""
         self._next_offers = time.monotonic() + OFFERS_EVERY
-        offers = node_offers(self.api.nodes(self._selector), self.api.all_pods())  # type: ignore[union-attr]
-        offered = {o.name: o for o in offers if o.offered}
-        now = time.time()
-        for name, offer in offered.items():
-            self._taken[name] = offer.taken
-            if name in self._handed:
-                continue
-            gpus = tuple(Gpu(i, f"{name}/gpu{i}") for i in range(offer.gpus))
-            record = AgentRecord(name, offer.slots, (), gpus)
-            if self._owned.get(name) != record:
-                self.nodes.register(record, (), (), now, watched=False, held_elsewhere=offer.taken)
-                self._owned[name] = record
-            else:
-                self.nodes.held_elsewhere(name, offer.taken, now)
-        gone = [name for name in self._owned if name not in offered and name not in self._handed]
-        why = {o.name: o.why_not for o in offers}
-        for name in gone:
-            if self.host.allocs.on_agent(name):
-                continue  # placed meanwhile: its run decides
-            with self.host.event():
-                self.host.node_lost(name, policy.Outcome(JobState.FAILED, f"node {name} is no longer offered by "
-                                                         f"Kubernetes ({why.get(name) or 'gone'})", 1), now)
-                self.host.lifecycle.schedule(now)
-            del self._owned[name]
-            log.info("kubernetes: node %s withdrawn: %s", name, why.get(name) or "gone from the cluster")
-
-    def _answer_for_owned_nodes(self, now: float) -> dict[tuple[str, int], set[str]]:
-        """Heartbeats for each node it answers for; returns the runs whose nodes ask to lease ports there."""
-        wanted: dict[tuple[str, int], set[str]] = {}
-        for name, record in list(self._owned.items()):
-            if name in self._handed:
-                continue
-            work = self.nodes.heartbeat(AgentReport(name, (), (), {}, {}), now)
-            if work is None:
-                self.nodes.register(record, (), (), now, watched=False, held_elsewhere=self._taken.get(name, 0))
-                continue
-            for job_id, _ in work.check_ports:
-                wanted.setdefault((job_id, work.attempts.get(job_id, 0)), set()).add(name)
-        return wanted
+        self._offered.read(node_offers(self.api.nodes(self._selector), self.api.all_pods(),  # type: ignore[union-attr]
+                                       tolerations=self._tolerations, namespace=self.options.namespace,
+                                       system=self.options.system_nodes, kind=self.options.node_kind))
+        for name, run in list(self._handed.items()):
+            gang = self._gangs.get(run)
+            if gang is not None and getattr(self._offered.offers.get(name), "why_not", "") == "cordoned":
+                self._disrupt(gang, f"node {name} was cordoned (a drain)")
 
     # ---------------------------------------------------------------- a run's objects
     def _maybe_create(self, job_id: str, attempt: int, names: set[str]) -> None:
         """Creates the run's objects once every node of its gang asks (all of them together, or none)."""
         allocs = self.host.allocs.of_job(job_id)
-        if not allocs or (job_id, attempt) in self._gangs or any(a.agent not in names for a in allocs):
+        if not allocs or (job_id, attempt) in self._gangs or any(a.agent not in names for a in allocs) or \
+                not self._retries.may_create(job_id):
             return
         job = self._reader.job(job_id)
         if job is None or job.attempt != attempt or job.state != JobState.STARTING:
             return
-        settings = self.host.settings
-        image = str(job.spec.config.kubernetes.get("image") or self.options.image)
+        config = job.spec.config.kubernetes
+        image = str(config.get("image") or self.options.image)
         if not image:
             self._fail(job_id, "no image for its pods: give `kubernetes: {image: ...}` in the job's config, or start "
                                "the coordinator with --image", restartable=False)
+            return
+        refused = run_objects.refused_secret(config, self.options.allow_secrets)
+        if refused:
+            self._fail(job_id, refused, restartable=False)
             return
         gang = Gang(job_id, attempt, {a.agent: a.node_rank for a in allocs}, {}, time.monotonic())
         self._gangs[(job_id, attempt)] = gang
         for a in allocs:
             self._handed[a.agent] = (job_id, attempt)
+        pods = run_objects.run_pods(job_id, attempt, config, allocs, self._offered.offers, namespace=self.options.namespace,
+                                    image=image, agent_prefix=self.options.agent_command, coordinator=self._advertise,
+                                    grace=self.host.settings.stop_grace + 30, policy=self._policy)
         try:
-            credentials = {manifests.credential_key(a.node_rank): self._authority.issue(
-                "run", run_name(a.agent, job_id, attempt), self._advertise, self._plaintext).to_json() for a in allocs}
-            secret = self.api.create(manifests.secret(job_id, attempt, self.options.namespace, credentials))  # type: ignore[union-attr]
-            owner = manifests.owner(secret)
-            self.api.create(manifests.service(job_id, attempt, self.options.namespace,  # type: ignore[union-attr]
-                                              sorted({p for a in allocs for p in a.ports}), owner))
-            for a in allocs:
-                pod = manifests.pod(gang_pod(job_id, attempt, a), self.options.namespace, image=image,
-                                    command=agent_command(self.options.agent_command, self._advertise, job_id,
-                                                          attempt, a), env={}, owner_ref=owner,
-                                    pod_spec=job.spec.config.kubernetes.get("pod_spec"),
-                                    grace=settings.stop_grace + 30)
-                gang.pod_names[a.agent] = pod["metadata"]["name"]
-                self.api.create(pod)  # type: ignore[union-attr]
+            gang.pod_names.update({a.agent: p["metadata"]["name"] for a, p in zip(allocs, pods)})
+            run_objects.create_run(self.api, self.options.namespace, job_id, attempt, allocs, pods,
+                                   lambda a: self._authority.issue("run", run_name(a.agent, job_id, attempt),
+                                                                   self._advertise, self._plaintext).to_json())
         except CredentialError as e:  # a node name too long for a credential's
             self._fail(job_id, f"no credential can be made for its pods: {e}", restartable=False)
             self._tear_down(gang)
             return
         except KubernetesError as e:
-            code = getattr(e, "code", 0)
-            self._fail(job_id, f"its pods could not be created: {e}", restartable=code not in (400, 403, 422))
             self._tear_down(gang)
+            if getattr(e, "code", 0) in RETRY_REFUSED:  # a quota, a conflict, an API busy: a waiting reason
+                self._not_started_again(job_id, f"its pods were refused: {e}")
+            else:
+                self._fail(job_id, f"its pods could not be created: {e}", restartable=False)
             return
         log.info("kubernetes: job %s run %d: %d pod(s) created on %s", job_id, attempt, len(allocs),
                  ", ".join(a.agent for a in allocs))
+
+    def _not_started_again(self, job_id: str, why: str) -> None:
+        """Its run did not start (pods refused, not bound in time): placed again after a backoff, at most
+        MAX_NOT_STARTED times in a row (run_objects.Retries); then it fails saying why."""
+        tries, most = self._retries.failed(job_id), run_objects.MAX_NOT_STARTED
+        if tries >= most:
+            self._fail(job_id, f"its pods did not start in {tries} placements in a row; the last: {why}",
+                       restartable=False)
+            return
+        with self.host.event():
+            self.host.lifecycle.handle(job_id, job_machine.NotStarted(f"{why} (placement {tries} of at most {most})"),
+                                       time.time())
+
+    def _disrupt(self, gang: Gang, why: str) -> None:
+        """The cluster takes a node of the run back: the job stops at a common step and is placed again."""
+        if gang.disrupted or gang.tearing_down:
+            return
+        gang.disrupted = True
+        log.info("kubernetes: job %s run %d: %s", gang.job_id, gang.attempt, why)
+        with self.host.event():
+            self.host.lifecycle.handle(gang.job_id, job_machine.Disrupted(why), time.time())
 
     def _watch_gang(self, gang: Gang) -> None:
         pods = {node: self._pods.get(gang.pod_names.get(node, "")) for node in gang.nodes}
@@ -303,11 +280,14 @@ class KubernetesEngine:
                 self._tear_down(gang)
             return
         verdict = gangs.judge(pods, gang.pod_names, sorted(gang.seen_running), time.monotonic() - gang.created,
-                              self.options.start_timeout)
-        if verdict.verdict == gangs.Verdict.NOT_STARTED:
-            with self.host.event():
-                self.host.lifecycle.handle(gang.job_id, job_machine.NotStarted(verdict.why), time.time())
+                              self.options.start_timeout, self.options.pull_timeout)
+        if verdict.verdict == gangs.Verdict.RUNNING:
+            self._retries.started(gang.job_id)
+        elif verdict.verdict == gangs.Verdict.DISRUPTED:
+            self._disrupt(gang, verdict.why)
+        elif verdict.verdict == gangs.Verdict.NOT_STARTED:
             self._tear_down(gang)
+            self._not_started_again(gang.job_id, verdict.why)
         elif verdict.verdict == gangs.Verdict.BROKEN:
             self._fail(gang.job_id, verdict.why, restartable=False)
             self._tear_down(gang)
@@ -330,25 +310,20 @@ class KubernetesEngine:
     def _tear_down(self, gang: Gang) -> None:
         """Deletes the run's pods, Service and Secret; its nodes come back once its pods are gone."""
         gang.tearing_down = True
-        name = manifests.gang_name(gang.job_id, gang.attempt)
         try:
-            self.api.delete("Pod", list(gang.pod_names.values()))  # type: ignore[union-attr]
-            self.api.delete("Service", [name])  # type: ignore[union-attr]
-            self.api.delete("Secret", [name])  # type: ignore[union-attr]
+            run_objects.delete_run(self.api, gang.job_id, gang.attempt, list(gang.pod_names.values()))
         except KubernetesError as e:  # the next round sees its pods still there and asks again
             gang.tearing_down = False
             gang.over_since = gang.over_since or time.monotonic()
             log.warning("kubernetes: deleting job %s run %d's objects: %s", gang.job_id, gang.attempt, e)
             return
-        log.info("kubernetes: job %s run %d: its pods, Service and Secret deleted", gang.job_id, gang.attempt)
+        log.info("kubernetes: job %s run %d: its pods, Service, PodDisruptionBudget and Secret deleted", gang.job_id,
+                 gang.attempt)
 
     def _give_back(self, node: str) -> None:
-        """Its pod is gone: the engine answers for the node again (what the pod's run left there is reconciled:
-        a run still STARTED there fails, one RELEASING is freed)."""
+        """Its pod is gone: the engine answers for the node again."""
         del self._handed[node]
-        record = self._owned.get(node)
-        if record is not None:
-            self.nodes.register(record, (), (), time.time(), watched=False, held_elsewhere=self._taken.get(node, 0))
+        self._offered.give_back(node)
         self._next_offers = 0.0  # its slots may have changed meanwhile
         self._wake.set()
 
@@ -357,24 +332,3 @@ class KubernetesEngine:
             self.host.lifecycle.handle(job_id, job_machine.Failed(policy.Outcome(
                 JobState.FAILED, f"job {job_id}: {why}", 1, restartable=restartable)), time.time())
 
-
-def gang_pod(job_id: str, attempt: int, alloc: Allocation) -> manifests.GangPod:
-    return manifests.GangPod(job_id, attempt, alloc.node_rank, alloc.agent, alloc.slots, len(alloc.gpus))
-
-
-def agent_command(prefix: Sequence[str], coordinator: str, job_id: str, attempt: int, alloc: Allocation) -> list[str]:
-    """The pod's agent: its node's, for this run alone, heartbeating (no beacons out of a pod)."""
-    command = [*prefix, "agent", "--name", alloc.agent, "--credentials", CREDENTIAL, "--coordinator", coordinator,
-               "--only-run", f"{job_id}/{attempt}", "--no-beacons"]
-    return command if alloc.gpus else [*command, "--slots", str(alloc.slots)]
-
-
-def node_selector(text: str) -> dict[str, str]:
-    """`k=v,k2=v2` as a label selector (UsageError naming the bad part)."""
-    selector = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, equals, value = part.partition("=")
-        if not equals or not key:
-            raise UserError(f"--node-selector {text!r}: {part!r} is not LABEL=VALUE; give e.g. pool=training")
-        selector[key.strip()] = value.strip()
-    return selector

@@ -2,11 +2,15 @@
 as a table and the engine only reads the pods and applies the verdict.
 
 A gang is all or nothing: its pods are created together, and while any of them is not yet Running the gang is
-STARTING; once all run it is RUNNING. One not Running within the start bound tears the gang down: placed
-again (NOT_STARTED: the scheduler did not bind it, or it waits on something outside the job, such as GPUs
-another workload took meanwhile) or failed for good (BROKEN: its image cannot be pulled, its spec cannot
-make a container: running it again would meet the same). A pod of a started gang that ends or vanishes
-(evicted, deleted, its node gone) took its node's agent with it: LOST names it.
+STARTING; once all run it is RUNNING. A pod the scheduler did not bind within the start bound tears the gang
+down and places it again (NOT_STARTED: it waits on something outside the job, such as GPUs another workload
+took meanwhile). A pod on its node whose image is still being pulled (or whose pull failed and is being tried
+again: registries answer late, images are large) has the pull bound instead, which is longer; past it the
+job fails, as it does at once for what no wait changes (BROKEN: an image name that is no name, an image a
+`Never` pull policy does not have, a spec that makes no container). A pod that is evicted, preempted by the
+cluster's scheduler, deleted or stopped with its node is DISRUPTED (the job stops at a common step and is
+placed again, no restart spent); one of a started gang that ends on its own or vanishes took its node's
+agent with it: LOST names it.
 """
 
 from __future__ import annotations
@@ -16,9 +20,14 @@ import enum
 from typing import Any, Mapping, Sequence
 
 Json = Mapping[str, Any]
-# Container waiting reasons that no wait will change: the image or the spec is wrong.
-BROKEN_REASONS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-                  "CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+# Container waiting reasons that no wait will change: the image name or the spec is wrong.
+BROKEN_REASONS = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError",
+                  "RunContainerError")
+# Those of a pod on its node that is getting its image: a pull takes long, or failed and is tried again.
+PULLING_REASONS = ("ContainerCreating", "PodInitializing", "ErrImagePull", "ImagePullBackOff")
+# A pod's status reasons when its node or the cluster stopped it, not its workers.
+DISRUPTED_REASONS = ("Evicted", "Preempting", "Shutdown", "NodeShutdown", "Terminated", "DeadlineExceeded",
+                     "NodeLost", "UnexpectedAdmissionError")
 
 
 class Verdict(str, enum.Enum):
@@ -26,6 +35,7 @@ class Verdict(str, enum.Enum):
     RUNNING = "RUNNING"
     NOT_STARTED = "NOT_STARTED"  # torn down and placed again (no restart spent)
     BROKEN = "BROKEN"  # torn down and failed: it cannot start
+    DISRUPTED = "DISRUPTED"  # the cluster takes a pod back (eviction, preemption, deletion): a routine event
     LOST = "LOST"  # a pod of the gang ended or vanished: its node's part of the run is gone
 
 
@@ -60,6 +70,34 @@ def why_pending(pod: Json) -> tuple[str, bool]:
     return "Pending on its node", False
 
 
+def pulling(pod: Json) -> str:
+    """Why a pod bound to its node is not running yet when that is its image being pulled ("" otherwise)."""
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return ""
+    for container in (pod.get("status") or {}).get("containerStatuses") or ():
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in PULLING_REASONS:
+            message = waiting.get("message") or ""
+            return f"{waiting['reason']}{': ' + message if message else ''}"
+    return ""
+
+
+def disruption(pod: Json) -> str:
+    """Why the cluster is taking the pod back ("" when it is not): its DisruptionTarget condition (eviction,
+    the scheduler's preemption, the taint manager, a node shutdown), a status reason of the same, or a deletion
+    someone else asked for."""
+    status = pod.get("status") or {}
+    target = next((c for c in status.get("conditions") or () if c.get("type") == "DisruptionTarget"
+                   and c.get("status") == "True"), None)
+    if target is not None:
+        return f"DisruptionTarget: {target.get('reason') or '-'}{' - ' + target['message'] if target.get('message') else ''}"
+    if status.get("phase") == "Failed" and status.get("reason") in DISRUPTED_REASONS:
+        return f"{status['reason']}{' - ' + status['message'] if status.get('message') else ''}"
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "deleted"
+    return ""
+
+
 def why_ended(pod: Json) -> str:
     status = pod.get("status") or {}
     for container in status.get("containerStatuses") or ():
@@ -71,9 +109,13 @@ def why_ended(pod: Json) -> str:
 
 
 def judge(pods: Mapping[str, Json | None], names: Mapping[str, str], seen_running: Sequence[str], age: float,
-          start_timeout: float) -> GangVerdict:
+          start_timeout: float, pull_timeout: float = 600.0) -> GangVerdict:
     """The gang's verdict. `pods`: node -> its pod as last seen (None: not there); `names`: node -> its pod's
     name; `seen_running`: nodes whose pod was seen Running before; `age`: seconds since the gang was created."""
+    for node, pod in sorted(pods.items()):
+        if pod is not None and (why := disruption(pod)):
+            return GangVerdict(Verdict.DISRUPTED, f"pod {names[node]} on node {node} was taken back by the cluster "
+                                                  f"({why})", node)
     for node, pod in sorted(pods.items()):
         if pod is None:
             if node in seen_running:
@@ -81,8 +123,6 @@ def judge(pods: Mapping[str, Json | None], names: Mapping[str, str], seen_runnin
             continue
         if pod_phase(pod) in ("Succeeded", "Failed"):
             return GangVerdict(Verdict.LOST, f"its pod {names[node]} ended ({why_ended(pod)})", node)
-        if (pod.get("metadata") or {}).get("deletionTimestamp") and node in seen_running:
-            return GangVerdict(Verdict.LOST, f"its pod {names[node]} is being deleted", node)
     waiting = {node: pod for node, pod in pods.items() if pod_phase(pod) != "Running"}
     if not waiting:
         return GangVerdict(Verdict.RUNNING)
@@ -91,11 +131,31 @@ def judge(pods: Mapping[str, Json | None], names: Mapping[str, str], seen_runnin
     if broken:
         node, why = broken[0]
         return GangVerdict(Verdict.BROKEN, f"pod {names[node]} on node {node} cannot start: {why}", node)
-    if age <= start_timeout:
+    pulls = {node: why for node, pod in sorted(waiting.items()) if pod is not None and (why := pulling(pod))}
+    if age <= start_timeout or (len(pulls) == len(waiting) and age <= pull_timeout):
         return GangVerdict(Verdict.STARTING)
+    if len(pulls) == len(waiting):  # every pod on its node, its image not there within the pull bound
+        node, why = next(iter(pulls.items()))
+        return GangVerdict(Verdict.BROKEN, f"pod {names[node]} on node {node} did not get its image within "
+                                           f"{pull_timeout:g}s ({why}); check the image's name and the registry's "
+                                           "access, or give a longer --image-pull-timeout", node)
     said = "; ".join(f"{names[node]} on {node}: {why_pending(pod)[0] if pod is not None else 'not created'}"
                      for node, pod in sorted(waiting.items())[:5])
     more = f" (and {len(waiting) - 5} more)" if len(waiting) > 5 else ""
     return GangVerdict(Verdict.NOT_STARTED, f"{len(waiting)} of the gang's {len(pods)} pods were not running within "
                                             f"{start_timeout:g}s ({said}{more}); the gang was torn down, no pod "
                                             "left holding its node, and the job placed again")
+
+
+@dataclasses.dataclass
+class Gang:
+    """One run's pods, as the engine knows them."""
+    job_id: str
+    attempt: int
+    nodes: dict[str, int]  # node -> its rank in the gang
+    pod_names: dict[str, str]  # node -> its pod's name
+    created: float  # monotonic
+    seen_running: set[str] = dataclasses.field(default_factory=set)
+    over_since: float = 0.0  # monotonic: when the engine saw the run over (0: not yet)
+    tearing_down: bool = False
+    disrupted: bool = False  # the job heard of its disruption (once)

@@ -5,10 +5,17 @@ stable DNS name for TF_CONFIG, and a Secret with what the workers must not show 
 carries tfdist's labels and an ownerReference to the job's Secret, so deleting that one object lets
 Kubernetes' garbage collector remove the rest.
 
-The user's `kubernetes.pod_spec` is the base of each pod (as Determined's `environment.pod_spec`): its
-other containers, volumes, tolerations, node selector and a container named `tfdist-worker` (image, mounts,
-resources beyond the GPUs) are kept; tfdist sets what the gang needs and no user value may change: the
-command, the node pinning, the GPU count, the restart policy, no ServiceAccount token, the job's secret.
+The user's `kubernetes.pod_spec` is the base of each pod (as Determined's `environment.pod_spec`, through
+the allow-list of cluster/shared/pod_spec_rules.py): its other containers, volumes, tolerations, node
+selector and a container named `tfdist-worker` (image, mounts, resources beyond the GPUs) are kept; tfdist
+sets what the gang needs and no user value may change: the command, the node pinning, the GPU count, the
+restart policy, the ServiceAccount (one with no rights, no token), the job's secret. Every pod passes
+PodSecurity "restricted": a user other than root, no privilege escalation, every capability dropped, the
+runtime's default seccomp profile. It asks for its node's CPUs and memory as well as its GPUs (what other
+workloads leave there), so it is never BestEffort and a namespace quota can count it; `guaranteed` sets the
+limits to the requests (QoS Guaranteed). A PodDisruptionBudget per run makes the eviction API refuse to
+take one pod of a running gang: a drain cordons the node, the engine stops the gang at a common step with a
+checkpoint and places it again elsewhere, and the drain then finds the node empty.
 """
 
 from __future__ import annotations
@@ -41,6 +48,22 @@ class GangPod:
     node: str  # the Kubernetes node it is pinned to
     slots: int
     gpus: int  # 0: a CPU node (the pod asks for `slots` CPUs instead)
+    cpu: str = ""  # the CPUs it asks for (a quantity; "": a GPU pod asks for none, a CPU pod for `slots`)
+    memory: str = ""  # the memory it asks for ("": none)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodPolicy:
+    """What the coordinator's administrator says of every job pod (its flags)."""
+    service_account: str = "tfdist-job"  # a ServiceAccount with no rights (tfdist kubernetes manifests makes it)
+    tolerations: tuple[Mapping[str, Any], ...] = ()  # the taints of the offered nodes it tolerates (offers.tolerations_of)
+    guaranteed: bool = False  # limits = requests for CPU and memory (QoS Guaranteed)
+    user: int = 1000  # the user, group and fsGroup a pod runs as where its pod_spec names none
+    working_dir: str = ""  # the workers' directory in the image ("": the image's WorkingDir)
+
+
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                        "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def job_name(job_id: str) -> str:
@@ -112,23 +135,29 @@ def service(job_id: str, attempt: int, namespace: str, ports: Sequence[int], own
 
 
 def pod(gang_pod: GangPod, namespace: str, *, image: str, command: Sequence[str], env: Mapping[str, str],
-        owner_ref: Json, pod_spec: Mapping[str, Any] | None = None, grace: float = 30.0) -> Json:
+        owner_ref: Json, pod_spec: Mapping[str, Any] | None = None, grace: float = 30.0,
+        policy: PodPolicy = PodPolicy()) -> Json:
     """The pod of one node of the gang: the user's pod_spec with tfdist's part laid over it."""
     spec: Json = copy.deepcopy(dict(pod_spec or {}))
     containers = [c for c in spec.get("containers") or () if c.get("name") != WORKER]
     worker: Json = next((copy.deepcopy(c) for c in spec.get("containers") or () if c.get("name") == WORKER), {})
-    resources = worker.setdefault("resources", {})
-    if gang_pod.gpus:
-        for kind in ("limits", "requests"):
-            resources.setdefault(kind, {})[GPU] = str(gang_pod.gpus)
-    else:
-        resources.setdefault("requests", {})["cpu"] = str(gang_pod.slots)
+    worker["resources"] = _resources(worker.get("resources") or {}, gang_pod, policy.guaranteed)
     mounts = [m for m in worker.get("volumeMounts") or () if m.get("name") != "tfdist-job"]
     worker.update(name=WORKER, image=worker.get("image") or image, command=list(command),
                   env=[*(e for e in worker.get("env") or () if e.get("name") not in env),
                        *({"name": k, "value": v} for k, v in sorted(env.items()))],
                   volumeMounts=[*mounts, {"name": "tfdist-job", "mountPath": SECRET_MOUNT, "readOnly": True}])
+    if policy.working_dir:
+        worker["workingDir"] = policy.working_dir
+    for container in (worker, *containers, *(spec.get("initContainers") or ())):
+        container["securityContext"] = {**copy.deepcopy(RESTRICTED_CONTAINER), **(container.get("securityContext") or {})}
     spec["containers"] = [worker, *containers]
+    spec["securityContext"] = {"runAsNonRoot": True, "runAsUser": policy.user, "runAsGroup": policy.user,
+                               "fsGroup": policy.user, "seccompProfile": {"type": "RuntimeDefault"},
+                               **(spec.get("securityContext") or {})}
+    spec["tolerations"] = [*(spec.get("tolerations") or ()),
+                           *(t for t in policy.tolerations if t not in (spec.get("tolerations") or ()))]
+    spec["serviceAccountName"] = policy.service_account
     spec["volumes"] = [*(v for v in spec.get("volumes") or () if v.get("name") != "tfdist-job"),
                        {"name": "tfdist-job", "secret": {
                            "secretName": gang_name(gang_pod.job_id, gang_pod.attempt), "defaultMode": 0o400,
@@ -143,6 +172,31 @@ def pod(gang_pod: GangPod, namespace: str, *, image: str, command: Sequence[str]
                          "annotations": {JOB_ID_ANNOTATION: gang_pod.job_id, NODE_ANNOTATION: gang_pod.node},
                          "ownerReferences": [owner_ref]},
             "spec": spec}
+
+
+def _resources(given: Mapping[str, Any], gang_pod: GangPod, guaranteed: bool) -> Json:
+    """The worker's resources: its node's GPUs (or its slots in CPUs), and the CPUs and memory it asks for,
+    where the user's pod_spec asks for none."""
+    resources: Json = {kind: dict(given.get(kind) or {}) for kind in ("limits", "requests")}
+    resources.update({k: v for k, v in given.items() if k not in ("limits", "requests")})
+    requests, limits = resources["requests"], resources["limits"]
+    if gang_pod.gpus:
+        limits[GPU] = requests[GPU] = str(gang_pod.gpus)
+    for name, amount in (("cpu", gang_pod.cpu or ("" if gang_pod.gpus else str(gang_pod.slots))),
+                         ("memory", gang_pod.memory)):
+        if amount and name not in requests:
+            requests[name] = limits[name] if name in limits else amount
+        if guaranteed and name in requests:
+            limits[name] = requests[name]
+    return {k: v for k, v in resources.items() if v}
+
+
+def disruption_budget(job_id: str, attempt: int, namespace: str, pods: int, owner_ref: Json) -> Json:
+    """The run's PodDisruptionBudget: none of its pods may be evicted (a gang has no spare rank); a drain waits
+    for the engine to move the gang, which it does at a common step with a checkpoint."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {**_meta(gang_name(job_id, attempt), namespace, job_id, attempt), "ownerReferences": [owner_ref]},
+            "spec": {"minAvailable": pods, "selector": {"matchLabels": labels(job_id, attempt)}}}
 
 
 def _pinned(affinity: Mapping[str, Any] | None, node: str) -> Json:

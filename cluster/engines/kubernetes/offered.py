@@ -1,0 +1,78 @@
+"""The offered nodes the Kubernetes engine answers for while no pod of a run is their agent: registered with
+the job side as nodes of the agents' protocol (cluster/engines/agents/nodes.py), heartbeated in-process, and
+withdrawn (lost, saying why) when the cluster no longer offers them. A node whose pod is a run's agent is
+`handed` to that run; the engine gives it back once that pod is gone."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Mapping
+
+from cluster.coordinator import policy
+from cluster.engines.agents.nodes import AgentNodes
+from cluster.engines.kubernetes.offers import NodeOffer
+from cluster.shared.model import AgentRecord, Gpu, JobState
+from cluster.shared.work import AgentReport
+
+log = logging.getLogger("tfdist.kubernetes")
+
+
+class OfferedNodes:
+    def __init__(self, nodes: Callable[[], AgentNodes], host: Callable[[], object],
+                 handed: Mapping[str, tuple[str, int]]):
+        self._nodes, self._host, self._handed = nodes, host, handed
+        self.owned: dict[str, AgentRecord] = {}  # the offered nodes it answers for (no pod of a run on them)
+        self.offers: dict[str, NodeOffer] = {}  # the last reading of every node (what a pod there asks for)
+
+    def read(self, offers: list[NodeOffer]) -> None:
+        """Registers each offered node it answers for (again when its slots changed); a node no longer offered
+        and holding nothing is lost, saying why."""
+        self.offers = {o.name: o for o in offers}
+        nodes, host, now = self._nodes(), self._host(), time.time()
+        offered = {o.name: o for o in offers if o.offered}
+        for name, offer in offered.items():
+            if name in self._handed:
+                continue
+            record = AgentRecord(name, offer.slots, (), tuple(Gpu(i, f"{name}/gpu{i}") for i in range(offer.gpus)))
+            if self.owned.get(name) != record:
+                nodes.register(record, (), (), now, watched=False, held_elsewhere=offer.taken)
+                self.owned[name] = record
+            else:
+                nodes.held_elsewhere(name, offer.taken, now)
+        for name in [n for n in self.owned if n not in offered and n not in self._handed]:
+            if host.allocs.on_agent(name):  # type: ignore[attr-defined]
+                continue  # placed meanwhile: its run decides
+            why = self.offers[name].why_not if name in self.offers else "gone from the cluster"
+            with host.event():  # type: ignore[attr-defined]
+                host.node_lost(name, policy.Outcome(JobState.FAILED, f"node {name} is no longer offered by "  # type: ignore[attr-defined]
+                                                    f"Kubernetes ({why})", 1), now)
+                host.lifecycle.schedule(now)  # type: ignore[attr-defined]
+            del self.owned[name]
+            log.info("kubernetes: node %s withdrawn: %s", name, why)
+
+    def heartbeat(self, now: float) -> dict[tuple[str, int], set[str]]:
+        """Heartbeats for each node it answers for; returns the runs whose nodes ask to lease ports there."""
+        wanted: dict[tuple[str, int], set[str]] = {}
+        nodes = self._nodes()
+        for name, record in list(self.owned.items()):
+            if name in self._handed:
+                continue
+            work = nodes.heartbeat(AgentReport(name, (), (), {}, {}), now)
+            if work is None:
+                nodes.register(record, (), (), now, watched=False, held_elsewhere=self._taken(name))
+                continue
+            for job_id, _ in work.check_ports:
+                wanted.setdefault((job_id, work.attempts.get(job_id, 0)), set()).add(name)
+        return wanted
+
+    def give_back(self, name: str) -> None:
+        """The node's run pod is gone: it answers for the node again (what that run left there is reconciled: a
+        run still STARTED there fails, one RELEASING is freed)."""
+        record = self.owned.get(name)
+        if record is not None:
+            self._nodes().register(record, (), (), time.time(), watched=False, held_elsewhere=self._taken(name))
+
+    def _taken(self, name: str) -> int:
+        offer = self.offers.get(name)
+        return offer.taken if offer is not None and offer.offered else 0

@@ -1,0 +1,122 @@
+"""What one run of a job is made of on Kubernetes, decided from the job's config, its placement and the
+nodes' last offers (pure: tested as values; the engine creates what it returns, in order). Each pod runs the
+node's agent for that run (`tfdist agent --only-run JOB/ATTEMPT`, in the image's working directory, never the
+client's) and asks for what other workloads leave of its node's CPUs and memory, beside its GPUs."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from cluster.engines.kubernetes import manifests
+from cluster.engines.kubernetes.offers import NodeOffer
+from cluster.shared.model import Allocation
+from cluster.shared.pod_spec_rules import secrets_named
+from tfdist.errors import UserError
+
+CREDENTIAL = f"{manifests.SECRET_MOUNT}/credential.json"
+MAX_NOT_STARTED = 5  # placements in a row whose pods did not start (or were refused): then the job fails
+BACKOFF_FIRST = 5.0  # seconds before the pods of the second such placement are made (doubling, at most 60)
+PENDING_OWNER = {"apiVersion": "v1", "kind": "Secret", "name": "-", "uid": "-"}  # until the run's Secret exists
+
+
+def refused_secret(config: Mapping[str, Any], allowed: Sequence[str]) -> str:
+    """Why the job's pods may not be made ("" when they may): a Secret its pod_spec names that the
+    coordinator's administrator did not allow."""
+    refused = sorted(secrets_named(config.get("pod_spec") or {}) - set(allowed))
+    if not refused:
+        return ""
+    return (f"kubernetes.pod_spec gives its pods Secret {refused[0]!r}, which this coordinator does not let jobs "
+            f"mount; its administrator allows one with `tfdist coordinator --allow-secret {refused[0]}`")
+
+
+def gang_pod(job_id: str, attempt: int, alloc: Allocation, offer: NodeOffer | None) -> manifests.GangPod:
+    """The pod of one node: a GPU node's asks for the CPUs other workloads leave there (a CPU node's for its
+    slots), and every pod for the memory they leave."""
+    cpu = f"{math.floor(offer.free_cpu * 1000)}m" if offer is not None and alloc.gpus and offer.free_cpu else ""
+    memory = f"{math.floor(offer.free_memory / 2**20)}Mi" if offer is not None and offer.free_memory >= 2**20 else ""
+    return manifests.GangPod(job_id, attempt, alloc.node_rank, alloc.agent, alloc.slots, len(alloc.gpus), cpu, memory)
+
+
+def run_pods(job_id: str, attempt: int, config: Mapping[str, Any], allocs: Sequence[Allocation],
+             offers: Mapping[str, NodeOffer], *, namespace: str, image: str, agent_prefix: Sequence[str],
+             coordinator: str, grace: float, policy: manifests.PodPolicy) -> list[manifests.Json]:
+    """The run's pods, one per allocation, owned by PENDING_OWNER until the run's Secret exists."""
+    if config.get("working_dir"):
+        policy = manifests.PodPolicy(policy.service_account, policy.tolerations, policy.guaranteed, policy.user,
+                                     str(config["working_dir"]))
+    return [manifests.pod(gang_pod(job_id, attempt, a, offers.get(a.agent)), namespace, image=image,
+                          command=agent_command(agent_prefix, coordinator, job_id, attempt, a), env={},
+                          owner_ref=PENDING_OWNER, pod_spec=config.get("pod_spec"), grace=grace, policy=policy)
+            for a in allocs]
+
+
+def agent_command(prefix: Sequence[str], coordinator: str, job_id: str, attempt: int, alloc: Allocation) -> list[str]:
+    """The pod's agent: its node's, for this run alone, heartbeating (no beacons out of a pod), its workers in
+    the container's working directory (the config's kubernetes.working_dir, else the image's)."""
+    command = [*prefix, "agent", "--name", alloc.agent, "--credentials", CREDENTIAL, "--coordinator", coordinator,
+               "--only-run", f"{job_id}/{attempt}", "--no-beacons", "--working-dir", "."]
+    return command if alloc.gpus else [*command, "--slots", str(alloc.slots)]
+
+
+def node_selector(text: str) -> dict[str, str]:
+    """`k=v,k2=v2` as a label selector (UsageError naming the bad part)."""
+    selector = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, equals, value = part.partition("=")
+        if not equals or not key:
+            raise UserError(f"--node-selector {text!r}: {part!r} is not LABEL=VALUE; give e.g. pool=training")
+        selector[key.strip()] = value.strip()
+    return selector
+
+
+def create_run(api, namespace: str, job_id: str, attempt: int, allocs: Sequence[Allocation],
+               pods: Sequence[manifests.Json], credential_of: Callable[[Allocation], str]) -> dict[str, str]:
+    """Creates the run's objects: each pod first as a dry run (the API's admission, a namespace's quota and
+    PodSecurity among it, on every pod before any is made), then its Secret, Service, PodDisruptionBudget and
+    pods, owned by the Secret. Returns node -> pod name; raises the API's refusal (what was made before it is
+    for delete_run)."""
+    for pod in pods:
+        api.create(pod, dry_run=True)
+    secret = api.create(manifests.secret(job_id, attempt, namespace, {
+        manifests.credential_key(a.node_rank): credential_of(a) for a in allocs}))
+    owner = manifests.owner(secret)
+    api.create(manifests.service(job_id, attempt, namespace, sorted({p for a in allocs for p in a.ports}), owner))
+    api.create(manifests.disruption_budget(job_id, attempt, namespace, len(pods), owner))
+    names = {}
+    for a, pod in zip(allocs, pods):
+        pod["metadata"]["ownerReferences"] = [owner]
+        names[a.agent] = pod["metadata"]["name"]
+        api.create(pod)
+    return names
+
+
+def delete_run(api, job_id: str, attempt: int, pod_names: Sequence[str]) -> None:
+    """Deletes the run's pods, Service, PodDisruptionBudget and Secret (those already gone are fine)."""
+    name = manifests.gang_name(job_id, attempt)
+    api.delete("Pod", list(pod_names))
+    for kind in ("Service", "PodDisruptionBudget", "Secret"):
+        api.delete(kind, [name])
+
+
+class Retries:
+    """The placements in a row whose pods did not start, per job: each next one waits a backoff, and after
+    MAX_NOT_STARTED the job fails (never an endless loop of placements)."""
+
+    def __init__(self):
+        self.tries: dict[str, int] = {}
+        self._hold_until: dict[str, float] = {}
+
+    def may_create(self, job_id: str) -> bool:
+        return time.monotonic() >= self._hold_until.get(job_id, 0.0)
+
+    def failed(self, job_id: str) -> int:
+        """One more placement of the job did not start: how many in a row now."""
+        tries = self.tries[job_id] = self.tries.get(job_id, 0) + 1
+        self._hold_until[job_id] = time.monotonic() + min(60.0, BACKOFF_FIRST * 2 ** (tries - 1))
+        return tries
+
+    def started(self, job_id: str) -> None:
+        self.tries.pop(job_id, None)
+        self._hold_until.pop(job_id, None)

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Callable
 
 from cluster.shared.user_dirs import machine_dir
@@ -154,24 +155,38 @@ def lease_for_job(job_id: str, ports: list[int]) -> tuple[PortLease, list[int]]:
         return PortLease(), list(ports)
 
 
-def connect_error(address: str, port: int, timeout: float) -> str:
-    """'' if a TCP connection to address:port opens within `timeout`, else what went wrong."""
+NAME_WAIT = 90.0  # seconds a peer's name may take to resolve (a cluster's DNS serves a new pod's name late)
+
+
+def connect_error(address: str, port: int, timeout: float) -> tuple[str, bool]:
+    """('', False) if a TCP connection to address:port opens within `timeout`, else what went wrong and
+    whether it was the name that did not resolve (yet)."""
     try:
         with socket.create_connection((address, port), timeout=timeout):
-            return ""
+            return "", False
+    except socket.gaierror as e:
+        return f"its name does not resolve ({e.strerror or e})", True
     except socket.timeout:
-        return f"no answer within {timeout:g}s (packets dropped: a firewall?)"
+        return f"no answer within {timeout:g}s (packets dropped: a firewall?)", False
     except OSError as e:
-        return e.strerror or str(e)
+        return e.strerror or str(e), False
 
 
-def probe(task: ProbeTask) -> tuple[ProbeFailure, ...]:
-    """Connects to every peer's leased port of a job; the ones that did not answer, with why."""
-    failures = []
+def probe(task: ProbeTask, connect=connect_error, clock=time.monotonic, sleep=time.sleep) -> tuple[ProbeFailure, ...]:
+    """Connects to every peer's leased port of a job; the ones that did not answer, with why. A name that
+    does not resolve is asked again (backing off) for NAME_WAIT seconds: a Kubernetes pod's DNS record is
+    served some seconds after the pod runs, and a negative answer may be cached meanwhile."""
+    failures, deadline = [], clock() + NAME_WAIT
     for peer, address, port in task.targets:
-        error = connect_error(address, port, task.timeout or PROBE_TIMEOUT)
+        pause = 0.25
+        while True:
+            error, unresolved = connect(address, port, task.timeout or PROBE_TIMEOUT)
+            if not unresolved or clock() + pause > deadline:
+                break
+            sleep(pause)
+            pause = min(pause * 2, 5.0)
         if error:
-            failures.append(ProbeFailure(peer, address, port, error))
+            failures.append(ProbeFailure(peer, address, port, error + (f" after {NAME_WAIT:g}s" if unresolved else "")))
     return tuple(failures)
 
 

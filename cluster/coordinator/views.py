@@ -114,11 +114,15 @@ def agents_view(core: CoordinatorCore) -> list[AgentView]:
         for a in sorted(core.agents.values(), key=lambda a: a.name):
             held = core.allocs.on_agent(a.name)
             taken = {g for x in held for g in x.gpus}
+            untaken = [g.index for g in a.record.gpus if g.index not in taken]
+            # What work outside tfdist holds (another namespace's coordinator, other workloads) is not free
+            # either; which of its GPUs it holds is not known, only how many: the last ones are shown taken.
+            elsewhere = min(a.held_elsewhere, len(untaken)) if a.record.gpus else 0
             views.append(AgentView(
-                record=a.record, free_slots=a.record.slots - sum(x.slots for x in held),
+                record=a.record, free_slots=max(0, a.record.slots - sum(x.slots for x in held) - a.held_elsewhere),
                 state="LOST" if a.lost else "ALIVE", last_heartbeat=a.last_heartbeat,
                 jobs=tuple(sorted({x.job_id for x in held})),
-                free_gpus=tuple(g.index for g in a.record.gpus if g.index not in taken),
+                free_gpus=tuple(untaken[:len(untaken) - elsewhere]),
                 liveness="beacons" if a.beaconing and not a.lost else "heartbeats"))
         return views
 

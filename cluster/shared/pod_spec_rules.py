@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
+from cluster.shared.config_values import ConfigError
+
 # Pod-level keys a job may set; tfdist sets the rest (command, pinning, restart policy, ServiceAccount, ...).
 POD_KEYS = frozenset({"containers", "initContainers", "volumes", "tolerations", "nodeSelector", "affinity",
                       "topologySpreadConstraints", "securityContext", "imagePullSecrets", "dnsConfig", "dnsPolicy",
@@ -33,7 +35,7 @@ CONTAINER_SECURITY_KEYS = frozenset({"runAsUser", "runAsGroup", "runAsNonRoot", 
 RESERVED_PREFIX = "tfdist-"  # tfdist's own objects in its namespace: its run Secrets, its coordinator's volume
 
 
-class PodSpecError(ValueError):
+class PodSpecError(ConfigError):
     """One line: the refused key (its path under kubernetes.pod_spec) and what to do instead."""
 
 

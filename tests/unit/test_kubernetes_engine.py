@@ -40,6 +40,7 @@ class MemoryApi:
         self.calls: dict[str, int] = {}
         self._seen = None
         self.refuse = None  # an ApiRefused every pod's creation raises (a quota's answer)
+        self.foreign: list[dict] = []  # other namespaces' pods (all_pods sees them, the watch does not)
 
     def __call__(self, namespace, kubeconfig):  # the engine's api_factory
         return self
@@ -48,7 +49,7 @@ class MemoryApi:
         return [json.loads(json.dumps(n)) for n in self.nodes_.values()]
 
     def all_pods(self):
-        return self.pods()
+        return self.pods() + [json.loads(json.dumps(p)) for p in self.foreign]
 
     def pods(self):
         with self.lock:
@@ -276,3 +277,24 @@ def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
         assert len(api.created) == 5  # nothing made twice
     finally:
         again.close(timeout=5)
+
+
+def test_another_coordinators_pods_hold_their_gpus_and_tfdist_agents_shows_them_taken(kube):
+    """Issue 45, Measured 10: coordinator B placed its job on the node coordinator A's job held (every pod
+    labelled as tfdist's, in any namespace, was left out of what is taken) and `tfdist agents` showed it free."""
+    from cluster.coordinator.views import agents_view
+
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    api.foreign.append({"metadata": {"name": "tfdist-9-a0-n0", "namespace": "team-a",
+                                     "labels": {"app.kubernetes.io/managed-by": "tfdist"}},
+                        "spec": {"nodeName": "g1", "containers": [{"name": "tfdist-worker", "resources": {
+                            "limits": {"nvidia.com/gpu": "8"}}}]}, "status": {"phase": "Running"}})
+    engine._next_offers = 0.0
+    engine._wake.set()
+    wait_for(lambda: {v.record.name: v.free_slots for v in agents_view(core)} == {"g1": 0, "g2": 8},
+             "g1 shown taken by the other namespace's job")
+    assert {v.record.name: v.free_gpus for v in agents_view(core)}["g1"] == ()
+    job_id = submit(core, slots=8)
+    wait_for(lambda: len(api.pod_names()) == 1, "the job's pod", timeout=10)
+    assert core.store.job(job_id).placement[0].agent == "g2"

@@ -113,8 +113,8 @@ def run_coordinator(args) -> int:
 
     if not 1 <= args.slots <= MAX_SLOTS:
         raise UsageError(f"tfdist coordinator: --slots {args.slots}: give 1 to {MAX_SLOTS} (the local engine's workers)")
-    if args.advertise:
-        check_listen("--advertise", args.advertise)
+    if args.advertise:  # where pods reach it: a Service's name need not resolve in its own pod (yet)
+        check_listen("--advertise", args.advertise, resolve=False)
     agent_command = tuple(shlex.split(os.environ.get(POD_AGENT_COMMAND_ENV, ""))) or ("tfdist",)
     engine = create_engine(args.engine, EngineOptions(  # an unknown name: one line, nothing started
         slots=args.slots, namespace=args.namespace, kubeconfig=args.kubeconfig or "", advertise=args.advertise or "",

@@ -17,8 +17,10 @@ from tfdist.errors import UserError
 EXAMPLES = "127.0.0.1:{port} (this machine only) or 0.0.0.0:{port} (every interface)"
 
 
-def check_listen(flag: str, listen: str) -> tuple[str, int]:
-    """(host, port) of a listen address, or UserError naming `flag` and the fix. Port 0: any free one."""
+def check_listen(flag: str, listen: str, resolve: bool = True) -> tuple[str, int]:
+    """(host, port) of a listen address, or UserError naming `flag` and the fix. Port 0: any free one.
+    `resolve`: a host name must resolve here (not so for where others reach this machine: a Kubernetes
+    Service's name, which the cluster's DNS may serve only once the coordinator's pod is running)."""
     host, sep, port = listen.strip().rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         shown = port if sep else listen
@@ -39,6 +41,10 @@ def check_listen(flag: str, listen: str) -> tuple[str, int]:
     if re.fullmatch(r"[0-9.]+", bare):
         raise UserError(f"{flag} {listen!r}: {bare} is not an IPv4 address written in full (gRPC reads no "
                         f"shorthand such as 127.1): give e.g. {EXAMPLES.format(port=int(port))}")
+    if not resolve:
+        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9.]{0,251}[A-Za-z0-9])?", bare):
+            raise UserError(f"{flag} {listen!r}: {bare!r} is not a host name: give e.g. tfdist-coordinator.tfdist.svc:{port}")
+        return bare, int(port)
     try:
         socket.getaddrinfo(bare, None, type=socket.SOCK_STREAM)
     except socket.gaierror:

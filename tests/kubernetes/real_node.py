@@ -75,6 +75,9 @@ SYSCTLS = ("kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "vm/p
 HOST_PATHS = ("/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/var/lib/cni", "/run/containerd",
               "/var/lib/containerd", "/opt/containerd", "/etc/cni", "/opt/cni", "/etc/kubernetes",
               "/usr/libexec/kubernetes")
+# Of those, the ones only a kubelet or containerd uses (one real node at a time): removed whole when the node
+# made them; the others only when empty.
+OWN_WHOLE = ("/var/lib/kubelet", "/var/log/pods", "/run/containerd")
 CGROUP_ROOT = "/sys/fs/cgroup"
 KUBEPODS = "kubepods"
 NETNS_DIR = "/run/netns"
@@ -356,13 +359,10 @@ class RealNode:
                 json.dump({"root": self.root, "containerd_root": self.containerd_root, "before": self._before}, f)
             deadline = time.monotonic() + timeout
             self._network()
-            self._start_containerd(deadline)
-            self.timings["containerd"] = time.monotonic() - started
-            self._cpu_at_start = _cpu_seconds(self._pids())
             archive, self.pause_name = images.pause_image(self.cache)
+            self._start_containerd(deadline)
             self.load_image(archive, self.pause_name)
-            self._write_containerd_config(sandbox_image=self.pause_name)  # the pause image, now it is there
-            self._restart_containerd(deadline)
+            self.timings["containerd"] = time.monotonic() - started
             self._rbac_for_coredns()
             self._start_kubelet()
             self._start_kube_proxy()
@@ -394,6 +394,19 @@ class RealNode:
                                 + (f"; index.json names it {imported}" if imported else ""))
         self.timings[f"import {name}"] = time.monotonic() - began
         return name
+
+    def remove_image(self, name: str) -> None:
+        """Removes `name` from the node's containerd, and the references the CRI plugin made to the same
+        manifest (its image ID, sha256:...); containerd's garbage collector then drops the content and
+        snapshots no other image uses (the image cache shrinks)."""
+        listing = _run(self._ctr("images", "ls"), check=False, timeout=60).stdout.splitlines()[1:]
+        digests = {line.split()[0]: line.split()[2] for line in listing if len(line.split()) > 2}
+        if name not in digests:
+            return
+        refs = [ref for ref, digest in digests.items() if digest == digests[name]]
+        if any(not ref.startswith("sha256:") and ref != name for ref in refs):
+            refs = [name]  # another name holds the same image: only this name goes
+        _run(self._ctr("images", "remove", "--sync", *refs), check=False, timeout=300)
 
     def has_image(self, name: str) -> bool:
         done = _run(self._ctr("images", "ls", "-q"), check=False, timeout=30)
@@ -566,7 +579,10 @@ class RealNode:
                     os.unlink(path)
         for path in HOST_PATHS:
             if before and path not in before.get("paths", ()) and os.path.lexists(path):
-                shutil.rmtree(path, ignore_errors=True)
+                if path in OWN_WHOLE:
+                    shutil.rmtree(path, ignore_errors=True)
+                else:  # shared with other tools (podman's CNI networks...): only what is empty
+                    _remove_empty_folders(path)
         if os.path.exists(RUN_DIR) and not mounts_under(RUN_DIR):
             shutil.rmtree(RUN_DIR, ignore_errors=True)
         for root in roots:  # the session's kubelet and containerd state (not the image cache)
@@ -650,30 +666,31 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs",
 
     def _start_containerd(self, deadline: float) -> None:
         os.makedirs(self.containerd_root, mode=0o700, exist_ok=True)
-        config = self._write_containerd_config(sandbox_image=images.PAUSE_NAME + ":none")
-        self._start("containerd", ["containerd", "--config", config])
-        self._wait("containerd (its socket)",
-                   lambda: _run(self._ctr("version"), check=False, timeout=10).returncode == 0, deadline)
-        self._remove_containers()  # an earlier session's, in the cached root
+        config = self._write_containerd_config(sandbox_image=self.pause_name)
+        for attempt in range(2):
+            self._start("containerd", ["containerd", "--config", config])
+            self._wait("containerd (its socket)",
+                       lambda: _run(self._ctr("version"), check=False, timeout=10).returncode == 0, deadline)
+            if not self._remove_containers() or attempt:
+                return
+            # an earlier session's containers were in the cached root: start again, so that the CRI plugin's
+            # own view (read at its start) holds none of them either
+            self._stop_process("containerd")
 
-    def _restart_containerd(self, deadline: float) -> None:
-        self._stop_process("containerd")
-        self._start("containerd", ["containerd", "--config", os.path.join(self.root, "containerd.toml")])
-        self._wait("containerd (its socket)",
-                   lambda: _run(self._ctr("version"), check=False, timeout=10).returncode == 0, deadline)
-
-    def _remove_containers(self) -> None:
-        """Every container of the k8s.io namespace, its task killed first (what a kubelet's GC would remove a
-        minute later)."""
+    def _remove_containers(self) -> int:
+        """Removes every container of the k8s.io namespace, its task killed first (what a kubelet's GC would
+        remove a minute later); how many there were."""
         if "containerd" not in self.processes or self.processes["containerd"].poll() is not None:
-            return
+            return 0
         tasks = _run(self._ctr("tasks", "ls", "-q"), check=False, timeout=30).stdout.split()
         for task in tasks:
             _run(self._ctr("tasks", "kill", "--all", "--signal", "SIGKILL", task), check=False, timeout=30)
         for task in tasks:
             _run(self._ctr("tasks", "delete", "--force", task), check=False, timeout=30)
-        for container in _run(self._ctr("containers", "ls", "-q"), check=False, timeout=30).stdout.split():
+        containers = _run(self._ctr("containers", "ls", "-q"), check=False, timeout=30).stdout.split()
+        for container in containers:
             _run(self._ctr("containers", "delete", container), check=False, timeout=30)
+        return len(containers)
 
     # -------------------------------------------------------------------------------------------- kubelet
     def _rbac_for_coredns(self) -> None:
@@ -763,7 +780,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs",
 
     def _proxy_ready(self) -> bool:
         out = _run(["nft", "list", "table", "ip", "kube-proxy"], check=False, timeout=10).stdout
-        return "10.96.0.1" in out or self._kubernetes_service_ip() in out
+        return self._kubernetes_service_ip() in out
 
     def _kubernetes_service_ip(self) -> str:
         if not hasattr(self, "_svc_ip"):
@@ -839,7 +856,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs",
             if ready():
                 return
             if time.monotonic() > deadline:
-                component = what.split()[0]
+                component = what.split()[0].lower()
                 raise RealNodeError(f"{what} did not answer within the real node's start bound; "
                                     f"{component}'s log ends with:\n{self.log_tail(component)}")
             time.sleep(0.1)
@@ -893,6 +910,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs",
         except Exception as e:  # the plane is gone: its objects went with it
             print(f"real node: API objects not deleted ({e})")
         self._rbac = []
+
+
+def _remove_empty_folders(top: str) -> None:
+    for folder, _, _ in sorted(os.walk(top), key=lambda w: w[0].count("/"), reverse=True):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
 
 
 def _remove_cgroup(top: str) -> None:

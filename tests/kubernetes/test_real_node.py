@@ -37,6 +37,7 @@ def ns(admin, real_node, request):
     admin.create(Namespace(metadata=ObjectMeta(name=name)))
     wait_for(f"the default ServiceAccount of {name}", lambda: not gone(admin, ServiceAccount, "default", name))
     yield name
+    admin.deletecollection(Pod, namespace=name)  # at once (the namespace's own deletion starts its pass later)
     admin.delete(Namespace, name)
     wait_for(f"the pods of {name} gone from the real node",
              lambda: not list(admin.list(Pod, namespace=name)), timeout=90, every=0.2)
@@ -151,7 +152,8 @@ print("own", socket.gethostbyname(socket.gethostname()))
                                 hostname=me, subdomain="peers", labels={"app": "peers"}))
     # A Deployment behind a ClusterIP Service, reached by its Service name from another pod.
     server = """
-import socket
+import signal, socket, sys
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # PID 1: no default action on SIGTERM
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 7470)); s.listen()
 while True:
     c, _ = s.accept(); c.sendall(("coordinator " + socket.gethostname() + "\\n").encode()); c.close()

@@ -378,35 +378,62 @@ class RealNode:
         return self
 
     def load_image(self, archive: str, name: str, timeout: float = 600) -> str:
-        """Imports the OCI (or docker-save) archive into the node's containerd, unpacked for overlayfs, as
-        `name` (e.g. localhost/tfdist:1); nothing to do when that image is already there (the cache keeps
-        images between sessions). Returns `name`: pods name it with imagePullPolicy: Never."""
+        """Imports an OCI archive (an OCI layout as a tar: skopeo's oci-archive, umoci's layout tarred) or a
+        docker-save archive into the node's containerd, unpacked for overlayfs, and names it `name` (e.g.
+        localhost/tfdist:1) whatever the archive calls it: a full name in index.json
+        (io.containerd.image.name), a tag only (org.opencontainers.image.ref.name: taken as `name`'s tag of
+        `name`'s repository), RepoTags, or none. Nothing to do when `name` is already there: the node cache
+        keeps images between sessions. Returns `name`; pods use it with imagePullPolicy: Never."""
         if self.has_image(name):
             return name
         began = time.monotonic()
-        done = _run(self._ctr("images", "import", "--snapshotter", "overlayfs", archive), timeout=timeout,
-                    check=False)
+        repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+        done = _run(self._ctr("images", "import", "--snapshotter", "overlayfs", "--base-name", repository,
+                              "--digests", archive), timeout=timeout, check=False)
         if done.returncode != 0:
             raise RealNodeError(f"containerd did not import {archive}: {done.stderr.strip()[-2000:]}")
-        if not self.has_image(name):
-            imported = [line.split()[0] for line in done.stdout.splitlines()[:1]]
-            raise RealNodeError(f"{archive} holds no image named {name} (imported: {done.stdout.strip()})"
-                                + (f"; index.json names it {imported}" if imported else ""))
+        if not self.has_image(name):  # named otherwise in the archive: the image it held, under `name` too
+            imported = re.findall(r"^unpacking (\S+) \((sha256:[0-9a-f]+)\)", done.stdout, re.M)
+            digests = {digest for _, digest in imported}
+            if len(digests) != 1:
+                raise RealNodeError(f"{archive} holds {len(digests)} images, not one to name {name}:\n"
+                                    f"{done.stdout.strip()[-2000:]}")
+            _run(self._ctr("images", "tag", "--force", imported[0][0], name), timeout=60)
+        digest_refs = re.findall(r"^unpacking (\S+@sha256:[0-9a-f]+) ", done.stdout, re.M)
+        if digest_refs:  # --digests' own names, there for an archive that names nothing: `name` holds it now
+            _run(self._ctr("images", "remove", *digest_refs), check=False, timeout=60)
         self.timings[f"import {name}"] = time.monotonic() - began
         return name
 
     def remove_image(self, name: str) -> None:
-        """Removes `name` from the node's containerd, and the references the CRI plugin made to the same
-        manifest (its image ID, sha256:...); containerd's garbage collector then drops the content and
-        snapshots no other image uses (the image cache shrinks)."""
+        """Removes `name` from the node's containerd and, when no other name holds the same image, the
+        reference the CRI plugin keeps for it (its image ID, sha256:CONFIG); containerd's garbage collector
+        then drops the content and snapshots no other image uses (the image cache shrinks)."""
         listing = _run(self._ctr("images", "ls"), check=False, timeout=60).stdout.splitlines()[1:]
-        digests = {line.split()[0]: line.split()[2] for line in listing if len(line.split()) > 2}
-        if name not in digests:
+        manifests = {line.split()[0]: line.split()[2] for line in listing if len(line.split()) > 2}
+        if name not in manifests:
             return
-        refs = [ref for ref, digest in digests.items() if digest == digests[name]]
-        if any(not ref.startswith("sha256:") and ref != name for ref in refs):
-            refs = [name]  # another name holds the same image: only this name goes
+        refs = [name]
+        config = self._config_digest(manifests[name])
+        others = {self._config_digest(m) for ref, m in manifests.items() if ref != name and not ref.startswith("sha256:")}
+        if config and config not in others and config in manifests:
+            refs.append(config)
         _run(self._ctr("images", "remove", "--sync", *refs), check=False, timeout=300)
+
+    def _config_digest(self, manifest: str) -> str:
+        """The image ID (its config's digest) of a manifest (of an index: its linux/amd64 manifest's)."""
+        done = _run(self._ctr("content", "get", manifest), check=False, timeout=30)
+        try:
+            document = json.loads(done.stdout)
+        except ValueError:
+            return ""
+        if "manifests" in document:
+            for entry in document["manifests"]:
+                platform = entry.get("platform") or {}
+                if platform.get("os", "linux") == "linux" and platform.get("architecture", "amd64") == "amd64":
+                    return self._config_digest(entry["digest"])
+            return ""
+        return (document.get("config") or {}).get("digest", "")
 
     def has_image(self, name: str) -> bool:
         done = _run(self._ctr("images", "ls", "-q"), check=False, timeout=30)

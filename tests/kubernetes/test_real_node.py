@@ -14,7 +14,6 @@ import threading
 import time
 
 import pytest
-from lightkube import ApiError
 from lightkube.models.apps_v1 import DeploymentSpec
 from lightkube.models.core_v1 import (Container, HostPathVolumeSource, PodSecurityContext, PodSpec,
                                       PodTemplateSpec, SecretVolumeSource, ServicePort, ServiceSpec, Volume,

@@ -340,7 +340,7 @@ class RealNode:
         self.timings: dict[str, float] = {}
         self._lock_fd: int | None = None
         self._before: dict = {}
-        self._made_link = ""
+        self.link_kind = ""  # dummy, or ifb where the kernel has no dummy driver (these VMs)
         self._client = None
         self._rbac: list = []
         self.pause_name = ""
@@ -623,7 +623,7 @@ class RealNode:
         CNI configuration (the bridge itself is made by the bridge plugin at the first pod)."""
         for kind in ("dummy", "ifb"):
             if _run(["ip", "link", "add", NODE_LINK, "type", kind], check=False).returncode == 0:
-                self._made_link = kind
+                self.link_kind = kind
                 break
         else:
             raise RealNodeError(f"could not make the node's link {NODE_LINK} (neither dummy nor ifb)")

@@ -168,6 +168,17 @@ class Agent:
     def running_jobs(self) -> list[str]:
         return self.runs.job_ids()
 
+    def workers_alive(self) -> bool:
+        """Whether a worker process of any of its runs is still there (a run stopped or ended has none)."""
+        for groups in self.runs.process_groups().values():
+            for group in groups:
+                try:
+                    os.killpg(group, 0)
+                    return True
+                except (ProcessLookupError, PermissionError):
+                    pass
+        return False
+
     def signal_workers(self, signum: int) -> None:
         """`signum` to every worker's process group (a pod's agent passing on the SIGTERM only it got)."""
         for groups in self.runs.process_groups().values():

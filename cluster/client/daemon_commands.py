@@ -247,17 +247,17 @@ def _pod_sigterm(stop: threading.Event, agent) -> None:
     log = logging.getLogger("tfdist.agent")
 
     def pass_on():
-        if agent.running_jobs() and not stop.is_set():
+        if agent.workers_alive() and not stop.is_set():
             log.warning("the workers still run %gs after the pod's SIGTERM: passing it on to them", POD_SIGTERM_DEFER)
             agent.signal_workers(signal.SIGTERM)
 
     def until_gone():
-        while agent.running_jobs() and not stop.wait(0.2):
+        while agent.workers_alive() and not stop.wait(0.2):
             pass
         stop.set()
 
     def handler(signum, _frame):
-        if signum == signal.SIGTERM and agent.running_jobs() and not deferred.is_set():
+        if signum == signal.SIGTERM and agent.workers_alive() and not deferred.is_set():
             deferred.set()
             log.warning("SIGTERM with workers running (the pod is being stopped): the coordinator stops the run at a "
                         "common step; this agent serves the workers until they end")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler), the real node's kubelet and kube-proxy (the same release) and cluster DNS (CoreDNS), and KWOK from the Go
+# kube-scheduler), the real node's kubelet and kube-proxy and the admin's kubectl (the same release) and cluster DNS (CoreDNS), and KWOK from the Go
 # module proxy, and keeps the binaries outside the clone, in the user's
 # cache: ${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfdist/kubernetes}/<build>/bin, one folder per build
 # (the Kubernetes and KWOK versions and a hash of this module), mode 0700, never a link nor another user's.
@@ -24,10 +24,14 @@ COREDNS_VERSION=v1.15.0
 KUBE_VERSION=$(awk 'NF >= 2 && $(NF-1) == "k8s.io/kubernetes" && $NF ~ /^v/ {print $NF; exit}' "$MODULE/go.mod")
 [ -n "$KUBE_VERSION" ] || { echo "kubernetes: no k8s.io/kubernetes version in $MODULE/go.mod"; exit 1; }
 GO_FLAGS=(-trimpath "-ldflags=-s -w")
+# Kubernetes' programs get the release's version stamped in, as its own release builds do (a kubelet's Node
+# and `kubectl version` say it; unstamped they say v0.0.0-master).
+KUBE_FLAGS=(-trimpath "-ldflags=-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
+-X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION")
 # The build's name: the versions, and a hash of what the binaries are made from (not of this script: editing
 # its options rebuilds nothing).
 digest=$( (cat "$MODULE/go.mod" "$MODULE/go.sum" "$MODULE/tools.go" "$MODULE/etcd/main.go"
-  echo "${GO_FLAGS[*]} coredns $COREDNS_VERSION") \
+  echo "${GO_FLAGS[*]} ${KUBE_FLAGS[*]} coredns $COREDNS_VERSION") \
   | sha256sum | cut -c1-12)
 cache=${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfdist/kubernetes}
 build="$cache/$KUBE_VERSION-kwok$KWOK_VERSION-$digest"
@@ -35,7 +39,7 @@ if [ "${1:-}" = "--print-dir" ]; then
   echo "$build/bin"
   exit 0
 fi
-PROGRAMS="etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kwok coredns"
+PROGRAMS="etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kwok coredns"
 mkdir -p -m 0700 "$cache"
 for path in "$cache" "$build" "$cache/.lock" "$cache/build.log"; do  # ours, not links: nobody else's binaries run
   if [ -L "$path" ] || { [ -e "$path" ] && [ ! -O "$path" ]; }; then
@@ -92,10 +96,11 @@ finish() {
 trap finish EXIT
 mkdir -m 0700 "$work/bin"
 started=$(date +%s)
-echo "kubernetes: building the $KUBE_VERSION control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) , kubelet and kube-proxy from the Go module proxy; the first build takes several minutes"
-(cd "$MODULE" && go build "${GO_FLAGS[@]}" -o "$work/bin/" \
+echo "kubernetes: building the $KUBE_VERSION control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), kubelet, kube-proxy and kubectl from the Go module proxy; the first build takes several minutes"
+(cd "$MODULE" && go build "${KUBE_FLAGS[@]}" -o "$work/bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy ./etcd)
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+  k8s.io/kubernetes/cmd/kubectl ./etcd)
 echo "kubernetes: building KWOK $KWOK_VERSION"
 GOBIN="$work/bin" go install "${GO_FLAGS[@]}" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 echo "kubernetes: building CoreDNS $COREDNS_VERSION (the real node's cluster DNS)"

@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "kubernetes" / "build_control_plane.sh"
-PROGRAMS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kwok", "coredns"]
+PROGRAMS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "kwok",
+            "coredns"]
 FAKE_GO = """#!/bin/bash
 # go build ... -o DIR/ PKG...: one empty program per package; go install PKG@V: into $GOBIN.
 echo "$*" >> "$FAKE_ROOT/go-calls"

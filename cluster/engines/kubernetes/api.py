@@ -42,9 +42,10 @@ def warm_up() -> None:
     with _warm:
         if _warmed:
             return
-        for kind in _KINDS:
-            codecs.from_dict({"apiVersion": "v1", "kind": kind, "metadata": {"name": "warm-up", "labels": {"a": "b"},
-                                                                             "annotations": {"a": "b"}}})
+        for kind, (module, _) in _KINDS.items():
+            version = "policy/v1" if module.endswith("policy_v1") else "v1"
+            codecs.from_dict({"apiVersion": version, "kind": kind, "metadata": {
+                "name": "warm-up", "labels": {"a": "b"}, "annotations": {"a": "b"}}})
         codecs.from_dict(WARM_POD)
         _warmed = True
 

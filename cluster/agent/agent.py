@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import secrets
 import threading
 import time
@@ -167,26 +166,6 @@ class Agent:
 
     def running_jobs(self) -> list[str]:
         return self.runs.job_ids()
-
-    def workers_alive(self) -> bool:
-        """Whether a worker process of any of its runs is still there (a run stopped or ended has none)."""
-        for groups in self.runs.process_groups().values():
-            for group in groups:
-                try:
-                    os.killpg(group, 0)
-                    return True
-                except (ProcessLookupError, PermissionError):
-                    pass
-        return False
-
-    def signal_workers(self, signum: int) -> None:
-        """`signum` to every worker's process group (a pod's agent passing on the SIGTERM only it got)."""
-        for groups in self.runs.process_groups().values():
-            for group in groups:
-                try:
-                    os.killpg(group, signum)
-                except ProcessLookupError:
-                    pass
 
     # ---------------------------------------------------------------- what it measures
     def _worker_pids(self) -> dict[str, list[int]]:

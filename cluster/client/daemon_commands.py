@@ -214,8 +214,6 @@ def run_agent(args) -> int:
     _setup_daemon_logging(args.verbosity)
     if args.slurm:
         _slurm_sigterm(stop, agent)
-    elif only_run is not None:
-        _pod_sigterm(stop, agent)
 
     died: list[str] = []
 
@@ -231,46 +229,6 @@ def run_agent(args) -> int:
     threading.Thread(target=run, daemon=True).start()
     return _serve(stop, lambda: agent.shutdown(timeout=STOP_DEADLINE - 2), "agent",
                   lambda: agent.refused or (died[0] if died else ""))
-
-
-POD_SIGTERM_DEFER = 5.0  # seconds a pod's agent leaves its coordinator to stop the run before it signals the workers
-
-
-def _pod_sigterm(stop: threading.Event, agent) -> None:
-    """A container's runtime signals its PID 1 alone (the pod's agent), and only when the pod is being taken
-    back: evicted, preempted, deleted, its node shutting down. The coordinator sees that on the pod and stops
-    the whole run at a common step with a checkpoint (a disruption: placed again, no restart spent). So the
-    agent keeps serving its workers, shipping their output and exits, until they are gone; if they still run
-    POD_SIGTERM_DEFER seconds later (the coordinator unreachable), it passes the SIGTERM on to them, and they
-    stop at a common step by themselves. A second SIGTERM, or one with no workers, stops it."""
-    deferred = threading.Event()
-    log = logging.getLogger("tfdist.agent")
-
-    def pass_on():
-        if agent.workers_alive() and not stop.is_set():
-            log.warning("the workers still run %gs after the pod's SIGTERM: passing it on to them", POD_SIGTERM_DEFER)
-            agent.signal_workers(signal.SIGTERM)
-
-    def until_gone():
-        while agent.workers_alive() and not stop.wait(0.2):
-            pass
-        stop.set()
-
-    def handler(signum, _frame):
-        if signum == signal.SIGTERM and agent.workers_alive() and not deferred.is_set():
-            deferred.set()
-            log.warning("SIGTERM with workers running (the pod is being stopped): the coordinator stops the run at a "
-                        "common step; this agent serves the workers until they end")
-            timer = threading.Timer(POD_SIGTERM_DEFER, pass_on)
-            timer.daemon = True
-            timer.start()
-            threading.Thread(target=until_gone, daemon=True).start()
-            return
-        if stop.is_set():
-            os._exit(128 + signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _only_run(text: str) -> tuple[str, int]:

@@ -22,6 +22,8 @@ def test_a_pinned_gang_is_bound_counted_named_and_removed_with_its_secret(plane,
     ns = namespace(admin, "gang-objects")
     job = "12-c0de"
     try:
+        admin.create(codecs.from_dict({"apiVersion": "v1", "kind": "ServiceAccount",  # the jobs' pods' account
+                                       "metadata": {"name": "tfdist-job", "namespace": ns}}))
         created = admin.create(codecs.from_dict(manifests.secret(job, 0, ns, {"node-0.json": "{}", "node-1.json": "{}"})))
         owner = manifests.owner(created.to_dict())
         admin.create(codecs.from_dict(manifests.service(job, 0, ns, [2222], owner)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.models.authentication_v1 import TokenRequestSpec
-from lightkube.models.core_v1 import Container, ObjectReference, PodSpec, ServicePort, ServiceSpec
+from lightkube.models.core_v1 import ObjectReference, ServicePort, ServiceSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret, Service, ServiceAccountToken
 from lightkube.resources.events_v1 import Event
@@ -31,8 +31,12 @@ def _refused(call) -> bool:
 
 
 def _pod(name, namespace):
-    return Pod(metadata=ObjectMeta(name=name, namespace=namespace),
-               spec=PodSpec(containers=[Container(name="w", image="x")], automountServiceAccountToken=False))
+    """A pod PodSecurity "restricted" admits (the shipped Namespace enforces it)."""
+    from cluster.engines.kubernetes.manifests import RESTRICTED_CONTAINER
+
+    return Pod.from_dict({"metadata": {"name": name, "namespace": namespace}, "spec": {
+        "containers": [{"name": "w", "image": "x", "securityContext": RESTRICTED_CONTAINER}],
+        "securityContext": {"runAsUser": 1000}, "automountServiceAccountToken": False}})
 
 
 def test_the_coordinator_may_make_jobs_in_its_namespace_and_read_nodes_and_pods_and_nothing_more(plane, admin):
@@ -101,11 +105,18 @@ def test_the_shipped_coordinator_manifests_are_accepted_by_the_api_server(plane,
                              timeout=60)
     assert printed.returncode == 0, printed.stderr
     objects = list(yaml.safe_load_all(printed.stdout))
-    assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole",
-                                            "ClusterRoleBinding", "PersistentVolumeClaim", "Deployment", "Service"]
+    assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding",
+                                            "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "Deployment",
+                                            "Service"]
     admin.create(codecs.from_dict(objects[0]))
     for obj in objects[1:]:
         admin.create(codecs.from_dict(obj), dry_run=True)  # the server validates it whole, stores nothing
-    deployment = objects[7]["spec"]["template"]["spec"]
+    deployment = objects[8]["spec"]["template"]["spec"]
     assert deployment["serviceAccountName"] == COORDINATOR and "--engine" in deployment["containers"][0]["command"]
     assert f"tfdist-coordinator.{ns}.svc:7470" in deployment["containers"][0]["command"]
+    # Measured 9: PodSecurity "restricted", which the shipped Namespace enforces, admits the coordinator's pod
+    # (a Deployment's pods are checked when the ReplicaSet makes them: the template is tried as a pod here).
+    assert objects[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    template = {k: v for k, v in deployment.items() if k != "serviceAccountName"}  # (its account is a dry run's)
+    admin.create(codecs.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "coordinator-template", "namespace": ns}, "spec": template}), dry_run=True)

@@ -151,6 +151,8 @@ def path_problems(snippet: docs.Snippet) -> list[str]:
 def config_problems(snippet: docs.Snippet) -> list[str]:
     if snippet.info is None or (snippet.info.split() or [""])[0] not in ("yaml", "yml"):
         return []
+    if re.search(r"^apiVersion: ", snippet.text, re.M) and re.search(r"^kind: ", snippet.text, re.M):
+        return kubernetes_object_problems(snippet)
     try:
         config = parse_config(snippet.text, source=f"{snippet.where} (a YAML block)")
     except ConfigError as e:
@@ -161,6 +163,18 @@ def config_problems(snippet: docs.Snippet) -> list[str]:
         return [f"{snippet.where}: this YAML block is marked {docs.INVALID_MARK} but the config loader accepts it"]
     problem = docs.script_problem(list(config.entrypoint))
     return [f"{snippet.where}: entrypoint `{' '.join(config.entrypoint)}`: {problem}"] if problem else []
+
+
+def kubernetes_object_problems(snippet: docs.Snippet) -> list[str]:
+    """A Kubernetes object a doc shows (a NetworkPolicy): YAML with its kind's required fields, not a config."""
+    import yaml
+
+    try:
+        obj = yaml.safe_load(snippet.text)
+    except yaml.YAMLError as e:
+        return [f"{snippet.where}: not YAML: {e}"]
+    missing = [k for k in ("apiVersion", "kind", "metadata", "spec") if k not in obj]
+    return [f"{snippet.where}: a Kubernetes object without {', '.join(missing)}"] if missing else []
 
 
 def usage_problems(snippet: docs.Snippet) -> list[str]:

@@ -108,9 +108,13 @@ torch: $(VENV)/.torch
 # and one slurmd per namespace node; the tests start their own private munged and daemons), Prometheus
 # (tests/integration/test_prometheus.py scrapes a coordinator and agents) and headless Chromium with its
 # driver (tests/integration/test_dashboard.py). One apt run when any is missing.
-DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge prometheus chromium chromium-driver
+# The real Kubernetes node's (tests/kubernetes/real_node.py: containerd and runc, the CNI plugins, nftables for
+# kube-proxy) and the image builder's (`tfdist kubernetes image`: mmdebstrap, umoci, skopeo).
+DEBIAN_PACKAGES := slurmctld slurmd slurm-client munge prometheus chromium chromium-driver \
+	containerd runc containernetworking-plugins nftables conntrack mmdebstrap umoci skopeo
 debian-packages:
-	@missing=""; for tool in slurmctld slurmd sbatch munged prometheus chromium chromedriver; do \
+	@missing=""; for tool in slurmctld slurmd sbatch munged prometheus chromium chromedriver \
+	    containerd runc nft conntrack mmdebstrap umoci skopeo /usr/lib/cni/bridge; do \
 	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	[ -z "$$missing" ] || { echo "installing Debian packages for:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \

@@ -41,7 +41,7 @@ from typing import Callable
 import yaml
 
 from tests.kubernetes.control_plane import ControlPlane
-from tests.kubernetes.node import images
+from tests.kubernetes.node import api_forward, images
 
 NODE_NAME = "tfdist-real-node"
 NODE_IP = "198.19.200.1"  # on NODE_LINK: the kubelet's address, the InternalIP, CoreDNS's address
@@ -359,6 +359,7 @@ class RealNode:
                 json.dump({"root": self.root, "containerd_root": self.containerd_root, "before": self._before}, f)
             deadline = time.monotonic() + timeout
             self._network()
+            self._api_at_node()
             archive, self.pause_name = images.pause_image(self.cache)
             self._start_containerd(deadline)
             self.load_image(archive, self.pause_name)
@@ -458,6 +459,8 @@ class RealNode:
             self._stop_process("containerd")
             self.sweep(self._before)
             self._delete_api_objects()
+            if getattr(self, "_forward", None) is not None:
+                self._forward.close()
             self.processes.clear()
         finally:
             self.timings["stop"] = time.monotonic() - began
@@ -889,6 +892,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs",
             time.sleep(0.1)
 
     # -------------------------------------------------------------------------------------------- API
+    def _api_at_node(self) -> None:
+        """Pods reach the API at the `kubernetes` Service (tests/kubernetes/node/api_forward.py)."""
+        from lightkube import codecs
+        from lightkube.resources.discovery_v1 import EndpointSlice
+
+        self._forward = api_forward.Forwarder(NODE_IP, ("127.0.0.1", self.plane.apiserver_port))
+        self._admin().create(codecs.from_dict(api_forward.endpoint_slice(NODE_IP, self._forward.port)))
+        self._rbac.append((EndpointSlice, api_forward.SLICE))
+
     def _admin(self):
         if self._client is None:
             from lightkube import Client, KubeConfig

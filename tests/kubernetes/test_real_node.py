@@ -8,6 +8,7 @@ loadscope keeps a module on one worker)."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import threading
@@ -249,3 +250,130 @@ while True:  # does not exit on SIGTERM, as a TensorFlow worker does not (FACTS)
                   for c in (p.status.containerStatuses or ()) if c.state and c.state.terminated]
     assert terminated and terminated[-1].exitCode == 137, seen  # ...then SIGKILL (128 + 9)
     real_node.timings["SIGTERM→SIGKILL"] = round(last_alive - terms[0], 2)
+
+
+# ---------------------------------------------------------------- tfdist on the real node (issue 45, Must 1)
+# The coordinator as a pod from `tfdist kubernetes manifests | kubectl apply -f -`, unchanged, on a volume whose
+# root is root's; a user's credential through `kubectl exec`; `tfdist launch` through `kubectl port-forward`
+# from a directory no pod has; every job's pods from the image `tfdist kubernetes image` built
+# (tests/kubernetes/tfdist_on_node.py).
+DIGITS = """name: digits-real
+entrypoint: python /opt/tfdist/examples/digits/train.py --save /tmp/digits.keras
+resources: {slots_per_trial: 2}
+distribution: {mode: %s}
+hyperparameters: {global_batch_size: 64, learning_rate: 0.003, epochs: %d}
+"""
+RESUMABLE = """name: resumable-real
+entrypoint: python workers/resumable_fit.py
+resources: {slots_per_trial: 2}
+distribution: {mode: mwms}
+max_restarts: 1
+checkpoint_storage: {host_path: /ckpt/%(name)s/checkpoints}
+environment: {variables: {OUT: /ckpt/%(name)s, SLOW: '%(slow)s', SLOW_RUNS: '%(slow_runs)s', SAVE_FREQ: '3'}}
+kubernetes:
+  pod_spec:
+    containers: [{name: tfdist-worker, volumeMounts: [{name: ckpt, mountPath: /ckpt}]}]
+    volumes: [{name: ckpt, persistentVolumeClaim: {claimName: checkpoints}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def deployed(admin, plane, real_node, tmp_path_factory):
+    from tests.kubernetes import tfdist_on_node as on_node
+
+    on_node.load(real_node, on_node.image_archive())
+    started = time.monotonic()
+    cluster = on_node.Deployed(admin, plane, real_node)
+    try:
+        cluster.up(str(tmp_path_factory.mktemp("volumes")))
+        print(f"\ntfdist on the real node: the coordinator's pod ready and reached in {time.monotonic() - started:.1f} s")
+        yield cluster
+    finally:
+        cluster.down()
+
+
+@pytest.mark.timeout(600)
+def test_the_shipped_coordinator_runs_as_a_pod_on_a_volume_whose_root_is_roots(deployed):
+    """Measured 2: its state is a folder of its own under the volume the kubelet's fsGroup pass made
+    root:1000 2775; the pod runs as 1000 with its ServiceAccount's token (it lists nodes and pods)."""
+    st = os.stat(deployed.state_volume)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 1000, 0o2775), oct(st.st_mode)
+    state = os.stat(os.path.join(deployed.state_volume, "state"))
+    assert (state.st_uid, state.st_mode & 0o777) == (1000, 0o700)
+    agents = deployed.cli("agents", "--json")
+    assert agents.returncode == 0, agents.stderr
+    listed = json.loads(agents.stdout)
+    assert [(a["name"], a["slots"]) for a in listed["agents"]] == [(deployed.node.name, 2)], listed
+
+
+@pytest.mark.timeout(700)
+def test_an_mwms_job_launched_from_a_directory_the_pods_do_not_have_trains_in_real_containers(deployed):
+    """Measured 3: the job ran in the client's working directory, which no pod has. Its logs and metrics come
+    back as on agents, and its pods, Service, budget and Secret go when it ends."""
+    config = deployed.config("digits.yaml", DIGITS % ("mwms", 8))
+    result = deployed.cli("launch", "--config", config, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert re.search(r"\[rank=0\] final test accuracy: 0\.9\d+ \(target 0\.93; 2 workers", result.stdout), \
+        result.stdout[-3000:]
+    job_id = re.search(r"job (\S+) submitted", result.stderr + result.stdout).group(1)
+    job = deployed.job(job_id)
+    assert job["state"] == "SUCCEEDED" and [p["node"] for p in job["placement"]] == [deployed.node.name], job
+    logs = deployed.cli("logs", job_id)
+    assert "[rank=0] final test accuracy" in logs.stdout and "[rank=1]" in logs.stdout
+    metrics = deployed.cli("metrics", job_id, "--json")
+    assert any(json.loads(line).get("test_accuracy", 0) >= 0.93 for line in metrics.stdout.splitlines()), \
+        metrics.stdout[-2000:]
+    wait_for("the job's objects deleted", lambda: not deployed.objects(), timeout=90)
+
+
+@pytest.mark.timeout(700)
+def test_a_parameter_server_job_runs_chief_worker_and_ps_in_a_real_container_and_ends(deployed):
+    config = deployed.config("ps.yaml", DIGITS.replace("examples/digits", "examples/ps").replace(
+        "distribution: {mode: %s}", "distribution: {mode: %s, num_ps: 1}") % ("ps", 4))
+    result = deployed.cli("launch", "--config", config, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    assert "final test accuracy" in result.stdout, result.stdout[-3000:]
+    wait_for("the ps job's objects deleted (its ps task never ends by itself)", lambda: not deployed.objects(),
+             timeout=90)
+
+
+@pytest.mark.timeout(1200)
+def test_preempt_resume_a_killed_container_and_cancel_on_real_containers(deployed):
+    """`tfdist preempt`: every rank stops at one step with a checkpoint on the job's volume, the job pauses and
+    its pod goes; `tfdist resume`: a new pod resumes there; SIGKILL to the container's PID 1 (the pod's agent)
+    restarts the gang from the latest checkpoint (max_restarts: 1); every step is trained once. Then a job
+    canceled mid-run ends CANCELED with nothing left."""
+    from tests.integration.test_restarts import TOTAL_STEPS
+    from tests.kubernetes.tfdist_on_node import steps_by_attempt, trained
+
+    out = deployed.job_dir("resumable")
+    config = deployed.config("resumable.yaml", RESUMABLE % {"name": "resumable", "slow": 0.8, "slow_runs": 2})
+    job = deployed.cli("launch", "--detach", "--config", config)
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip()
+    wait_for("the first run's step 4", lambda: trained(out, 0) >= 4, timeout=300, every=0.5)
+    assert deployed.cli("preempt", job_id).returncode == 0
+    wait_for("the job paused", lambda: deployed.job(job_id)["state"] == "PAUSED", timeout=120, every=0.5)
+    wait_for("the paused job's pod deleted", lambda: not deployed.objects(), timeout=90)
+    paused_at = trained(out, 0)
+    assert deployed.cli("resume", job_id).returncode == 0
+    wait_for("the resumed run's step", lambda: trained(out, 1) >= paused_at + 3, timeout=300, every=0.5)
+    deployed.kill_container_pid1(job_id)
+    wait_for("the job to finish", lambda: deployed.job(job_id)["state"] in ("SUCCEEDED", "FAILED"), timeout=400,
+             every=1.0)
+    shown = deployed.job(job_id)
+    runs = steps_by_attempt(out)
+    assert shown["state"] == "SUCCEEDED" and shown["restarts"] == 1, (shown, runs)
+    assert sorted(runs) == [0, 1, 2] and min(runs[1]) == paused_at + 1, runs  # resumed right after the common step
+    assert max(runs[2]) == TOTAL_STEPS and (min(runs[2]) - 1) % 3 == 0, runs  # from a checkpoint (every 3 steps)
+    assert set(s for a in runs for s in runs[a]) == set(range(1, TOTAL_STEPS + 1)), runs
+    wait_for("the job's objects deleted", lambda: not deployed.objects(), timeout=90)
+
+    canceled = deployed.cli("launch", "--detach", "--config", deployed.config(
+        "cancel.yaml", RESUMABLE % {"name": "canceled", "slow": 2.0, "slow_runs": 9}))
+    cancel_id = canceled.stdout.strip()
+    canceled_out = deployed.job_dir("canceled")
+    wait_for("the job to run", lambda: trained(canceled_out, 0) >= 1, timeout=300, every=0.5)
+    assert deployed.cli("cancel", cancel_id).returncode == 0
+    wait_for("the job canceled", lambda: deployed.job(cancel_id)["state"] == "CANCELED", timeout=60, every=0.5)
+    wait_for("the canceled job's objects deleted", lambda: not deployed.objects(), timeout=90)

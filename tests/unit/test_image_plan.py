@@ -207,3 +207,18 @@ def test_bad_flags_are_one_line_and_exit_2(argv, says, capsys, tmp_path, monkeyp
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "cache").exists()  # refused before anything was made
+
+
+def test_files_added_into_the_users_own_directories_stay_the_users():
+    """A layer's directory entry replaces the one below: an --add under /workspace made it root's, and the jobs'
+    user (1000) could not write in its working directory (`Permission denied` for the digits example's
+    TensorBoard files, found on the real node)."""
+    from cluster.client.image import plan, tarball
+
+    entries = plan.owned_by_user([tarball.Entry("/workspace/workers", "dir", 0o755),
+                                  tarball.Entry("/workspace/workers/a.py", "file"),
+                                  tarball.Entry("/opt/data/b.csv", "file")])
+    owners = {e.path: (e.uid, e.gid, e.kind) for e in tarball.with_parents(entries)}
+    assert owners["/workspace"] == (1000, 1000, "dir") and owners["/workspace/workers/a.py"][:2] == (1000, 1000)
+    assert owners["/workspace/workers"] == (1000, 1000, "dir")
+    assert owners["/opt/data/b.csv"][:2] == (0, 0) and owners["/opt"][:2] == (0, 0)

@@ -237,6 +237,7 @@ class Builder:
                 entries.append(tarball.Entry(add.dest, "file", 0o755 if os.access(add.src, os.X_OK) else 0o644,
                                              source=add.src))
         if entries:
+            entries = plan.owned_by_user(entries)
             self._add(below, tag, entries, work, "your files: " + " ".join(a.dest for a in self.request.adds))
             below = tag
         run(plan.umoci_config_argv(f"{self.layout}:{below}", env, "tfdist kubernetes image: the config")

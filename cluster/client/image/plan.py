@@ -173,3 +173,19 @@ def dist_info(version: str, requires: list[str]) -> dict[str, bytes]:
     return {"METADATA": metadata.encode(), "INSTALLER": b"tfdist kubernetes image\n",
             "top_level.txt": b"cluster\ntfdist\n",
             "entry_points.txt": b"[console_scripts]\ntfdist = cluster.client.cli:entry_point\n"}
+
+
+def owned_by_user(entries: list) -> list:
+    """Your --add files as the image's user's where they land in its own directories (/workspace, HOME), with
+    those directories themselves: a layer's directory entry replaces the one below, and a /workspace of
+    root's would leave the jobs' user unable to write in its working directory."""
+    import dataclasses
+
+    own = (WORKDIR, HOME)
+    mine = [dataclasses.replace(e, uid=UID, gid=GID) if any(e.path == d or e.path.startswith(d + "/") for d in own)
+            else e for e in entries]
+    for directory in own:
+        if any(e.path.startswith(directory + "/") for e in mine) and not any(e.path == directory for e in mine):
+            mine.append(dataclasses.replace(mine[0], path=directory, kind="dir", mode=0o755, uid=UID, gid=GID,
+                                            data=b"", source="", target=""))
+    return mine

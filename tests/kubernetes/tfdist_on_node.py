@@ -1,0 +1,259 @@
+"""tfdist on the real node, set up as docs/kubernetes.md tells a platform engineer to: the image built by
+`tfdist kubernetes image` and loaded into the node's containerd (a registry's part), a StorageClass whose
+volumes' roots are root's (as a block volume's are), `tfdist kubernetes manifests | kubectl apply -f -`
+unchanged, a user's credential made with `kubectl exec` in the coordinator's pod, and the coordinator reached
+at its Service. Jobs are then launched with `tfdist launch` from a directory no pod has."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from lightkube import codecs
+from lightkube.resources.core_v1 import Node, PersistentVolume, Pod
+from lightkube.resources.storage_v1 import StorageClass
+
+from tests.conftest import REPO
+from tests.kubernetes.cluster_helpers import wait_for
+
+NS = "tfdist-real"
+STORAGE_CLASS = "tfdist-test-local"  # volumes on the real node whose roots are root's, as a block volume's are
+IMAGE = "localhost/tfdist:e2e"  # the worker image and the suite's job scripts (under /workspace/workers)
+WORKERS = "/workspace/workers"
+CLI = [sys.executable, "-m", "cluster.client.cli"]
+
+
+def image_archive() -> tuple[str, str]:
+    """The worker image with the suite's job scripts added (at /workspace/workers), built by `tfdist
+    kubernetes image` into its cache (a second build with the same inputs does nothing): (archive, digest)."""
+    from cluster.client.image import build
+
+    archive = os.path.join(build.default_cache(), "tfdist-e2e.tar")
+    built = subprocess.run([*CLI, "kubernetes", "image", "--add", f"{REPO}/tests/integration/workers:{WORKERS}",
+                            "--tag", "e2e", "--output", f"oci-archive:{archive}"], cwd=REPO, capture_output=True,
+                           text=True, timeout=1500)
+    digest = re.search(r"@(sha256:[0-9a-f]{64})", built.stdout)
+    if built.returncode != 0 or digest is None:
+        raise RuntimeError(f"tfdist kubernetes image failed: {built.stdout[-2000:]}{built.stderr[-3000:]}")
+    return archive, digest.group(1)
+
+
+def load(real_node, built: tuple[str, str]) -> str:
+    """The image in the node's containerd as IMAGE: imported unless the node's image cache has that very
+    image (an older build under the name is replaced)."""
+    from cluster.client.image.command import ctr_import_argv
+    from tests.kubernetes.real_node import SOCKET
+
+    archive, digest = built
+    listed = subprocess.run(real_node._ctr("images", "ls"), capture_output=True, text=True, timeout=60).stdout
+    have = {line.split()[0]: line.split()[2] for line in listed.splitlines()[1:] if len(line.split()) > 2}
+    if have.get(IMAGE) != digest:
+        real_node.remove_image(IMAGE)
+        done = subprocess.run(ctr_import_argv(archive, SOCKET), capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0 and real_node.has_image(IMAGE), done.stdout + done.stderr
+    return IMAGE
+
+
+class LocalVolumes:
+    """A StorageClass with no provisioner and `local` PersistentVolumes on the real node, each a fresh folder
+    root:root 0755 (a new filesystem's root): the kubelet's fsGroup pass then makes it root:GROUP 2775."""
+
+    def __init__(self, admin, node: str, root: str):
+        self.admin, self.node, self.root, self.names = admin, node, root, []
+        admin.create(codecs.from_dict({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                                       "metadata": {"name": STORAGE_CLASS}, "provisioner": "kubernetes.io/no-provisioner",
+                                       "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Retain"}))
+
+    def add(self, name: str, size: str = "5Gi") -> str:
+        path = os.path.join(self.root, name)
+        os.makedirs(path, mode=0o755)
+        os.chmod(path, 0o755)
+        self.admin.create(codecs.from_dict({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{NS}-{name}"},
+            "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": STORAGE_CLASS,
+                     "local": {"path": path},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": "kubernetes.io/hostname", "operator": "In", "values": [self.node]}]}]}}}}))
+        self.names.append(f"{NS}-{name}")
+        return path
+
+    def remove(self) -> None:
+        for name in self.names:
+            self.admin.delete(PersistentVolume, name)
+        self.admin.delete(StorageClass, STORAGE_CLASS)
+        wait_for("the test's PersistentVolumes gone", lambda: not [
+            v for v in self.admin.list(PersistentVolume) if v.metadata.name in self.names], timeout=60)
+
+
+class Kubectl:
+    """The real kubectl of the plane's release, as the admin."""
+
+    def __init__(self, plane):
+        self.binary = os.path.join(plane.binaries, "kubectl")
+        self.kubeconfig = plane.admin()
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.binary, "--kubeconfig", self.kubeconfig, *args]
+
+    def __call__(self, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+        done = subprocess.run(self.argv(*args), input=stdin, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()[-2000:]}")
+        return done.stdout
+
+
+class Deployed:
+    """The coordinator running as a pod from the shipped manifests, and a user who reaches it."""
+
+    def __init__(self, admin, plane, real_node):
+        self.admin, self.plane, self.node = admin, plane, real_node
+        self.kubectl = Kubectl(plane)
+        self.home = tempfile.mkdtemp(prefix="tfdist-real-user-")  # the user's HOME and launch directory
+        self.credential = os.path.join(self.home, "alice.json")
+        self.address, self.port = "127.0.0.1", 0
+        self.volumes: LocalVolumes | None = None
+
+    # ------------------------------------------------------------------ set up as the docs say
+    def up(self, volume_root: str) -> "Deployed":
+        self.admin.patch(Node, self.node.name, {"spec": {"taints": []}})  # the coordinator's pod needs no toleration
+        self.volumes = LocalVolumes(self.admin, self.node.name, volume_root)
+        self.state_volume = self.volumes.add("coordinator-state")
+        self.checkpoints = self.volumes.add("checkpoints")
+        manifests = subprocess.run([*CLI, "kubernetes", "manifests", "--namespace", NS, "--image", IMAGE,
+                                    "--storage", "1Gi", "--storage-class", STORAGE_CLASS],
+                                   capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert manifests.returncode == 0, manifests.stderr
+        self.kubectl("apply", "-f", "-", stdin=manifests.stdout)
+        self.pod = wait_for("the coordinator's pod Ready", self._coordinator_ready, timeout=240, every=0.5)
+        self.kubectl("-n", NS, "apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "checkpoints"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
+                     "resources": {"requests": {"storage": "1Gi"}}}}))
+        self._credential()
+        self._reach()
+        return self
+
+    def _coordinator_ready(self):
+        for pod in self.admin.list(Pod, namespace=NS, labels={"app.kubernetes.io/name": "tfdist-coordinator"}):
+            ready = [c for c in (pod.status.conditions or ()) if c.type == "Ready" and c.status == "True"]
+            if ready:
+                return pod.metadata.name
+            waiting = [s.state.waiting for s in pod.status.containerStatuses or () if s.state and s.state.waiting]
+            if waiting and waiting[0].reason == "CrashLoopBackOff":
+                raise AssertionError(f"the coordinator crash-loops: {self.kubectl('-n', NS, 'logs', pod.metadata.name, '--previous')[-3000:]}")
+        return None
+
+    def _credential(self) -> None:
+        """docs/kubernetes.md step 3: the credential made and read in the coordinator's pod."""
+        self.kubectl("-n", NS, "exec", "deploy/tfdist-coordinator", "--", "tfdist", "credentials",
+                     "/var/lib/tfdist/state/credentials", "--user", "alice", "--coordinator", "127.0.0.1:7470")
+        text = self.kubectl("-n", NS, "exec", "deploy/tfdist-coordinator", "--", "cat",
+                            "/var/lib/tfdist/state/credentials/issued/user-alice.json")
+        with open(os.open(self.credential, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(text)
+
+    def _reach(self) -> None:
+        """docs/kubernetes.md step 4, from inside the cluster's network: the coordinator's Service, its
+        ClusterIP routed by the node's kube-proxy. (Through `kubectl port-forward` and this node's containerd
+        1.6 the coordinator did not answer: not yet understood, left open.)"""
+        from lightkube.resources.core_v1 import Service
+
+        self.address = self.admin.get(Service, "tfdist-coordinator", namespace=NS).spec.clusterIP
+        self.port = 7470
+        wait_for("the coordinator's Service answering", lambda: self.cli("agents").returncode == 0, timeout=60,
+                 every=1.0)
+
+    # ------------------------------------------------------------------ what the user does
+    def env(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TFDIST_")}
+        env.update(HOME=self.home, PYTHONPATH=REPO)
+        return env
+
+    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """`tfdist ARGS --credentials alice.json --coordinator 127.0.0.1:PORT`, run in the user's own
+        directory (which no pod has)."""
+        return subprocess.run([*CLI, *args, "--credentials", self.credential, "--coordinator",
+                               f"{self.address}:{self.port}"], cwd=self.home, env=self.env(), capture_output=True,
+                              text=True, timeout=timeout)
+
+    def start(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen([*CLI, *args, "--credentials", self.credential, "--coordinator",
+                                 f"{self.address}:{self.port}"], cwd=self.home, env=self.env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def job(self, job_id: str) -> dict:
+        shown = self.cli("job", job_id, "--json", timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        return json.loads(shown.stdout)
+
+    def job_pods(self) -> dict[str, str]:
+        return {p.metadata.name: p.status.phase or "" for p in self.admin.list(Pod, namespace=NS)
+                if (p.metadata.labels or {}).get("tfdist.io/job")}
+
+    def objects(self) -> list[str]:
+        """What tfdist made for jobs in its namespace (pods, Services, budgets, Secrets)."""
+        from lightkube.resources.core_v1 import Secret, Service
+        from lightkube.resources.policy_v1 import PodDisruptionBudget
+
+        return [f"{r.__name__}/{o.metadata.name}" for r in (Pod, Service, PodDisruptionBudget, Secret)
+                for o in self.admin.list(r, namespace=NS) if (o.metadata.labels or {}).get("tfdist.io/job")]
+
+    def kill_container_pid1(self, job_id: str) -> None:
+        """SIGKILL to the PID 1 of the job's running pod's container (the pod's agent), through containerd."""
+        pod = next(p for p in self.admin.list(Pod, namespace=NS)
+                   if (p.metadata.annotations or {}).get("tfdist.io/job-id") == job_id and p.status.phase == "Running")
+        container = pod.status.containerStatuses[0].containerID.split("://", 1)[1]
+        done = subprocess.run(self.node._ctr("tasks", "kill", "--signal", "SIGKILL", container), capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    def job_dir(self, name: str) -> str:
+        """A folder of the job's volume for a job's own files (its OUT), the pods' user's (1000)."""
+        path = os.path.join(self.checkpoints, name)
+        os.makedirs(path, exist_ok=True)
+        os.chown(path, 1000, 1000)
+        return path
+
+    def config(self, name: str, text: str) -> str:
+        path = os.path.join(self.home, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    # ------------------------------------------------------------------ tear down
+    def down(self) -> None:
+        try:
+            manifests = subprocess.run([*CLI, "kubernetes", "manifests", "--namespace", NS, "--image", IMAGE],
+                                       capture_output=True, text=True, timeout=60, cwd=REPO).stdout
+            self.kubectl("delete", "--wait=true", "--ignore-not-found", "-f", "-", stdin=manifests, timeout=180)
+            wait_for(f"namespace {NS}'s pods gone", lambda: not list(self.admin.list(Pod, namespace=NS)),
+                     timeout=120, every=0.5)
+        finally:
+            if self.volumes is not None:
+                self.volumes.remove()
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+def steps_by_attempt(out: str) -> dict[int, list[int]]:
+    """The steps the resumable job's runs trained (the chief's "attempt step" lines in OUT/steps.txt, on the
+    job's volume, which is a folder of this machine)."""
+    runs: dict[int, list[int]] = {}
+    try:
+        with open(os.path.join(out, "steps.txt")) as f:
+            for line in f:
+                if line.strip():
+                    attempt, step = map(int, line.split())
+                    runs.setdefault(attempt, []).append(step)
+    except FileNotFoundError:
+        pass
+    return runs
+
+
+def trained(out: str, attempt: int) -> int:
+    return max(steps_by_attempt(out).get(attempt, [0]))

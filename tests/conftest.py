@@ -34,6 +34,7 @@ LONGEST_FIRST = (
     "tests/slurm/test_slurm.py",  # 356
     "tests/integration/test_launch_mwms.py",  # 296
     "tests/kubernetes/test_engine.py",  # 287
+    "tests/kubernetes/test_real_node.py",  # 150 (the image cached; its first build and import add ~2 min)
     "tests/integration/test_restarts.py",  # 251
     "tests/multihost/test_cluster.py",  # 202
     "tests/integration/test_jax_torch.py",  # 166

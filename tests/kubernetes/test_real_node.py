@@ -321,7 +321,7 @@ def test_an_mwms_job_launched_from_a_directory_the_pods_do_not_have_trains_in_re
     logs = deployed.cli("logs", job_id)
     assert "[rank=0] final test accuracy" in logs.stdout and "[rank=1]" in logs.stdout
     metrics = deployed.cli("metrics", job_id, "--json")
-    assert any(json.loads(line).get("test_accuracy", 0) >= 0.93 for line in metrics.stdout.splitlines()), \
+    assert any(json.loads(line)["metrics"].get("test_accuracy", 0) >= 0.93 for line in metrics.stdout.splitlines()), \
         metrics.stdout[-2000:]
     wait_for("the job's objects deleted", lambda: not deployed.objects(), timeout=90)
 

@@ -337,6 +337,20 @@ def test_a_parameter_server_job_runs_chief_worker_and_ps_in_a_real_container_and
              timeout=90)
 
 
+@pytest.mark.timeout(600)
+def test_a_jax_job_joins_its_processes_in_a_real_container(deployed):
+    """The jax mode's environment in a real pod: a plain `jax.distributed.initialize()` with no arguments."""
+    config = deployed.config("jax.yaml", "entrypoint: python workers/jax_plain.py\n"
+                                         "resources: {slots_per_trial: 2}\ndistribution: {mode: jax}\n"
+                                         "environment: {variables: {PYTHONPATH: /opt/jax-site}}\n")
+    result = deployed.cli("launch", "--config", config, timeout=500)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "[rank=0] process 0 of 2 gathered [1, 2]" in out and "[rank=1] process 1 of 2 gathered [1, 2]" in out, \
+        out[-3000:]
+    wait_for("the jax job's objects deleted", lambda: not deployed.objects(), timeout=90)
+
+
 @pytest.mark.timeout(1200)
 def test_preempt_resume_a_killed_container_and_cancel_on_real_containers(deployed):
     """`tfdist preempt`: every rank stops at one step with a checkpoint on the job's volume, the job pauses and

@@ -18,25 +18,28 @@ from lightkube import codecs
 from lightkube.resources.core_v1 import Node, PersistentVolume, Pod
 from lightkube.resources.storage_v1 import StorageClass
 
-from tests.conftest import REPO
+from tests.conftest import JAX_SITE, REPO
 from tests.kubernetes.cluster_helpers import wait_for
 
 NS = "tfdist-real"
 STORAGE_CLASS = "tfdist-test-local"  # volumes on the real node whose roots are root's, as a block volume's are
 IMAGE = "localhost/tfdist:e2e"  # the worker image and the suite's job scripts (under /workspace/workers)
 WORKERS = "/workspace/workers"
+IMAGE_JAX_SITE = "/opt/jax-site"
 CLI = [sys.executable, "-m", "cluster.client.cli"]
 
 
 def image_archive() -> tuple[str, str]:
-    """The worker image with the suite's job scripts added (at /workspace/workers), built by `tfdist
-    kubernetes image` into its cache (a second build with the same inputs does nothing): (archive, digest)."""
+    """The worker image with the suite's job scripts (at /workspace/workers) and JAX (the suite's jax-site, at
+    /opt/jax-site: the jax mode's job puts it on its PYTHONPATH) added, built by `tfdist kubernetes image` into
+    its cache (a second build with the same inputs does nothing): (archive, digest)."""
     from cluster.client.image import build
 
     archive = os.path.join(build.default_cache(), "tfdist-e2e.tar")
     built = subprocess.run([*CLI, "kubernetes", "image", "--add", f"{REPO}/tests/integration/workers:{WORKERS}",
-                            "--tag", "e2e", "--output", f"oci-archive:{archive}"], cwd=REPO, capture_output=True,
-                           text=True, timeout=1500)
+                            "--add", f"{JAX_SITE}:{IMAGE_JAX_SITE}", "--tag", "e2e",
+                            "--output", f"oci-archive:{archive}"], cwd=REPO, capture_output=True, text=True,
+                           timeout=1500)
     digest = re.search(r"@(sha256:[0-9a-f]{64})", built.stdout)
     if built.returncode != 0 or digest is None:
         raise RuntimeError(f"tfdist kubernetes image failed: {built.stdout[-2000:]}{built.stderr[-3000:]}")

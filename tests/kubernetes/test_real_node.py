@@ -329,7 +329,7 @@ def test_an_mwms_job_launched_from_a_directory_the_pods_do_not_have_trains_in_re
 @pytest.mark.timeout(700)
 def test_a_parameter_server_job_runs_chief_worker_and_ps_in_a_real_container_and_ends(deployed):
     config = deployed.config("ps.yaml", DIGITS.replace("examples/digits", "examples/ps").replace(
-        "distribution: {mode: %s}", "distribution: {mode: %s, num_ps: 1}") % ("ps", 4))
+        "distribution: {mode: %s}", "distribution: {mode: %s, num_ps: 1}") % ("ps", 10))  # asynchronous: 4 epochs reached 0.897 of 0.9 once
     result = deployed.cli("launch", "--config", config, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "final test accuracy" in result.stdout, result.stdout[-3000:]

@@ -2,7 +2,7 @@
 `tfdist kubernetes image` and loaded into the node's containerd (a registry's part), a StorageClass whose
 volumes' roots are root's (as a block volume's are), `tfdist kubernetes manifests | kubectl apply -f -`
 unchanged, a user's credential made with `kubectl exec` in the coordinator's pod, and the coordinator reached
-at its Service. Jobs are then launched with `tfdist launch` from a directory no pod has."""
+through `kubectl port-forward`. Jobs are then launched with `tfdist launch` from a directory no pod has."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,7 @@ class Deployed:
         self.home = tempfile.mkdtemp(prefix="tfdist-real-user-")  # the user's HOME and launch directory
         self.credential = os.path.join(self.home, "alice.json")
         self.address, self.port = "127.0.0.1", 0
+        self.forward: subprocess.Popen | None = None
         self.volumes: LocalVolumes | None = None
 
     # ------------------------------------------------------------------ set up as the docs say
@@ -162,15 +164,21 @@ class Deployed:
             f.write(text)
 
     def _reach(self) -> None:
-        """docs/kubernetes.md step 4, from inside the cluster's network: the coordinator's Service, its
-        ClusterIP routed by the node's kube-proxy. (Through `kubectl port-forward` and this node's containerd
-        1.6 the coordinator did not answer: not yet understood, left open.)"""
-        from lightkube.resources.core_v1 import Service
+        """docs/kubernetes.md step 4, as from a laptop: `kubectl port-forward svc/tfdist-coordinator` (through
+        the apiserver, the kubelet and containerd's streaming), the port-forwarded address the coordinator
+        answers at."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.forward = subprocess.Popen(self.kubectl.argv("-n", NS, "port-forward", "svc/tfdist-coordinator",
+                                                          f"{self.port}:7470"),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_for("the coordinator answering through kubectl port-forward", self._answers, timeout=60, every=0.5)
 
-        self.address = self.admin.get(Service, "tfdist-coordinator", namespace=NS).spec.clusterIP
-        self.port = 7470
-        wait_for("the coordinator's Service answering", lambda: self.cli("agents").returncode == 0, timeout=60,
-                 every=1.0)
+    def _answers(self) -> bool:
+        if self.forward is not None and self.forward.poll() is not None:
+            raise AssertionError(f"kubectl port-forward ended: {self.forward.stdout.read()[-2000:]}")
+        return self.cli("agents", timeout=60).returncode == 0
 
     # ------------------------------------------------------------------ what the user does
     def env(self) -> dict:
@@ -231,6 +239,9 @@ class Deployed:
 
     # ------------------------------------------------------------------ tear down
     def down(self) -> None:
+        if self.forward is not None and self.forward.poll() is None:
+            self.forward.terminate()
+            self.forward.wait(timeout=30)
         try:
             manifests = subprocess.run([*CLI, "kubernetes", "manifests", "--namespace", NS, "--image", IMAGE],
                                        capture_output=True, text=True, timeout=60, cwd=REPO).stdout

@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start plot FORCE
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale bench-kubernetes horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start plot FORCE
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -192,6 +192,12 @@ bench-scale: $(VENV)/.test
 	$(PY) benchmarks/coordinator_scale.py
 	$(PY) benchmarks/liveness_scale.py
 	$(PY) benchmarks/memory_scale.py
+
+# tfdist on a real Kubernetes node (root): `tfdist launch` to the first training step against the same image's
+# script as a plain pod, and the worker image's size, cached build and containerd import (figures in
+# docs/benchmarks.md). BENCH_ARGS="--cold" also builds the image from an empty cache (downloads, minutes).
+bench-kubernetes: kubernetes $(VENV)/.test $(VENV)/.jax debian-packages
+	$(PY) benchmarks/kubernetes_first_step.py $(BENCH_ARGS)
 
 bazel-test: $(VENV)/.test $(VENV)/.jax $(VENV)/.plot $(VENV)/.horovod
 	bash tools/bazel_test.sh

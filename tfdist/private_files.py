@@ -189,6 +189,10 @@ def read_mounted(path: str, limit: int = 1 << 20) -> bytes:
     that is no link is read as read_private does."""
     directory, name = os.path.split(os.path.abspath(path))
     if not stat.S_ISLNK(os.lstat(path).st_mode):
+        st = os.lstat(path)
+        if st.st_uid not in (0, os.geteuid()):  # a credential of another user's is not one to act with
+            raise UnsafePathError(f"{path} belongs to {_owner_name(st.st_uid)}, neither you nor root: tfdist will "
+                                  "not read it; use a file of your own")
         return read_private(path, limit)
     base = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     fds = [base]

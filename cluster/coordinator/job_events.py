@@ -86,6 +86,12 @@ class Resumed:
 
 
 @dataclasses.dataclass(frozen=True)
+class NodesReady:
+    """Its engine's nodes for the run are up (a Kubernetes gang's pods Running, their images pulled): the
+    start-up watchdog's clock starts now, not at the placement (a large image's pull is no start-up hang)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Disrupted:
     """Its engine takes a node of the run back, as a routine event (a drain, an eviction, a preemption by the
     cluster's scheduler): the run stops at a common step with a checkpoint where its workers check for
@@ -104,7 +110,7 @@ class StacksAsked:
 
 
 Event = Union[Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, NotStarted, PortsBusy,
-              Freed, Canceled, PreemptRequested, Resumed, DeadlineCheck, StacksAsked, Disrupted]
+              Freed, Canceled, PreemptRequested, Resumed, DeadlineCheck, StacksAsked, Disrupted, NodesReady]
 
 
 # ---------------------------------------------------------------- actions: what to do about it

@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 from cluster.coordinator import exits as exits_lib, policy, watchdogs
 from cluster.coordinator.job_events import (  # noqa: F401 (the machine's vocabulary, re-exported)
     Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, NotStarted, PortsBusy, Freed,
-    Canceled, PreemptRequested, Resumed, Disrupted, DeadlineCheck, StacksAsked, SetState, Note, LogLine, Hold,
-    Release, TellNodes, Schedule, Count, Warn, Event, Action)
+    Canceled, PreemptRequested, Resumed, Disrupted, NodesReady, DeadlineCheck, StacksAsked, SetState, Note, LogLine,
+    Hold, Release, TellNodes, Schedule, Count, Warn, Event, Action)
 from cluster.coordinator.run_state import NOTHING, RunState, frozen
 from cluster.coordinator.values import BadRequest as Refused  # the user's action does not apply to the job as it is
 from cluster.shared.model import Allocation, AllocState, Checkpoint, Job, JobState, WorkerExit
@@ -48,7 +48,8 @@ class Step:
 
 
 # ---------------------------------------------------------------- the machine
-RUN_ONLY = (Joined, Progress, PortsBusy, Freed, StacksAsked)  # events that change the run alone: no job read
+# Events that change the run alone: no job read.
+RUN_ONLY = (Joined, Progress, PortsBusy, Freed, StacksAsked, NodesReady)
 
 
 def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
@@ -121,6 +122,8 @@ def run_step(run: RunState, allocations: tuple[Allocation, ...], event: Event, n
             return Step(run.replace(excluded_ports=excluded), touched=True)
         case StacksAsked(node):
             return Step(run.replace(dump_to=run.dump_to - {node}))
+        case NodesReady():
+            return Step(run.replace(start_clock=now) if run.start_clock is not None else run)
     raise InternalError(f"not a run-only event: {event!r}")
 
 
@@ -209,8 +212,8 @@ def disrupted(facts: Facts, run: RunState, why: str) -> Step:
     step with a checkpoint (their exits then requeue it: decide_exits); any other active run is placed again
     at once, from its latest checkpoint. Neither spends a restart."""
     job = facts.job
-    if not job.state.active or job.state == JobState.QUEUED or run.disrupted:
-        return Step(run)
+    if not job.state.active or job.state == JobState.QUEUED or run.disrupted or job.preempt_requested:
+        return Step(run)  # (a pause a user asked for stays a pause)
     if job.state == JobState.RUNNING and job.preemptible:
         changes = () if job.preempt_requested else (
             Note(f"{why}: the workers stop and save at a common step, then the job is placed again",

@@ -63,6 +63,8 @@ def secrets_named(spec: Mapping[str, Any]) -> set[str]:
         if isinstance(volume, Mapping):
             if isinstance(volume.get("secret"), Mapping):
                 names.add(str(volume["secret"].get("secretName", "")))
+            if isinstance(volume.get("csi"), Mapping) and isinstance(volume["csi"].get("nodePublishSecretRef"), Mapping):
+                names.add(str(volume["csi"]["nodePublishSecretRef"].get("name", "")))
             for source in (volume.get("projected") or {}).get("sources") or ():
                 if isinstance(source, Mapping) and isinstance(source.get("secret"), Mapping):
                     names.add(str(source["secret"].get("name", "")))
@@ -107,6 +109,14 @@ def _why(key: str) -> str:
     return "not a key a training pod needs"
 
 
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PodSpecError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
 def _check_container(container: Mapping[str, Any], where: str) -> None:
     for key in container:
         if key not in CONTAINER_KEYS:
@@ -114,11 +124,26 @@ def _check_container(container: Mapping[str, Any], where: str) -> None:
                                f"{', '.join(sorted(CONTAINER_KEYS))}")
     _check_security(container.get("securityContext"), f"{where}.securityContext", CONTAINER_SECURITY_KEYS)
     for i, item in enumerate(_items(container.get("env"), f"{where}.env")):
-        ref = (item.get("valueFrom") or {}).get("secretKeyRef") or {}
+        ref = _mapping(_mapping(item.get("valueFrom"), f"{where}.env[{i}].valueFrom").get("secretKeyRef"),
+                       f"{where}.env[{i}].valueFrom.secretKeyRef")
         _not_reserved(ref.get("name"), f"{where}.env[{i}].valueFrom.secretKeyRef.name", "Secret")
     for i, item in enumerate(_items(container.get("envFrom"), f"{where}.envFrom")):
         for kind, what in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
-            _not_reserved((item.get(kind) or {}).get("name"), f"{where}.envFrom[{i}].{kind}.name", what)
+            _not_reserved(_mapping(item.get(kind), f"{where}.envFrom[{i}].{kind}").get("name"),
+                          f"{where}.envFrom[{i}].{kind}.name", what)
+    for i, port in enumerate(_items(container.get("ports"), f"{where}.ports")):
+        for key in ("hostPort", "hostIP"):
+            if key in port:
+                raise PodSpecError(f"{where}.ports[{i}].{key}: not allowed (a job's pods take no port of the node)")
+    # The kubelet makes a probe's or handler's request from the node: a `host` there reaches what the node does.
+    handlers = {name: container.get(name) for name in ("livenessProbe", "readinessProbe", "startupProbe")}
+    lifecycle = _mapping(container.get("lifecycle"), f"{where}.lifecycle")
+    handlers.update({f"lifecycle.{name}": lifecycle.get(name) for name in ("postStart", "preStop")})
+    for name, handler in handlers.items():
+        for kind, action in _mapping(handler, f"{where}.{name}").items():
+            if isinstance(action, Mapping) and "host" in action:
+                raise PodSpecError(f"{where}.{name}.{kind}.host: not allowed (the kubelet would make the request "
+                                   "from the node); probe the pod itself")
 
 
 def _check_security(context: Any, where: str, allowed: frozenset[str]) -> None:
@@ -136,8 +161,13 @@ def _check_security(context: Any, where: str, allowed: frozenset[str]) -> None:
             raise PodSpecError(f"{where}.runAsNonRoot: {value!r}; a job's pods run as a user other than root (true)")
         if key == "allowPrivilegeEscalation" and value is not False:
             raise PodSpecError(f"{where}.allowPrivilegeEscalation: {value!r}; only false is allowed")
-        if key == "capabilities" and (not isinstance(value, Mapping) or value.get("add") or set(value) - {"drop"}):
-            raise PodSpecError(f"{where}.capabilities: only `drop` is allowed (a job's pods add no capability)")
+        if key == "capabilities" and (not isinstance(value, Mapping) or value.get("add") or set(value) - {"drop"}
+                                      or "ALL" not in (value.get("drop") or ())):
+            raise PodSpecError(f"{where}.capabilities: only `drop` with ALL in it is allowed (a job's pods hold no "
+                               "capability)")
+        if key in ("fsGroup",) and value == 0 or key == "supplementalGroups" and (
+                not isinstance(value, list) or 0 in value):
+            raise PodSpecError(f"{where}.{key}: group 0 (root) is not allowed")
         if key == "seccompProfile" and (not isinstance(value, Mapping) or value.get("type") == "Unconfined"):
             raise PodSpecError(f"{where}.seccompProfile: {value!r}; RuntimeDefault or Localhost, never Unconfined")
 
@@ -149,6 +179,15 @@ def _check_volume(volume: Mapping[str, Any], where: str) -> None:
             raise PodSpecError(f"{where}.{kind}: volumes of kind {kind} are not allowed in a job's pods (hostPath and "
                                f"the node's own storage least of all); allowed: {', '.join(sorted(VOLUME_KINDS))}")
     body = {k: volume[k] for k in kinds}
+    claim = _mapping(_mapping(body.get("ephemeral"), f"{where}.ephemeral").get("volumeClaimTemplate"),
+                     f"{where}.ephemeral.volumeClaimTemplate")
+    for key in ("dataSource", "dataSourceRef"):
+        if key in _mapping(claim.get("spec"), f"{where}.ephemeral.volumeClaimTemplate.spec"):
+            raise PodSpecError(f"{where}.ephemeral.volumeClaimTemplate.spec.{key}: not allowed (a clone of another "
+                               "volume, tfdist's own among them); give a claim of your own")
+    secret_ref = _mapping(_mapping(body.get("csi"), f"{where}.csi").get("nodePublishSecretRef"),
+                          f"{where}.csi.nodePublishSecretRef")
+    _not_reserved(secret_ref.get("name"), f"{where}.csi.nodePublishSecretRef.name", "Secret")
     if isinstance(body.get("secret"), Mapping):
         _not_reserved(body["secret"].get("secretName"), f"{where}.secret.secretName", "Secret")
     if isinstance(body.get("configMap"), Mapping):
@@ -157,13 +196,14 @@ def _check_volume(volume: Mapping[str, Any], where: str) -> None:
         _not_reserved(body["persistentVolumeClaim"].get("claimName"), f"{where}.persistentVolumeClaim.claimName",
                       "PersistentVolumeClaim")
     if "projected" in body:
-        for i, source in enumerate(_items((body["projected"] or {}).get("sources"), f"{where}.projected.sources")):
+        sources = _mapping(body["projected"], f"{where}.projected").get("sources")
+        for i, source in enumerate(_items(sources, f"{where}.projected.sources")):
             for kind in source:
                 if kind not in PROJECTED_SOURCES:
                     raise PodSpecError(f"{where}.projected.sources[{i}].{kind}: not allowed (a job's pods get no "
                                        f"ServiceAccount token); allowed: {', '.join(sorted(PROJECTED_SOURCES))}")
-            _not_reserved((source.get("secret") or {}).get("name"), f"{where}.projected.sources[{i}].secret.name",
-                          "Secret")
+            _not_reserved(_mapping(source.get("secret"), f"{where}.projected.sources[{i}].secret").get("name"),
+                          f"{where}.projected.sources[{i}].secret.name", "Secret")
 
 
 def _not_reserved(name: Any, where: str, what: str) -> None:

@@ -39,7 +39,9 @@ class MemoryApi:
         self.created: list[str] = []  # "Kind/name", in order
         self.calls: dict[str, int] = {}
         self._seen = None
-        self.refuse = None  # an ApiRefused every pod's creation raises (a quota's answer)
+        self.refuse = None  # an ApiRefused pods' creations raise (a quota's answer)...
+        self.refusals = -1  # ...this many times (-1: every time)
+        self.pulling = False  # a created pod is on its node, its image being pulled (else Pending, no status)
         self.foreign: list[dict] = []  # other namespaces' pods (all_pods sees them, the watch does not)
 
     def __call__(self, namespace, kubeconfig):  # the engine's api_factory
@@ -61,7 +63,8 @@ class MemoryApi:
         stopping.wait()
 
     def create(self, obj, dry_run=False):
-        if self.refuse is not None and obj["kind"] == "Pod":
+        if self.refuse is not None and obj["kind"] == "Pod" and self.refusals != 0:
+            self.refusals -= 1
             raise self.refuse
         if dry_run:
             return obj
@@ -71,6 +74,9 @@ class MemoryApi:
             pin = obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             obj["spec"]["nodeName"] = pin["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
             obj["status"] = {"phase": "Pending"}
+            if self.pulling:
+                obj["status"]["containerStatuses"] = [{"name": "tfdist-worker", "state": {
+                    "waiting": {"reason": "ContainerCreating"}}}]
         with self.lock:
             self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
             self.created.append(f"{obj['kind']}/{obj['metadata']['name']}")
@@ -192,18 +198,20 @@ def test_a_pull_that_fails_and_is_tried_again_or_takes_long_is_waited_for_past_t
     down and placed it again without end."""
     core, engine, api = kube
     wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    api.pulling = True  # on their node at once, as a kubelet reports them (no window before a status)
     job_id = submit(core)
     wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
     first, second = api.pod_names()
     api.set_phase("Pending", first, containerStatuses=[{"name": "tfdist-worker", "state": {
         "waiting": {"reason": "ErrImagePull", "message": "registry timed out"}}}])
-    api.set_phase("Pending", second, containerStatuses=[{"name": "tfdist-worker", "state": {
-        "waiting": {"reason": "ContainerCreating"}}}])
-    time.sleep(2.0)  # four times the start bound: what is asserted is that nothing happens
+    rounds = engine.rounds
+    wait_for(lambda: engine.rounds >= rounds + 4, "the engine's rounds past the start bound")  # not a sleep: rounds
+    time.sleep(0.5)  # and the start bound passed for certain (what is asserted is that nothing happens)
     assert core.store.job(job_id).state == JobState.STARTING and core.store.job(job_id).attempt == 0
     assert api.pod_names() == [first, second]
     api.set_phase("Running", first, second)
-    wait_for(lambda: engine._retries.tries == {} and core.store.job(job_id).attempt == 0, "the gang running")
+    wait_for(lambda: [g.ready for g in engine._gangs.values()] == [True], "the gang seen running (NodesReady)")
+    assert core.store.job(job_id).attempt == 0
 
 
 def test_a_quota_refusal_is_a_waiting_reason_tried_again_and_bounded(kube, monkeypatch):
@@ -216,15 +224,14 @@ def test_a_quota_refusal_is_a_waiting_reason_tried_again_and_bounded(kube, monke
     wait_for(lambda: len(core.agents) == 2, "both nodes offered")
     api.refuse = ApiRefused("create Pod (dry run)", 403, 'pods "x" is forbidden: exceeded quota: gpus, requested: '
                                                          "requests.nvidia.com/gpu=8, used: 8, limited: 8")
+    api.refusals = 2  # then the quota frees up
     job_id = submit(core)
-    wait_for(lambda: core.store.job(job_id).attempt >= 2, "the job placed again after refusals", timeout=10)
-    job = core.store.job(job_id)
-    assert job.state != JobState.FAILED and job.restarts == 0 and "exceeded quota" in job.message, job.message
-    assert not api.objects  # no half gang was ever made
-    api.refuse = None  # the quota frees up
     wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods once the quota allows them", timeout=10)
+    job = core.store.job(job_id)
+    assert job.attempt == 2 and job.restarts == 0 and "exceeded quota" in job.message, job.message
+    assert "(placement 2 of at most 5)" in job.message and len(api.created) == 5  # no half gang made before
     api.set_phase("Running", *api.pod_names())
-    wait_for(lambda: core.store.job(job_id).state == JobState.RUNNING or engine._retries.tries == {}, "running")
+    wait_for(lambda: engine._retries.tries == {}, "its refusals forgotten once it runs")
 
 
 def test_quota_refusals_in_a_row_end_in_a_failure_naming_them(kube, monkeypatch):
@@ -298,3 +305,38 @@ def test_another_coordinators_pods_hold_their_gpus_and_tfdist_agents_shows_them_
     job_id = submit(core, slots=8)
     wait_for(lambda: len(api.pod_names()) == 1, "the job's pod", timeout=10)
     assert core.store.job(job_id).placement[0].agent == "g2"
+
+
+def test_a_pod_refused_on_its_node_before_the_gang_ran_is_a_start_that_failed_not_an_endless_loop(kube, monkeypatch):
+    """A review's finding: a disruption of a gang not yet running (an admission error on the node) placed the
+    job again at once, with no bound and no backoff."""
+    from cluster.engines.kubernetes import run_objects
+
+    monkeypatch.setattr(run_objects, "BACKOFF_FIRST", 0.02)
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core)
+    for attempt in range(run_objects.MAX_NOT_STARTED):
+        wait_for(lambda: any(f"-a{attempt}-" in n for n in api.pod_names()), f"run {attempt}'s pods", timeout=10)
+        name = next(n for n in api.pod_names() if f"-a{attempt}-" in n)
+        api.set_phase("Failed", name, reason="UnexpectedAdmissionError", message="Allocate failed: nvidia.com/gpu")
+    wait_for(lambda: core.store.job(job_id).state == JobState.FAILED, "the job to fail after its bound", timeout=20)
+    job = core.store.job(job_id)
+    assert "did not start in 5 placements in a row" in job.message and "UnexpectedAdmissionError" in job.message
+    assert job.restarts == 0
+
+
+def test_a_pod_evicted_by_node_pressure_places_the_job_again_at_once(kube):
+    """A review's finding: a pod already Failed as Evicted (no PodDisruptionBudget stops the kubelet's own
+    eviction) was judged disrupted at every round and the job waited for its node's silence."""
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core, max_restarts=0)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    api.set_phase("Running", *api.pod_names())
+    wait_for(lambda: all(g.ready for g in engine._gangs.values()), "the gang running")
+    api.set_phase("Failed", api.pod_names()[1], reason="Evicted", message="The node was low on resource: memory.")
+    wait_for(lambda: core.store.job(job_id).attempt == 1, "the job placed again", timeout=5)
+    job = core.store.job(job_id)
+    assert job.restarts == 0 and job.state != JobState.FAILED and "(Evicted - The node was low" in job.message, \
+        job.message

@@ -28,7 +28,7 @@ def pod(node_name, gpus=0, cpu=None, phase="Running", tfdist=False, init_gpus=0,
     spec = {"nodeName": node_name, "containers": [{"name": "c", "resources": resources}]}
     if init_gpus:
         spec["initContainers"] = [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": str(init_gpus)}}}]
-    labels = {"app.kubernetes.io/managed-by": "tfdist"} if tfdist else {}
+    labels = {"app.kubernetes.io/managed-by": "tfdist", "tfdist.io/job": "tfdist-7"} if tfdist else {}
     return {"metadata": {"name": "p", "labels": labels, "namespace": namespace}, "spec": spec,
             "status": {"phase": phase}}
 
@@ -122,6 +122,17 @@ def test_gpu_and_cpu_nodes_are_never_offered_together():
     assert [(o.name, o.offered) for o in node_offers(nodes, [])] == [("c1", False), ("g1", True)]
     assert "a CPU node: this coordinator offers GPU nodes" in node_offers(nodes, [])[0].why_not
     assert [(o.name, o.offered) for o in node_offers(nodes, [], kind="cpu")] == [("c1", True), ("g1", False)]
-    # GPU nodes that cannot be offered (tainted) leave the CPU nodes offered under "auto"
+    # "auto" goes by the cluster's nodes, not their state now: the GPU pool cordoned for a drain (or tainted
+    # and not tolerated) does not turn the coordinator to the CPU nodes (a review found a drained GPU job
+    # placed again on a CPU node)
+    cordoned = [node("c1", cpu="16"), node("g1", gpus=8, cordoned=True)]
+    assert [(o.name, o.offered) for o in node_offers(cordoned, [])] == [("c1", False), ("g1", False)]
     tainted = [node("c1", cpu="16"), node("g1", gpus=8, taints=[GKE_GPU_TAINT])]
-    assert [(o.name, o.offered) for o in node_offers(tainted, [])] == [("c1", True), ("g1", False)]
+    assert [(o.name, o.offered) for o in node_offers(tainted, [], kind="cpu")] == [("c1", True), ("g1", False)]
+
+
+def test_the_coordinators_own_pod_is_another_workload_on_its_node():
+    """Only a job's pods are the coordinator's own allocations; its Deployment's pod asks like any other."""
+    coordinator = pod("c1", cpu="1")
+    coordinator["metadata"].update(namespace="ml", labels={"app.kubernetes.io/managed-by": "tfdist"})
+    assert node_offers([node("c1", cpu="8")], [coordinator], namespace="ml") == [NodeOffer("c1", 8, 0, taken=1)]

@@ -15,7 +15,9 @@ ALLOWED = {
                     "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
                     "resources": {"limits": {"memory": "200Gi"}},
                     "securityContext": {"runAsUser": 1000, "readOnlyRootFilesystem": True,
-                                        "capabilities": {"drop": ["ALL"]}}},
+                                        "capabilities": {"drop": ["ALL"]}},
+                    "ports": [{"containerPort": 8080}],
+                    "readinessProbe": {"httpGet": {"path": "/", "port": 8080}}},
                    {"name": "sidecar", "image": "busybox"}],
     "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "shared-checkpoints"}},
                 {"name": "shm", "emptyDir": {"medium": "Memory"}},
@@ -56,6 +58,26 @@ def test_what_a_training_pod_needs_passes():
      "kubernetes.pod_spec.securityContext.sysctls"),
     ({"containers": [{"name": "x", "envFrom": [{"secretRef": {"name": "tfdist-job-1-a0"}}]}]},
      "kubernetes.pod_spec.containers[0].envFrom[0].secretRef.name"),
+    # a review's findings: a clone of the coordinator's volume, the node's network through a probe, the node's
+    # ports, capabilities kept, root's group, a CSI volume's secret, and shapes that are no mapping
+    ({"volumes": [{"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "dataSource": {"kind": "PersistentVolumeClaim", "name": "tfdist-coordinator"}}}}}]},
+     "kubernetes.pod_spec.volumes[0].ephemeral.volumeClaimTemplate.spec.dataSource"),
+    ({"volumes": [{"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "tfdist-7-a0"}}}]},
+     "kubernetes.pod_spec.volumes[0].csi.nodePublishSecretRef.name"),
+    ({"containers": [{"name": "x", "livenessProbe": {"httpGet": {"host": "169.254.169.254", "path": "/", "port": 80}}}]},
+     "kubernetes.pod_spec.containers[0].livenessProbe.httpGet.host"),
+    ({"containers": [{"name": "x", "lifecycle": {"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 10250}}}}]},
+     "kubernetes.pod_spec.containers[0].lifecycle.preStop.tcpSocket.host"),
+    ({"containers": [{"name": "x", "ports": [{"containerPort": 80, "hostPort": 80}]}]},
+     "kubernetes.pod_spec.containers[0].ports[0].hostPort"),
+    ({"containers": [{"name": "x", "securityContext": {"capabilities": {"drop": []}}}]},
+     "kubernetes.pod_spec.containers[0].securityContext.capabilities"),
+    ({"securityContext": {"supplementalGroups": [0]}}, "kubernetes.pod_spec.securityContext.supplementalGroups"),
+    ({"securityContext": {"fsGroup": 0}}, "kubernetes.pod_spec.securityContext.fsGroup"),
+    ({"containers": [{"name": "x", "env": [{"name": "A", "valueFrom": "x"}]}]},
+     "kubernetes.pod_spec.containers[0].env[0].valueFrom"),
+    ({"volumes": [{"name": "p", "projected": ["x"]}]}, "kubernetes.pod_spec.volumes[0].projected"),
 ])
 def test_what_would_give_a_job_more_rights_than_its_user_is_refused_at_submit_in_one_line(spec, named):
     with pytest.raises(ConfigError) as error:

@@ -225,6 +225,9 @@ def test_a_plain_file_reads_as_before_and_a_missing_one_is_not_found(tmp_path):
 
     (tmp_path / "plain.json").write_bytes(b"x")
     assert read_mounted(str(tmp_path / "plain.json")) == b"x"
+    os.chown(tmp_path / "plain.json", NOBODY_UID, NOBODY_UID)  # another user's plain file: refused too
+    with pytest.raises(UnsafePathError, match="belongs to nobody"):
+        read_mounted(str(tmp_path / "plain.json"))
     with pytest.raises(FileNotFoundError):
         read_mounted(str(tmp_path / "absent.json"))
     os.symlink("..data/absent.json", tmp_path / "dangling.json")

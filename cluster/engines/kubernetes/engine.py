@@ -70,6 +70,7 @@ class KubernetesEngine:
         self._wake = threading.Event()
         self._pods = PodWatch(None, self._stop, self._wake.set)  # the namespace's tfdist pods; its api set at attach
         self._next_offers = 0.0
+        self.rounds = 0  # rounds made (a test waits on them, not on the clock)
         self._threads: list[threading.Thread] = []
         self._reader: Any = None  # the job side's state, read without its lock (one connection per thread)
 
@@ -174,6 +175,7 @@ class KubernetesEngine:
             self._wake.clear()
 
     def _round(self) -> None:
+        self.rounds += 1
         if time.monotonic() >= self._next_offers:
             self._sync_offers()
         wanted = self._offered.heartbeat(time.time())
@@ -282,9 +284,21 @@ class KubernetesEngine:
         verdict = gangs.judge(pods, gang.pod_names, sorted(gang.seen_running), time.monotonic() - gang.created,
                               self.options.start_timeout, self.options.pull_timeout)
         if verdict.verdict == gangs.Verdict.RUNNING:
-            self._retries.started(gang.job_id)
+            if not gang.ready:
+                gang.ready = True
+                self._retries.started(gang.job_id)
+                with self.host.event():  # its start-up clock starts now: its pulls are over
+                    self.host.lifecycle.handle(gang.job_id, job_machine.NodesReady(), time.time())
+        elif verdict.verdict == gangs.Verdict.DISRUPTED and set(gang.nodes) - gang.seen_running:
+            self._tear_down(gang)  # taken back before it ran (an admission error, a deletion): a start that failed
+            self._not_started_again(gang.job_id, verdict.why)
         elif verdict.verdict == gangs.Verdict.DISRUPTED:
             self._disrupt(gang, verdict.why)
+            now_job = self._reader.job(gang.job_id)
+            still = now_job is not None and now_job.attempt == gang.attempt and now_job.state.active and \
+                now_job.state != JobState.QUEUED  # not placed again already (a run that could not stop at a step)
+            if still and (gangs.pod_phase(pods.get(verdict.node)) == "Failed" or pods.get(verdict.node) is None):
+                self._lost(gang, verdict.node, verdict.why)  # its agent is gone already (the kubelet's eviction)
         elif verdict.verdict == gangs.Verdict.NOT_STARTED:
             self._tear_down(gang)
             self._not_started_again(gang.job_id, verdict.why)
@@ -292,20 +306,20 @@ class KubernetesEngine:
             self._fail(gang.job_id, verdict.why, restartable=False)
             self._tear_down(gang)
         elif verdict.verdict == gangs.Verdict.LOST:
-            with self.host.event():
-                ranks = self.host.lifecycle.ranks_on(gang.job_id, verdict.node)
-                self.host.lifecycle.handle(gang.job_id, job_machine.Failed(policy.vanished(
-                    verdict.node, ranks, verdict.why)), time.time())
-            self._tear_down(gang)
+            self._lost(gang, verdict.node, verdict.why)
+
+    def _lost(self, gang: Gang, node: str, why: str) -> None:
+        """The pod of `node` took its agent with it: its ranks are gone (the job machine decides the rest)."""
+        with self.host.event():
+            ranks = self.host.lifecycle.ranks_on(gang.job_id, node)
+            self.host.lifecycle.handle(gang.job_id, job_machine.Failed(policy.vanished(node, ranks, why)), time.time())
+        self._tear_down(gang)
 
     def _workers_gone(self, gang: Gang) -> bool:
         """Whether no pod of the run still reports its workers (or holds its ports)."""
-        for node in gang.nodes:
-            agent = self.host.agents.get(node)
-            if agent is not None and not agent.lost and self._handed.get(node) == (gang.job_id, gang.attempt) and \
-                    (gang.job_id in agent.running or gang.job_id in agent.leased):
-                return False
-        return True
+        agents = [(node, self.host.agents.get(node)) for node in gang.nodes]
+        return not any(a is not None and not a.lost and self._handed.get(node) == (gang.job_id, gang.attempt) and
+                       (gang.job_id in a.running or gang.job_id in a.leased) for node, a in agents)
 
     def _tear_down(self, gang: Gang) -> None:
         """Deletes the run's pods, Service and Secret; its nodes come back once its pods are gone."""

@@ -159,3 +159,4 @@ class Gang:
     over_since: float = 0.0  # monotonic: when the engine saw the run over (0: not yet)
     tearing_down: bool = False
     disrupted: bool = False  # the job heard of its disruption (once)
+    ready: bool = False  # every pod was seen Running (the job heard NodesReady)

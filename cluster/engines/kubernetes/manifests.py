@@ -26,12 +26,12 @@ import hashlib
 import re
 from typing import Any, Mapping, Sequence
 
-from cluster.engines.kubernetes.offers import GPU, MANAGED_BY, TFDIST
+from cluster.engines.kubernetes.offers import GPU, JOB, MANAGED_BY, TFDIST
 
 Json = dict[str, Any]
 WORKER = "tfdist-worker"  # the container that runs the node's ranks
 SECRET_MOUNT = "/var/run/tfdist"
-JOB_LABEL = "tfdist.io/job"
+JOB_LABEL = JOB
 ATTEMPT_LABEL = "tfdist.io/attempt"
 RANK_LABEL = "tfdist.io/node-rank"
 JOB_ID_ANNOTATION = "tfdist.io/job-id"  # the job's id as tfdist knows it (a label value is only DNS-safe)

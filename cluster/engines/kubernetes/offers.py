@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 GPU = "nvidia.com/gpu"
 MANAGED_BY = "app.kubernetes.io/managed-by"  # the label on everything tfdist creates
+JOB = "tfdist.io/job"  # and on a job's objects, the job's name
 TFDIST = "tfdist"
 _SUFFIXES = {"m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9),
              "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10),
@@ -139,7 +140,8 @@ def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Seq
         node_name = (pod.get("spec") or {}).get("nodeName")
         phase = (pod.get("status") or {}).get("phase")
         meta = pod.get("metadata") or {}
-        ours = (meta.get("labels") or {}).get(MANAGED_BY) == TFDIST and meta.get("namespace", "") == namespace
+        labels = meta.get("labels") or {}  # a job's pod of this coordinator's (not its own Deployment's pod)
+        ours = labels.get(MANAGED_BY) == TFDIST and bool(labels.get(JOB)) and meta.get("namespace", "") == namespace
         if not node_name or phase in _ENDED or ours:
             continue
         on_node = used.setdefault(node_name, {})
@@ -163,8 +165,8 @@ def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Seq
         free_cpu = max(Fraction(0), quantity(allocatable.get("cpu", 0)) - taken.get("cpu", Fraction(0)))
         free_memory = max(Fraction(0), quantity(allocatable.get("memory", 0)) - taken.get("memory", Fraction(0)))
         offers.append(NodeOffer(name, slots, behind, reason, slots - free, free_cpu, free_memory))
-    if kind == "auto":
-        kind = "gpu" if any(o.gpus and o.offered for o in offers) else "cpu"
+    if kind == "auto":  # by the cluster's nodes, not their state now: a cordoned GPU pool stays a GPU pool
+        kind = "gpu" if any(o.gpus for o in offers) else "cpu"
     return [o if not o.offered or bool(o.gpus) == (kind == "gpu") else dataclasses.replace(
         o, why_not=f"a {'CPU' if kind == 'gpu' else 'GPU'} node: this coordinator offers {kind.upper()} nodes, never "
                    "both in one gang (--node-kind; --node-selector for a pool)") for o in offers]

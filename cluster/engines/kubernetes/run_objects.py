@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping, Sequence
 from cluster.engines.kubernetes import manifests
 from cluster.engines.kubernetes.offers import NodeOffer
 from cluster.shared.model import Allocation
-from cluster.shared.pod_spec_rules import secrets_named
+from cluster.shared.pod_spec_rules import PodSpecError, check_pod_spec, secrets_named
 from tfdist.errors import UserError
 
 CREDENTIAL = f"{manifests.SECRET_MOUNT}/credential.json"
@@ -22,8 +22,12 @@ PENDING_OWNER = {"apiVersion": "v1", "kind": "Secret", "name": "-", "uid": "-"} 
 
 
 def refused_secret(config: Mapping[str, Any], allowed: Sequence[str]) -> str:
-    """Why the job's pods may not be made ("" when they may): a Secret its pod_spec names that the
-    coordinator's administrator did not allow."""
+    """Why the job's pods may not be made ("" when they may): its pod_spec against the allow-list (again: a job
+    stored before it was there), or a Secret it names that the coordinator's administrator did not allow."""
+    try:
+        check_pod_spec(config.get("pod_spec") or {})
+    except PodSpecError as e:
+        return str(e)
     refused = sorted(secrets_named(config.get("pod_spec") or {}) - set(allowed))
     if not refused:
         return ""

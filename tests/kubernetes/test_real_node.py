@@ -267,7 +267,7 @@ RESUMABLE = """name: resumable-real
 entrypoint: python workers/resumable_fit.py
 resources: {slots_per_trial: 2}
 distribution: {mode: mwms}
-max_restarts: 1
+max_restarts: %(restarts)s
 checkpoint_storage: {host_path: /ckpt/%(name)s/checkpoints}
 environment: {variables: {OUT: /ckpt/%(name)s, SLOW: '%(slow)s', SLOW_RUNS: '%(slow_runs)s', SAVE_FREQ: '3'}}
 kubernetes:
@@ -361,7 +361,7 @@ def test_preempt_resume_a_killed_container_and_cancel_on_real_containers(deploye
     from tests.kubernetes.tfdist_on_node import steps_by_attempt, trained
 
     out = deployed.job_dir("resumable")
-    config = deployed.config("resumable.yaml", RESUMABLE % {"name": "resumable", "slow": 0.8, "slow_runs": 2})
+    config = deployed.config("resumable.yaml", RESUMABLE % {"name": "resumable", "slow": 0.8, "slow_runs": 2, "restarts": 1})
     job = deployed.cli("launch", "--detach", "--config", config)
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip()
@@ -384,10 +384,42 @@ def test_preempt_resume_a_killed_container_and_cancel_on_real_containers(deploye
     wait_for("the job's objects deleted", lambda: not deployed.objects(), timeout=90)
 
     canceled = deployed.cli("launch", "--detach", "--config", deployed.config(
-        "cancel.yaml", RESUMABLE % {"name": "canceled", "slow": 2.0, "slow_runs": 9}))
+        "cancel.yaml", RESUMABLE % {"name": "canceled", "slow": 2.0, "slow_runs": 9, "restarts": 1}))
     cancel_id = canceled.stdout.strip()
     canceled_out = deployed.job_dir("canceled")
     wait_for("the job to run", lambda: trained(canceled_out, 0) >= 1, timeout=300, every=0.5)
     assert deployed.cli("cancel", cancel_id).returncode == 0
     wait_for("the job canceled", lambda: deployed.job(cancel_id)["state"] == "CANCELED", timeout=60, every=0.5)
     wait_for("the canceled job's objects deleted", lambda: not deployed.objects(), timeout=90)
+
+
+@pytest.mark.timeout(900)
+def test_a_drained_node_stops_the_job_at_a_common_step_and_it_is_placed_again_without_a_restart(deployed):
+    """Measured 7: a drain's first step, `kubectl cordon`, while a job trains: the coordinator stops every rank
+    at one step with a checkpoint and places the job again (max_restarts: 0, so a restart spent would fail it);
+    once the node is back (`kubectl uncordon`) the next run resumes right after that step."""
+    from tests.integration.test_restarts import TOTAL_STEPS, stopped_steps
+    from tests.kubernetes.tfdist_on_node import steps_by_attempt, trained
+
+    out = deployed.job_dir("drained")
+    job = deployed.cli("launch", "--detach", "--config", deployed.config(
+        "drained.yaml", RESUMABLE % {"name": "drained", "slow": 0.8, "slow_runs": 1, "restarts": 0}))
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip()
+    wait_for("the first run's step 4", lambda: trained(out, 0) >= 4, timeout=300, every=0.5)
+    deployed.kubectl("cordon", deployed.node.name)
+    try:
+        wait_for("the job placed again", lambda: deployed.job(job_id)["attempt"] == 1, timeout=180, every=0.5)
+        shown, logs = deployed.job(job_id), deployed.cli("logs", job_id).stdout
+        assert shown["restarts"] == 0 and "was cordoned (a drain)" in logs, (shown, logs[-3000:])
+        stops = stopped_steps(logs)
+        assert set(stops) == {0, 1} and len(set(stops.values())) == 1, stops  # every rank at one step
+        wait_for("the drained node's pods gone", lambda: not deployed.objects(), timeout=90)
+    finally:
+        deployed.kubectl("uncordon", deployed.node.name)
+    wait_for("the job to finish", lambda: deployed.job(job_id)["state"] in ("SUCCEEDED", "FAILED"), timeout=400,
+             every=1.0)
+    runs = steps_by_attempt(out)
+    assert deployed.job(job_id)["state"] == "SUCCEEDED", (deployed.job(job_id), runs)
+    assert sorted(runs) == [0, 1] and min(runs[1]) == stops[0] + 1, runs
+    assert sorted(s for a in runs for s in runs[a]) == list(range(1, TOTAL_STEPS + 1)), runs

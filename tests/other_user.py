@@ -21,7 +21,14 @@ import tempfile
 from importlib import metadata
 
 NOBODY_UID = 65534
-NOBODY = ["setpriv", "--reuid", str(NOBODY_UID), "--regid", str(NOBODY_UID), "--clear-groups", "--"]
+
+
+def as_uid(uid: int) -> list[str]:
+    """setpriv's argv to run as `uid` (its own group, no others): nobody, or a pod's runAsUser (1000)."""
+    return ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--"]
+
+
+NOBODY = as_uid(NOBODY_UID)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("cluster", "tfdist")  # the checkout's own, copied whole (they import lazily)
 # What tfdist's control plane needs at run time, with what those need in turn (requirement closure).

@@ -15,6 +15,7 @@ import pytest
 
 from cluster.engines.kubernetes import deploy
 from tests.conftest import wait_for
+from tests.other_user import as_uid
 
 pytestmark = pytest.mark.timeout(120)
 UID = 1000
@@ -47,8 +48,7 @@ def _run_as_1000(python, container: dict, root: str, port: int):
     argv[argv.index("--engine") + 1] = "local"
     argv[argv.index("--listen") + 1] = f"127.0.0.1:{port}"
     env = {e["name"]: e["value"].replace(mount, root) for e in container["env"]}
-    return subprocess.Popen(["setpriv", "--reuid", str(UID), "--regid", str(UID), "--clear-groups", "--",
-                             python.python, "-m", "cluster.client.cli", *argv],
+    return subprocess.Popen([*as_uid(UID), python.python, "-m", "cluster.client.cli", *argv],
                             env=python.env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

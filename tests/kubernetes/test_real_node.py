@@ -310,6 +310,7 @@ def test_the_shipped_coordinator_runs_as_a_pod_on_a_volume_whose_root_is_roots(d
 def test_an_mwms_job_launched_from_a_directory_the_pods_do_not_have_trains_in_real_containers(deployed):
     """Measured 3: the job ran in the client's working directory, which no pod has. Its logs and metrics come
     back as on agents, and its pods, Service, budget and Secret go when it ends."""
+    deployed.idle()
     config = deployed.config("digits.yaml", DIGITS % ("mwms", 8))
     result = deployed.cli("launch", "--config", config, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -328,6 +329,7 @@ def test_an_mwms_job_launched_from_a_directory_the_pods_do_not_have_trains_in_re
 
 @pytest.mark.timeout(700)
 def test_a_parameter_server_job_runs_chief_worker_and_ps_in_a_real_container_and_ends(deployed):
+    deployed.idle()
     config = deployed.config("ps.yaml", DIGITS.replace("examples/digits", "examples/ps").replace(
         "distribution: {mode: %s}", "distribution: {mode: %s, num_ps: 1}") % ("ps", 10))  # asynchronous: 4 epochs reached 0.897 of 0.9 once
     result = deployed.cli("launch", "--config", config, timeout=600)
@@ -340,6 +342,7 @@ def test_a_parameter_server_job_runs_chief_worker_and_ps_in_a_real_container_and
 @pytest.mark.timeout(600)
 def test_a_jax_job_joins_its_processes_in_a_real_container(deployed):
     """The jax mode's environment in a real pod: a plain `jax.distributed.initialize()` with no arguments."""
+    deployed.idle()
     config = deployed.config("jax.yaml", "entrypoint: python workers/jax_plain.py\n"
                                          "resources: {slots_per_trial: 2}\ndistribution: {mode: jax}\n"
                                          "environment: {variables: {PYTHONPATH: /opt/jax-site}}\n")
@@ -357,6 +360,7 @@ def test_preempt_resume_a_killed_container_and_cancel_on_real_containers(deploye
     its pod goes; `tfdist resume`: a new pod resumes there; SIGKILL to the container's PID 1 (the pod's agent)
     restarts the gang from the latest checkpoint (max_restarts: 1); every step is trained once. Then a job
     canceled mid-run ends CANCELED with nothing left."""
+    deployed.idle()
     from tests.integration.test_restarts import TOTAL_STEPS
     from tests.kubernetes.tfdist_on_node import steps_by_attempt, trained
 
@@ -398,6 +402,7 @@ def test_a_drained_node_stops_the_job_at_a_common_step_and_it_is_placed_again_wi
     """Measured 7: a drain's first step, `kubectl cordon`, while a job trains: the coordinator stops every rank
     at one step with a checkpoint and places the job again (max_restarts: 0, so a restart spent would fail it);
     once the node is back (`kubectl uncordon`) the next run resumes right after that step."""
+    deployed.idle()
     from tests.integration.test_restarts import TOTAL_STEPS, stopped_steps
     from tests.kubernetes.tfdist_on_node import steps_by_attempt, trained
 

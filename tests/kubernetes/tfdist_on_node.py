@@ -207,6 +207,16 @@ class Deployed:
         return {p.metadata.name: p.status.phase or "" for p in self.admin.list(Pod, namespace=NS)
                 if (p.metadata.labels or {}).get("tfdist.io/job")}
 
+    def idle(self) -> None:
+        """Waits until the node is offered free again and no job's object is left (a test after a failed one
+        starts from a clean cluster, not from a node still held by the last job's terminating pod)."""
+        def free() -> bool:
+            shown = self.cli("agents", "--json", timeout=60)
+            agents = json.loads(shown.stdout)["agents"] if shown.returncode == 0 else []
+            return not self.objects() and any(a["name"] == self.node.name and a["state"] == "ALIVE" and
+                                              a["free_slots"] == a["slots"] for a in agents)
+        wait_for("the node offered free, no job's object left", free, timeout=120, every=1.0)
+
     def objects(self) -> list[str]:
         """What tfdist made for jobs in its namespace (pods, Services, budgets, Secrets)."""
         from lightkube.resources.core_v1 import Secret, Service

@@ -20,6 +20,7 @@ PORT = 7470
 VOLUME = "/var/lib/tfdist"  # where its volume is mounted (its root may be root's: never the state itself)
 STATE = f"{VOLUME}/state"  # made by the coordinator, 0700, its own
 HOME = f"{VOLUME}/home"
+LOST_AFTER = 30
 Json = dict[str, Any]
 
 
@@ -38,7 +39,10 @@ def coordinator_objects(namespace: str, image: str, storage: str = "10Gi", stora
         claim["storageClassName"] = storage_class
     command = ["tfdist", "coordinator", "--engine", "kubernetes", "--namespace", namespace,
                "--listen", f"0.0.0.0:{PORT}", "--http", "off", "--state-dir", STATE,
-               "--advertise", service_address(namespace), "--image", image]
+               "--advertise", service_address(namespace), "--image", image,
+               # A pod that ends or vanishes is seen through the API at once; heartbeats only catch an agent that
+               # hangs, and a pod's agent shares its CPUs with the workers it starts (6 s were missed under load).
+               "--lost-after", str(LOST_AFTER)]
     container = {"name": "coordinator", "image": image, "command": command,
                  "ports": [{"name": "grpc", "containerPort": PORT}],
                  "env": [{"name": "HOME", "value": HOME}],  # its published credential and caches: on the volume

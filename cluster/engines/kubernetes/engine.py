@@ -30,6 +30,7 @@ from cluster.coordinator.engine import EngineHost, EngineOptions, Front
 from cluster.engines.agents.nodes import AgentNodes
 from cluster.engines.kubernetes import gangs, manifests, run_objects
 from cluster.engines.kubernetes.gangs import Gang
+from cluster.engines.kubernetes.reports import RunReports
 from cluster.engines.kubernetes.api import Api, KubernetesError
 from cluster.engines.kubernetes.offered import OfferedNodes
 from cluster.engines.kubernetes.offers import node_offers, tolerations_of
@@ -66,6 +67,7 @@ class KubernetesEngine:
         self._tolerations = tolerations_of(options.tolerate)
         self._policy = manifests.PodPolicy(options.job_service_account, tuple(self._tolerations), options.guaranteed)
         self._retries = run_objects.Retries()  # placements in a row whose pods did not start, per job
+        self._reports = RunReports(lambda: self.host, self._retries)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._pods = PodWatch(None, self._stop, self._wake.set)  # the namespace's tfdist pods; its api set at attach
@@ -192,8 +194,14 @@ class KubernetesEngine:
                                        system=self.options.system_nodes, kind=self.options.node_kind))
         for name, run in list(self._handed.items()):
             gang = self._gangs.get(run)
-            if gang is not None and getattr(self._offered.offers.get(name), "why_not", "") == "cordoned":
-                self._disrupt(gang, f"node {name} was cordoned (a drain)")
+            if gang is None or gang.tearing_down or getattr(self._offered.offers.get(name), "why_not", "") != "cordoned":
+                continue
+            if gang.ready:
+                self._reports.disrupted(gang, f"node {name} was cordoned (a drain)")
+            else:  # not started yet: placed again elsewhere, bounded as any start that failed
+                self._tear_down(gang)
+                self._reports.not_started_again(gang.job_id, f"node {name} was cordoned (a drain) before its pods ran")
+
 
     # ---------------------------------------------------------------- a run's objects
     def _maybe_create(self, job_id: str, attempt: int, names: set[str]) -> None:
@@ -208,12 +216,12 @@ class KubernetesEngine:
         config = job.spec.config.kubernetes
         image = str(config.get("image") or self.options.image)
         if not image:
-            self._fail(job_id, "no image for its pods: give `kubernetes: {image: ...}` in the job's config, or start "
+            self._reports.fail(job_id, "no image for its pods: give `kubernetes: {image: ...}` in the job's config, or start "
                                "the coordinator with --image", restartable=False)
             return
         refused = run_objects.refused_secret(config, self.options.allow_secrets)
         if refused:
-            self._fail(job_id, refused, restartable=False)
+            self._reports.fail(job_id, refused, restartable=False)
             return
         gang = Gang(job_id, attempt, {a.agent: a.node_rank for a in allocs}, {}, time.monotonic())
         self._gangs[(job_id, attempt)] = gang
@@ -228,39 +236,18 @@ class KubernetesEngine:
                                    lambda a: self._authority.issue("run", run_name(a.agent, job_id, attempt),
                                                                    self._advertise, self._plaintext).to_json())
         except CredentialError as e:  # a node name too long for a credential's
-            self._fail(job_id, f"no credential can be made for its pods: {e}", restartable=False)
+            self._reports.fail(job_id, f"no credential can be made for its pods: {e}", restartable=False)
             self._tear_down(gang)
             return
         except KubernetesError as e:
             self._tear_down(gang)
             if getattr(e, "code", 0) in RETRY_REFUSED:  # a quota, a conflict, an API busy: a waiting reason
-                self._not_started_again(job_id, f"its pods were refused: {e}")
+                self._reports.not_started_again(job_id, f"its pods were refused: {e}")
             else:
-                self._fail(job_id, f"its pods could not be created: {e}", restartable=False)
+                self._reports.fail(job_id, f"its pods could not be created: {e}", restartable=False)
             return
         log.info("kubernetes: job %s run %d: %d pod(s) created on %s", job_id, attempt, len(allocs),
                  ", ".join(a.agent for a in allocs))
-
-    def _not_started_again(self, job_id: str, why: str) -> None:
-        """Its run did not start (pods refused, not bound in time): placed again after a backoff, at most
-        MAX_NOT_STARTED times in a row (run_objects.Retries); then it fails saying why."""
-        tries, most = self._retries.failed(job_id), run_objects.MAX_NOT_STARTED
-        if tries >= most:
-            self._fail(job_id, f"its pods did not start in {tries} placements in a row; the last: {why}",
-                       restartable=False)
-            return
-        with self.host.event():
-            self.host.lifecycle.handle(job_id, job_machine.NotStarted(f"{why} (placement {tries} of at most {most})"),
-                                       time.time())
-
-    def _disrupt(self, gang: Gang, why: str) -> None:
-        """The cluster takes a node of the run back: the job stops at a common step and is placed again."""
-        if gang.disrupted or gang.tearing_down:
-            return
-        gang.disrupted = True
-        log.info("kubernetes: job %s run %d: %s", gang.job_id, gang.attempt, why)
-        with self.host.event():
-            self.host.lifecycle.handle(gang.job_id, job_machine.Disrupted(why), time.time())
 
     def _watch_gang(self, gang: Gang) -> None:
         pods = {node: self._pods.get(gang.pod_names.get(node, "")) for node in gang.nodes}
@@ -291,9 +278,9 @@ class KubernetesEngine:
                     self.host.lifecycle.handle(gang.job_id, job_machine.NodesReady(), time.time())
         elif verdict.verdict == gangs.Verdict.DISRUPTED and set(gang.nodes) - gang.seen_running:
             self._tear_down(gang)  # taken back before it ran (an admission error, a deletion): a start that failed
-            self._not_started_again(gang.job_id, verdict.why)
+            self._reports.not_started_again(gang.job_id, verdict.why)
         elif verdict.verdict == gangs.Verdict.DISRUPTED:
-            self._disrupt(gang, verdict.why)
+            self._reports.disrupted(gang, verdict.why)
             now_job = self._reader.job(gang.job_id)
             still = now_job is not None and now_job.attempt == gang.attempt and now_job.state.active and \
                 now_job.state != JobState.QUEUED  # not placed again already (a run that could not stop at a step)
@@ -301,9 +288,9 @@ class KubernetesEngine:
                 self._lost(gang, verdict.node, verdict.why)  # its agent is gone already (the kubelet's eviction)
         elif verdict.verdict == gangs.Verdict.NOT_STARTED:
             self._tear_down(gang)
-            self._not_started_again(gang.job_id, verdict.why)
+            self._reports.not_started_again(gang.job_id, verdict.why)
         elif verdict.verdict == gangs.Verdict.BROKEN:
-            self._fail(gang.job_id, verdict.why, restartable=False)
+            self._reports.fail(gang.job_id, verdict.why, restartable=False)
             self._tear_down(gang)
         elif verdict.verdict == gangs.Verdict.LOST:
             self._lost(gang, verdict.node, verdict.why)
@@ -340,9 +327,3 @@ class KubernetesEngine:
         self._offered.give_back(node)
         self._next_offers = 0.0  # its slots may have changed meanwhile
         self._wake.set()
-
-    def _fail(self, job_id: str, why: str, restartable: bool) -> None:
-        with self.host.event():
-            self.host.lifecycle.handle(job_id, job_machine.Failed(policy.Outcome(
-                JobState.FAILED, f"job {job_id}: {why}", 1, restartable=restartable)), time.time())
-

@@ -1,7 +1,8 @@
 """The offered nodes the Kubernetes engine answers for while no pod of a run is their agent: registered with
 the job side as nodes of the agents' protocol (cluster/engines/agents/nodes.py), heartbeated in-process, and
-withdrawn (lost, saying why) when the cluster no longer offers them. A node whose pod is a run's agent is
-`handed` to that run; the engine gives it back once that pod is gone."""
+withdrawn (lost, saying why) when the cluster no longer offers them; a cordoned node (a drain) stays known with
+all of its slots held, so no job is placed there and one that needs it waits. A node whose pod is a run's agent
+is `handed` to that run; the engine gives it back once that pod is gone."""
 
 from __future__ import annotations
 
@@ -40,7 +41,10 @@ class OfferedNodes:
                 self.owned[name] = record
             else:
                 nodes.held_elsewhere(name, offer.taken, now)
-        for name in [n for n in self.owned if n not in offered and n not in self._handed]:
+        for name, offer in self.offers.items():  # cordoned (a drain): still known, nothing free until it is back
+            if offer.why_not == "cordoned" and name in self.owned and name not in self._handed:
+                nodes.held_elsewhere(name, self._taken(name), now)
+        for name in [n for n in self.owned if n not in offered and n not in self._handed and not self._cordoned(n)]:
             if host.allocs.on_agent(name):  # type: ignore[attr-defined]
                 continue  # placed meanwhile: its run decides
             why = self.offers[name].why_not if name in self.offers else "gone from the cluster"
@@ -68,11 +72,19 @@ class OfferedNodes:
 
     def give_back(self, name: str) -> None:
         """The node's run pod is gone: it answers for the node again (what that run left there is reconciled: a
-        run still STARTED there fails, one RELEASING is freed)."""
+        run still STARTED there fails, one RELEASING is freed), if the cluster still offers it; a node cordoned
+        meanwhile (a drain) is withdrawn by the next reading instead, never offered to the next job."""
         record = self.owned.get(name)
-        if record is not None:
+        offer = self.offers.get(name)
+        if record is not None and offer is not None and (offer.offered or self._cordoned(name)):
             self._nodes().register(record, (), (), time.time(), watched=False, held_elsewhere=self._taken(name))
 
+    def _cordoned(self, name: str) -> bool:
+        return getattr(self.offers.get(name), "why_not", "") == "cordoned"
+
     def _taken(self, name: str) -> int:
+        """Its slots held elsewhere: other workloads', or all of them while it is cordoned."""
         offer = self.offers.get(name)
-        return offer.taken if offer is not None and offer.offered else 0
+        if offer is None:
+            return 0
+        return offer.slots if self._cordoned(name) else offer.taken if offer.offered else 0

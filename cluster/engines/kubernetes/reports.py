@@ -1,0 +1,48 @@
+"""What the Kubernetes engine tells the job side about a run, each as one of the host's events: a run that
+did not start (placed again after a backoff, bounded by run_objects.Retries), a disruption (the cluster takes a
+node back), a failure. The job machine decides what follows."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from cluster.coordinator import job_machine, policy
+from cluster.engines.kubernetes import run_objects
+from cluster.engines.kubernetes.gangs import Gang
+from cluster.shared.model import JobState
+
+log = logging.getLogger("tfdist.kubernetes")
+
+
+class RunReports:
+    def __init__(self, host: Callable[[], object], retries: run_objects.Retries):
+        self._host, self.retries = host, retries
+
+    def _handle(self, job_id: str, event) -> None:
+        host = self._host()
+        with host.event():  # type: ignore[attr-defined]
+            host.lifecycle.handle(job_id, event, time.time())  # type: ignore[attr-defined]
+
+    def fail(self, job_id: str, why: str, restartable: bool) -> None:
+        self._handle(job_id, job_machine.Failed(policy.Outcome(JobState.FAILED, f"job {job_id}: {why}", 1,
+                                                               restartable=restartable)))
+
+    def not_started_again(self, job_id: str, why: str) -> None:
+        """Its run did not start (pods refused, not bound in time, its node cordoned first): placed again after a
+        backoff, at most MAX_NOT_STARTED times in a row; then it fails saying why."""
+        tries, most = self.retries.failed(job_id), run_objects.MAX_NOT_STARTED
+        if tries >= most:
+            self.fail(job_id, f"its pods did not start in {tries} placements in a row; the last: {why}",
+                      restartable=False)
+            return
+        self._handle(job_id, job_machine.NotStarted(f"{why} (placement {tries} of at most {most})"))
+
+    def disrupted(self, gang: Gang, why: str) -> None:
+        """The cluster takes a node of the run back: the job stops at a common step and is placed again (once)."""
+        if gang.disrupted or gang.tearing_down:
+            return
+        gang.disrupted = True
+        log.info("kubernetes: job %s run %d: %s", gang.job_id, gang.attempt, why)
+        self._handle(gang.job_id, job_machine.Disrupted(why))

@@ -425,7 +425,9 @@ def test_a_drained_node_stops_the_job_at_a_common_step_and_it_is_placed_again_wi
     wait_for("the job to finish", lambda: deployed.job(job_id)["state"] in ("SUCCEEDED", "FAILED"), timeout=400,
              every=1.0)
     runs, shown = steps_by_attempt(out), deployed.job(job_id)
-    assert shown["state"] == "SUCCEEDED", (shown["outcome"], runs, deployed.cli("logs", job_id).stdout[-3000:],
-                                           deployed.kubectl("-n", "tfdist-real", "logs", "deploy/tfdist-coordinator")[-4000:])
+    if shown["state"] != "SUCCEEDED":  # what the coordinator did, in the test's output
+        print("\n".join(line for line in deployed.kubectl("-n", "tfdist-real", "logs", "deploy/tfdist-coordinator")
+                        .splitlines() if "HTTP Request" not in line))
+    assert shown["state"] == "SUCCEEDED", (shown["outcome"], runs)
     assert sorted(runs) == [0, 1] and min(runs[1]) == stops[0] + 1, runs
     assert sorted(s for a in runs for s in runs[a]) == list(range(1, TOTAL_STEPS + 1)), runs

@@ -30,6 +30,7 @@ class Forwarder:
                 return
             try:
                 upstream = socket.create_connection(self.target, timeout=10)
+                upstream.settimeout(None)  # a watch is quiet for long: only the connect is bounded
             except OSError:
                 client.close()
                 continue

@@ -265,7 +265,8 @@ class KubernetesEngine:
         if job is None or job.attempt != gang.attempt or not job.state.active or job.state == JobState.QUEUED:
             # Over: its agents stop what still runs (they get the stops); then its objects go.
             gang.over_since = gang.over_since or time.monotonic()
-            if self._workers_gone(gang) or time.monotonic() - gang.over_since > TEAR_DOWN_AFTER:
+            moved_on = job is not None and job.attempt != gang.attempt  # its pods' run credentials are refused now
+            if moved_on or self._workers_gone(gang) or time.monotonic() - gang.over_since > TEAR_DOWN_AFTER:
                 self._tear_down(gang)
             return
         verdict = gangs.judge(pods, gang.pod_names, sorted(gang.seen_running), time.monotonic() - gang.created,

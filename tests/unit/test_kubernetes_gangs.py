@@ -46,7 +46,7 @@ RUNNING = pod("Running")
     ({"n1": RUNNING, "n2": pod(waiting="ImagePullBackOff")}, [], 300, Verdict.STARTING, ""),
     ({"n1": RUNNING, "n2": pod(waiting="ContainerCreating")}, [], 300, Verdict.STARTING, ""),
     ({"n1": RUNNING, "n2": pod(waiting="ImagePullBackOff")}, [], 601, Verdict.BROKEN,
-     "pod job-a0-n1 on node n2 did not get its image within 600s (ImagePullBackOff)"),
+     "pod job-a0-n1 on node n2 was still getting its image or volumes ready after 600s (ImagePullBackOff)"),
     ({"n1": RUNNING, "n2": pod(waiting="InvalidImageName")}, [], 5, Verdict.BROKEN,
      "pod job-a0-n1 on node n2 cannot start: InvalidImageName"),
     # a pulling pod beside one the scheduler did not bind: the start bound holds for the gang
@@ -76,3 +76,12 @@ def test_why_a_pod_waits_names_the_schedulers_message_or_its_containers_reason()
     assert why_pending(pod(scheduled="0/2 nodes are available")) == ("not scheduled: 0/2 nodes are available", False)
     assert why_pending(pod(waiting="ContainerCreating")) == ("container waiting: ContainerCreating", False)
     assert why_pending(pod(waiting="InvalidImageName")) == ("InvalidImageName", True)
+
+
+def test_an_init_container_that_cannot_start_breaks_the_gang_at_once():
+    broken = pod()
+    broken["status"]["initContainerStatuses"] = [{"name": "fetch", "state": {"waiting": {
+        "reason": "CreateContainerConfigError", "message": 'secret "s3" not found'}}}]
+    assert why_pending(broken) == ('CreateContainerConfigError: secret "s3" not found', True)
+    judged = judge({"n1": RUNNING, "n2": broken}, NAMES, [], 5, 60)
+    assert judged.verdict == Verdict.BROKEN and judged.node == "n2"

@@ -53,7 +53,7 @@ def pod_phase(pod: Json | None) -> str:
 def why_pending(pod: Json) -> tuple[str, bool]:
     """Why a pod is not running yet, and whether that is for good (a BROKEN_REASONS container)."""
     status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or ():
+    for container in (*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())):
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in BROKEN_REASONS:
             message = waiting.get("message") or ""
@@ -136,9 +136,10 @@ def judge(pods: Mapping[str, Json | None], names: Mapping[str, str], seen_runnin
         return GangVerdict(Verdict.STARTING)
     if len(pulls) == len(waiting):  # every pod on its node, its image not there within the pull bound
         node, why = next(iter(pulls.items()))
-        return GangVerdict(Verdict.BROKEN, f"pod {names[node]} on node {node} did not get its image within "
-                                           f"{pull_timeout:g}s ({why}); check the image's name and the registry's "
-                                           "access, or give a longer --image-pull-timeout", node)
+        return GangVerdict(Verdict.BROKEN, f"pod {names[node]} on node {node} was still getting its image or "
+                                           f"volumes ready after {pull_timeout:g}s ({why}); check the image's name, "
+                                           "the registry's access and the pod's volumes (kubectl describe pod), or "
+                                           "give a longer --image-pull-timeout", node)
     said = "; ".join(f"{names[node]} on {node}: {why_pending(pod)[0] if pod is not None else 'not created'}"
                      for node, pod in sorted(waiting.items())[:5])
     more = f" (and {len(waiting) - 5} more)" if len(waiting) > 5 else ""

@@ -85,20 +85,29 @@ if os.environ.get("TFDIST_TEST_TIMELINE"):
                                        "start": start, "end": time.time()}) + "\n")
 
 
-def processes_with_marker(marker: str) -> list[int]:
-    """PIDs whose environment carries `marker`: everything a test started, however deep."""
-    needle = f"{MARKER_VAR}={marker}".encode()
+def processes_whose(file: str, matches) -> list[int]:
+    """PIDs (this one aside) whose /proc/PID/FILE (environ, cmdline) `matches(bytes)`."""
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
+            with open(f"/proc/{entry}/{file}", "rb") as f:
+                if matches(f.read()):
                     pids.append(int(entry))
         except OSError:
             continue
     return pids
+
+
+def processes_with_env(variable: bytes) -> list[int]:
+    """PIDs whose environment holds `variable` (NAME=value)."""
+    return processes_whose("environ", lambda text: variable in text.split(b"\0"))
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """PIDs whose environment carries `marker`: everything a test started, however deep."""
+    return processes_with_env(f"{MARKER_VAR}={marker}".encode())
 
 
 @pytest.fixture

@@ -219,17 +219,22 @@ class ControlPlane:
     def stop(self) -> None:
         """Each component, newest first (the apiserver before its etcd: the other way round it waits out its
         grace on a store that is gone): SIGTERM, SIGKILL after STOP_GRACE."""
-        for name, proc in reversed(list(self.processes.items())):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            try:
-                proc.wait(timeout=STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+        for proc in reversed(list(self.processes.values())):
+            stop_process(proc, STOP_GRACE)
+
+
+def stop_process(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM to its process group, SIGKILL `grace` seconds later if it is still there."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

@@ -40,7 +40,8 @@ from typing import Callable
 
 import yaml
 
-from tests.kubernetes.control_plane import ControlPlane
+from tests.conftest import processes_whose, processes_with_env
+from tests.kubernetes.control_plane import ControlPlane, stop_process
 from tests.kubernetes.node import api_forward, images
 
 NODE_NAME = "tfdist-real-node"
@@ -225,32 +226,8 @@ def _sysctl_path(name: str) -> str:
     return os.path.join("/proc/sys", name)
 
 
-def _processes_with_env(needle: bytes) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
-
-
 def _processes_with_arg(fragment: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if fragment.encode() in f.read():
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
+    return processes_whose("cmdline", lambda text: fragment.encode() in text)
 
 
 def _kill(pids, sig=signal.SIGKILL) -> None:
@@ -469,7 +446,7 @@ class RealNode:
     def leftovers(self) -> list[str]:
         """What the node made and is still there: empty after stop()."""
         left = []
-        if pids := _processes_with_env(f"TFDIST_REAL_NODE={self.marker}".encode()):
+        if pids := processes_with_env(f"TFDIST_REAL_NODE={self.marker}".encode()):
             left.append(f"processes {pids}")
         if pids := _processes_with_arg(RUN_DIR + "/"):
             left.append(f"processes using {RUN_DIR}: {pids}")
@@ -861,21 +838,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs",
 
     def _stop_process(self, name: str) -> None:
         proc = self.processes.get(name)
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        try:
-            proc.wait(timeout=STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        if proc is not None:
+            stop_process(proc, STOP_GRACE)
 
     def _pids(self) -> list[int]:
-        return _processes_with_env(f"TFDIST_REAL_NODE={self.marker}".encode())
+        return processes_with_env(f"TFDIST_REAL_NODE={self.marker}".encode())
 
     def _wait(self, what: str, ready: Callable[[], bool], deadline: float) -> None:
         while True:

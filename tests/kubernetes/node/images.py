@@ -93,15 +93,19 @@ def _recipe_key(*parts: str) -> str:
     return hashlib.sha256("\0".join((WRITER_VERSION, *parts)).encode()).hexdigest()[:16]
 
 
+def _cached(cache: str, repository: str, kind: str, key: str) -> tuple[str, str, str]:
+    """(image name, the cache's image folder (made 0700), the archive's path) of one built recipe."""
+    images = os.path.join(cache, "images")
+    os.makedirs(images, mode=0o700, exist_ok=True)
+    return f"{repository}:{key}", images, os.path.join(images, f"{kind}-{key}.tar")
+
+
 def pause_image(cache: str) -> tuple[str, str]:
     """(archive path, image name) of the pause image, built once per pause.c."""
     with open(PAUSE_SOURCE, "rb") as f:
         source = f.read()
     key = _recipe_key("pause", hashlib.sha256(source).hexdigest())
-    name = f"{PAUSE_NAME}:{key}"
-    images = os.path.join(cache, "images")
-    os.makedirs(images, mode=0o700, exist_ok=True)
-    archive = os.path.join(images, f"pause-{key}.tar")
+    name, images, archive = _cached(cache, PAUSE_NAME, "pause", key)
     if os.path.exists(archive):
         return archive, name
     with tempfile.TemporaryDirectory(dir=images) as work:
@@ -123,10 +127,7 @@ def python_image(cache: str, timeout: float = 600) -> tuple[str, str]:
     (python3 with the core modules: socket, signal, os; no json or http), built once per recipe (~16 s of
     mmdebstrap, 160 MB). Device nodes are left out (a container gets its own /dev)."""
     key = _recipe_key("python", *MMDEBSTRAP, MIRROR)
-    name = f"{PYTHON_NAME}:{key}"
-    images = os.path.join(cache, "images")
-    os.makedirs(images, mode=0o700, exist_ok=True)
-    archive = os.path.join(images, f"python-{key}.tar")
+    name, images, archive = _cached(cache, PYTHON_NAME, "python", key)
     if os.path.exists(archive):
         return archive, name
     if not shutil.which("mmdebstrap"):

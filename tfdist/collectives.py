@@ -89,11 +89,13 @@ def _unwrap(value: Any) -> Any:
 
 class Collectives:
     def __init__(self, store: str | None, rank: int, size: int, mode: str = "", timeout: float = DEFAULT_TIMEOUT,
-                 secret: str | None = None, refusal: str | None = None):
+                 secret: str | None = None, refusal: str | None = None, group: str = ""):
         """`mode`: the name of the job's mode; `secret`: the store's (None: TFDIST_STORE_SECRET of this
         process's environment); `refusal`: why the mode's ranks cannot all take part, in its words (None: they
-        can)."""
+        can); `group`: a name for a set of processes other than the job's ranks (the `determined` API's own
+        groups: the workers a script starts itself), so that its calls never meet the ranks'."""
         self.rank, self.size, self.mode, self.timeout = rank, size, mode, timeout
+        self._group = f"{group}." if group else ""
         self.refusal = refusal
         self._store = store
         self._secret = secret
@@ -151,11 +153,11 @@ class Collectives:
         """Every rank has posted call `seq`, so every rank is done reading the calls before it: this rank's
         keys of those can go (the store lives as long as the job; this keeps it small)."""
         for old in [s for s in self._posted if s < seq]:
-            self._request("DELETE", f"{old}-{self.rank}")
+            self._request("DELETE", f"{self._group}{old}-{self.rank}")
             self._posted.remove(old)
 
     def _put(self, seq: int, data: bytes) -> None:
-        key = f"{seq}-{self.rank}"
+        key = f"{self._group}{seq}-{self.rank}"
         self._posted.append(seq)
         status, _ = self._request("PUT", key, data)
         if status != 200:
@@ -168,7 +170,7 @@ class Collectives:
         while True:
             for r in ranks:
                 if r not in found:
-                    status, data = self._request("GET", f"{seq}-{r}")
+                    status, data = self._request("GET", f"{self._group}{seq}-{r}")
                     if status == 200:
                         found[r] = data
             if len(found) == len(ranks):

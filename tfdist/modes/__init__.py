@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from tfdist import envvars
-from tfdist.modes import horovod, jax, mwms, ps, single, torch
+from tfdist.modes import horovod, jax, mwms, per_node, ps, single, torch
 from tfdist.modes.base import Process, WorkerMode
 from tfdist.modes.unsupported import Unsupported
 
@@ -27,6 +27,7 @@ WORKER_MODES: dict[str, WorkerMode] = {
     "mirrored": single.MIRRORED,
     "central_storage": single.CENTRAL_STORAGE,
     "one_device": single.ONE_DEVICE,
+    "per_node": per_node.PER_NODE,
 }
 
 DEFAULT = mwms.MWMS.name  # without TFDIST_DISTRIBUTION (plain `python train.py`)

@@ -10,7 +10,7 @@ in PLANNERS (one line); the annotation makes mypy check it against the protocol
 
 from __future__ import annotations
 
-from cluster.shared.modes import horovod, jax, mwms, ps, single, torch
+from cluster.shared.modes import horovod, jax, mwms, per_node, ps, single, torch
 from cluster.shared.modes.base import (JobPlan, NodePlacement, Placement, PlanError, Planner, ProcessPlan,
                                        SuccessRule)
 from tfdist.errors import UserError
@@ -25,6 +25,7 @@ PLANNERS: dict[str, Planner] = {
     "mirrored": single.MIRRORED,
     "central_storage": single.CENTRAL_STORAGE,
     "one_device": single.ONE_DEVICE,
+    "per_node": per_node.PER_NODE,
 }
 
 

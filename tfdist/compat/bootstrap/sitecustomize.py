@@ -7,7 +7,9 @@ tfdist's compatibility fixes too, each applied when the module it fixes finishes
 - in jax and torch modes, the framework's rendezvous (`jax.distributed.initialize`, `init_process_group`)
   tells the agent the worker joined, and a `jax.distributed.initialize()` without arguments finds the job;
 - SIGUSR1 prints every thread's Python stack (faulthandler), for the step watchdog;
-- `keras` and `tf_keras`: `fit` reports its step progress to the step watchdog (compat/keras_progress.py).
+- `keras` and `tf_keras`: `fit` reports its step progress to the step watchdog (compat/keras_progress.py);
+- `import determined` finds tfdist's implementation of Determined's worker API (compat/determined_api), last on
+  sys.path so that a real `determined` installed in the worker's Python is never shadowed.
 Nothing else is imported at start-up. TFDIST_KERAS_PATCH=0 turns the fixes off (not the ps refusal nor the progress
 reports). An environment's own sitecustomize still runs. What a mode adds (the ps refusal, Horovod's fix and
 its missing-package line) is the mode's entry in tfdist/modes/startup.py, read here by path.
@@ -162,3 +164,4 @@ if _PROGRESS:
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 _chain_to_the_environments_own()
+sys.path.append(os.path.join(os.path.dirname(_HERE), "determined_api"))  # after site-packages: never shadows

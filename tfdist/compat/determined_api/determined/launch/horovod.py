@@ -1,0 +1,11 @@
+"""`python -m determined.launch.horovod [--autohorovod] [--] COMMAND`: one process per slot with Horovod's
+environment is already tfdist's (its horovod mode), so it runs the wrapped command."""
+
+import sys
+
+from determined.launch._run import command_of, exec_command
+
+VALUED = ("--autohorovod-args", "--hostfile")  # its options that take a value
+
+if __name__ == "__main__":
+    exec_command(command_of("horovod", sys.argv[1:], valued=VALUED))

@@ -1,0 +1,6 @@
+"""`determined.pytorch`: the PyTorchTrial class API and its Trainer, which tfdist does not run (a PyTorch script
+with the Core API runs: tfdist's torch mode, `determined.launch.torch_distributed`)."""
+
+from determined._unoffered import unoffered_module
+
+__getattr__ = unoffered_module("determined.pytorch", "the Trial class API")

@@ -97,3 +97,29 @@ def _command_after(name: str, words: list[str]) -> tuple[str, ...]:
         raise LauncherError(f"entrypoint: determined.launch.{name} wraps no command; give it after `--`, e.g. "
                             f"python3 -m determined.launch.{name} -- python3 train.py")
     return tuple(command)
+
+
+def script_of(command: tuple[str, ...] | list[str]) -> str:
+    """The Python script a command runs (`python3 -u train.py`, `train.py`), or "" (a module, other programs)."""
+    words = list(command)
+    if words and _PYTHON.match(os.path.basename(words[0])):
+        words = words[1:]
+        while words and words[0].startswith("-") and words[0] not in ("-m", "-c", "-"):
+            words = words[1 + (words[0] in ("-W", "-X")):]
+    return words[0] if words and words[0].endswith(".py") else ""
+
+
+def imports_determined(source: str) -> bool:
+    """Whether a script's source imports `determined` at its top level or in a function (its own launcher does)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "determined" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "determined":
+            return True
+    return False

@@ -17,9 +17,9 @@ LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"  # Determined'
 
 # The Trial class APIs and their helpers: a class Determined's harness drives, which tfdist does not run.
 _UNOFFERED = {
-    "LegacyTrial": "the Trial class API", "TrialContext": "the Trial class API",
-    "TrialController": "the Trial class API", "ExperimentConfig": "the Trial class API",
-    "EnvContext": "the Trial class API", "import_from_path": "the Trial class API",
+    "LegacyTrial": "Determined's Trial class API", "TrialContext": "Determined's Trial class API",
+    "TrialController": "Determined's Trial class API", "ExperimentConfig": "Determined's Trial class API",
+    "EnvContext": "Determined's Trial class API", "import_from_path": "Determined's Trial class API",
 }
 _SUBMODULES = ("core", "keras", "launch", "pytorch", "experimental", "errors", "util", "tensorboard")
 

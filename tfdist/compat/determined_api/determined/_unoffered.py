@@ -7,9 +7,9 @@ from typing import NoReturn
 
 DOCS = "docs/determined.md"
 _WHY = {
-    "the Trial class API": "tfdist runs your script, not a Trial class: train in a script with det.core.init() and "
+    "Determined's Trial class API": "tfdist runs your script, not a Trial class: train in a script with det.core.init() and "
                            "det.keras.DeterminedCallback (or plain Keras/PyTorch)",
-    "a Determined master": "there is no Determined master under tfdist: use the `tfdist` CLI (jobs, experiments, "
+    "the API of a Determined master": "there is no Determined master under tfdist: use the `tfdist` CLI (jobs, experiments, "
                            "checkpoints) instead",
 }
 
@@ -20,7 +20,7 @@ class InvalidHP(Exception):
 
 def unoffered(what: str, kind: str) -> NoReturn:
     """Stops the script: `what` belongs to `kind`, which tfdist does not offer."""
-    message = f"tfdist: {what} is Determined's {kind}, which tfdist does not offer: {_WHY.get(kind, kind)} ({DOCS})"
+    message = f"tfdist: {what} is part of {kind}, which tfdist does not offer: {_WHY.get(kind, kind)} ({DOCS})"
     print(message, file=sys.stderr, flush=True)
     raise SystemExit(2)
 

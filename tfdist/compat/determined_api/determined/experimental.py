@@ -2,4 +2,4 @@
 
 from determined._unoffered import unoffered_module
 
-__getattr__ = unoffered_module("determined.experimental", "a Determined master")
+__getattr__ = unoffered_module("determined.experimental", "the API of a Determined master")

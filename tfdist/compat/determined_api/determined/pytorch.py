@@ -3,4 +3,4 @@ with the Core API runs: tfdist's torch mode, `determined.launch.torch_distribute
 
 from determined._unoffered import unoffered_module
 
-__getattr__ = unoffered_module("determined.pytorch", "the Trial class API")
+__getattr__ = unoffered_module("determined.pytorch", "Determined's Trial class API")

@@ -2,4 +2,4 @@
 
 from determined._unoffered import unoffered_module
 
-__getattr__ = unoffered_module("determined.tensorboard", "a Determined master")
+__getattr__ = unoffered_module("determined.tensorboard", "the API of a Determined master")

@@ -96,7 +96,7 @@ class TrainContext:
         """The files are written where tfdist serves them: nothing to upload."""
 
     def get_experiment_best_validation(self) -> Optional[float]:
-        unoffered("core_context.train.get_experiment_best_validation()", "a Determined master")
+        unoffered("core_context.train.get_experiment_best_validation()", "the API of a Determined master")
 
     def _skip(self, name: str, value: Any) -> None:
         if name not in self._skipped:

@@ -5,6 +5,6 @@ from determined._unoffered import unoffered_module
 from determined.keras._callback import DeterminedCallback, TensorBoard
 from determined.keras import callbacks
 
-__getattr__ = unoffered_module("determined.keras", "the Trial class API")
+__getattr__ = unoffered_module("determined.keras", "Determined's Trial class API")
 
 __all__ = ["DeterminedCallback", "TensorBoard", "callbacks"]

@@ -23,7 +23,7 @@ def command_of(launcher: str, argv: Sequence[str], valued: Sequence[str] = ()) -
             i += 1 + takes_value
         command = args[i:]
     if any(o == "--trial" or o.startswith("--trial=") for o in options):
-        unoffered(f"python -m determined.launch.{launcher} --trial", "the Trial class API")
+        unoffered(f"python -m determined.launch.{launcher} --trial", "Determined's Trial class API")
     if not command:
         print(f"tfdist: python -m determined.launch.{launcher}: no command to run; give it after `--`, e.g. "
               f"`python -m determined.launch.{launcher} -- python3 train.py`", file=sys.stderr)

@@ -270,3 +270,27 @@ def test_a_determined_installed_for_the_workers_is_never_shadowed(tmp_path, mark
     script.write_text("import determined\nprint('determined is', getattr(determined, 'ORIGIN', 'tfdist'))\n")
     result = me.cli("launch", "--", sys.executable, str(script), PYTHONPATH=f"{REPO}:{tmp_path / 'site'}")
     assert result.returncode == 0 and "[rank=0] determined is the real one" in result.stdout, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("launcher,mode", [
+    ("python3 -m determined.launch.torch_distributed python3 count_torch.py", "torch"),
+    ("python3 -m determined.launch.horovod --autohorovod -- python3 count_horovod.py", "horovod"),
+])
+def test_the_torch_and_horovod_launchers_run_their_command_in_the_matching_mode(tmp_path, marker, launcher, mode):
+    me = Terminal(tmp_path, marker)
+    result = me.cli("launch", "--config", me.config("distributed.yaml", f"""\
+        name: launched-{mode}
+        resources:
+          slots_per_trial: 2
+        searcher:
+          name: single
+          metric: sum
+        entrypoint: {launcher}
+        """))
+    assert result.returncode == 0, result.stderr[-3000:]
+    job = submitted(result)
+    for rank in (0, 1):
+        assert f"[rank={rank}] rank {rank} of 2 (node 0): sum 3, ranks [0, 1]" in result.stdout, result.stdout[-3000:]
+    shown = me.job(job)
+    assert shown["distribution"]["mode"] == mode and "determined.launch" not in " ".join(shown["command"])
+    assert me.series(job, "sum") == [(1, 3.0)]

@@ -32,6 +32,10 @@ def command_of(launcher: str, argv: Sequence[str], valued: Sequence[str] = ()) -
 
 
 def exec_command(command: list[str]) -> None:
+    """Replaces this process with `command`; a bare `python`/`python3` is this Python (the one tfdist started the
+    launcher with), as tfdist's launch runs an entrypoint's, whatever PATH says."""
+    if command and command[0] in ("python", "python3"):
+        command = [sys.executable, *command[1:]]
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -18,7 +18,8 @@ from tests.conftest import run_cli
     (["launch", "--slots", "two", "--", "python", "-c", "pass"], None,
      "tfdist launch: argument --slots: expected an integer, got 'two' (see `tfdist launch --help`)"),
     (["launch", "--distribution", "parameter_server", "--", "python", "-c", "pass"], None,
-     "tfdist: error: --distribution: unknown value 'parameter_server'; expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device"),
+     "tfdist: error: --distribution: unknown value 'parameter_server'; expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device, "
+     "per_node"),
     (["launch", "--slots", "2"], None,
      "tfdist launch: no command to run; give one after `--` (tfdist launch --slots 2 -- python train.py) "
      "or set `entrypoint` in --config"),

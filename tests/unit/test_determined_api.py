@@ -127,11 +127,11 @@ def test_the_searchers_one_operation_is_its_max_length(det, monkeypatch, tmp_pat
 def test_the_launcher_modules_find_the_command(det):
     from determined.launch._run import command_of
 
-    assert command_of("tensorflow", ["--", "python3", "train.py"]) == ["python3", "train.py"]
-    assert command_of("torch_distributed", ["--nproc_per_node", "2", "python3", "t.py"], ("--nproc_per_node",)) == \
+    assert command_of("determined.launch.tensorflow", ["--", "python3", "train.py"]) == ["python3", "train.py"]
+    assert command_of("determined.launch.torch_distributed", ["--nproc_per_node", "2", "python3", "t.py"], ("--nproc_per_node",)) == \
         ["python3", "t.py"]
     with pytest.raises(SystemExit) as stopped:
-        command_of("horovod", ["--autohorovod", "--trial", "model_def:T"], ("--trial",))
+        command_of("determined.launch.horovod", ["--autohorovod", "--trial", "model_def:T"], ("--trial",))
     assert stopped.value.code == 2
 
 

@@ -59,7 +59,10 @@ distribution: {mode: mwms}
 hyperparameters: {global_batch_size: 10, lr: 0.5}
 environment: {variables: {FOO: bar}}
 """, job_id="job-7")
-    assert dict(p.processes[2].env) == {
+    env = dict(p.processes[2].env)
+    view = json.loads(env.pop("TFDIST_EXPERIMENT_CONFIG"))  # Determined's view of the config (test_determined_config)
+    assert view["hyperparameters"] == {"global_batch_size": 10, "lr": 0.5} and view["searcher"]["name"] == "single"
+    assert env == {
         "FOO": "bar",
         "TFDIST_JOB_ID": "job-7",
         "TFDIST_RANK": "2",
@@ -77,6 +80,7 @@ environment: {variables: {FOO: bar}}
         "TFDIST_DISTRIBUTION": "mwms",
         "TFDIST_ROLE": "worker",
         "TFDIST_HPARAMS": '{"global_batch_size": 10, "lr": 0.5}',
+        "TFDIST_USER_DATA": "{}",
         "TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]}, '
                      '"task": {"index": 2, "type": "worker"}}',
         "PYTHONUNBUFFERED": "1",
@@ -114,7 +118,7 @@ def test_every_mode_is_planned_by_its_planner_and_an_unknown_mode_is_the_users_e
         planner("nope")
     assert isinstance(raised.value, UserError) and str(raised.value) == (
         "no launch plan for distribution mode 'nope'; known modes: central_storage, horovod, jax, mirrored, mwms, "
-        "one_device, ps, torch")
+        "one_device, per_node, ps, torch")
 
 
 def test_a_plan_can_run_one_process_per_gpu():

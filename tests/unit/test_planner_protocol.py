@@ -85,6 +85,7 @@ def test_the_registry_plans_every_configurable_mode_and_declares_what_differs():
         "mirrored": (SuccessRule.ALL_RANKS, True, ()),
         "central_storage": (SuccessRule.ALL_RANKS, True, ()),
         "one_device": (SuccessRule.ALL_RANKS, True, ()),
+        "per_node": (SuccessRule.ALL_RANKS, False, ()),
         "jax": (SuccessRule.ALL_RANKS, False, ("jax",)),
         "torch": (SuccessRule.ALL_RANKS, False, ("torch",))}
 

@@ -90,6 +90,7 @@ def test_each_mode_declares_what_differs():
             "mirrored": (True, True, True),
             "central_storage": (True, True, True),
             "one_device": (True, True, True),
+            "per_node": (True, False, True),  # the chief alone writes tfdist's checkpoints
             "jax": (True, True, True),
             "torch": (True, False, True)}
 

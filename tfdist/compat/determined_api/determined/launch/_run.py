@@ -11,7 +11,8 @@ from determined._unoffered import unoffered
 
 
 def command_of(launcher: str, argv: Sequence[str], valued: Sequence[str] = ()) -> list[str]:
-    """The command after `--`, else after the launcher's options (`valued` ones take a value)."""
+    """The command after `--`, else after the launcher's options (`valued` ones take a value); `launcher`: its
+    module's name."""
     args = list(argv)
     if "--" in args:
         options, command = args[:args.index("--")], args[args.index("--") + 1:]
@@ -23,10 +24,10 @@ def command_of(launcher: str, argv: Sequence[str], valued: Sequence[str] = ()) -
             i += 1 + takes_value
         command = args[i:]
     if any(o == "--trial" or o.startswith("--trial=") for o in options):
-        unoffered(f"python -m determined.launch.{launcher} --trial", "Determined's Trial class API")
+        unoffered(f"python -m {launcher} --trial", "Determined's Trial class API")
     if not command:
-        print(f"tfdist: python -m determined.launch.{launcher}: no command to run; give it after `--`, e.g. "
-              f"`python -m determined.launch.{launcher} -- python3 train.py`", file=sys.stderr)
+        print(f"tfdist: python -m {launcher}: no command to run; give it after `--`, e.g. "
+              f"`python -m {launcher} -- python3 train.py`", file=sys.stderr)
         raise SystemExit(2)
     return command
 

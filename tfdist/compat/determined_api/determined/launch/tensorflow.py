@@ -6,4 +6,4 @@ import sys
 from determined.launch._run import command_of, exec_command
 
 if __name__ == "__main__":
-    exec_command(command_of("tensorflow", sys.argv[1:]))
+    exec_command(command_of(__spec__.name, sys.argv[1:]))

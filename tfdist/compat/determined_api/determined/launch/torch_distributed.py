@@ -10,4 +10,4 @@ VALUED = ("--nproc_per_node", "--nproc-per-node", "--nnodes", "--master_port", "
           "--max_restarts", "--max-restarts")  # its options that take a value
 
 if __name__ == "__main__":
-    exec_command(command_of("torch_distributed", sys.argv[1:], valued=VALUED))
+    exec_command(command_of(__spec__.name, sys.argv[1:], valued=VALUED))

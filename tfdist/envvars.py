@@ -27,6 +27,9 @@ GLOBAL_BATCH_SIZE = "TFDIST_GLOBAL_BATCH_SIZE"
 PER_REPLICA_BATCH_SIZE = "TFDIST_PER_REPLICA_BATCH_SIZE"
 PER_WORKER_BATCH_SIZE = "TFDIST_PER_WORKER_BATCH_SIZE"
 HPARAMS = "TFDIST_HPARAMS"  # JSON object of the config's hyperparameters
+USER_DATA = "TFDIST_USER_DATA"  # JSON object of the config's `data` (Determined's), for the script
+# JSON: the config as Determined's `det.get_cluster_info().trial._config` holds it (cluster/shared/determined_config.py)
+EXPERIMENT_CONFIG = "TFDIST_EXPERIMENT_CONFIG"
 SEARCHER = "TFDIST_SEARCHER"  # a trial's searcher: JSON {name, metric, smaller_is_better, max_length: {unit: n}}
 READY_FILE = "TFDIST_READY_FILE"  # init() touches it once the worker joined
 PROGRESS_FILE = "TFDIST_PROGRESS_FILE"  # tfdist.report_progress() writes "step"; the agent heartbeats its age

@@ -81,8 +81,9 @@ LAUNCH = Command("launch", "run a training job", _handler("job_commands", "launc
         help="set one hyperparameter (repeatable; VALUE read as YAML: 0.001, 32, true, [64, 32]; NAME.SUB "
              "reaches into a group); where the config has hyperparameters, NAME must be one of them"),
     _seconds("--startup-timeout", 300.0, "stop the job if a worker has not joined by then (default 300)"),
-    arg("--priority", type=bounded(limits.MIN_PRIORITY, limits.MAX_PRIORITY), default=0,
-        help=f"higher runs first (default 0; {limits.MIN_PRIORITY:,} to {limits.MAX_PRIORITY:,})"),
+    arg("--priority", type=bounded(limits.MIN_PRIORITY, limits.MAX_PRIORITY), default=None,
+        help=f"higher runs first (default 0, or 42 - the config's resources.priority; {limits.MIN_PRIORITY:,} to "
+             f"{limits.MAX_PRIORITY:,})"),
     arg("--detach", action="store_true", help="print the job id and return (needs a coordinator that outlives the launch: --coordinator, $TFDIST_COORDINATOR or a --credentials file naming one; or --slurm)"),
     arg("--state-dir", metavar="DIR", help="embedded coordinator's state (default: a new local run in "
                                            "$XDG_STATE_HOME/tfdist/local, which `tfdist jobs` lists)"),

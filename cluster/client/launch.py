@@ -35,9 +35,16 @@ if TYPE_CHECKING:  # a gRPC Client, or a local launch's in-process one
 
 
 def preflight(config: ExperimentConfig) -> None:
-    """Mistakes we can see from here, refused before anything is submitted."""
-    if config.global_batch_size is not None:
-        warning = batching.split_batch(config.global_batch_size, config.slots_per_trial).remainder_warning()
+    """Mistakes we can see from here, refused before anything is submitted; the config's notes (Determined's
+    keys that change nothing here), one line each, before the job starts."""
+    for note in config.notes:
+        sys.stderr.write(f"tfdist: config: {note}\n")
+    batch = config.global_batch_size
+    if isinstance(batch, Mapping):  # searched: each trial splits its own value over its slots
+        smallest = min(batch["vals"]) if batch["type"] == "categorical" else batch["minval"]
+        batching.split_batch(smallest, config.slots_per_trial)  # one a trial may get is smaller than the slots
+    elif batch is not None:
+        warning = batching.split_batch(batch, config.slots_per_trial).remainder_warning()
         if warning:
             sys.stderr.write(f"tfdist: warning: {warning}\n")
 
@@ -162,8 +169,11 @@ class EmbeddedCluster:
 
 
 def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Credential | None, detach: bool,
-           startup_timeout: float, state_dir: str | None = None, priority: int = 0, view: ViewOptions = QUIET) -> int:
+           startup_timeout: float, state_dir: str | None = None, priority: int | None = None,
+           view: ViewOptions = QUIET) -> int:
+    """`priority`: --priority (None: the config's resources.priority, else 0)."""
     preflight(config)
+    priority = priority if priority is not None else config.priority or 0
     if coordinator is None:
         config = local_command(config)
     spec = jobspec.job_spec(config, startup_timeout=startup_timeout, priority=priority, working_dir=os.getcwd(),

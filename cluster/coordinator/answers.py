@@ -51,6 +51,11 @@ def redact(job: pb.Job) -> pb.Job:
     env = job.spec.config.environment_variables
     for key in list(env):
         env[key] = HIDDEN
+    environment = job.spec.config.determined.fields.get("environment")  # Determined's by-device variables
+    devices = environment.map_value.fields.get("environment_variables") if environment else None
+    for kind in devices.map_value.fields.values() if devices else ():
+        for value in kind.map_value.fields.values():
+            value.string_value = HIDDEN
     return job
 
 

@@ -1,25 +1,26 @@
 """The experiment config's rules: YAML in, one validated `ExperimentConfig` out (the value itself lives in
 cluster/shared/experiment.py, which the mode planners read without these rules).
 
-Close to Determined's experiment config. A key tfdist does not implement is
-refused (with a "did you mean"), never silently ignored. Determined's typed hyperparameters and `searcher`
-are cluster/shared/hyperparameters.py's (resolved here, with `--hparam`, into the values workers get); a job
-without a `name` is named after its command (cluster/shared/job_name.py).
+Determined's experiment config is accepted as written: each of its keys is used, said in one line (the config's
+`notes`) or refused in one line (cluster/shared/determined_config.py translates it onto tfdist's sections first);
+an unknown key is refused with a "did you mean", never silently ignored. Determined's typed hyperparameters and
+`searcher` are cluster/shared/hyperparameters.py's (resolved here, with `--hparam`, into the values workers get); a
+job without a `name` is named after its command (cluster/shared/job_name.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import shlex
 from typing import Any, Mapping, Sequence
 
 
-from cluster.shared import hyperparameters, limits, pod_spec_rules, search_space, searcher as searcher_lib
+from cluster.shared import (determined_config, determined_view, hyperparameters, limits, pod_spec_rules, search_space,
+                            searcher as searcher_lib)
 from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
 from cluster.shared.config_values import (ConfigError, check_bool, check_choice, check_int, check_mapping,  # noqa: F401
-                                          check_seconds, check_text, clip, describe)  # (ConfigError, re-exported)
+                                          check_seconds, check_text, describe, parse_env)  # (ConfigError, re-exported)
 from cluster.shared.job_name import job_name
 from cluster.shared.modes import PLANNERS
 
@@ -29,10 +30,6 @@ from cluster.shared.modes import PLANNERS
 # driving every slot: mirrored (MirroredStrategy), central_storage (CentralStorageStrategy), one_device.
 DISTRIBUTION_MODES = ("auto", *PLANNERS)  # a mode is registered in one place: cluster/shared/modes
 GRADIENT_COMPRESSIONS = ("none", "fp16")  # Horovod's compressors
-
-RESERVED_ENV_PREFIXES = ("TFDIST_",)
-RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # ---------------------------------------------------------------- parsing
@@ -101,7 +98,8 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
     """The YAML document's shape (sections, Determined's list of NAME=VALUE, a string entrypoint, typed
     hyperparameters with `hparams`, the --hparam NAME=VALUEs, over them) into the typed value, then the
     value's own checks (`check_config`)."""
-    root = check_mapping(raw, "the config", _TOP_KEYS)
+    translated = determined_config.translate(determined_config.check_top(raw, _TOP_KEYS))
+    root = translated.root
     resources = check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
     distribution = check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)
     environment = check_mapping(root.get("environment", {}), "environment", _ENVIRONMENT_KEYS)
@@ -112,6 +110,9 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
                           "(the job is named after its command)")
     search = _searcher(root.get("searcher"))
     values = _hyperparameters(root.get("hyperparameters"), hparams, search.searches)
+    kept = dict(translated.determined)
+    if root.get("searcher") is not None and not search.searches:  # single: for the script's view only
+        kept["searcher"] = search.to_mapping()
     config = ExperimentConfig(
         name=root.get("name", ""),
         entrypoint=_parse_entrypoint(root.get("entrypoint")),
@@ -125,14 +126,18 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
         aggregation_frequency=optimizations.get("aggregation_frequency", 1),
         step_timeout=watchdog.get("step_timeout", ExperimentConfig.step_timeout),
         hyperparameters=values,
-        environment_variables=_parse_env(environment.get("variables")),
+        environment_variables=parse_env(environment.get("variables")),
         max_restarts=root.get("max_restarts", ExperimentConfig.max_restarts),
         checkpoint_storage=_parse_checkpoint_storage(root.get("checkpoint_storage")),
         kubernetes=check_mapping(root.get("kubernetes", {}), "kubernetes", _KUBERNETES_KEYS),
         searcher=search.to_mapping() if search.searches else {},
         seed=_seed(root.get("reproducibility")),
+        user_data=translated.user_data,
+        determined=kept,
         slots_given="slots_per_trial" in resources,
         name_given="name" in root,
+        priority=translated.priority,
+        notes=translated.notes,
     )
     return check_config(config, ps_options_given="num_ps" in distribution or "evaluator" in distribution)
 
@@ -169,12 +174,15 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
                                          minimum=1, maximum=limits.MAX_AGGREGATION_FREQUENCY),
         step_timeout=check_seconds(config.step_timeout, "watchdog.step_timeout"),
         hyperparameters=hparams,
-        environment_variables=_parse_env(config.environment_variables),
+        environment_variables=parse_env(config.environment_variables),
         max_restarts=check_int(config.max_restarts, "max_restarts", minimum=0, maximum=limits.MAX_RESTARTS),
         kubernetes=_check_kubernetes(config.kubernetes),
         searcher=_check_search(config.searcher, hparams),
         seed=check_int(config.seed, "reproducibility.experiment_seed", minimum=0, maximum=2**31 - 1),
+        user_data=determined_config.check_kept(config.user_data, "data", limits.MAX_USER_DATA_CHARS),
+        determined=determined_config.check_determined(config.determined),
     )
+    determined_view.check_view(checked)
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(checked, "distribution.mode", ps_options_given=ps_options_given)
     return checked
@@ -187,8 +195,12 @@ def _check_kubernetes(value: Any) -> dict[str, Any]:
     so nothing in it may grant more than every user has), and checked by the API server when the pods are
     made; `working_dir`: where the workers run in the image (default: the image's WorkingDir)."""
     section = check_mapping(value, "kubernetes", _KUBERNETES_KEYS)
-    if "image" in section:
-        check_text(section["image"], "kubernetes.image", limits.MAX_PATH_CHARS, empty=False, printable=True)
+    image = section.get("image")
+    for kind, name in (image.items() if isinstance(image, dict) else [("", image)] if "image" in section else []):
+        if kind not in ("", "cpu", "gpu"):
+            raise ConfigError(f"kubernetes.image.{str(kind)[:60]}: unknown key; a pair is {{cpu: IMAGE, gpu: IMAGE}}")
+        check_text(name, f"kubernetes.image{'.' + kind if kind else ''}", limits.MAX_PATH_CHARS, empty=False,
+                   printable=True)
     if "working_dir" in section:
         check_text(section["working_dir"], "kubernetes.working_dir", limits.MAX_PATH_CHARS, empty=False, printable=True)
         if not str(section["working_dir"]).startswith("/"):
@@ -340,45 +352,3 @@ def _parse_entrypoint(value: Any) -> tuple[str, ...]:
                 raise ConfigError(f"entrypoint[{i}]: expected a string, got {describe(part)}")
         return tuple(str(p) for p in value)
     raise ConfigError(f"entrypoint: expected a string or a list of strings, got {describe(value)}")
-
-
-def _parse_env(value: Any) -> dict[str, str]:
-    """Accepts Determined's list of "KEY=VALUE" strings, or a mapping."""
-    if value is None:
-        return {}
-    pairs: list[tuple[str, Any, str]] = []
-    if isinstance(value, (Mapping, list)) and len(value) > limits.MAX_ENV_VARS:
-        raise ConfigError(f"environment.variables: {len(value):,} variables; the limit is {limits.MAX_ENV_VARS:,}")
-    if isinstance(value, Mapping):
-        pairs = [(str(k), v, f"environment.variables.{clip(str(k))}") for k, v in value.items()]
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            where = f"environment.variables[{i}]"
-            if not isinstance(item, str) or "=" not in item:
-                raise ConfigError(f"{where}: expected a 'NAME=VALUE' string, got {describe(item)}")
-            key, _, val = item.partition("=")
-            pairs.append((key, val, where))
-    else:
-        raise ConfigError(
-            f"environment.variables: expected a mapping or a list of 'NAME=VALUE' strings, got {describe(value)}")
-    env: dict[str, str] = {}
-    total = 0
-    for key, val, where in pairs:
-        if len(key) > limits.MAX_ENV_NAME_CHARS:
-            raise ConfigError(f"{where}: a name of {len(key):,} characters; the limit is {limits.MAX_ENV_NAME_CHARS}")
-        if not _ENV_NAME.fullmatch(key):
-            raise ConfigError(f"{where}: '{key}' is not a valid environment variable name "
-                              "(letters, digits and '_', not starting with a digit)")
-        if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
-            raise ConfigError(f"{where}: {key} is set by tfdist for every worker and cannot be overridden")
-        if isinstance(val, (dict, list)) or val is None:
-            raise ConfigError(f"{where}: expected a string or number, got {describe(val)}")
-        if isinstance(val, int) and not isinstance(val, bool) and val.bit_length() > 4000:
-            raise ConfigError(f"{where}: a number of more than 1,200 digits; write it as a string")
-        text = str(val).lower() if isinstance(val, bool) else str(val)
-        env[key] = check_text(text, f"{where}", limits.MAX_ENV_VALUE_CHARS)
-        total += len(key) + len(text)
-        if total > limits.MAX_ENV_CHARS:
-            raise ConfigError(f"environment.variables: names and values hold more than {limits.MAX_ENV_CHARS:,} "
-                              "characters; pass large inputs in a file")
-    return env

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any
+import re
+from typing import Any, Mapping
 
 from cluster.shared import limits
 from tfdist.errors import UserError
@@ -95,3 +96,49 @@ def check_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"{where}: unknown value '{value}'; expected one of {', '.join(choices)}{hint}")
     return value
+
+
+RESERVED_ENV_PREFIXES = ("TFDIST_",)
+RESERVED_ENV_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_env(value: Any, where: str = "environment.variables") -> dict[str, str]:
+    """Environment variables as a mapping or Determined's list of "NAME=VALUE" strings (`where`: the key they
+    were written under), each name valid and not tfdist's, within limits.MAX_ENV_*."""
+    if value is None:
+        return {}
+    pairs: list[tuple[str, Any, str]] = []
+    if isinstance(value, (Mapping, list)) and len(value) > limits.MAX_ENV_VARS:
+        raise ConfigError(f"{where}: {len(value):,} variables; the limit is {limits.MAX_ENV_VARS:,}")
+    if isinstance(value, Mapping):
+        pairs = [(str(k), v, f"{where}.{clip(str(k))}") for k, v in value.items()]
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or "=" not in item:
+                raise ConfigError(f"{where}[{i}]: expected a 'NAME=VALUE' string, got {describe(item)}")
+            key, _, val = item.partition("=")
+            pairs.append((key, val, f"{where}[{i}]"))
+    else:
+        raise ConfigError(f"{where}: expected a mapping or a list of 'NAME=VALUE' strings, got {describe(value)}")
+    env: dict[str, str] = {}
+    total = 0
+    for key, val, at in pairs:
+        if len(key) > limits.MAX_ENV_NAME_CHARS:
+            raise ConfigError(f"{at}: a name of {len(key):,} characters; the limit is {limits.MAX_ENV_NAME_CHARS}")
+        if not _ENV_NAME.fullmatch(key):
+            raise ConfigError(f"{at}: '{key}' is not a valid environment variable name "
+                              "(letters, digits and '_', not starting with a digit)")
+        if key in RESERVED_ENV_NAMES or key.startswith(RESERVED_ENV_PREFIXES):
+            raise ConfigError(f"{at}: {key} is set by tfdist for every worker and cannot be overridden")
+        if isinstance(val, (dict, list)) or val is None:
+            raise ConfigError(f"{at}: expected a string or number, got {describe(val)}")
+        if isinstance(val, int) and not isinstance(val, bool) and val.bit_length() > 4000:
+            raise ConfigError(f"{at}: a number of more than 1,200 digits; write it as a string")
+        text = str(val).lower() if isinstance(val, bool) else str(val)
+        env[key] = check_text(text, at, limits.MAX_ENV_VALUE_CHARS)
+        total += len(key) + len(text)
+        if total > limits.MAX_ENV_CHARS:
+            raise ConfigError(f"{where}: names and values hold more than {limits.MAX_ENV_CHARS:,} "
+                              "characters; pass large inputs in a file")
+    return env

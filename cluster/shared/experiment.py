@@ -33,11 +33,22 @@ class ExperimentConfig:
     # `hyperparameters` its space (typed specs kept), and each trial a job with its values. {}: one job.
     searcher: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     seed: int = 0  # reproducibility.experiment_seed (0: the coordinator picks one and keeps it)
+    # Determined's `data`: handed to the script as it is (TFDIST_USER_DATA, and the Determined view's `data`).
+    user_data: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Determined's keys tfdist keeps as written, by section (records_per_epoch, min_validation_period,
+    # resources.max_slots, ...: cluster/shared/determined_config.py), for the view scripts read
+    # (cluster/shared/determined_view.py) and what tfdist reads of them (records_per_epoch).
+    determined: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
     # an unset one takes the allocation's tasks, a given one must agree with them.
     slots_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})
     # Whether `name` was given in the file: without it, `--` COMMAND renames the job after that command.
     name_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})
+    # resources.priority (Determined's) as tfdist's: the job's priority unless --priority is given; None: not set.
+    priority: int | None = dataclasses.field(default=None, compare=False, metadata={LOCAL_ONLY: True})
+    # One line each, "KEY: what tfdist does": Determined's keys that change nothing here, or only on some engines
+    # (`tfdist launch` prints them before the job starts).
+    notes: tuple[str, ...] = dataclasses.field(default=(), compare=False, metadata={LOCAL_ONLY: True})
 
     @property
     def global_batch_size(self) -> int | None:

@@ -33,6 +33,11 @@ MAX_ENV_CHARS = 262_144  # environment.variables: names and values together
 MAX_HPARAM_DEPTH = 32  # hyperparameters: nesting of mappings and lists
 MAX_HPARAM_NODES = 10_000  # hyperparameters: keys, values and list items, aliases expanded
 MAX_HPARAM_CHARS = 65_536  # hyperparameters: their JSON (they reach every worker as one environment variable)
+MAX_USER_DATA_CHARS = 32_768  # Determined's `data`: its JSON (TFDIST_USER_DATA)
+MAX_DETERMINED_CHARS = 16_384  # Determined's keys tfdist keeps as written: their JSON
+# TFDIST_EXPERIMENT_CONFIG (the Determined view: hyperparameters, data and the rest): Linux takes at most 128 KiB
+# in one environment string (MAX_ARG_STRLEN)
+MAX_EXPERIMENT_VIEW_CHARS = 126_976
 MAX_SUBMISSION_ID_CHARS = 128
 MAX_MODE_REASON_CHARS = 1_024
 

@@ -26,7 +26,7 @@ _KEYS = {
     "random": (*_COMMON, "max_trials", "max_concurrent_trials"),
     "tpe": (*_COMMON, "max_trials", "max_concurrent_trials"),
     "adaptive_asha": (*_COMMON, "max_trials", "max_concurrent_trials", "max_rungs", "divisor", "mode",
-                      "bracket_rungs", "stop_once"),
+                      "bracket_rungs", "stop_once", "time_metric", "max_time"),  # Determined's newer length
 }
 MAX_TRIALS = 10_000  # an experiment's trials are jobs: bounded as a submission is
 DEFAULT_MAX_CONCURRENT = 16  # Determined's default
@@ -41,7 +41,9 @@ class SearcherConfig:
     name: str = SINGLE
     metric: str = ""
     smaller_is_better: bool = True
-    max_length: tuple[str, int] | None = None  # (unit, count): ("epochs", 8)
+    # (unit, count): ("epochs", 8); a unit that is no LENGTH_UNITS is a metric's name (Determined's newer
+    # time_metric: a trial's length is that metric's reported value)
+    max_length: tuple[str, int] | None = None
     max_trials: int = 1
     max_concurrent_trials: int = DEFAULT_MAX_CONCURRENT
     max_rungs: int = 5
@@ -58,6 +60,8 @@ class SearcherConfig:
         """What travels with the experiment (and parses back to the same value)."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["max_length"] = {self.max_length[0]: self.max_length[1]} if self.max_length else None
+        if self.max_length and self.max_length[0] not in LENGTH_UNITS:
+            out.update(max_length=None, time_metric=self.max_length[0], max_time=self.max_length[1])
         out["bracket_rungs"] = list(self.bracket_rungs)
         return {k: v for k, v in out.items() if v is not None and k in _KEYS[self.name]}
 
@@ -99,9 +103,11 @@ def parse(value: Any) -> SearcherConfig:
     if not isinstance(smaller, bool):
         raise SearcherError(f"searcher.smaller_is_better: expected true or false, got {_show(smaller)}")
     length = _length(value.get("max_length"))
+    if value.get("time_metric") is not None or value.get("max_time") is not None:
+        length = _time(value, length)
     if name == "adaptive_asha" and length is None:
         raise SearcherError("searcher.max_length: adaptive_asha needs the longest a trial trains, e.g. "
-                            "max_length: {epochs: 8} (its rungs are fractions of it)")
+                            "max_length: {epochs: 8}, or time_metric: batches with max_time: 6400 (its rungs are fractions of it)")
     needs_trials = name in ("random", "tpe", "adaptive_asha")
     if needs_trials and "max_trials" not in value:
         raise SearcherError(f"searcher.max_trials: searcher {name} needs how many trials to run, e.g. max_trials: 16")
@@ -142,6 +148,21 @@ def _length(length: Any) -> tuple[str, int] | None:
         raise SearcherError(f"searcher.max_length: expected a positive integer or one of "
                             f"{{batches: N}}, {{records: N}}, {{epochs: N}}, got {_show(length)}")
     return next(iter(units)), count
+
+
+def _time(value: Mapping[str, Any], length: tuple[str, int] | None) -> tuple[str, int]:
+    """Determined's newer `time_metric` + `max_time`: batches, records or epochs is max_length in that unit;
+    another metric's name measures a trial by that metric's value (reported with the searcher metric)."""
+    if length is not None:
+        raise SearcherError("searcher.time_metric: give max_length or time_metric with max_time, not both")
+    metric, count = value.get("time_metric"), value.get("max_time")
+    if not isinstance(metric, str) or not metric.strip():
+        raise SearcherError(f"searcher.time_metric: expected batches, records, epochs or a metric's name (with "
+                            f"max_time), got {_show(metric)}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SearcherError(f"searcher.max_time: expected a positive integer (the longest a trial trains, in "
+                            f"time_metric), got {_show(count)}")
+    return metric, count
 
 
 def _int(value: Any, key: str, low: int, high: int) -> int:

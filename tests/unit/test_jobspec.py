@@ -30,6 +30,9 @@ CONSTRAINED = {
     "searcher": {"name": "adaptive_asha", "metric": "val_loss", "smaller_is_better": False, "max_trials": 8,
                  "max_concurrent_trials": 2, "max_length": {"epochs": 8}, "max_rungs": 3, "divisor": 2.0,
                  "mode": "aggressive", "bracket_rungs": [], "stop_once": False},
+    "user_data": {"url": "https://example.com/d.tgz", "sizes": [1, 2.5], "flags": {"a": True, "b": None}},
+    "determined": {"records_per_epoch": 5000, "min_validation_period": {"batches": 10}, "labels": ["a"],
+                   "resources": {"max_slots": 4, "weight": 0.5}},
 }
 
 
@@ -73,7 +76,7 @@ def _submitted(config: ExperimentConfig) -> jobspec.JobSpec:
 
 def test_the_wire_and_local_fields_cover_the_config():
     local = [f.name for f in dataclasses.fields(ExperimentConfig) if f.metadata.get(LOCAL_ONLY)]
-    assert local == ["slots_given", "name_given"]
+    assert local == ["slots_given", "name_given", "priority", "notes"]
     assert {f.name for f in jobspec.wire_fields()} == set(pb.JobConfig.DESCRIPTOR.fields_by_name), \
         "ExperimentConfig and the proto's JobConfig must have the same fields (cluster/shared/protos)"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import secrets
 from typing import Any, Callable, Sequence
 
@@ -125,7 +126,8 @@ class Experiments:
             trial = state.trial(job.spec.trial)
             ops: list[search.Op] = []
             if kind == "metrics":
-                for metric, length in reports(config, payload, job, lambda: self.store.metrics(job.id, EPOCH)):
+                measure = length_metric(config)
+                for metric, length in reports(config, payload, job, lambda: self.store.metrics(job.id, measure)):
                     ops += search.observed(config, space, state, trial.number, metric, length)
             elif payload.terminal:
                 ops += search.ended(config, space, state, trial.number)
@@ -229,29 +231,49 @@ def best_trial(config: searcher_lib.SearcherConfig, state: search.SearchState) -
     return min(scored, key=lambda t: (t.best if config.smaller_is_better else -t.best, t.number))
 
 
-def reports(config: searcher_lib.SearcherConfig, rows: Sequence[MetricRow], job: Job,
-            stored_epochs: Callable[[], Sequence[MetricRow]] = tuple) -> list[tuple[float, int]]:
-    """(metric, length) of each report of the searcher metric among `rows`, the length in max_length's unit:
-    batches are steps, epochs the epoch count reported at that step (in this batch, else stored before: an
-    agent may ship them apart), records steps x global_batch_size."""
+def length_metric(config: searcher_lib.SearcherConfig) -> str:
+    """The metric a trial's length is read from: the epoch count, or Determined's time_metric when it names a
+    metric (batches and records are read from the step)."""
     unit = config.max_length[0] if config.max_length else "batches"
-    epochs = {r.step: int(r.value) for r in rows if r.name == EPOCH}
-    if unit == "epochs" and any(r.name == config.metric and r.step not in epochs for r in rows):
-        epochs = {**{r.step: int(r.value) for r in stored_epochs()}, **epochs}
+    return EPOCH if unit == "epochs" else "" if unit in searcher_lib.LENGTH_UNITS else unit
+
+
+def reports(config: searcher_lib.SearcherConfig, rows: Sequence[MetricRow], job: Job,
+            stored: Callable[[], Sequence[MetricRow]] = tuple) -> list[tuple[float, int]]:
+    """(metric, length) of each report of the searcher metric among `rows`, the length in max_length's unit:
+    batches are steps, records steps x global_batch_size, epochs the epoch count reported at that step (else,
+    with Determined's records_per_epoch, steps x global_batch_size / it), and a time_metric that names a metric
+    that metric's value at that step. A count is read from this batch, else from the rows stored before
+    (`stored`: an agent may ship them apart)."""
+    unit = config.max_length[0] if config.max_length else "batches"
+    measure = length_metric(config)
+    counts = _counts(rows, measure)
+    if measure and any(r.name == config.metric and r.step not in counts for r in rows):
+        counts = {**_counts(stored(), measure), **counts}
+    batch = int(job.spec.config.global_batch_size or 1)
+    per_epoch = job.spec.config.determined.get("records_per_epoch") or 0
     found = []
     for row in rows:
         if row.name != config.metric:
             continue
-        if unit == "epochs":
-            if row.step not in epochs:
+        if measure:
+            if row.step in counts:
+                length = counts[row.step]
+            elif unit == "epochs" and per_epoch:
+                length = row.step * batch // per_epoch
+            else:
                 continue
-            length = epochs[row.step]
         elif unit == "records":
-            length = row.step * int(job.spec.config.global_batch_size or 1)
+            length = row.step * batch
         else:
             length = row.step
         found.append((row.value, length))
     return found
+
+
+def _counts(rows: Sequence[MetricRow], name: str) -> dict[int, int]:
+    """{step: count} of metric `name` (a user's time metric may report NaN: not a count)."""
+    return {r.step: int(r.value) for r in rows if name and r.name == name and math.isfinite(r.value)}
 
 
 def trial_spec(experiment: Experiment, number: int, values: dict[str, Any]) -> JobSpec:

@@ -214,10 +214,12 @@ class KubernetesEngine:
         if job is None or job.attempt != attempt or job.state != JobState.STARTING:
             return
         config = job.spec.config.kubernetes
-        image = str(config.get("image") or self.options.image)
+        image = run_objects.pod_image(config, allocs, self.options.image)
         if not image:
-            self._reports.fail(job_id, "no image for its pods: give `kubernetes: {image: ...}` in the job's config, or start "
-                               "the coordinator with --image", restartable=False)
+            kind = "gpu" if any(a.gpus for a in allocs) else "cpu"
+            pair = f" (its image pair names no {kind} image, for its {kind.upper()} nodes)" if config.get("image") else ""
+            self._reports.fail(job_id, f"no image for its pods{pair}: give `kubernetes: {{image: ...}}` in the job's "
+                               "config, or start the coordinator with --image", restartable=False)
             return
         refused = run_objects.refused_secret(config, self.options.allow_secrets)
         if refused:

@@ -35,6 +35,15 @@ def refused_secret(config: Mapping[str, Any], allowed: Sequence[str]) -> str:
             f"mount; its administrator allows one with `tfdist coordinator --allow-secret {refused[0]}`")
 
 
+def pod_image(config: Mapping[str, Any], allocs: Sequence[Allocation], default: str) -> str:
+    """The image of a run's pods: the config's kubernetes.image, or of its {cpu, gpu} pair (Determined's
+    environment.image) the one for the nodes the job was placed on; else the coordinator's --image ("": none)."""
+    image = config.get("image")
+    if isinstance(image, Mapping):
+        image = image.get("gpu" if any(a.gpus for a in allocs) else "cpu")
+    return str(image or default or "")
+
+
 def gang_pod(job_id: str, attempt: int, alloc: Allocation, offer: NodeOffer | None) -> manifests.GangPod:
     """The pod of one node: a GPU node's asks for the CPUs other workloads leave there (a CPU node's for its
     slots), and every pod for the memory they leave."""

@@ -8,6 +8,7 @@ import enum
 import json
 from typing import Callable, Mapping, Protocol, Sequence
 
+from cluster.shared import determined_view
 from cluster.shared.experiment import ExperimentConfig
 from tfdist import batching, envvars
 from tfdist.errors import TfdistError
@@ -229,11 +230,12 @@ def cluster_info(placement: Placement, processes: Sequence[Layout]) -> str:
 def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout], me: Layout,
                gpu_job: bool, mode: str, services: JobServices | None = None,
                slots: int | None = None) -> dict[str, str]:
-    """The variables every mode sets: ranks, sizes, batch sizes, hyperparameters, devices, the job's
-    store and cluster layout. `slots` is the job's replicas (default: the sum of every process's)."""
+    """The variables every mode sets: ranks, sizes, batch sizes, hyperparameters, the config's `data` and its
+    Determined view, devices, the job's store and cluster layout. `slots` is the job's replicas (default: the sum
+    of every process's)."""
     if slots is None:
         slots = sum(p.replicas for p in processes)
-    env: dict[str, str] = dict(config.environment_variables)
+    env: dict[str, str] = {**config.environment_variables, **determined_view.device_variables(config, gpu_job)}
     env.update({
         envvars.JOB_ID: job_id,
         envvars.RANK: str(me.rank),
@@ -248,12 +250,15 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         envvars.DISTRIBUTION: mode,
         envvars.ROLE: "worker",
         envvars.HPARAMS: json.dumps(dict(config.hyperparameters), sort_keys=True, default=str),
+        envvars.USER_DATA: json.dumps(dict(config.user_data), sort_keys=True, default=str),
+        envvars.EXPERIMENT_CONFIG: determined_view.view_json(config),
         # Lines reach the launcher as they are printed, not when a buffer fills.
         "PYTHONUNBUFFERED": "1",
     })
     if config.searcher:  # a trial: what it reports and how long it may train (ctx.searcher)
-        env[envvars.SEARCHER] = json.dumps({k: config.searcher.get(k) for k in ("name", "metric", "smaller_is_better",
-                                                                                "max_length")}, sort_keys=True)
+        shown = ("name", "metric", "smaller_is_better", "max_length", *(k for k in ("time_metric", "max_time")
+                                                                        if k in config.searcher))
+        env[envvars.SEARCHER] = json.dumps({k: config.searcher.get(k) for k in shown}, sort_keys=True)
     if config.aggregation_frequency > 1:
         env[envvars.AGGREGATION_FREQUENCY] = str(config.aggregation_frequency)
     if config.average_training_metrics:

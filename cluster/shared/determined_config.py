@@ -12,7 +12,7 @@ import difflib
 import json
 from typing import Any, Mapping
 
-from cluster.shared import determined_keys as keys, limits, pod_spec_rules
+from cluster.shared import determined_keys as keys, limits, pod_spec_rules, search_space
 from cluster.shared.config_values import ConfigError, check_int, check_text, describe, parse_env
 
 TFDIST_ENVIRONMENT = ("variables",)
@@ -100,6 +100,8 @@ def translate(root: Mapping[str, Any]) -> Translation:
         max_slots = extra.get("max_slots")
         if max_slots is not None:
             out["searcher"] = _cap_trials(root.get("searcher"), max_slots, resources.get("slots_per_trial", 1))
+    if isinstance(out.get("searcher"), dict) and out["searcher"].get("name") == "single":
+        out["searcher"] = _single(out["searcher"], root.get("hyperparameters"), notes)
     out["optimizations"], extra = _split("optimizations", root.get("optimizations"), notes, _OPTIMIZATIONS)
     if extra:
         kept["optimizations"] = extra
@@ -329,6 +331,15 @@ def _cap_trials(searcher: Any, max_slots: int, slots: Any) -> Any:
 
 
 _GC = ("save_experiment_best", "save_trial_best", "save_trial_latest")
+def _single(searcher: dict, space: Any, notes: list[str]) -> dict:
+    """Determined's single searcher draws searched hyperparameters' values once (it is random with one trial)."""
+    if not isinstance(space, Mapping) or not search_space.leaves(space):
+        return searcher
+    notes.append("searcher.name: single with searched hyperparameters draws their values once, as Determined does: "
+                 "an experiment of one trial (random, max_trials 1)")
+    return {**searcher, "name": "random", "max_trials": 1, "max_concurrent_trials": 1}
+
+
 _STORAGE = {"shared_fs": ("type", "host_path", "storage_path", "container_path", "checkpoint_path", "tensorboard_path",
                           "propagation", *_GC), "directory": ("type", "container_path", *_GC)}
 

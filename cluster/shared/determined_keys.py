@@ -155,7 +155,8 @@ TABLE: tuple[Row, ...] = (
     Row("checkpoint_storage.save_trial_best", NOTED, "as save_experiment_best", default=1),
     Row("checkpoint_storage.save_trial_latest", NOTED, "as save_experiment_best", default=1),
     # ---------------------------------------------------------------- searcher (cluster/shared/searcher.py)
-    Row("searcher.name", USED, "single, grid, random, adaptive_asha (and tfdist's tpe) run; async_halving, pbt, "
+    Row("searcher.name", USED, "single, grid, random, adaptive_asha (and tfdist's tpe) run (single over searched "
+                               "hyperparameters is one random trial, as Determined draws it); async_halving, pbt, "
                                "custom, adaptive, adaptive_simple, sync_halving are refused"),
     Row("searcher.metric", USED, "what the search optimises"),
     Row("searcher.smaller_is_better", USED, "its direction"),

@@ -169,6 +169,10 @@ ACCEPTED = [  # (the config's body, what it became)
     ("records_per_epoch: 60000\nsearcher: {name: single, metric: val_loss, max_length: {epochs: 2}}",
      lambda c: c.searcher == {} and c.determined["searcher"]["max_length"] == {"epochs": 2}),
     ("searcher: {name: single, metric: x}", lambda c: c.searcher == {} and c.notes == ()),
+    ("resources: {slots_per_trial: 8}\nhyperparameters: {increment_by: {type: int, minval: 1, maxval: 8}}\n"
+     "searcher: {name: single, metric: x}",  # the Core API tutorial's: Determined draws the values once
+     lambda c: (c.searcher["name"], c.searcher["max_trials"], c.searcher["max_concurrent_trials"]) == ("random", 1, 1)
+     and c.notes[0].startswith("searcher.name: single with searched hyperparameters draws their values once")),
     ("hyperparameters: {lr: {type: log, minval: -4, maxval: -1, base: 10}}\n"
      "searcher: {name: adaptive_asha, metric: accuracy, smaller_is_better: false, time_metric: batches, "
      "max_time: 6400, max_trials: 16, max_rungs: 3, divisor: 4}",

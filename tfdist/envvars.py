@@ -31,6 +31,7 @@ USER_DATA = "TFDIST_USER_DATA"  # JSON object of the config's `data` (Determined
 # JSON: the config as Determined's `det.get_cluster_info().trial._config` holds it (cluster/shared/determined_config.py)
 EXPERIMENT_CONFIG = "TFDIST_EXPERIMENT_CONFIG"
 SEARCHER = "TFDIST_SEARCHER"  # a trial's searcher: JSON {name, metric, smaller_is_better, max_length: {unit: n}}
+# (or, for Determined's time_metric that names a metric, time_metric and max_time instead of max_length)
 READY_FILE = "TFDIST_READY_FILE"  # init() touches it once the worker joined
 PROGRESS_FILE = "TFDIST_PROGRESS_FILE"  # tfdist.report_progress() writes "step"; the agent heartbeats its age
 METRICS_FILE = "TFDIST_METRICS_FILE"  # tfdist.report_metrics() appends JSON lines; the agent ships them

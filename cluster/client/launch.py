@@ -40,7 +40,7 @@ def preflight(config: ExperimentConfig) -> None:
     for note in config.notes:
         sys.stderr.write(f"tfdist: config: {note}\n")
     batch = config.global_batch_size
-    if isinstance(batch, Mapping):  # searched: each trial splits its own value over its slots
+    if isinstance(batch, Mapping):  # searched (checked: int or categorical): each trial splits its own value
         smallest = min(batch["vals"]) if batch["type"] == "categorical" else batch["minval"]
         batching.split_batch(smallest, config.slots_per_trial)  # one a trial may get is smaller than the slots
     elif batch is not None:

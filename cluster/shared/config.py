@@ -246,7 +246,9 @@ def _check_search(value: Mapping[str, Any], space: Mapping[str, Any]) -> dict[st
         except hyperparameters.HyperparameterError as e:
             raise ConfigError(str(e)) from None
     batch = space.get("global_batch_size")
-    if isinstance(batch, Mapping) and batch.get("type") in hyperparameters.SEARCH_TYPES:  # every value a trial may get
+    if batch is not None and not (isinstance(batch, Mapping) and batch.get("type") in hyperparameters.SEARCH_TYPES):
+        check_int(batch, "hyperparameters.global_batch_size", minimum=1, maximum=limits.MAX_GLOBAL_BATCH_SIZE)
+    elif batch is not None:  # every value a trial may get
         kind = batch["type"]
         if kind not in ("int", "categorical"):
             raise ConfigError(f"hyperparameters.global_batch_size: a batch size is an integer: search it with type "

@@ -225,6 +225,9 @@ REFUSED = [  # (the config's body, the one line)
     ("searcher: {name: adaptive_asha, metric: x, max_trials: 2, max_length: 5, time_metric: batches, max_time: 5}",
      "searcher.time_metric: give max_length or time_metric with max_time, not both"),
     ("searcher: {name: single, metric: x, stop_once: true}", "searcher.stop_once: not a key of searcher single"),
+    ("hyperparameters: {global_batch_size: {per_gpu: 8}, lr: {type: double, minval: 0.1, maxval: 0.2}}\n"
+     "searcher: {name: random, metric: x, max_trials: 2}",
+     "hyperparameters.global_batch_size: expected an integer, got {'per_gpu': 8} (dict)"),
 ]
 
 

@@ -10,7 +10,7 @@ import shutil
 import sys
 from typing import Callable
 
-from cluster.client import local_commands
+from cluster.client import local_commands, local_experiments
 from cluster.client.job_selection import ACTIVE, FINISHED, SHOWN_FINISHED, checked_limit, number, selected_states
 from cluster.client.usage import UsageError
 from cluster.shared.auth import find_credential
@@ -89,8 +89,10 @@ def _client(args):
     try:
         address, credential = find_credential(args.coordinator, args.credentials)
     except CredentialError as e:
-        if getattr(args, "job_id", None) and local_commands.applies(args):  # and no local run had it
-            raise CredentialError(f"job {args.job_id} is not one of your local runs (`tfdist jobs` lists them); "
+        ref = getattr(args, "job_id", None) or getattr(args, "experiment_id", None)
+        if ref and local_commands.applies(args):  # and no local run had it
+            what = "job" if getattr(args, "job_id", None) and not local_experiments.is_reference(ref) else "experiment"
+            raise CredentialError(f"{what} {ref} is not one of your local runs (`tfdist {what}s` lists them); "
                                   f"{e}") from None
         raise
     return Client(address, credential)
@@ -177,8 +179,12 @@ def _slurm_logs(args) -> int:
     return slurm_submit.print_logs(args.job_id, follow_it=args.follow)
 
 
+def _named(ref: str) -> str:
+    return f"{'experiment' if local_experiments.is_reference(ref) else 'job'} {ref}"
+
+
 def _cancel(client, args) -> int:
-    print(f"job {args.job_id}: {client.cancel(args.job_id)}")
+    print(f"{_named(args.job_id)}: {client.cancel(args.job_id)}")
     return 0
 
 
@@ -192,13 +198,17 @@ def _slurm_cancel(args) -> int:
 
 def _preempt(client, args) -> int:
     state = client.preempt(args.job_id)
-    print(f"job {args.job_id}: {state}" + (" (preemption requested: the workers stop at a common step, "
-                                            "save and exit; the job then pauses)" if state != "PAUSED" else ""))
+    if local_experiments.is_reference(args.job_id):  # PAUSED at once: its searcher holds its next decisions
+        note = " (its trials stop at a common step, save and exit; `tfdist resume` runs them on)"
+    else:
+        note = (" (preemption requested: the workers stop at a common step, save and exit; the job then pauses)"
+                if state != "PAUSED" else "")
+    print(f"{_named(args.job_id)}: {state}{note}")
     return 0
 
 
 def _resume(client, args) -> int:
-    print(f"job {args.job_id}: {client.resume(args.job_id)}")
+    print(f"{_named(args.job_id)}: {client.resume(args.job_id)}")
     return 0
 
 

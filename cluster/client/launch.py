@@ -248,7 +248,7 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
         code = _follow_with_cancel(client, job_id, embedded is not None, view=view)
         return code
     finally:
-        if run and job_id and not spec.config.searcher:
+        if run and job_id:  # a search's run: its last trial and its experiment
             run.record_from(client)
         client.close()
         if embedded:

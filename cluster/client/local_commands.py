@@ -1,6 +1,7 @@
 """The job commands answered by this user's local runs (cluster/client/local_runs.py): without
 --coordinator and --credentials (nor their environment variables), a job ID that names a local run is
-asked there, and `tfdist jobs` lists the local runs. Anything else goes on to a coordinator as before."""
+asked there, and `tfdist jobs` lists the local runs; `tfdist cancel/preempt/resume eN` ask the local run that
+holds experiment eN (cluster/client/local_experiments.py). Anything else goes on to a coordinator as before."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from cluster.client import exit_codes, job_selection, local_runs
+from cluster.client import exit_codes, job_selection, local_experiments, local_runs
 from tfdist.errors import UserError
 
 NOT_LOCAL = object()  # what a handler here returns when no local run answers: ask a coordinator
@@ -34,24 +35,27 @@ def list_jobs(ask: Callable, args) -> object:
     if left_out and not args.json:
         sys.stderr.write(f"tfdist: {left_out} older local jobs not shown; --all lists every one, --limit N the newest "
                          f"N, --state STATE those in a state\n")
-    _say_other_coordinators(runs)
+    say_other_coordinators(runs)
     return code
 
 
-def _say_other_coordinators(runs: Sequence[local_runs.LocalRun]) -> None:
-    """The user's other coordinators on this machine (`tfdist coordinator`) are not local runs: say where."""
+def say_other_coordinators(runs: Sequence[local_runs.LocalRun], listing: str = "jobs") -> None:
+    """The user's other coordinators on this machine (`tfdist coordinator`) are not local runs: say where
+    (`tfdist LISTING --coordinator ...`)."""
     from cluster.shared.auth import published
 
     holders = {run.holder() for run in runs}
     for pid, credential in published():
         if pid not in holders:
             sys.stderr.write(f"tfdist: your coordinator at {credential.coordinator} runs on this machine too: "
-                             f"`tfdist jobs --coordinator {credential.coordinator}` lists its jobs\n")
+                             f"`tfdist {listing} --coordinator {credential.coordinator}` lists its {listing}\n")
 
 
 def ask_run(ask: Callable, args) -> object:
     """A command about one job (`job`, `logs`, `metrics`, `cancel`, `preempt`...) of a local run:
-    `ask(client, args)` with its coordinator; NOT_LOCAL when no local run has that job number."""
+    `ask(client, args)` with its coordinator; NOT_LOCAL when no local run has that job number (or experiment)."""
+    if getattr(args, "job_id", None) and local_experiments.is_reference(args.job_id):
+        return _ask_experiment_run(ask, args)
     run = local_runs.find(args.job_id) if getattr(args, "job_id", None) else None
     if run is None:
         return NOT_LOCAL
@@ -60,6 +64,18 @@ def ask_run(ask: Callable, args) -> object:
             _note_if_orphaned(connection.client, args.job_id)
             if getattr(args, "follow", False):  # nothing runs it: what is stored is all there will be
                 args.follow = False
+        return ask(connection.client, args)
+
+
+def _ask_experiment_run(ask: Callable, args) -> object:
+    """`tfdist cancel/preempt/resume eN`: asked of the local run holding the experiment, its running launch's
+    coordinator (whose launch follows what it does) or, once the launch ended, its stored state."""
+    found = local_experiments.find(args.job_id)
+    if found is None:
+        return NOT_LOCAL
+    run, experiment = found
+    with local_runs.connect(run) as connection:
+        local_experiments.check_action(experiment, getattr(args, "command", ""), connection.live)
         return ask(connection.client, args)
 
 
@@ -78,6 +94,8 @@ def resume(ask: Callable, args) -> object:
     """`tfdist resume ID` of a local job: while its launch runs, that launch's coordinator resumes it (the
     launch follows it); once the launch ended, an embedded cluster on the run's state resumes it and this
     command follows it to its end, exiting as `tfdist launch` does."""
+    if local_experiments.is_reference(args.job_id):  # an experiment resumes only while its launch runs
+        return ask_run(ask, args)
     run = local_runs.find(args.job_id)
     if run is None:
         return NOT_LOCAL

@@ -10,7 +10,9 @@ once it ended, a coordinator started in this process on the stored state answers
 runs, and its agent is never declared lost), and `tfdist resume N` runs an embedded cluster on it again.
 
 Beside the store, `job.pb` is the job as the last process holding the store saw it when it let go: a
-listing reads it for runs that ended instead of starting a coordinator for each. Growth is bounded: a new
+listing reads it for runs that ended instead of starting a coordinator for each. A run of a search (a config
+whose searcher searches) holds its experiment, eN in run N, whose trials are the run's jobs: `experiments.pb`
+is that experiment as last seen, trials and all (cluster/client/local_experiments.py reads it). Growth is bounded: a new
 launch removes the oldest ended runs beyond the newest KEEP_RUNS (paused ones stay until resumed or
 canceled). A local job without checkpoint_storage checkpoints into `<run>/checkpoints`.
 """
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 RUNS = "local"
 RECORD = "job.pb"
+EXPERIMENTS_RECORD = "experiments.pb"  # a search's run: its experiment (pb.ListExperimentsResponse)
 # The coordinator's state dir lock (cluster/coordinator/store/state_file.py, spelled here, not imported): held
 # with flock(2) while a process has the store open; it says that process's pid.
 LOCK = "coordinator.lock"
@@ -136,12 +139,33 @@ class LocalRun:
     def record(self, job: pb.Job) -> None:
         write_private(os.path.join(self.path, RECORD), job.SerializeToString())
 
+    def recorded_experiments(self) -> list[pb.Experiment] | None:
+        """The run's experiments (a search's run holds one), trials and all, as the last holder of the store
+        saw them when it let go; None if none were recorded."""
+        try:
+            data = read_private(os.path.join(self.path, EXPERIMENTS_RECORD), RECORD_LIMIT)
+        except FileNotFoundError:
+            return None
+        listed = pb.ListExperimentsResponse()
+        try:
+            listed.ParseFromString(data)
+        except DecodeError:
+            return None
+        return list(listed.experiments)
+
+    def record_experiments(self, experiments: Sequence[pb.Experiment]) -> None:
+        write_private(os.path.join(self.path, EXPERIMENTS_RECORD),
+                      pb.ListExperimentsResponse(experiments=experiments).SerializeToString())
+
     def record_from(self, client: Client) -> None:
-        """Records the run's job as `client`'s coordinator has it now (quietly: a record is a shortcut)."""
+        """Records the run's job (the newest: a search's last trial) and, for a search's run, its experiment as
+        `client`'s coordinator has them now (quietly: a record is a shortcut)."""
         try:
             jobs = client.jobs((), 0, False)
             if jobs:
                 self.record(jobs[-1])
+            if jobs and jobs[-1].spec.experiment_id:  # its trials' experiment, as `tfdist experiment` shows it
+                self.record_experiments([client.experiment(e.id) for e in client.experiments()])
         except Exception as e:  # noqa: BLE001 - a missing record only costs the next listing a coordinator
             sys.stderr.write(f"tfdist: warning: could not record local job {self.number}'s state in {self.path}: "
                              f"{e}\n")

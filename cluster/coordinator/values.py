@@ -67,8 +67,9 @@ class Settings:
     retention_days: float = 30.0
     # Lines one job's log keeps (0: no limit): past it, later output is dropped and the log says so once.
     max_log_lines: int = 500_000
-    # The first job number it gives (a local launch's: after the user's earlier local runs, so that their ids
-    # stay apart; cluster/client/local_runs.py).
+    # The first job number it gives, and the first experiment number (a local launch's: after the user's
+    # earlier local runs, so that their ids stay apart: run N's job is N-XXXX, its experiment eN-XXXX;
+    # cluster/client/local_runs.py).
     first_job_seq: int = 1
     counting: bool = True  # Prometheus counters for /metrics (False: a local launch's, which nobody scrapes)
 

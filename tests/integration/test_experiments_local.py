@@ -1,14 +1,19 @@
-"""Experiments in a local launch (the embedded coordinator): a grid of parameter-server trials, and real Keras
-trials under adaptive ASHA that pause at a checkpoint and continue from it. (On a cluster:
-tests/integration/test_experiments.py.)"""
+"""Experiments in a local launch (the embedded coordinator): a grid of parameter-server trials, real Keras
+trials under adaptive ASHA that pause at a checkpoint and continue from it, and local launches' experiments seen
+and acted on from other terminals, running and ended. (On a cluster: tests/integration/test_experiments.py.)"""
 
+import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
 from cluster.coordinator.store import SqliteStore
-from tests.conftest import REPO, run_cli
-from tests.integration.test_experiments import write_config
+from tests.conftest import REPO, cli_env, run_cli, wait_for
+from tests.integration.test_experiments import trained_steps, write_config
+from tests.unit.test_json_output import valid
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -66,3 +71,76 @@ def test_asha_pauses_losing_keras_trials_and_continues_promoted_ones_from_their_
         assert any(t["why"].startswith("stopped early") for t in trials)
     finally:
         store.close()
+
+
+def test_local_launches_experiments_are_listed_shown_and_acted_on_without_a_coordinator(tmp_path, marker):
+    """Issue 46, measured 3: after a local search ended, `tfdist experiments` and `tfdist experiment eN` (and
+    --json) said "no coordinator given", and `tfdist cancel/preempt/resume eN` named no local run. Now they answer
+    from the local runs, as `tfdist jobs` does: a running launch's experiment through that launch, an ended one
+    from its run; run N's experiment is eN."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "TFDIST_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "TFDIST_COORDINATOR": ""}  # this test's local runs only, and no coordinator of the user's
+    cli = lambda *args, timeout=60: run_cli(list(args), marker, timeout=timeout, **env)  # noqa: E731
+
+    def answer(*args) -> str:
+        result = cli(*args)
+        assert result.returncode == 0, f"tfdist {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def experiment(ref) -> dict:
+        return valid(json.loads(answer("experiment", ref, "--json")), "tfdist experiment ID --json")
+
+    grid = {"name": "grid", "metric": "val_loss", "max_length": {"batches": 2}, "max_concurrent_trials": 1}
+    rates = {"learning_rate": {"type": "log", "base": 10, "minval": -3, "maxval": -1, "count": 2},
+             "global_batch_size": 8}
+    quick, slow = tmp_path / "quick", tmp_path / "slow"
+    quick.mkdir()
+    slow.mkdir()
+
+    # 1. A grid of 2 trials to the end.
+    done = cli("launch", "--config", write_config(quick, grid, slow=0.05, hyperparameters=rates), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = re.search(r"experiment (e1-\w+) submitted", done.stderr).group(1)
+
+    # 2. Another, seen while it runs, preempted, resumed and canceled from here.
+    config = write_config(slow, {**grid, "max_length": {"batches": 100}}, slow=0.2, hyperparameters=rates)
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--config", config], cwd=REPO,
+                            env=cli_env(marker, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        running = lambda: proc.poll() is None  # noqa: E731
+        wait_for(lambda: list(slow.glob("steps-*")), "the second search's first step", timeout=120, alive=running)
+        listed = json.loads(answer("experiments", "--json"))["experiments"]
+        assert [(e["id"][:3], e["state"]) for e in listed] == [("e1-", "COMPLETED"), ("e2-", "ACTIVE")], listed
+        second, job = listed[1]["id"], experiment("e2")["trials"][0]["job_id"]
+        assert answer("preempt", "e2").startswith("experiment e2: PAUSED")
+        wait_for(lambda: experiment("e2")["trials"][0]["state"] == "PAUSED", "its trial paused", alive=running)
+        assert answer("resume", "e2") == "experiment e2: ACTIVE\n"
+        wait_for(lambda: trained_steps(slow, job)[-1][0] == 1, "its trial trained again", alive=running)
+        assert answer("cancel", second) == f"experiment {second}: CANCELED\n"
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and f"experiment {second} (search) CANCELED" in out, err[-3000:]
+    steps = trained_steps(slow, job)
+    resumed = steps.index(next(s for s in steps if s[0] == 1))
+    assert steps[resumed][1] == steps[resumed - 1][1] + 1, steps  # from the checkpoint it paused at
+
+    # 3. Both ended: listed, shown with their trials, by eN or id; an id no run holds is one line.
+    table = answer("experiments").splitlines()
+    assert [line.split()[:5] for line in table[1:]] == [[first, "search", "COMPLETED", "grid", "2/2"],
+                                                         [second, "search", "CANCELED", "grid", "1/2"]], table
+    listed = valid(json.loads(answer("experiments", "--json")), "tfdist experiments --json")["experiments"]
+    assert [(e["id"], e["state"], e["trials_made"], e["trials"]) for e in listed] == \
+        [(first, "COMPLETED", 2, []), (second, "CANCELED", 1, [])]
+    shown = answer("experiment", "e1")
+    assert shown.startswith(f"experiment {first} (search) COMPLETED") and shown.count(" SUCCEEDED ") == 2, shown
+    trials = experiment(second)["trials"]
+    assert [(t["trial"], t["job_id"], t["state"]) for t in trials] == [(1, job, "CANCELED")]
+    unknown = cli("experiment", "e9")
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1, unknown.stderr
+    assert unknown.stderr.startswith("tfdist: error: experiment e9 is not one of your local runs (`tfdist experiments` "
+                                     "lists them)")
+    ended = cli("cancel", "e1")
+    assert ended.returncode != 0 and f"experiment {first} already ended (COMPLETED)" in ended.stderr

@@ -61,6 +61,9 @@ def test_exclusive_options_stay_exclusive(capsys):
     (["resume", "7"], "tfdist: error: job 7 is not one of your local runs (`tfdist jobs` lists them); no coordinator "
                       "given and none of yours runs on this machine: pass --coordinator HOST:PORT and --credentials "
                       "FILE (or set TFDIST_COORDINATOR and TFDIST_CREDENTIALS)\n"),
+    (["experiment", "e7"], "tfdist: error: experiment e7 is not one of your local runs (`tfdist experiments` lists "
+                           "them); no coordinator given and none of yours runs on this machine: pass --coordinator "
+                           "HOST:PORT and --credentials FILE (or set TFDIST_COORDINATOR and TFDIST_CREDENTIALS)\n"),
     (["logs", "7", "--rank", "x"], "tfdist logs: argument --rank: expected an integer, got 'x' "
                                    "(see `tfdist logs --help`)\n"),
     (["logs", "7", "--slurm", "--json", "--rank", "1"],

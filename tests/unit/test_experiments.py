@@ -236,6 +236,15 @@ def test_cancel_preempt_and_resume_of_an_experiment_act_on_its_trials(cluster):
     assert all(core.store.job(t.job).state == JobState.CANCELED for t in _trials(core, experiment_id))
 
 
+def test_a_local_runs_experiment_is_numbered_as_its_run(tmp_path):
+    """A local launch's coordinator numbers from its run's N (first_job_seq): run N's experiment is eN and its
+    first trial job N-XXXX, whatever other runs' stores hold (cluster/client/local_runs.py)."""
+    core = AgentCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(port_range=(30000, 30099), first_job_seq=7))
+    Node(core, "a1").register()
+    experiment_id, _ = core.submit(_experiment_spec(), now=1)
+    assert experiment_id.startswith("e7-") and _trials(core, experiment_id)[0].job.startswith("7-")
+
+
 def test_a_restarted_coordinator_makes_the_same_decisions(tmp_path):
     """Every event's decisions are stored with it: a core reopened on the store after each event goes on
     exactly as one that never stopped."""

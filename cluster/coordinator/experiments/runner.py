@@ -49,7 +49,7 @@ class Experiments:
             raise BadRequest(refusal)
         config = searcher_lib.parse(spec.config.searcher)
         seed = spec.config.seed or secrets.randbelow(2 ** 31 - 2) + 1
-        seq = self.store.next_experiment_seq()
+        seq = max(self.store.next_experiment_seq(), self.intake.settings.first_job_seq)  # a local run N's: eN
         experiment = Experiment(f"e{seq}-{secrets.token_hex(2)}", seq, spec, ExperimentState.ACTIVE, now, owner)
         try:
             state, ops = search.begin(config, spec.config.hyperparameters, seed)

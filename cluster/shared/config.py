@@ -15,8 +15,8 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 
-from cluster.shared import (determined_config, determined_view, hyperparameters, limits, pod_spec_rules, search_space,
-                            searcher as searcher_lib)
+from cluster.shared import (determined_config, determined_launchers, determined_view, hyperparameters, limits,
+                            pod_spec_rules, search_space, searcher as searcher_lib)
 from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
 from cluster.shared.config_values import (ConfigError, check_bool, check_choice, check_int, check_mapping,  # noqa: F401
@@ -45,10 +45,11 @@ def with_overrides(config: ExperimentConfig, *, slots: int | None = None, distri
     if distribution is not None:
         changes["distribution_mode"] = check_choice(distribution, "--distribution", DISTRIBUTION_MODES)
     if entrypoint:
-        changes["entrypoint"] = tuple(entrypoint)
+        changes.update(_launched(tuple(entrypoint)))
     if not config.name_given:
-        changes["name"] = job_name(tuple(entrypoint or config.entrypoint))
+        changes["name"] = job_name(tuple(changes.get("entrypoint", config.entrypoint)))
     new = dataclasses.replace(config, **changes)
+    _check_launcher_mode(new, "--distribution" if distribution is not None else "distribution.mode")
     _check_mode_slots(new.distribution_mode, new.slots_per_trial, "--slots/--distribution")
     _check_mode_options(new, "--distribution")
     return new
@@ -115,7 +116,6 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
         kept["searcher"] = search.to_mapping()
     config = ExperimentConfig(
         name=root.get("name", ""),
-        entrypoint=_parse_entrypoint(root.get("entrypoint")),
         slots_per_trial=resources.get("slots_per_trial", 1),
         distribution_mode=distribution.get("mode", "auto"),
         num_ps=distribution.get("num_ps", 1),
@@ -138,8 +138,35 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
         name_given="name" in root,
         priority=translated.priority,
         notes=translated.notes,
+        **_launched(_parse_entrypoint(root.get("entrypoint"))),
     )
+    _check_launcher_mode(config, "distribution.mode")
     return check_config(config, ps_options_given="num_ps" in distribution or "evaluator" in distribution)
+
+
+def _launched(entrypoint: tuple[str, ...]) -> dict[str, Any]:
+    """The entrypoint's fields: the command a Determined launcher in it wraps (and which launcher), or whether the
+    script is its own launcher (it imports `determined`: read from the file, as the job's workers will run it)."""
+    if not entrypoint:
+        return {"entrypoint": entrypoint}
+    try:
+        found = determined_launchers.unwrap(entrypoint)
+    except determined_launchers.LauncherError as e:
+        raise ConfigError(str(e)) from None
+    own = not found.launcher and determined_launchers.script_imports_determined(found.command)
+    return {"entrypoint": found.command, "launcher": found.launcher, "own_launcher": own}
+
+
+def _check_launcher_mode(config: ExperimentConfig, where: str) -> None:
+    """A launcher stands for a mode: another mode named beside it, or an option only another mode has, is refused."""
+    mode = determined_launchers.mode_of(config.launcher)
+    if mode and config.distribution_mode not in ("auto", mode):
+        raise ConfigError(f"{where}: the entrypoint names {config.launcher}, which runs mode {mode}, but the mode is "
+                          f"{config.distribution_mode}; drop the launcher or the mode")
+    if mode and mode != "horovod" and config.horovod_only_options:
+        raise ConfigError(f"optimizations: {', '.join(config.horovod_only_options)} is implemented through Horovod, "
+                          f"but the entrypoint names {config.launcher} (mode {mode}); name determined.launch.horovod "
+                          "or drop the option")
 
 
 def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> ExperimentConfig:

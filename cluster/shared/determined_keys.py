@@ -32,7 +32,8 @@ _TRIAL_API = "applies to Determined's Trial API; your script decides when it "
 _ZERO = {"batches": 0}
 TABLE: tuple[Row, ...] = (
     Row("name", USED, "the job's name (default: its command's)"),
-    Row("entrypoint", USED, "the command every worker runs"),
+    Row("entrypoint", USED, "the command every worker runs; one naming Determined's launcher runs the command it wraps "
+                            "in that launcher's mode (docs/determined.md#launchers)"),
     Row("hyperparameters", USED, "ctx.hparams; typed ones are searched"),
     Row("max_restarts", USED, "restarts of the whole gang after a failure (default 0, unlike Determined's 5)"),
     Row("reproducibility.experiment_seed", USED, "the seed an experiment draws its trials' values from"),

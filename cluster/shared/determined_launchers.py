@@ -99,6 +99,25 @@ def _command_after(name: str, words: list[str]) -> tuple[str, ...]:
     return tuple(command)
 
 
+def mode_of(launcher: str) -> str:
+    """The mode a launcher (its module's name, as `Unwrapped.launcher`) stands for; "" for none."""
+    return MODES.get(launcher.removeprefix("determined.launch."), "") if launcher else ""
+
+
+def script_imports_determined(command: tuple[str, ...] | list[str], max_bytes: int = 4 << 20) -> bool:
+    """Whether the script `command` runs (relative to the working directory, where the job's workers run it)
+    imports `determined`; False when there is no such file to read here (a cluster's node may hold it)."""
+    script = script_of(command)
+    if not script:
+        return False
+    try:
+        with open(script, "rb") as f:
+            source = f.read(max_bytes + 1)
+    except OSError:
+        return False
+    return len(source) <= max_bytes and imports_determined(source.decode("utf-8", errors="replace"))
+
+
 def script_of(command: tuple[str, ...] | list[str]) -> str:
     """The Python script a command runs (`python3 -u train.py`, `train.py`), or "" (a module, other programs)."""
     words = list(command)

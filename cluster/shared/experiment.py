@@ -49,6 +49,12 @@ class ExperimentConfig:
     # One line each, "KEY: what tfdist does": Determined's keys that change nothing here, or only on some engines
     # (`tfdist launch` prints them before the job starts).
     notes: tuple[str, ...] = dataclasses.field(default=(), compare=False, metadata={LOCAL_ONLY: True})
+    # Determined's launcher the entrypoint named (e.g. "determined.launch.tensorflow"; the entrypoint is the command
+    # it wraps), or "": `auto` runs the command in that launcher's mode (cluster/shared/determined_launchers.py).
+    launcher: str = dataclasses.field(default="", compare=False, metadata={LOCAL_ONLY: True})
+    # The entrypoint's script imports `determined` and names no launcher: it is its own launcher, and `auto` runs it
+    # once per node, as Determined does (mode per_node).
+    own_launcher: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})
 
     @property
     def global_batch_size(self) -> int | None:

@@ -81,9 +81,9 @@ BAD = [
     ("max_restarts: -1",
      "c.yaml: max_restarts: must be at least 0, got -1"),
     ("distribution: {mode: mwm}",
-     "c.yaml: distribution.mode: unknown value 'mwm'; expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device; did you mean 'mwms'?"),
+     "c.yaml: distribution.mode: unknown value 'mwm'; expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device, per_node; did you mean 'mwms'?"),
     ("distribution: {mode: 3}",
-     "c.yaml: distribution.mode: expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device, got 3 (int)"),
+     "c.yaml: distribution.mode: expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device, per_node, got 3 (int)"),
     ("hyperparameters: {global_batch_size: 0}",
      "c.yaml: hyperparameters.global_batch_size: must be at least 1, got 0"),
     ("hyperparameters: {global_batch_size: '64'}",
@@ -162,7 +162,7 @@ def test_overrides_are_validated_like_the_file():
     assert with_overrides(cfg, entrypoint=["python", "x.py"]).entrypoint == ("python", "x.py")
     with pytest.raises(ConfigError, match=r"^--slots: must be at least 1, got 0$"):
         with_overrides(cfg, slots=0)
-    with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device$"):
+    with pytest.raises(ConfigError, match=r"^--distribution: unknown value 'ring'; expected one of auto, mwms, ps, horovod, jax, torch, mirrored, central_storage, one_device, per_node$"):
         with_overrides(cfg, distribution="ring")
 
 

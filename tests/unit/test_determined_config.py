@@ -5,6 +5,7 @@ tutorial, DeepSpeed, Hugging Face; both generations of its searchers)."""
 
 from __future__ import annotations
 
+import os
 import dataclasses
 import json
 import re
@@ -387,3 +388,8 @@ def test_the_cli_runs_a_search_of_the_batch_size_and_says_its_notes(tmp_path, ma
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stdout + result.stderr and "COMPLETED" in result.stdout + result.stderr
     assert result.stderr.startswith(f"tfdist: config: {note('min_validation_period')}\n")
+
+
+def test_the_docs_show_the_table_as_the_code_has_it():
+    with open(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "docs", "determined.md")) as f:
+        assert determined_keys.markdown() in f.read()  # docs/determined.md: render it again from the module

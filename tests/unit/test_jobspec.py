@@ -76,7 +76,7 @@ def _submitted(config: ExperimentConfig) -> jobspec.JobSpec:
 
 def test_the_wire_and_local_fields_cover_the_config():
     local = [f.name for f in dataclasses.fields(ExperimentConfig) if f.metadata.get(LOCAL_ONLY)]
-    assert local == ["slots_given", "name_given", "priority", "notes"]
+    assert local == ["slots_given", "name_given", "priority", "notes", "launcher", "own_launcher"]
     assert {f.name for f in jobspec.wire_fields()} == set(pb.JobConfig.DESCRIPTOR.fields_by_name), \
         "ExperimentConfig and the proto's JobConfig must have the same fields (cluster/shared/protos)"
 

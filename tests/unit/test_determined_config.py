@@ -5,8 +5,8 @@ tutorial, DeepSpeed, Hugging Face; both generations of its searchers)."""
 
 from __future__ import annotations
 
-import os
 import dataclasses
+import os
 import json
 import re
 

@@ -6,8 +6,8 @@ tutorial, DeepSpeed, Hugging Face; both generations of its searchers)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import json
+import os
 import re
 
 import pytest

@@ -186,9 +186,11 @@ def test_stage_4_its_own_launcher_runs_once_per_node_and_its_workers_meet(tmp_pa
     assert me.job(job)["distribution"]["mode"] == "per_node"
 
 
-def test_the_keras_callback_under_the_tensorflow_launcher_on_two_workers_pauses_and_resumes(tmp_path, marker):
+@pytest.mark.parametrize("keras", ["keras3", "tf_keras"])
+def test_the_keras_callback_under_the_tensorflow_launcher_on_two_workers_pauses_and_resumes(tmp_path, marker, keras):
+    """Keras 3, and tf_keras (TF_USE_LEGACY_KERAS=1), which Determined's Keras examples were written for."""
     me = Terminal(tmp_path, marker)
-    config = me.config("distributed.yaml", """\
+    config = me.config("distributed.yaml", f"""\
         name: digits_tf_keras_distributed
         environment:
           image:
@@ -196,6 +198,7 @@ def test_the_keras_callback_under_the_tensorflow_launcher_on_two_workers_pauses_
             gpu: determinedai/tensorflow-ngc-dev:0736b6d
           environment_variables:
             - HOLD_AFTER_EPOCH=1
+            - TF_USE_LEGACY_KERAS={int(keras == "tf_keras")}
         hyperparameters:
           learning_rate: 1.0e-3
           learning_rate_decay: 1.0e-6

@@ -23,7 +23,8 @@ STATE = "callback_state.json"
 
 
 def _keras3() -> bool:
-    return str(getattr(tf.keras, "__version__", "3")).startswith("3")  # else tf_keras (TF_USE_LEGACY_KERAS=1)
+    """tf.keras is Keras 3, not tf_keras (TF_USE_LEGACY_KERAS=1, which Determined's Keras examples were written for)."""
+    return not tf.keras.callbacks.Callback.__module__.startswith("tf_keras")
 
 
 class DeterminedCallback(tf.keras.callbacks.Callback):

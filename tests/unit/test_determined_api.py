@@ -143,3 +143,20 @@ def test_what_is_not_offered_stops_in_one_line(det, capsys):
         assert stopped.value.code == 2
         said = capsys.readouterr().err
         assert said.count("\n") == 1 and "tfdist does not offer" in said and "docs/determined.md" in said
+
+
+@pytest.mark.parametrize("searcher,steps,metrics,reached", [
+    ({"max_length": {"batches": 30}}, 30, {"x": 1}, True), ({"max_length": {"batches": 30}}, 25, {"x": 1}, False),
+    ({"max_length": {"epochs": 3}}, 90, {"epochs": 3}, True), ({"max_length": {"epochs": 3}}, 90, {"epochs": 2}, False),
+    ({"max_length": {"records": 640}}, 20, {}, True),  # 20 steps of 32 records
+    ({"time_metric": "seen", "max_time": 100}, 5, {"seen": 100.0}, True), ({"time_metric": "seen", "max_time": 100},
+                                                                          5, {"other": 1}, False),
+    ({}, 10_000, {"batches": 10_000}, False),  # no search: never
+])
+def test_a_trial_at_its_searchers_length_stops_as_completed(det, monkeypatch, tmp_path, searcher, steps, metrics,
+                                                             reached):
+    launched(monkeypatch, tmp_path, rank=0, TFDIST_SEARCHER=json.dumps({"metric": "x", **searcher}))
+    context = det.core.init(distributed=det.core.DummyDistributedContext())
+    context.train.report_validation_metrics(steps_completed=steps, metrics=metrics)
+    assert context.preempt.should_preempt() is reached
+    assert not any("tfdist.preempted" in r["values"] for r in records(tmp_path))  # completed, not paused

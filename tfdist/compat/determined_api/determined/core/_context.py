@@ -29,10 +29,11 @@ class Context:
     def __init__(self, distributed: DistributedContext, checkpoint_storage: Optional[Union[str, Dict[str, Any]]],
                  preempt_mode: PreemptMode) -> None:
         self._steps = 0
+        self._finished = False
         self.distributed = distributed
-        self.train = TrainContext(distributed, on_report=self._reported)
+        self.train = TrainContext(distributed, on_report=self._reported, on_validation=self._validated)
         self.checkpoint = CheckpointContext(distributed, lambda: self._steps, _storage_dir(checkpoint_storage))
-        self.preempt = PreemptContext(distributed, lambda: self._steps, preempt_mode)
+        self.preempt = PreemptContext(distributed, lambda: self._steps, preempt_mode, lambda: self._finished)
         self.searcher = SearcherContext(distributed, self._searcher_metric)
         self.info = _info.get_cluster_info()
         latest = self.info.trial._steps_completed if self.info else 0
@@ -40,6 +41,18 @@ class Context:
 
     def _reported(self, steps: int) -> None:
         self._steps = steps
+
+    def _validated(self, steps: int, metrics: Dict[str, Any]) -> None:
+        """A trial of a search that reports validation at its searcher's length (max_length, or 0.38's time_metric
+        at max_time) is done: Determined's searcher stops it there, so `should_preempt()` says stop and the run ends
+        as completed. Scripts of either generation that stop by themselves at that length never see it."""
+        if self._finished:
+            return
+        reached = _length_reached(_tfdist.context(), steps, metrics)
+        if reached:
+            self._finished = True
+            print(f"tfdist: the trial reached the searcher's length ({reached}): it stops at its next preemption "
+                  "check, as Determined's searcher stops it", file=sys.stderr, flush=True)
 
     def _searcher_metric(self, name: str, value: float) -> None:
         tfdist_metrics.report_metrics(self._steps, **{series_name("validation", name): value})
@@ -78,6 +91,27 @@ def init(*, distributed: Optional[DistributedContext] = None,
     if _tfdist.launched():
         rendezvous.signal_ready()
     return context
+
+
+def _length_reached(ctx, steps: int, metrics: Dict[str, Any]) -> str:
+    """What says a trial reached its searcher's length ("" when it has not, or is no search's trial)."""
+    searcher = ctx.searcher
+    if "max_time" in searcher:
+        unit, most = searcher.get("time_metric"), searcher["max_time"]
+    elif isinstance(searcher.get("max_length"), dict) and len(searcher["max_length"]) == 1:
+        (unit, most), = searcher["max_length"].items()
+    else:
+        return ""
+    if unit == "batches" and "batches" not in metrics:
+        value: Any = steps
+    elif unit == "records" and "records" not in metrics:
+        value = steps * (ctx.global_batch_size or 1)
+    else:
+        value = metrics.get(unit, metrics.get("epoch") if unit == "epochs" else None)
+    try:
+        return f"{unit} {float(value):g} of {float(most):g}" if float(value) >= float(most) else ""
+    except (TypeError, ValueError):
+        return ""
 
 
 def DistributedContextAlone() -> DistributedContext:

@@ -23,8 +23,11 @@ class PreemptMode(enum.Enum):
 
 class PreemptContext:
     def __init__(self, distributed, steps: Callable[[], int],
-                 preempt_mode: PreemptMode = PreemptMode.WorkersAskChief) -> None:
-        self._dist, self._steps, self._mode = distributed, steps, preempt_mode
+                 preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+                 finished: Callable[[], bool] = lambda: False) -> None:
+        """`finished`: the trial reached its searcher's max_time (Determined's searcher then stops it: the run
+        ends as completed, not paused)."""
+        self._dist, self._steps, self._mode, self._finished = distributed, steps, preempt_mode, finished
         # One rank's view of the job's request (the store's key, or SIGTERM to this process, which it tells the
         # store of): peers=False, the collective below is the agreement.
         self._watch = Preemption(os.environ.get(envvars.STORE), distributed.rank, 1, peers=False)
@@ -46,14 +49,15 @@ class PreemptContext:
     def should_preempt(self, auto_ack: bool = True) -> bool:
         if not self._armed:
             self._arm()
+        chief = self._dist.rank == 0
         if self._mode == PreemptMode.WorkersAskChief:
-            asked = self._asked() if self._dist.rank == 0 else None
-            asked = bool(self._dist.broadcast(asked))
+            answer = [self._asked(), self._finished()] if chief else None
+            asked, finished = self._dist.broadcast(answer)
         else:
-            asked = self._asked()
+            asked, finished = self._asked(), chief and self._finished()
         if asked and auto_ack:
             self.acknowledge_preemption_signal()
-        return asked
+        return bool(asked or finished)
 
     def acknowledge_preemption_signal(self) -> None:
         if self._dist.rank == 0 and not self._recorded:

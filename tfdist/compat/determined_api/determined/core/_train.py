@@ -34,9 +34,11 @@ def series_name(group: str, name: str) -> str:
 
 
 class TrainContext:
-    def __init__(self, distributed, on_report: Callable[[int], None] = lambda steps: None) -> None:
+    def __init__(self, distributed, on_report: Callable[[int], None] = lambda steps: None,
+                 on_validation: Callable[[int, Dict[str, Any]], None] = lambda steps, metrics: None) -> None:
         self._dist = distributed
         self._on_report = on_report  # the steps of the latest report (the checkpoints' and preemption's default)
+        self._on_validation = on_validation  # a validation's metrics as reported (the searcher's max_time)
         self._metadata: Dict[str, Any] = {}
         self._skipped: set[str] = set()
         self._status = ""
@@ -65,6 +67,8 @@ class TrainContext:
         if values:
             tfdist_metrics.report_metrics(steps_completed, **values)
         self._on_report(steps_completed)
+        if group == "validation":
+            self._on_validation(steps_completed, metrics)
 
     def report_progress(self, progress: float) -> None:
         """Determined's web UI bar; tfdist shows steps and metrics (`tfdist job`), so only its range is checked."""

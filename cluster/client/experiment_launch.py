@@ -20,6 +20,16 @@ def cores_for_trials(slots_per_trial: int, max_concurrent: int, cores: int) -> i
     return slots_per_trial * max(1, min(max_concurrent, cores // max(slots_per_trial, 1)))
 
 
+def jobs_made(config) -> int:
+    """The most jobs a launch of `config` (a JobConfig) makes: a search's trials (each a job), else its one job.
+    A local run reserves a job number for each."""
+    if not config.searcher:
+        return 1
+    from cluster.shared import searcher
+
+    return searcher.most_trials(searcher.parse(config.searcher), config.hyperparameters)
+
+
 def follow(client, experiment_id: str, where: str) -> int:
     sys.stderr.write(f"tfdist: experiment {experiment_id} submitted to {where}; `tfdist experiment {experiment_id}` "
                      "shows it, `tfdist cancel " f"{experiment_id}` stops every trial\n")

@@ -118,7 +118,8 @@ class EmbeddedCluster:
     memory, where this user's other terminals find it (`tfdist jobs`, `logs`, `preempt`): another user of
     this machine can reach the port but holds no credential."""
 
-    def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1, gpus: tuple[Gpu, ...] = ()):
+    def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1, gpus: tuple[Gpu, ...] = (),
+                 last_job_seq: int = 0):
         from cluster.coordinator.daemon import CoordinatorProcess, InProcessClient, Settings
         from cluster.engines import EngineOptions, create_engine
         from cluster.engines.local import lease_range
@@ -126,7 +127,7 @@ class EmbeddedCluster:
         # Ports below the ephemeral range; machine-wide leases keep launches apart. The node's work is read
         # the moment it changes, so no interval costs start-up time.
         secret = new_secret()
-        settings = Settings(port_range=lease_range(), first_job_seq=first_job_seq,
+        settings = Settings(port_range=lease_range(), first_job_seq=first_job_seq, last_job_seq=last_job_seq,
                             store_key=derived_key(secret, "job store"), counting=False)
         self.process = CoordinatorProcess(state_dir, settings,
                                           create_engine("local", EngineOptions(slots=slots, gpus=gpus))).start()
@@ -208,10 +209,10 @@ def launch(config: ExperimentConfig, *, coordinator: str | None, credential: Cre
             warning = None if gpus else slots_warning(config.slots_per_trial, cores)
             if warning:
                 sys.stderr.write(f"tfdist: warning: {warning}\n")
-            run = None if state_dir else local_runs.new_run()
+            run = None if state_dir else local_runs.new_run(jobs=experiment_launch.jobs_made(spec.config))
             try:
                 embedded = EmbeddedCluster(slots, state_dir or run.path, first_job_seq=run.number if run else 1,
-                                           gpus=gpus)
+                                           gpus=gpus, last_job_seq=run.last if run else 0)
             except BaseException:
                 if run:
                     local_runs.remove(run)
@@ -263,7 +264,8 @@ def resume_local(run: local_runs.LocalRun, job_id: str, slots: int, view: ViewOp
     """`tfdist resume ID` of a paused local job whose launch ended: an embedded cluster on the run's state
     (the job's slots on this machine) resumes it from its latest checkpoint and follows it as launch does
     (the same signals and exit codes)."""
-    embedded = EmbeddedCluster(slots, run.path, first_job_seq=run.number, gpus=local_gpus(slots, discover_gpus()))
+    embedded = EmbeddedCluster(slots, run.path, first_job_seq=run.number, gpus=local_gpus(slots, discover_gpus()),
+                               last_job_seq=run.last)
     client = embedded.client
     try:
         printed = last_seq(client, job_id)  # the launch that ran it printed those

@@ -1,6 +1,6 @@
 """The job commands answered by this user's local runs (cluster/client/local_runs.py): without
---coordinator and --credentials (nor their environment variables), a job ID that names a local run is
-asked there, and `tfdist jobs` lists the local runs; `tfdist cancel/preempt/resume eN` ask the local run that
+--coordinator and --credentials (nor their environment variables), a job ID a local run holds is asked
+there, and `tfdist jobs` lists the local runs' jobs; `tfdist cancel/preempt/resume eN` ask the local run that
 holds experiment eN (cluster/client/local_experiments.py). Anything else goes on to a coordinator as before."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from typing import Callable, Sequence
 
 from cluster.client import exit_codes, job_selection, local_experiments, local_runs
-from tfdist.errors import UserError
+from tfdist.errors import NotFoundError, UserError
 
 NOT_LOCAL = object()  # what a handler here returns when no local run answers: ask a coordinator
 
@@ -21,7 +21,8 @@ def applies(args: argparse.Namespace) -> bool:
 
 
 def list_jobs(ask: Callable, args) -> object:
-    """`tfdist jobs`: the local runs' jobs, merged; NOT_LOCAL when there is none (a coordinator answers)."""
+    """`tfdist jobs`: the local runs' jobs (a search's run: every trial), merged; NOT_LOCAL when there is no run
+    (a coordinator answers)."""
     from cluster.client import tables
 
     runs = local_runs.all_runs()
@@ -29,7 +30,7 @@ def list_jobs(ask: Callable, args) -> object:
         return NOT_LOCAL
     states = job_selection.selected_states(getattr(args, "state", None))
     limit = job_selection.checked_limit(getattr(args, "limit", None))
-    jobs = [job for job in (local_runs.job_of(run, summary=not args.json) for run in runs) if job is not None]
+    jobs = [job for run in runs for job in local_runs.jobs_of(run, summary=not args.json)]
     shown, left_out = job_selection.select(jobs, states, limit, getattr(args, "all", False))
     code = tables.print_jobs(shown, args.json, left_out)
     if left_out and not args.json:
@@ -53,7 +54,7 @@ def say_other_coordinators(runs: Sequence[local_runs.LocalRun], listing: str = "
 
 def ask_run(ask: Callable, args) -> object:
     """A command about one job (`job`, `logs`, `metrics`, `cancel`, `preempt`...) of a local run:
-    `ask(client, args)` with its coordinator; NOT_LOCAL when no local run has that job number (or experiment)."""
+    `ask(client, args)` with its coordinator; NOT_LOCAL when no local run holds that job number (or experiment)."""
     if getattr(args, "job_id", None) and local_experiments.is_reference(args.job_id):
         return _ask_experiment_run(ask, args)
     run = local_runs.find(args.job_id) if getattr(args, "job_id", None) else None
@@ -101,9 +102,13 @@ def resume(ask: Callable, args) -> object:
         return NOT_LOCAL
     if run.holder() is not None:
         return ask_run(ask, args)
-    job = local_runs.job_of(run)
+    job = local_runs.job_in(run, args.job_id)
     if job is None:
-        raise UserError(f"local run {run.path} holds no job; remove it")
+        raise NotFoundError(f"job {args.job_id} not found; `tfdist jobs` lists the jobs")
+    if job.spec.experiment_id:
+        raise UserError(f"job {job.id} is trial {job.spec.trial} of experiment {job.spec.experiment_id}, whose launch "
+                        "ended: its trials ran only inside that launch (`tfdist experiment "
+                        f"{job.spec.experiment_id}` shows them)")
     if job.state != "PAUSED":
         raise UserError(f"job {job.id} is {job.state}, not PAUSED; only a paused job can be resumed")
     from cluster.client.launch import resume_local

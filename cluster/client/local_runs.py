@@ -2,19 +2,23 @@
 
 Each local launch runs its embedded coordinator on a state dir of its own, `<state>/local/<N>`, where
 <state> is the user's `$XDG_STATE_HOME/tfdist` (default ~/.local/state/tfdist; private: 0700, the user's
-own, never a symlink) and N is the job's number (its id is N-XXXX): concurrent launches never share a
-store, and numbers go on from the user's earlier local runs. Without --coordinator, `tfdist jobs`, `job`,
-`logs`, `metrics`, `cancel`, `preempt` and `resume` find a local job there: while its launch (or `tfdist
-resume`) runs they ask that process's coordinator (published in the runtime dir: cluster/shared/auth.py);
-once it ended, a coordinator started in this process on the stored state answers (no agent: nothing
-runs, and its agent is never declared lost), and `tfdist resume N` runs an embedded cluster on it again.
+own, never a symlink) and N is its first job's number (its id is N-XXXX). A run reserves the job numbers it
+may give, N..last (`numbers.json`): one for a job of its own, one per trial a search may make; its coordinator
+gives no number past them, and a new run numbers after every number an existing run holds, under a lock on the
+runs dir (NUMBERING_LOCK), so concurrent launches never share a store or an id, and ids stay stable. Without
+--coordinator, `tfdist jobs`, `job`, `logs`, `metrics`, `cancel`, `preempt` and `resume` find a local job in
+the run whose numbers hold it: while its launch (or `tfdist resume`) runs they ask that process's coordinator
+(published in the runtime dir: cluster/shared/auth.py); once it ended, a coordinator started in this process
+on the stored state answers (no agent: nothing runs, and its agent is never declared lost), and `tfdist resume
+N` runs an embedded cluster on it again.
 
-Beside the store, `job.pb` is the job as the last process holding the store saw it when it let go: a
-listing reads it for runs that ended instead of starting a coordinator for each. A run of a search (a config
-whose searcher searches) holds its experiment, eN in run N, whose trials are the run's jobs: `experiments.pb`
-is that experiment as last seen, trials and all (cluster/client/local_experiments.py reads it). Growth is bounded: a new
-launch removes the oldest ended runs beyond the newest KEEP_RUNS (paused ones stay until resumed or
-canceled). A local job without checkpoint_storage checkpoints into `<run>/checkpoints`.
+Beside the store, `jobs.pb` is every job of the run as the last process holding the store saw them when it let
+go: a listing reads it for runs that ended instead of starting a coordinator for each (runs recorded before
+kept only their newest job, `job.pb`). A run of a search (a config whose searcher searches) holds its
+experiment, eN in run N, whose trials are the run's jobs: `experiments.pb` is that experiment as last seen,
+trials and all (cluster/client/local_experiments.py reads it). Growth is bounded: a new launch removes the
+oldest ended runs beyond the newest KEEP_RUNS (paused ones stay until resumed or canceled). A local job
+without checkpoint_storage checkpoints into `<run>/checkpoints`.
 """
 
 from __future__ import annotations
@@ -41,12 +45,16 @@ if TYPE_CHECKING:
     from cluster.shared.rpc import Client
 
 RUNS = "local"
-RECORD = "job.pb"
+JOBS_RECORD = "jobs.pb"  # every job of the run (pb.ListJobsResponse)
+RECORD = "job.pb"  # its newest job only, as runs recorded before jobs.pb
+NUMBERS = "numbers.json"  # the job numbers the run holds: {"last_job": LAST}, its first being its own number
+NUMBERING_LOCK = "numbering.lock"  # in the runs dir: held while a new run takes its numbers
 EXPERIMENTS_RECORD = "experiments.pb"  # a search's run: its experiment (pb.ListExperimentsResponse)
 # The coordinator's state dir lock (cluster/coordinator/store/state_file.py, spelled here, not imported): held
 # with flock(2) while a process has the store open; it says that process's pid.
 LOCK = "coordinator.lock"
 RECORD_LIMIT = 8 << 20  # a job as GetJob sends it (rpc.MAX_MESSAGE_BYTES)
+JOBS_RECORD_LIMIT = 64 << 20  # a search's trials; past it a listing asks the run's coordinator instead
 KEEP_RUNS = 50  # a new launch removes ended runs older than the newest this many
 ENDED = ("SUCCEEDED", "FAILED", "CANCELED")
 SETTLED = (*ENDED, "PAUSED")  # nothing changes them but a command
@@ -101,7 +109,12 @@ def runs_dir(environ: Mapping[str, str] | None = None) -> str:
 @dataclasses.dataclass(frozen=True)
 class LocalRun:
     path: str
-    number: int
+    number: int  # its first job number
+    last: int = 0  # its last job number (below `number`: the same)
+
+    def holds(self, number: int) -> bool:
+        """Whether job `number` is among the run's numbers."""
+        return self.number <= number <= max(self.last, self.number)
 
     def holder(self) -> int | None:
         """The pid of the process holding the run's store (a launch, a resume, a reader; 0 if it does not
@@ -123,47 +136,61 @@ class LocalRun:
         finally:
             os.close(fd)
 
-    def recorded(self) -> pb.Job | None:
-        """The job as the last holder of the store saw it when it let go; None if none was recorded."""
+    def _read(self, name: str, message, limit: int = RECORD_LIMIT):
+        """`message` parsed from the run's file `name`; None when there is none (or it does not parse)."""
         try:
-            data = read_private(os.path.join(self.path, RECORD), RECORD_LIMIT)
-        except FileNotFoundError:
+            message.ParseFromString(read_private(os.path.join(self.path, name), limit))
+        except (FileNotFoundError, DecodeError):
             return None
-        job = pb.Job()
-        try:
-            job.ParseFromString(data)
-        except DecodeError:
-            return None
-        return job if job.id else None
+        return message
 
-    def record(self, job: pb.Job) -> None:
-        write_private(os.path.join(self.path, RECORD), job.SerializeToString())
+    def recorded_jobs(self) -> list[pb.Job] | None:
+        """Every job of the run, oldest first, as the last holder of the store saw them when it let go; None if
+        they were not recorded (a search's run recorded before jobs.pb kept only its last trial)."""
+        listed = self._read(JOBS_RECORD, pb.ListJobsResponse(), JOBS_RECORD_LIMIT)
+        if listed is not None:
+            return list(listed.jobs)
+        job = self._read(RECORD, pb.Job())
+        return [job] if job is not None and job.id and not job.spec.experiment_id else None
+
+    def recorded(self) -> pb.Job | None:
+        """The run's newest job as recorded (a search's last trial); None if none was."""
+        listed = self._read(JOBS_RECORD, pb.ListJobsResponse(), JOBS_RECORD_LIMIT)
+        job = listed.jobs[-1] if listed is not None and listed.jobs else self._read(RECORD, pb.Job())
+        return job if job is not None and job.id else None
+
+    def record(self, jobs: Sequence[pb.Job]) -> None:
+        """Records the run's jobs as `recorded_jobs` reads them back."""
+        path = os.path.join(self.path, JOBS_RECORD)
+        data = pb.ListJobsResponse(jobs=jobs).SerializeToString()
+        if len(data) <= JOBS_RECORD_LIMIT:
+            write_private(path, data)
+        else:  # a listing asks the run's coordinator instead of reading a stale record
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def recorded_experiments(self) -> list[pb.Experiment] | None:
         """The run's experiments (a search's run holds one), trials and all, as the last holder of the store
         saw them when it let go; None if none were recorded."""
-        try:
-            data = read_private(os.path.join(self.path, EXPERIMENTS_RECORD), RECORD_LIMIT)
-        except FileNotFoundError:
-            return None
-        listed = pb.ListExperimentsResponse()
-        try:
-            listed.ParseFromString(data)
-        except DecodeError:
-            return None
-        return list(listed.experiments)
+        listed = self._read(EXPERIMENTS_RECORD, pb.ListExperimentsResponse())
+        return None if listed is None else list(listed.experiments)
+
+    def recorded_ids(self) -> set[str]:
+        """The job ids the run's records name: its jobs and its experiments' trials."""
+        return {job.id for job in self.recorded_jobs() or ()} | \
+            {trial.job_id for e in self.recorded_experiments() or () for trial in e.trials}
 
     def record_experiments(self, experiments: Sequence[pb.Experiment]) -> None:
         write_private(os.path.join(self.path, EXPERIMENTS_RECORD),
                       pb.ListExperimentsResponse(experiments=experiments).SerializeToString())
 
     def record_from(self, client: Client) -> None:
-        """Records the run's job (the newest: a search's last trial) and, for a search's run, its experiment as
+        """Records the run's jobs (a search's: its trials) and, for a search's run, its experiment as
         `client`'s coordinator has them now (quietly: a record is a shortcut)."""
         try:
             jobs = client.jobs((), 0, False)
             if jobs:
-                self.record(jobs[-1])
+                self.record(jobs)
             if jobs and jobs[-1].spec.experiment_id:  # its trials' experiment, as `tfdist experiment` shows it
                 self.record_experiments([client.experiment(e.id) for e in client.experiments()])
         except Exception as e:  # noqa: BLE001 - a missing record only costs the next listing a coordinator
@@ -177,18 +204,36 @@ def all_runs() -> list[LocalRun]:
     if not os.path.isdir(root):
         return []
     check_private_dir(root)  # never read a dir another user could have written
-    return [LocalRun(os.path.join(root, str(n)), n) for n in run_numbers(os.listdir(root))]
+    return [_run(os.path.join(root, str(n)), n) for n in run_numbers(os.listdir(root))]
+
+
+def _run(path: str, number: int) -> LocalRun:
+    """The run at `path` with the numbers it reserved. One made before runs reserved numbers holds its own, and
+    a search's also its recorded trials' (they took later runs' numbers)."""
+    try:
+        return LocalRun(path, number, int(json.loads(read_private(os.path.join(path, NUMBERS), 4096))["last_job"]))
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError):  # not one tfdist wrote whole: its own number at least
+        return LocalRun(path, number, number)
+    trials = LocalRun(path, number).recorded_experiments() or ()
+    return LocalRun(path, number, max([number, *(number_of(t.job_id) or 0 for e in trials for t in e.trials)]))
 
 
 def find(ref: str) -> LocalRun | None:
-    """The local run of job `ref` (`7`, `7-1a2b`), None if no local run has that number."""
+    """The local run holding job `ref` (`7`, `7-1a2b`): the one whose numbers include 7; None if none does."""
     number = number_of(ref)
-    return next((run for run in all_runs() if run.number == number), None) if number else None
+    holding = [run for run in all_runs() if run.holds(number)] if number else []
+    if len(holding) > 1:  # runs made before numbers were reserved: a search's trials took later runs' numbers
+        holding = [run for run in holding if ref in run.recorded_ids()] or \
+            [run for run in holding if run.number == number] or holding
+    return holding[0] if holding else None
 
 
-def new_run() -> LocalRun:
-    """A fresh run dir, numbered after every existing one (mkdir decides between concurrent launches);
-    removes the oldest ended runs beyond KEEP_RUNS first."""
+def new_run(jobs: int = 1) -> LocalRun:
+    """A fresh run dir holding `jobs` job numbers (a search's: one per trial it may make), numbered after every
+    number an existing run holds; removes the oldest ended runs beyond KEEP_RUNS first. Concurrent launches take
+    their numbers in turn, under a lock on the runs dir: each one's reservation is written before the next looks."""
     environ = os.environ
     root = runs_dir(environ)
     try:
@@ -197,17 +242,29 @@ def new_run() -> LocalRun:
     except OSError as e:  # no home to write to (a system account): say where, and what to do
         raise UserError(f"cannot keep this launch's state in {root}: {e.strerror or e}; set XDG_STATE_HOME to a "
                         "directory of your own, or pass --state-dir DIR") from None
-    runs = all_runs()
-    prune(runs)
-    number = (runs[-1].number if runs else 0) + 1
-    while True:
-        path = os.path.join(root, str(number))
-        try:
-            os.mkdir(path, 0o700)
-            break
-        except FileExistsError:
-            number += 1
-    return LocalRun(private_dir(path), number)
+    prune(all_runs())
+    with _numbering(root):
+        number = max((max(run.number, run.last) for run in all_runs()), default=0) + 1
+        while True:
+            path = os.path.join(root, str(number))
+            try:
+                os.mkdir(path, 0o700)
+                break
+            except FileExistsError:  # made without the lock (an older tfdist)
+                number += 1
+        last = number + max(jobs, 1) - 1
+        write_private(os.path.join(private_dir(path), NUMBERS), json.dumps({"last_job": last}).encode())
+    return LocalRun(path, number, last)
+
+
+@contextlib.contextmanager
+def _numbering(root: str) -> Iterator[None]:
+    fd = open_private(os.path.join(root, NUMBERING_LOCK), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when closed
+        yield
+    finally:
+        os.close(fd)
 
 
 def prune(runs: Sequence[LocalRun]) -> None:
@@ -259,7 +316,7 @@ def connect(run: LocalRun) -> Iterator[Connection]:
                 client.close()
             return
         if time.monotonic() > deadline:  # e.g. another `tfdist logs` reading it
-            raise UnavailableError(f"local job {run.number}'s state {run.path} is held by process {holder or '?'}, "
+            raise UnavailableError(f"local run {run.number}'s state {run.path} is held by process {holder or '?'}, "
                                    f"which publishes no coordinator in {runtime_dir()}; try again once it ended")
         time.sleep(0.1)
         holder = run.holder()
@@ -285,15 +342,21 @@ def open_stored(path: str):
     return CoordinatorServer(path, "127.0.0.1:0", settings=Settings()).start()  # no engine: no node is watched
 
 
-def job_of(run: LocalRun, summary: bool = False) -> pb.Job | None:
-    """The run's job for a listing: its record when it ended (or is paused) and no launch or resume runs
-    it now, else its coordinator's answer (a running launch's, or one started here)."""
-    recorded = run.recorded()
+def jobs_of(run: LocalRun, summary: bool = False) -> list[pb.Job]:
+    """The run's jobs (a search's: every trial) for a listing: its record when each ended (or is paused) and no
+    launch or resume runs them now, else its coordinator's answer (a running launch's, or one started here)."""
+    recorded = run.recorded_jobs()
     holder = run.holder()
-    if recorded is not None and recorded.state in SETTLED and (holder is None or published_by(holder) is None):
+    if recorded is not None and all(job.state in SETTLED for job in recorded) and \
+            (holder is None or published_by(holder) is None):
         return recorded  # (a holder that publishes no coordinator is another command reading the run)
     with connect(run) as connection:
         jobs = connection.client.jobs((), 0, summary)
-        if not jobs:
-            return None
-        return jobs[-1] if connection.live else orphaned(jobs[-1])
+        return list(jobs) if connection.live else [orphaned(job) for job in jobs]
+
+
+def job_in(run: LocalRun, ref: str) -> pb.Job | None:
+    """The run's job `ref` names (its id, or its number), as a listing has it; None if the run has none such."""
+    number = number_of(ref)
+    return next((job for job in jobs_of(run) if job.id == ref or (ref.isdigit() and number_of(job.id) == number)),
+                None)

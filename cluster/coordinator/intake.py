@@ -30,6 +30,10 @@ class Intake:
         if refusal:
             raise BadRequest(refusal)
         seq = max(self.store.next_job_seq(), self.settings.first_job_seq)
+        last = self.settings.last_job_seq
+        if last and seq > last:
+            raise BadRequest(f"this local run's job numbers {self.settings.first_job_seq}..{last} are all taken; "
+                             "launch again for another job")
         job_id = f"{seq}-{secrets.token_hex(2)}"
         self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
         self.telemetry.submitted.labels(spec.distribution_mode).inc()

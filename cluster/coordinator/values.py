@@ -71,6 +71,9 @@ class Settings:
     # earlier local runs, so that their ids stay apart: run N's job is N-XXXX, its experiment eN-XXXX;
     # cluster/client/local_runs.py).
     first_job_seq: int = 1
+    # The last job number it may give (0: no limit): a local run's reserved block ends there, and the next local
+    # run's begins after it. A job past it is refused rather than given a number another run holds.
+    last_job_seq: int = 0
     counting: bool = True  # Prometheus counters for /metrics (False: a local launch's, which nobody scrapes)
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 from typing import Any, Mapping
 
+from cluster.shared import search_space
 from cluster.shared.hyperparameters import _clip, _show  # the one way config errors show a bad value
 from tfdist.errors import UserError
 
@@ -136,6 +137,12 @@ def parse(value: Any) -> SearcherConfig:
                           max_trials=max_trials, max_concurrent_trials=concurrent,
                           max_rungs=_int(value.get("max_rungs", 5), "max_rungs", 1, 32), divisor=float(divisor),
                           mode=mode, bracket_rungs=tuple(brackets), stop_once=stop_once)
+
+
+def most_trials(config: SearcherConfig, space: Mapping[str, Any]) -> int:
+    """The trials (each a job) a search makes at most: the grid's points, else max_trials (adaptive_asha's
+    brackets share them out). A local run reserves a job number for each (cluster/client/local_runs.py)."""
+    return len(search_space.grid(space)) if config.name == "grid" else config.max_trials
 
 
 def _length(length: Any) -> tuple[str, int] | None:

@@ -102,7 +102,7 @@ def test_local_launches_experiments_are_listed_shown_and_acted_on_without_a_coor
     assert done.returncode == 0, done.stderr[-3000:]
     first = re.search(r"experiment (e1-\w+) submitted", done.stderr).group(1)
 
-    # 2. Another, seen while it runs, preempted, resumed and canceled from here.
+    # 2. Another, seen while it runs, preempted, resumed and canceled from here: run 3 (run 1 holds its 2 trials).
     config = write_config(slow, {**grid, "max_length": {"batches": 100}}, slow=0.2, hyperparameters=rates)
     proc = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "launch", "--config", config], cwd=REPO,
                             env=cli_env(marker, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -110,11 +110,11 @@ def test_local_launches_experiments_are_listed_shown_and_acted_on_without_a_coor
         running = lambda: proc.poll() is None  # noqa: E731
         wait_for(lambda: list(slow.glob("steps-*")), "the second search's first step", timeout=120, alive=running)
         listed = json.loads(answer("experiments", "--json"))["experiments"]
-        assert [(e["id"][:3], e["state"]) for e in listed] == [("e1-", "COMPLETED"), ("e2-", "ACTIVE")], listed
-        second, job = listed[1]["id"], experiment("e2")["trials"][0]["job_id"]
-        assert answer("preempt", "e2").startswith("experiment e2: PAUSED")
-        wait_for(lambda: experiment("e2")["trials"][0]["state"] == "PAUSED", "its trial paused", alive=running)
-        assert answer("resume", "e2") == "experiment e2: ACTIVE\n"
+        assert [(e["id"][:3], e["state"]) for e in listed] == [("e1-", "COMPLETED"), ("e3-", "ACTIVE")], listed
+        second, job = listed[1]["id"], experiment("e3")["trials"][0]["job_id"]
+        assert answer("preempt", "e3").startswith("experiment e3: PAUSED")
+        wait_for(lambda: experiment("e3")["trials"][0]["state"] == "PAUSED", "its trial paused", alive=running)
+        assert answer("resume", "e3") == "experiment e3: ACTIVE\n"
         wait_for(lambda: trained_steps(slow, job)[-1][0] == 1, "its trial trained again", alive=running)
         assert answer("cancel", second) == f"experiment {second}: CANCELED\n"
         out, err = proc.communicate(timeout=60)
@@ -144,3 +144,43 @@ def test_local_launches_experiments_are_listed_shown_and_acted_on_without_a_coor
                                      "lists them)")
     ended = cli("cancel", "e1")
     assert ended.returncode != 0 and f"experiment {first} already ended (COMPLETED)" in ended.stderr
+
+
+def test_a_local_searchs_trials_are_each_listed_and_found_and_no_later_launch_takes_their_ids(tmp_path, marker):
+    """A local search's run N numbered its trials N, N+1, ..., numbers the next local runs took too: `tfdist
+    job/logs/metrics` did not find a trial after the first ("job 2-563f not found", though `tfdist jobs` listed
+    it), and `tfdist jobs` listed only each run's newest job. Now a run reserves a number for every trial it may
+    make: each trial is listed and found by its id and by its number, and the next launch numbers after them."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "TFDIST_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "TFDIST_COORDINATOR": ""}  # this test's local runs only, and no coordinator of the user's
+
+    def answer(*args) -> str:
+        result = run_cli(list(args), marker, timeout=120, **env)
+        assert result.returncode == 0, f"tfdist {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    grid = {"name": "grid", "metric": "val_loss", "max_length": {"batches": 2}, "max_concurrent_trials": 1}
+    rates = {"learning_rate": {"type": "categorical", "vals": [0.0001, 0.01, 1.0]}, "global_batch_size": 8}
+    done = run_cli(["launch", "--config", write_config(tmp_path, grid, slow=0.01, hyperparameters=rates)], marker,
+                   timeout=120, **env)
+    assert done.returncode == 0 and "3 of 3 trials made, 3 ended" in done.stdout, done.stderr[-3000:]
+    latest = {t["job_id"]: t["latest"] for t in json.loads(answer("experiment", "e1", "--json"))["trials"]}
+    trials = list(latest)
+    assert len(trials) == 3 and len(set(latest.values())) == 3, latest  # val_loss tells the trials apart
+
+    listed = valid(json.loads(answer("jobs", "--json")), "tfdist jobs --json")["jobs"]
+    assert [(j["id"], j["state"]) for j in listed] == [(t, "SUCCEEDED") for t in trials]
+    for trial in trials:
+        for ref in (trial, trial.split("-")[0]):
+            assert json.loads(answer("job", ref, "--json"))["id"] == trial
+        assert answer("logs", trial) == ""  # found: the trial prints nothing
+        rows = [json.loads(line) for line in answer("metrics", trial, "--json").splitlines()]
+        assert (rows[-1]["step"], rows[-1]["metrics"]) == (2, {"val_loss": latest[trial]}), rows
+
+    later = run_cli(["launch", "--", sys.executable, "-c", "print('later')"], marker, timeout=120, **env)
+    assert later.returncode == 0, later.stderr[-3000:]
+    job = re.search(r"tfdist: job (\S+) submitted", later.stderr).group(1)
+    numbers = [int(t.split("-")[0]) for t in trials]
+    assert int(job.split("-")[0]) > max(numbers), (job, trials)
+    assert [j["id"] for j in json.loads(answer("jobs", "--json"))["jobs"]] == [*trials, job]
+    assert "[rank=0] later" in answer("logs", job)

@@ -245,6 +245,27 @@ def test_a_local_runs_experiment_is_numbered_as_its_run(tmp_path):
     assert experiment_id.startswith("e7-") and _trials(core, experiment_id)[0].job.startswith("7-")
 
 
+def test_a_local_run_reserves_a_number_per_trial_and_its_coordinator_gives_none_past_them(tmp_path):
+    """A local run reserves the most trials its search can make (each a job; adaptive_asha's brackets share
+    max_trials out: test_adaptive_asha_makes_no_more_trials_than_max_trials); were a trial to need a number past
+    them (last_job_seq), the experiment fails saying so rather than take a number the next run holds."""
+    grid = {"lr": {"type": "categorical", "vals": [1, 2, 3]}, "units": {"type": "int", "minval": 1, "maxval": 2,
+                                                                          "count": 2}}
+    assert searcher_lib.most_trials(_searcher(name="grid"), grid) == 6
+    assert searcher_lib.most_trials(_searcher(name="random", max_trials=5), {"lr": LR}) == 5
+    asha = searcher_lib.parse(ASHA)
+    brackets = search.begin(asha, {"lr": LR}, 1)[0].brackets
+    assert searcher_lib.most_trials(asha, {"lr": LR}) == sum(b.max_trials for b in brackets) == 4
+    core = AgentCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(port_range=(30000, 30099), first_job_seq=7,
+                                                                       last_job_seq=8))
+    Node(core, "a1", slots=8).register()
+    random = {"name": "random", "metric": "val_loss", "max_trials": 3, "max_concurrent_trials": 3}
+    experiment_id, state = core.submit(_experiment_spec(random), now=1)
+    assert state == "FAILED" and core.store.experiment(experiment_id).message == \
+        "trial 3: this local run's job numbers 7..8 are all taken; launch again for another job"
+    assert [t.job.split("-")[0] for t in _trials(core, experiment_id)] == ["7", "8", ""]
+
+
 def test_a_restarted_coordinator_makes_the_same_decisions(tmp_path):
     """Every event's decisions are stored with it: a core reopened on the store after each event goes on
     exactly as one that never stopped."""

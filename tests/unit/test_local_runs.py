@@ -2,16 +2,17 @@
 runs a listing shows and which a new launch removes, what a bare `python` means, and when slots exceed the
 cores. Pure rules on values; the run dirs on real (temporary) directories with real locks."""
 
+import argparse
 import fcntl
 import os
 
 import pytest
 
-from cluster.client import job_selection, local_runs
+from cluster.client import job_selection, local_commands, local_runs
 from cluster.client.launch import slots_warning
 from cluster.shared.commands import other_venv_warning, with_launcher_python
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
-from tfdist.errors import UnsafePathError
+from tfdist.errors import UnsafePathError, UserError
 
 
 def test_the_state_dir_is_xdg_state_home_when_absolute_else_local_state_in_home():
@@ -112,8 +113,8 @@ def test_a_runs_dir_open_to_others_or_a_symlink_is_refused(state, tmp_path):
 def test_the_record_round_trips_and_a_held_store_names_its_holder(state):
     run = local_runs.new_run()
     assert run.recorded() is None and run.holder() is None
-    run.record(pb.Job(id="1-abcd", state="PAUSED", message="paused at step 8"))
-    assert run.recorded().message == "paused at step 8"
+    run.record([pb.Job(id="1-abcd", state="PAUSED", message="paused at step 8")])
+    assert run.recorded().message == "paused at step 8" and [j.id for j in run.recorded_jobs()] == ["1-abcd"]
     fd = os.open(os.path.join(run.path, local_runs.LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         os.write(fd, b'{"pid": %d, "host": "h"}\n' % os.getpid())
@@ -130,7 +131,7 @@ def test_a_new_launch_prunes_ended_runs_beyond_the_newest_kept(state, monkeypatc
     for number, job_state in enumerate(states, start=1):
         run = local_runs.new_run()
         if job_state:
-            run.record(pb.Job(id=f"{number}-abcd", state=job_state))
+            run.record([pb.Job(id=f"{number}-abcd", state=job_state)])
     assert [r.number for r in local_runs.all_runs()] == [1, 2, 3, 4]
     monkeypatch.setattr(local_runs, "KEEP_RUNS", 2)
     assert local_runs.new_run().number == 5
@@ -145,3 +146,51 @@ def test_doctor_checks_the_state_dirs_local_runs_live_in(state):
     found = {d.what: d for d in doctor.probe_dirs()}
     assert found["state dir"].path == str(state.parent) and "open to other users" in found["state dir"].problem
     assert found["local runs"].path == str(state) and found["local runs"].problem == ""
+
+
+def test_a_run_holds_the_numbers_it_reserved_and_the_next_numbers_after_every_one(state):
+    """A search's run reserves a number per trial it may make: its trials are found in it by id or number,
+    listed from its record, and the next run numbers after them."""
+    search, single = local_runs.new_run(jobs=3), local_runs.new_run()
+    assert (search.number, search.last, single.number, single.last) == (1, 3, 4, 4)
+    assert [(r.number, r.last) for r in local_runs.all_runs()] == [(1, 3), (4, 4)]
+    assert [local_runs.find(ref).number for ref in ("1", "2-beef", "3", "4-abcd")] == [1, 1, 1, 4]
+    assert local_runs.find("5") is None
+    trials = [pb.Job(id=f"{n}-ab12", state="PAUSED" if n == 2 else "SUCCEEDED",
+                     spec=pb.JobSpec(experiment_id="e1-ff", trial=n)) for n in (1, 2, 3)]
+    search.record(trials)
+    assert local_runs.jobs_of(search) == trials and local_runs.job_in(search, "2").id == "2-ab12"
+    assert local_runs.job_in(search, "2-ffff") is None and search.recorded().id == "3-ab12"
+    with pytest.raises(UserError, match=r"^job 2-ab12 is trial 2 of experiment e1-ff, whose launch ended: its "
+                                        r"trials ran only inside that launch"):
+        local_commands.resume(None, argparse.Namespace(job_id="2"))  # the experiment's, not a job of its own
+
+
+def test_runs_made_before_numbers_were_reserved_are_found_by_the_ids_their_records_name(state):
+    """A search's run made before runs reserved numbers (no numbers.json) numbered its trials into later runs'
+    numbers: it holds its recorded trials' numbers, a full id is found in the run whose record names it, and a
+    new run numbers after them all. Its job.pb (the last trial only) is no listing of its jobs."""
+    old = [local_runs.new_run() for _ in range(3)]
+    for run in old:
+        os.unlink(os.path.join(run.path, local_runs.NUMBERS))
+    old[0].record_experiments([pb.Experiment(id="e1-ff", trials=[pb.Trial(number=n, job_id=f"{n}-ab12")
+                                                                  for n in (1, 2, 3)])])
+    with open(os.path.join(old[0].path, local_runs.RECORD), "wb") as f:
+        f.write(pb.Job(id="3-ab12", state="SUCCEEDED", spec=pb.JobSpec(experiment_id="e1-ff")).SerializeToString())
+    old[1].record([pb.Job(id="2-cd34", state="SUCCEEDED")])
+    assert [(r.number, r.last) for r in local_runs.all_runs()] == [(1, 3), (2, 2), (3, 3)]
+    assert old[0].recorded_jobs() is None and old[0].recorded().id == "3-ab12"
+    assert local_runs.find("2-ab12").number == 1 and local_runs.find("2-cd34").number == 2
+    assert local_runs.find("2").number == 2  # a number alone: the run numbered so, as before
+    assert local_runs.new_run().number == 4
+
+
+def test_concurrent_launches_reserve_apart(state):
+    """Launches from several terminals at once: each takes its numbers under the runs dir's lock, after every
+    reservation written before it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        runs = list(pool.map(lambda jobs: local_runs.new_run(jobs=jobs), [3, 1, 2, 5, 1, 4, 2, 1]))
+    held = sorted(n for run in runs for n in range(run.number, run.last + 1))
+    assert held == list(range(1, 20))

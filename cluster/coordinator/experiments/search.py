@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Mapping, Union
 
 from cluster.coordinator.experiments import halving, sampling
-from cluster.shared import search_space
+from cluster.shared import searcher
 from cluster.shared.searcher import SearcherConfig
 
 
@@ -79,7 +79,7 @@ class SearchState:
 
 
 def max_trials(config: SearcherConfig, space: Mapping[str, Any]) -> int:
-    return len(search_space.grid(space)) if config.name == "grid" else config.max_trials
+    return searcher.most_trials(config, space)
 
 
 def begin(config: SearcherConfig, space: Mapping[str, Any], seed: int) -> tuple[SearchState, list[Op]]:

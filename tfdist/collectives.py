@@ -89,13 +89,15 @@ def _unwrap(value: Any) -> Any:
 
 class Collectives:
     def __init__(self, store: str | None, rank: int, size: int, mode: str = "", timeout: float = DEFAULT_TIMEOUT,
-                 secret: str | None = None, refusal: str | None = None, group: str = ""):
+                 secret: str | None = None, refusal: str | None = None, group: str = "", caller: str = "ctx"):
         """`mode`: the name of the job's mode; `secret`: the store's (None: TFDIST_STORE_SECRET of this
         process's environment); `refusal`: why the mode's ranks cannot all take part, in its words (None: they
         can); `group`: a name for a set of processes other than the job's ranks (the `determined` API's own
-        groups: the workers a script starts itself), so that its calls never meet the ranks'."""
+        groups: the workers a script starts itself), so that its calls never meet the ranks'; `caller`: what the
+        script called them as, for the messages."""
         self.rank, self.size, self.mode, self.timeout = rank, size, mode, timeout
         self._group = f"{group}." if group else ""
+        self._caller = caller
         self.refusal = refusal
         self._store = store
         self._secret = secret
@@ -107,44 +109,42 @@ class Collectives:
         """Every rank's value, in rank order, on every rank."""
         if self.size == 1:
             return [decode(encode(value))]
-        return self._exchange("allgather", value, everyone_reads=True)
+        return self._exchange("allgather", value)
 
     def gather(self, value: Any) -> list | None:
         """Every rank's value, in rank order, on the chief (rank 0); None elsewhere."""
         if self.size == 1:
             return [decode(encode(value))]
-        return self._exchange("gather", value, everyone_reads=False)
+        values = self._exchange("gather", value)
+        return values if self.rank == 0 else None
 
     def broadcast(self, value: Any = None) -> Any:
-        """The chief's value, on every rank (the others' `value` is ignored)."""
+        """The chief's value, on every rank (the others' `value` is ignored), as JSON carries it on every rank."""
         if self.size == 1:
             return decode(encode(value))
-        seq = self._next("broadcast")
-        if self.rank == 0:
-            self._put(seq, encode(value))
-            return value
-        return decode(self._wait_for(seq, "broadcast", [0])[0])
+        return self._exchange("broadcast", value if self.rank == 0 else None)[0]
 
     def barrier(self) -> None:
         """Returns once every rank has called it."""
         if self.size > 1:
-            self._exchange("barrier", None, everyone_reads=True)
+            self._exchange("barrier", None)
 
     # ---------------------------------------------------------------- internals
     def _next(self, what: str) -> int:
         if self.refusal:
-            raise CollectiveError(f"ctx.{what}() needs every rank to call it, but {self.refusal}")
+            raise CollectiveError(f"{self._caller}.{what}() needs every rank to call it, but {self.refusal}")
         if not self._store:
-            raise CollectiveError(f"ctx.{what}(): this job has no store (TFDIST_STORE is not set); start it with "
+            raise CollectiveError(f"{self._caller}.{what}(): this job has no store (TFDIST_STORE is not set); start it with "
                                   "`tfdist launch`")
         self._calls += 1
         return self._calls
 
-    def _exchange(self, what: str, value: Any, everyone_reads: bool) -> list | None:
+    def _exchange(self, what: str, value: Any) -> list:
+        """Every rank posts and reads every rank's key of this call: a rank that has posted it has read the calls
+        before it, so each rank's keys of those can go, and the store holds at most two calls of keys however
+        many calls a loop makes (a broadcast per step, gathers on a chief)."""
         seq = self._next(what)
         self._put(seq, encode(value))
-        if not everyone_reads and self.rank != 0:
-            return None
         result = [decode(d) for d in self._wait_for(seq, what, list(range(self.size)))]
         self._forget_before(seq)
         return result
@@ -177,7 +177,7 @@ class Collectives:
                 return [found[r] for r in ranks]
             if time.monotonic() > deadline:
                 missing = [r for r in ranks if r not in found]
-                raise UnavailableError(f"ctx.{what}() (collective #{seq}) on rank {self.rank}: rank(s) "
+                raise UnavailableError(f"{self._caller}.{what}() (collective #{seq}) on rank {self.rank}: rank(s) "
                                        f"{', '.join(map(str, missing))} did not arrive within {self.timeout:g}s")
             time.sleep(pause)
             pause = min(pause * 2, 0.1)

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import difflib
 import json
+import os
 from typing import Any, Mapping
 
 from cluster.shared import determined_keys as keys, limits, pod_spec_rules, search_space
@@ -331,6 +332,8 @@ def _cap_trials(searcher: Any, max_slots: int, slots: Any) -> Any:
 
 
 _GC = ("save_experiment_best", "save_trial_best", "save_trial_latest")
+
+
 def _single(searcher: dict, space: Any, notes: list[str]) -> dict:
     """Determined's single searcher draws searched hyperparameters' values once (it is random with one trial)."""
     if not isinstance(space, Mapping) or not search_space.leaves(space):
@@ -374,7 +377,7 @@ def _checkpoint_storage(value: Any, notes: list[str]) -> tuple[Any, dict]:
     mine = {k: v for k, v in section.items() if k in ("host_path", "storage_path") and v is not None}
     host, sub = mine.get("host_path"), mine.get("storage_path")
     if isinstance(host, str) and isinstance(sub, str) and sub.startswith("/"):  # Determined: absolute, inside host_path
-        if not sub.rstrip("/").startswith(host.rstrip("/")):
+        if os.path.commonpath([os.path.normpath(sub), os.path.normpath(host)]) != os.path.normpath(host):
             raise ConfigError(f"checkpoint_storage.storage_path: {sub} is not inside host_path {host}")
         mine = {"host_path": sub}
     return {"type": "shared_fs", **mine}, extra

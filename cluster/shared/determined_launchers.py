@@ -11,20 +11,13 @@ import dataclasses
 import os
 import re
 
+from tfdist.compat import determined_args
 from tfdist.errors import UserError
 
-MODES = {"tensorflow": "mwms", "horovod": "horovod", "torch_distributed": "torch", "deepspeed": "torch",
-         "wrap_rank": ""}
-# Each launcher's options that take the next word (the command starts after them, or after `--`).
-_VALUED = {
-    "tensorflow": (),
-    "horovod": ("--autohorovod-args", "--hostfile", "--trial"),
-    "torch_distributed": ("--trial", "--nproc_per_node", "--nproc-per-node", "--nnodes", "--master_port",
-                          "--master-port", "--rdzv_endpoint", "--rdzv-endpoint", "--rdzv_backend", "--rdzv-backend",
-                          "--node_rank", "--node-rank", "--max_restarts", "--max-restarts"),
-    "deepspeed": ("--trial", "--num_gpus", "--num_nodes", "--master_port", "--include", "--exclude", "--hostfile"),
-    "wrap_rank": (),
-}
+# The tfdist mode each launcher stands for ("": none, the command's own).
+MODES = {"determined.launch.tensorflow": "mwms", "determined.launch.horovod": "horovod",
+         "determined.launch.torch_distributed": "torch", "determined.launch.deepspeed": "torch",
+         "determined.launch.wrap_rank": ""}
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # model_def:IrisTrial
 _TRIAL_API = ("Determined's Trial class API, which tfdist does not run: train in a script (det.core.init() and "
@@ -44,64 +37,50 @@ class Unwrapped:
 
 
 def unwrap(entrypoint: tuple[str, ...] | list[str]) -> Unwrapped:
-    """The command an entrypoint runs and the mode its Determined launcher stands for (launchers may nest:
-    `determined.launch.torch_distributed -- python3 -m determined.launch.wrap_rank 0 -- python3 x.py`)."""
+    """The command an entrypoint runs and the mode its Determined launcher stands for. Launchers may nest
+    (`wrap_rank 0 -- python3 -m determined.launch.torch_distributed ...`): the one that has a mode names it."""
     words = tuple(entrypoint)
     if len(words) == 1 and _TRIAL_CLASS.match(words[0]) and not os.path.exists(words[0]):
         raise LauncherError(f"entrypoint: {words[0]!r} is a Trial class: {_TRIAL_API}")
-    found = _launcher_of(words)
-    if found is None:
+    name, rest = _launcher_of(words)
+    if not name:
         return Unwrapped(words)
-    name, rest = found
-    command = _command_after(name, rest)
-    inner = unwrap(command)
-    mode = MODES[name] or inner.mode
-    if MODES[name] and inner.mode and inner.mode != MODES[name]:
-        raise LauncherError(f"entrypoint: determined.launch.{name} wraps {inner.launcher}; name one launcher")
-    return Unwrapped(inner.command, mode, f"determined.launch.{name}")
+    try:
+        parsed = determined_args.parse(name, rest)
+    except determined_args.LauncherArgsError as e:
+        raise LauncherError(f"entrypoint: {e}") from None
+    if parsed.trial:
+        raise LauncherError(f"entrypoint: {name} --trial {parsed.trial}: a Trial class is {_TRIAL_API}")
+    inner = unwrap(parsed.script)
+    mine = MODES[name]
+    if mine and inner.mode and inner.mode != mine:
+        raise LauncherError(f"entrypoint: {name} wraps {inner.launcher}; name one launcher")
+    return Unwrapped(inner.command, mine or inner.mode, inner.launcher if inner.mode and not mine else name)
 
 
-def _launcher_of(words: tuple[str, ...]) -> tuple[str, list[str]] | None:
-    """("tensorflow", the words after it) for `python3 -m determined.launch.tensorflow ...`, else None."""
-    if len(words) >= 3 and _PYTHON.match(os.path.basename(words[0])) and words[1] == "-m":
-        module = words[2]
-        if module.startswith("determined.launch."):
-            name = module.removeprefix("determined.launch.")
-            if name not in MODES:
-                raise LauncherError(f"entrypoint: {module} is not one of Determined's launchers tfdist understands "
-                                    f"({', '.join('determined.launch.' + n for n in MODES)})")
-            return name, list(words[3:])
-    return None
+def _launcher_of(words: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(its module, the words after it) for `python3 [-u ...] -m determined.launch.tensorflow ...`, else ("", [])."""
+    if not words or not _PYTHON.match(os.path.basename(words[0])):
+        return "", []
+    options = _python_options(list(words[1:]))
+    if len(options) >= 2 and options[0] == "-m" and options[1].startswith(determined_args.PREFIX):
+        if options[1] not in MODES:
+            raise LauncherError(f"entrypoint: {options[1]} is not one of Determined's launchers tfdist understands "
+                                f"({', '.join(MODES)})")
+        return options[1], options[2:]
+    return "", []
 
 
-def _command_after(name: str, words: list[str]) -> tuple[str, ...]:
-    if name == "wrap_rank":  # wrap_rank RANK [--no-redirect-stdio] -- COMMAND
-        if "--" not in words:
-            raise LauncherError("entrypoint: determined.launch.wrap_rank needs `RANK -- COMMAND`")
-        return tuple(words[words.index("--") + 1:])
-    if "--" in words:
-        options, command = words[:words.index("--")], words[words.index("--") + 1:]
-    else:
-        options, i = [], 0
-        while i < len(words) and words[i].startswith("-"):
-            takes = words[i] in _VALUED[name] and "=" not in words[i]
-            options += words[i:i + 1 + takes]
-            i += 1 + takes
-        command = words[i:]
-    for i, option in enumerate(options):
-        if option == "--trial" or option.startswith("--trial="):
-            target = option.partition("=")[2] or (options[i + 1] if i + 1 < len(options) else "")
-            raise LauncherError(f"entrypoint: determined.launch.{name} --trial {target}: a Trial class is "
-                                f"{_TRIAL_API}")
-    if not command:
-        raise LauncherError(f"entrypoint: determined.launch.{name} wraps no command; give it after `--`, e.g. "
-                            f"python3 -m determined.launch.{name} -- python3 train.py")
-    return tuple(command)
+def _python_options(words: list[str]) -> list[str]:
+    """The words after python's own options (`-u`, `-W ignore`, `-X dev`), from `-m`, `-c` or the script on."""
+    while words and words[0].startswith("-") and words[0] not in ("-m", "-c", "-"):
+        words = words[1 + (words[0] in ("-W", "-X")):]
+    return words
 
 
 def mode_of(launcher: str) -> str:
     """The mode a launcher (its module's name, as `Unwrapped.launcher`) stands for; "" for none."""
-    return MODES.get(launcher.removeprefix("determined.launch."), "") if launcher else ""
+    return MODES.get(launcher, "")
 
 
 def script_imports_determined(command: tuple[str, ...] | list[str], max_bytes: int = 4 << 20) -> bool:
@@ -122,9 +101,7 @@ def script_of(command: tuple[str, ...] | list[str]) -> str:
     """The Python script a command runs (`python3 -u train.py`, `train.py`), or "" (a module, other programs)."""
     words = list(command)
     if words and _PYTHON.match(os.path.basename(words[0])):
-        words = words[1:]
-        while words and words[0].startswith("-") and words[0] not in ("-m", "-c", "-"):
-            words = words[1 + (words[0] in ("-W", "-X")):]
+        words = _python_options(words[1:])
     return words[0] if words and words[0].endswith(".py") else ""
 
 

@@ -65,6 +65,22 @@ def test_many_calls_leave_the_store_small(store):
     assert store.key_count() <= 4 * 4  # each rank keeps at most its keys of the calls since its last full one
 
 
+def test_a_loop_of_broadcasts_or_gathers_alone_leaves_the_store_small(store):
+    """Determined's should_preempt() is a broadcast per step; a chief's metrics may be a gather per step."""
+    def script(c):
+        for i in range(100):
+            assert c.broadcast(i if c.rank == 0 else None) == i
+            assert c.gather(i) == ([i] * 3 if c.rank == 0 else None)
+
+    on_every_rank(store, 3, script)
+    assert store.key_count() <= 3 * 2  # each rank's keys of its last call and the one before
+
+
+def test_the_chief_gets_what_the_others_get(store):
+    results = on_every_rank(store, 2, lambda c: c.broadcast({1: (2, 3)} if c.rank == 0 else None))
+    assert results == [{"1": [2, 3]}, {"1": [2, 3]}]  # as JSON carries it, on every rank alike
+
+
 def test_a_rank_that_never_comes_is_named_when_the_wait_ends(store):
     c = Collectives(f"127.0.0.1:{store.port}", 0, 3, "mwms", timeout=0.5)
     with pytest.raises(UnavailableError, match=r"^ctx.allgather\(\) \(collective #1\) on rank 0: rank\(s\) 1, 2 did "

@@ -95,11 +95,21 @@ def test_a_checkpoint_is_a_directory_recorded_once_written(det, monkeypatch, tmp
     other.mkdir(parents=True)
     with context.checkpoint.restore_path("warm-id") as found:
         assert found == other
-    for bad in ("../13-cd56/warm-id", "missing-id"):
+    for bad in ("../13-cd56/warm-id", "missing-id", "*", "/etc", ""):
         with pytest.raises(FileNotFoundError):
             with context.checkpoint.restore_path(bad):
                 pass
     assert context.checkpoint.get_metadata(storage_id)["steps_completed"] == 40
+    # What a restart continues from, and another job's, are not this job's to delete; a bucket is not a directory.
+    with pytest.raises(ValueError, match="latest"):
+        context.checkpoint.delete(storage_id)
+    with pytest.raises(ValueError, match="another job's"):
+        context.checkpoint.delete("warm-id")
+    with pytest.raises(FileNotFoundError):
+        context.checkpoint.delete("*")
+    assert other.is_dir() and path.is_dir()
+    with pytest.raises(ValueError, match="bucket"):
+        det.core.init(checkpoint_storage="s3://bucket/prefix")
 
 
 def test_a_non_chief_cannot_store_alone(det, monkeypatch, tmp_path):
@@ -124,25 +134,31 @@ def test_the_searchers_one_operation_is_its_max_length(det, monkeypatch, tmp_pat
     assert ((unit.name if unit else None), op.length) == expected
 
 
-def test_the_launcher_modules_find_the_command(det):
+def test_the_launcher_modules_find_the_command(det, capsys):
     from determined.launch._run import command_of
 
-    assert command_of("determined.launch.tensorflow", ["--", "python3", "train.py"]) == ["python3", "train.py"]
-    assert command_of("determined.launch.torch_distributed", ["--nproc_per_node", "2", "python3", "t.py"], ("--nproc_per_node",)) == \
+    assert command_of("determined.launch.tensorflow", ["--port", "2222", "python3", "t.py", "--", "--epochs", "3"]) \
+        == ["python3", "t.py", "--epochs", "3"]
+    assert command_of("determined.launch.torch_distributed", ["--nproc_per_node", "2", "--", "python3", "t.py"]) == \
         ["python3", "t.py"]
-    with pytest.raises(SystemExit) as stopped:
-        command_of("determined.launch.horovod", ["--autohorovod", "--trial", "model_def:T"], ("--trial",))
-    assert stopped.value.code == 2
-
-
-def test_what_is_not_offered_stops_in_one_line(det, capsys):
-    for statement in ("from determined.keras import TFKerasTrial", "from determined.experimental import client",
-                      "from determined.pytorch import PyTorchTrial", "det.TrialContext"):
+    for argv in (["--autohorovod", "--trial", "model_def:T"], ["--nproc_per_node", "2", "python3", "t.py"]):
         with pytest.raises(SystemExit) as stopped:
-            exec(statement, {"det": det})
+            command_of("determined.launch.horovod", argv)
+        assert stopped.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_what_is_not_offered_stops_in_one_line_when_used_not_when_looked_up(det, capsys):
+    from determined.keras import TFKerasTrial  # noqa: F401  (a lookup, as an import or hasattr is, is harmless)
+    from determined.experimental import client
+
+    assert hasattr(det.pytorch, "PyTorchTrial") and getattr(det.keras, "NotDeterminedsAtAll", None) is None
+    for statement in ("class MyTrial(TFKerasTrial):\n    pass", "client.login()", "det.pytorch.Trainer(None)",
+                      "det.TrialContext()"):
+        with pytest.raises(SystemExit) as stopped:
+            exec(statement, {"det": det, "TFKerasTrial": TFKerasTrial, "client": client})
         assert stopped.value.code == 2
         said = capsys.readouterr().err
-        assert said.count("\n") == 1 and "tfdist does not offer" in said and "docs/determined.md" in said
+        assert said.count("\n") == 1 and "tfdist does not offer" in said and "docs/determined.md" in said, said
 
 
 @pytest.mark.parametrize("searcher,steps,metrics,reached", [

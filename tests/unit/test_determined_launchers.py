@@ -20,6 +20,14 @@ UNWRAPPED = [
     ("python3 -m determined.launch.torch_distributed -- python3 -m determined.launch.wrap_rank 0 -- python3 x.py",
      "python3 x.py", "torch"),
     ("python3 4_distributed.py launcher", "python3 4_distributed.py launcher", ""),
+    # Determined's parsers: tensorflow's --port and what follows `--` appended; python's own options first;
+    # wrap_rank outermost, the inner launcher's mode kept; wrap_rank without `--`.
+    ("python3 -m determined.launch.tensorflow --port 2222 python3 t.py", "python3 t.py", "mwms"),
+    ("python3 -m determined.launch.tensorflow python3 t.py -- --epochs 3", "python3 t.py --epochs 3", "mwms"),
+    ("python3 -u -m determined.launch.torch_distributed python3 t.py", "python3 t.py", "torch"),
+    ("python3 -m determined.launch.wrap_rank 0 -- python3 -m determined.launch.torch_distributed python3 t.py",
+     "python3 t.py", "torch"),
+    ("python3 -m determined.launch.wrap_rank --no-redirect-stdio 3 python3 t.py", "python3 t.py", ""),
     ("python3 train.py", "python3 train.py", ""),
 ]
 
@@ -40,6 +48,8 @@ def test_each_launcher_is_its_command_in_a_mode(entrypoint, command, mode):
     ("python3 -m determined.launch.tensorflow --", "no command"),
     ("python3 -m determined.launch.ray -- python3 x.py", "determined.launch.ray"),
     ("python3 -m determined.launch.tensorflow -- python3 -m determined.launch.horovod -- python3 x.py", "one launcher"),
+    ("python3 -m determined.launch.torch_distributed --nproc_per_node 2 python3 t.py", "--nproc_per_node"),
+    ("python3 -m determined.launch.horovod --trial model_def:T python3 x.py", "extra arguments"),
 ])
 def test_what_tfdist_cannot_run_is_one_line_naming_it(entrypoint, named):
     with pytest.raises(LauncherError) as caught:

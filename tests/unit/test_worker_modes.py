@@ -93,6 +93,7 @@ def test_each_mode_declares_what_differs():
             "per_node": (True, False, True),  # the chief alone writes tfdist's checkpoints
             "jax": (True, True, True),
             "torch": (True, False, True)}
+    assert [n for n, m in WORKER_MODES.items() if m.starts_own_workers] == ["per_node"]
 
 
 def test_a_name_no_mode_has_runs_one_process_and_refuses_a_job():

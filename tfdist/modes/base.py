@@ -50,6 +50,9 @@ class WorkerMode(Protocol):
     # collective). False: the chief alone writes, the others return at once.
     every_rank_saves: bool
     batch_callbacks: bool  # Keras runs batch-level callbacks (tf_keras under ParameterServerStrategy does not)
+    # The process is its own launcher: it starts the workers of its node's slots itself (per_node), so tfdist's ranks
+    # do not tell those workers apart.
+    starts_own_workers: bool
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         """The backend of ctx.allgather/gather/broadcast/barrier, built with the context (no side effects)."""

@@ -29,6 +29,7 @@ class ParameterServers:
     every_rank_runs_script = False
     every_rank_saves = False
     batch_callbacks = False
+    starts_own_workers = False
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name, refusal=COLLECTIVES_REFUSAL)

@@ -18,6 +18,7 @@ class Torch:
     every_rank_runs_script = True
     every_rank_saves = False
     batch_callbacks = True
+    starts_own_workers = False
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name)

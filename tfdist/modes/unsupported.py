@@ -16,6 +16,7 @@ class Unsupported:
     every_rank_runs_script = True
     every_rank_saves = True
     batch_callbacks = True
+    starts_own_workers = False
 
     def __init__(self, name: str):
         self.name = name

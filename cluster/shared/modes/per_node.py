@@ -1,8 +1,8 @@
 """`per_node`: the script is its own launcher. One process on each node, holding every slot the job has there
 (its GPUs pinned, or its count of CPU slots), and no framework's variables: the script starts its own workers.
 This is how Determined runs an entrypoint that names no launcher (its Core API tutorial's stage 4 starts a worker
-per slot itself), so a script that imports `determined` and names no launcher runs in it (cluster/client/launch.py
-decides that before submitting). The job succeeds when every node's process exits 0.
+per slot itself), so `auto` runs a script that imports `determined` and names no launcher in it (the config reads the
+script when it is parsed: cluster/shared/config.py, cluster/shared/modes/auto.py). The job succeeds when every node's process exits 0.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 from determined._info import ClusterInfo, RendezvousInfo, ResourcesInfo, TrialInfo, get_cluster_info
-from determined._unoffered import InvalidHP, unoffered
+from determined._unoffered import InvalidHP, stand_in
 
 __version__ = "0.38.0+tfdist"
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"  # Determined's, so its scripts' logs read the same
@@ -28,7 +28,7 @@ def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f"determined.{name}")
     if name in _UNOFFERED:
-        unoffered(f"determined.{name}", _UNOFFERED[name])
+        return stand_in(f"determined.{name}", _UNOFFERED[name])
     raise AttributeError(f"module 'determined' has no attribute {name!r}")
 
 

@@ -9,9 +9,8 @@ from typing import Any, Optional
 
 from determined import _tfdist
 from tfdist import envvars
+from tfdist.compat import rendezvous
 
-USER_DATA = getattr(envvars, "USER_DATA", "TFDIST_USER_DATA")
-EXPERIMENT_CONFIG = getattr(envvars, "EXPERIMENT_CONFIG", "TFDIST_EXPERIMENT_CONFIG")
 
 
 class RendezvousInfo:
@@ -59,14 +58,15 @@ class ClusterInfo:
         self._rendezvous = RendezvousInfo([n.address for n in nodes], me.node_rank if me else 0,
                                           [len(_slots_of(n, ctx.local_slots)) for n in nodes])
         latest = info.latest_checkpoint if info else None
-        config = _tfdist.env_json(EXPERIMENT_CONFIG, {}) or {"hyperparameters": dict(ctx.hparams)}
+        config = _tfdist.env_json(envvars.EXPERIMENT_CONFIG, {}) or {"hyperparameters": dict(ctx.hparams)}
         trial_id = _tfdist.trial_number(ctx.job_id)
         seed = (config.get("reproducibility") or {}).get("experiment_seed", 0) if isinstance(config, dict) else 0
-        self._trial = TrialInfo(trial_id, int(os.environ.get("TFDIST_EXPERIMENT_ID", trial_id) or trial_id),
+        # experiment_id: the trial's own number (tfdist's trials are jobs; `tfdist experiment` shows their experiment)
+        self._trial = TrialInfo(trial_id, trial_id,
                                 (int(seed) + trial_id) % 2**31, dict(ctx.hparams), config,
                                 latest.step if latest else 0, ctx.attempt + 1)
         self._latest_checkpoint = os.path.basename(latest.path.rstrip("/")) if latest else None
-        self._user_data = _tfdist.env_json(USER_DATA, {})
+        self._user_data = _tfdist.env_json(envvars.USER_DATA, {})
 
     @property
     def latest_checkpoint(self) -> Optional[str]:
@@ -118,4 +118,5 @@ def get_cluster_info() -> Optional[ClusterInfo]:
         return None
     if _cached is None:
         _cached = ClusterInfo()
+        rendezvous.signal_ready()  # the script runs (its own launcher may start workers that never init())
     return _cached

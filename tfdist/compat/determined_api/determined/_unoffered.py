@@ -25,12 +25,32 @@ def unoffered(what: str, kind: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def unoffered_module(module: str, kind: str, offered: dict | None = None):
-    """A module `__getattr__` that stops the script on any name but those `offered`."""
-    def __getattr__(name: str):
-        if offered and name in offered:
-            return offered[name]
+class _Unoffered(type):
+    """The class of a stand-in for what is not offered: looking it up is harmless (`hasattr`, `getattr(..., None)`,
+    an import), using it (calling it, subclassing it, reading its attributes) stops the script in one line."""
+
+    def __getattr__(cls, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        unoffered(f"{module}.{name}", kind)
+        unoffered(f"{cls._what}.{name}", cls._kind)
+
+    def __call__(cls, *args, **kwargs):
+        unoffered(cls._what, cls._kind)
+
+
+def stand_in(what: str, kind: str) -> type:
+    def refuse_subclass(sub, **kwargs):
+        unoffered(what, kind)
+
+    return _Unoffered(what.rpartition(".")[2], (), {"_what": what, "_kind": kind,
+                                                    "__init_subclass__": classmethod(refuse_subclass)})
+
+
+def unoffered_module(module: str, kind: str, names: tuple[str, ...] | None = None):
+    """A module `__getattr__` giving a stand-in for each of Determined's `names` there (None: any public name),
+    AttributeError for others."""
+    def __getattr__(name: str):
+        if name.startswith("_") or (names is not None and name not in names):
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        return stand_in(f"{module}.{name}", kind)
     return __getattr__

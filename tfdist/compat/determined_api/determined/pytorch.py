@@ -3,4 +3,7 @@ with the Core API runs: tfdist's torch mode, `determined.launch.torch_distribute
 
 from determined._unoffered import unoffered_module
 
-__getattr__ = unoffered_module("determined.pytorch", "Determined's Trial class API")
+__getattr__ = unoffered_module("determined.pytorch", "Determined's Trial class API", (
+    "PyTorchTrial", "PyTorchTrialContext", "PyTorchExperimentalContext", "Trainer", "init", "DataLoader",
+    "LRScheduler", "PyTorchCallback", "MetricReducer", "Reducer", "load_trial_from_checkpoint_path", "to_device",
+    "TorchData", "deepspeed", "samplers", "dsat"))

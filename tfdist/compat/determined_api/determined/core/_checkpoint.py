@@ -12,6 +12,7 @@ import enum
 import json
 import os
 import pathlib
+import re
 import shutil
 import uuid
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
@@ -20,6 +21,7 @@ from tfdist import checkpointing, envvars
 from tfdist.metrics import CHECKPOINT_RECORD, report_record
 
 METADATA = "metadata.json"
+_STORAGE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # uuid4s, and ids a script names itself
 
 
 class DownloadMode(enum.Enum):
@@ -32,6 +34,7 @@ class CheckpointContext:
         self._dist = distributed
         self._steps = steps  # the latest steps_completed reported: a metadata without one gets it
         self._storage = storage  # det.core.init(checkpoint_storage=...): a directory instead of the job's
+        self._latest = ""  # the job's latest recorded checkpoint, as far as this process knows: never deleted
 
     # ------------------------------------------------------------ writing
     def store_path(self, metadata: Optional[Dict[str, Any]] = None, *, shard: bool = False):
@@ -91,7 +94,18 @@ class CheckpointContext:
             return json.load(f)
 
     def delete(self, storage_id: str) -> None:
-        shutil.rmtree(self._find(storage_id))
+        """Deletes a checkpoint of this job's storage; not the job's latest recorded one, which a restart or
+        resume continues from (the coordinator keeps that record)."""
+        from determined import _info
+
+        info = _info.get_cluster_info()
+        if storage_id in (self._latest, info.latest_checkpoint if info else None):
+            raise ValueError(f"checkpoint {storage_id} is the job's latest: a restart or resume continues from it, so "
+                             "it is kept (save a newer one first)")
+        path = self._find(storage_id)
+        if path.parent != self._root():
+            raise ValueError(f"checkpoint {storage_id} is another job's ({path.parent.name}): delete only this job's")
+        shutil.rmtree(path)
 
     # ------------------------------------------------------------ where
     def _root(self) -> pathlib.Path:
@@ -108,19 +122,19 @@ class CheckpointContext:
         return self._root() / storage_id
 
     def _find(self, storage_id: str) -> pathlib.Path:
-        """A storage id of this job, of another job under the same checkpoint storage (a warm start from
-        another trial's checkpoint), or a path."""
+        """A storage id of this job, or of another job of yours under the same checkpoint storage (a warm start from
+        another trial's checkpoint). Ids are names, never paths or patterns."""
         storage_id = str(storage_id)
-        if os.path.isabs(storage_id) and os.path.isdir(storage_id):
-            return pathlib.Path(storage_id)
-        if "/" in storage_id or storage_id in ("", ".", ".."):
-            raise FileNotFoundError(f"checkpoint {storage_id!r}: not a storage id")
+        if not _STORAGE_ID.match(storage_id):
+            raise FileNotFoundError(f"checkpoint {storage_id!r}: not a storage id (letters, digits, '.', '_', '-')")
         mine = self._path(storage_id)
         if mine.is_dir():
             return mine
-        for other in sorted(self._root().parent.glob(f"*/{storage_id}")):
-            if other.is_dir():
-                return other
+        if self._storage is None and self._root().parent.is_dir():  # its siblings: other jobs' of the same storage
+            for other in sorted(self._root().parent.iterdir()):
+                found = other / storage_id
+                if found.is_dir() and not found.is_symlink() and found.stat().st_uid == os.getuid():
+                    return found
         raise FileNotFoundError(f"checkpoint {storage_id} is not in this job's checkpoint storage ({self._root()})")
 
     def _seal(self, path: pathlib.Path, storage_id: str, metadata: Dict[str, Any]) -> None:
@@ -133,6 +147,7 @@ class CheckpointContext:
         with open(partial, "w", encoding="utf-8") as f:
             json.dump(metadata, f, default=str)
         os.replace(partial, path / METADATA)
+        self._latest = storage_id
         report_record(CHECKPOINT_RECORD, steps, int(os.environ.get(envvars.ATTEMPT, "0") or 0), note=str(path))
 
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Union
 
 from determined import _info, _tfdist
 from determined.core._checkpoint import CheckpointContext
-from determined.core._distributed import DistributedContext, of_job
+from determined.core._distributed import DistributedContext, DummyDistributedContext, of_job
 from determined.core._preempt import PreemptContext, PreemptMode
 from determined.core._searcher import SearcherContext
 from determined.core._train import TrainContext, series_name
@@ -26,13 +26,12 @@ class TensorboardMode(enum.Enum):
 
 
 class Context:
-    def __init__(self, distributed: DistributedContext, checkpoint_storage: Optional[Union[str, Dict[str, Any]]],
-                 preempt_mode: PreemptMode) -> None:
+    def __init__(self, distributed: DistributedContext, storage: Optional[str], preempt_mode: PreemptMode) -> None:
         self._steps = 0
         self._finished = False
         self.distributed = distributed
         self.train = TrainContext(distributed, on_report=self._reported, on_validation=self._validated)
-        self.checkpoint = CheckpointContext(distributed, lambda: self._steps, _storage_dir(checkpoint_storage))
+        self.checkpoint = CheckpointContext(distributed, lambda: self._steps, storage)
         self.preempt = PreemptContext(distributed, lambda: self._steps, preempt_mode, lambda: self._finished)
         self.searcher = SearcherContext(distributed, self._searcher_metric)
         self.info = _info.get_cluster_info()
@@ -85,9 +84,10 @@ def init(*, distributed: Optional[DistributedContext] = None,
     """The Core API's context. Without `distributed`, the job's own processes (Determined gives one process
     alone; under tfdist every process of the job is already placed, so they meet as one). Counts as this
     worker joining the job (its startup timeout stops)."""
+    storage = _storage_dir(checkpoint_storage)
     if distributed is None:
-        distributed = of_job() if _tfdist.launched() else DistributedContextAlone()
-    context = Context(distributed, checkpoint_storage, preempt_mode).start()
+        distributed = of_job() if _tfdist.launched() else DummyDistributedContext()
+    context = Context(distributed, storage, preempt_mode).start()
     if _tfdist.launched():
         rendezvous.signal_ready()
     return context
@@ -114,15 +114,14 @@ def _length_reached(ctx, steps: int, metrics: Dict[str, Any]) -> str:
         return ""
 
 
-def DistributedContextAlone() -> DistributedContext:
-    return DistributedContext(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)
-
-
 def _storage_dir(value: Optional[Union[str, Dict[str, Any]]]) -> Optional[str]:
     """init(checkpoint_storage=...): a directory, or Determined's shared_fs mapping."""
     if value is None:
         return None
     if isinstance(value, str):
+        if "://" in value:
+            raise ValueError(f"checkpoint_storage={value!r}: tfdist writes checkpoints to a directory every node "
+                             "shares, not to a bucket; give a path (or leave it out: the job's checkpoint_storage)")
         return value
     if isinstance(value, dict) and value.get("type", "shared_fs") in ("shared_fs", "directory"):
         base = value.get("host_path") or value.get("container_path")

@@ -15,6 +15,13 @@ from typing import Any, Optional
 from determined import _tfdist
 from tfdist import envvars
 from tfdist.collectives import CollectiveError, Collectives
+from tfdist.modes import worker_mode
+
+# Determined's collectives wait as long as it takes; tfdist's are bounded: long enough for a chief that validates or
+# saves alone, and then one line naming the ranks that did not come (TFDIST_DETERMINED_TIMEOUT seconds sets it).
+TIMEOUT_VARIABLE = "TFDIST_DETERMINED_TIMEOUT"
+DEFAULT_TIMEOUT = 3600.0
+_made = 0  # the contexts this process made: each rank makes them in the same order, so the n-th ones meet
 
 
 class DistributedContext:
@@ -33,8 +40,14 @@ class DistributedContext:
         if size > 1 and not store:
             raise CollectiveError("det.core.DistributedContext: this process has no job store (TFDIST_STORE), so "
                                   "its ranks cannot meet; run the script with `tfdist launch`")
-        self._all = Collectives(store, rank, size, "determined", group=f"det{size}")
-        self._local = Collectives(store, local_rank, local_size, "determined", group=f"det{size}.node{cross_rank}")
+        global _made
+        _made += 1
+        timeout = _timeout()
+        group = f"det{_made}.{size}"
+        self._all = Collectives(store, rank, size, "determined", timeout=timeout, group=group,
+                                caller="core_context.distributed")
+        self._local = Collectives(store, local_rank, local_size, "determined", timeout=timeout,
+                                  group=f"{group}.node{cross_rank}", caller="core_context.distributed")
         self._closed = False
 
     # ------------------------------------------------------------ Determined's constructors
@@ -131,6 +144,14 @@ class DistributedContext:
         return self._local.broadcast(stuff)
 
 
+def _timeout() -> float:
+    raw = os.environ.get(TIMEOUT_VARIABLE, "")
+    try:
+        return float(raw) if raw else DEFAULT_TIMEOUT
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_VARIABLE}={raw!r} is not a number of seconds") from None
+
+
 class DummyDistributedContext(DistributedContext):
     """One process alone (Determined's name for it)."""
 
@@ -142,6 +163,10 @@ def of_job() -> DistributedContext:
     """The job's own processes (what `det.core.init()` uses when the script passes no context): tfdist's ranks,
     their nodes as Determined's "agents"."""
     ctx = _tfdist.context()
+    if worker_mode(ctx.distribution).starts_own_workers and ctx.local_slots > 1:
+        raise ValueError("you must provide a valid DistributedContext for a multi-slot task: this script is its own "
+                         "launcher (mode per_node), so tfdist cannot tell its workers apart; pass "
+                         "det.core.init(distributed=det.core.DistributedContext(rank=..., ...))")
     info = ctx.cluster_info
     node = info.node_of(ctx.rank) if info else None
     local = sorted(node.ranks) if node else [ctx.rank]

@@ -7,7 +7,6 @@ make in the same process)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -46,7 +45,6 @@ class DeterminedCallback(tf.keras.callbacks.Callback):
         self._epoch = -1
         self._last_train_epoch = -1
         self._last_ckpt_epoch = -1
-        self._restored: Optional[contextlib.ExitStack] = None
 
     # ------------------------------------------------------------ Keras's hooks
     def on_train_begin(self, logs=None) -> None:

@@ -1,5 +1,6 @@
-"""What each launcher module does at run time: find the wrapped command after the launcher's own options and
-replace this process with it."""
+"""What each launcher module does at run time: parse its command line as Determined's does
+(tfdist/compat/determined_args.py, which the config reads entrypoints with too) and replace this process with the
+command it wraps."""
 
 from __future__ import annotations
 
@@ -7,29 +8,26 @@ import os
 import sys
 from typing import Sequence
 
+from determined import _tfdist  # noqa: F401  (tfdist importable)
 from determined._unoffered import unoffered
+from tfdist.compat.determined_args import LauncherArgs, LauncherArgsError, parse
 
 
-def command_of(launcher: str, argv: Sequence[str], valued: Sequence[str] = ()) -> list[str]:
-    """The command after `--`, else after the launcher's options (`valued` ones take a value); `launcher`: its
-    module's name."""
-    args = list(argv)
-    if "--" in args:
-        options, command = args[:args.index("--")], args[args.index("--") + 1:]
-    else:
-        options, i = [], 0
-        while i < len(args) and args[i].startswith("-"):
-            takes_value = args[i] in valued and "=" not in args[i]
-            options += args[i:i + 1 + takes_value]
-            i += 1 + takes_value
-        command = args[i:]
-    if any(o == "--trial" or o.startswith("--trial=") for o in options):
-        unoffered(f"python -m {launcher} --trial", "Determined's Trial class API")
-    if not command:
-        print(f"tfdist: python -m {launcher}: no command to run; give it after `--`, e.g. "
-              f"`python -m {launcher} -- python3 train.py`", file=sys.stderr)
-        raise SystemExit(2)
-    return command
+def parsed(module: str, argv: Sequence[str]) -> LauncherArgs:
+    """The launcher `module`'s (`determined.launch.NAME`) command line; a usage error is one line, exit 2."""
+    try:
+        args = parse(module, list(argv))
+    except LauncherArgsError as e:
+        print(f"tfdist: python -m {e}" if str(e).startswith(module) else f"tfdist: python -m {module}: {e}",
+              file=sys.stderr)
+        raise SystemExit(2) from None
+    if args.trial:
+        unoffered(f"python -m {module} --trial {args.trial}", "Determined's Trial class API")
+    return args
+
+
+def command_of(module: str, argv: Sequence[str]) -> list[str]:
+    return list(parsed(module, argv).script)
 
 
 def exec_command(command: list[str]) -> None:

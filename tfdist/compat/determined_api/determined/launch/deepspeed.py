@@ -5,7 +5,6 @@ import sys
 
 from determined.launch._run import command_of, exec_command
 
-VALUED = ("--num_gpus", "--num_nodes", "--master_port", "--include", "--exclude", "--hostfile")
 
 if __name__ == "__main__":
-    exec_command(command_of(__spec__.name, sys.argv[1:], valued=VALUED))
+    exec_command(command_of(__spec__.name, sys.argv[1:]))

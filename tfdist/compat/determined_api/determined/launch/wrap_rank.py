@@ -1,4 +1,4 @@
-"""`python -m determined.launch.wrap_rank RANK [--no-redirect-stdio] -- COMMAND`: runs COMMAND with each of its
+"""`python -m determined.launch.wrap_rank [--no-redirect-stdio] RANK [--] COMMAND`: runs COMMAND with each of its
 output lines marked `[rank=RANK] `, as Determined's does, so that the workers a script starts itself (Determined's
 Core API tutorial, stage 4) can be told apart in the job's log. Signals it gets are passed on; it exits with the
 command's code."""
@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 
+from determined.launch._run import parsed
+
 
 def _copy(source, target, prefix: bytes) -> None:
     for line in iter(source.readline, b""):
@@ -18,15 +20,10 @@ def _copy(source, target, prefix: bytes) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if "--" not in argv or argv.index("--") < 1:
-        print("tfdist: usage: python -m determined.launch.wrap_rank RANK [--no-redirect-stdio] -- COMMAND...",
-              file=sys.stderr)
-        return 2
-    options, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
-    rank, redirect = options[0], "--no-redirect-stdio" not in options
-    if not command:
-        print("tfdist: wrap_rank: no command after `--`", file=sys.stderr)
-        return 2
+    args = parsed("determined.launch.wrap_rank", argv)
+    command, rank, redirect = list(args.script), args.rank, args.redirect
+    if command[0] in ("python", "python3"):
+        command = [sys.executable, *command[1:]]
     pipe = subprocess.PIPE if redirect else None
     try:
         child = subprocess.Popen(command, stdout=pipe, stderr=pipe)
@@ -44,7 +41,7 @@ def main(argv: list[str]) -> int:
             t.start()
     code = child.wait()
     for t in copiers:
-        t.join()
+        t.join(timeout=10)  # a process the command left behind may hold the pipes: its lines are not waited for
     return code if code >= 0 else 128 - code
 
 

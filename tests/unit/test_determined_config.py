@@ -393,3 +393,28 @@ def test_the_cli_runs_a_search_of_the_batch_size_and_says_its_notes(tmp_path, ma
 def test_the_docs_show_the_table_as_the_code_has_it():
     with open(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "docs", "determined.md")) as f:
         assert determined_keys.markdown() in f.read()  # docs/determined.md: render it again from the module
+
+
+@pytest.mark.parametrize("entrypoint,command,mode", [
+    # Every entrypoint form of Determined's published example configs (both generations): launcher in, command out.
+    (">-\n  python3 -m determined.launch.tensorflow --\n  python3 train.py", "python3 train.py", "mwms"),
+    ("python3 -m determined.launch.torch_distributed python3 train.py", "python3 train.py", "torch"),
+    (">-\n  python3 -m determined.launch.torch_distributed\n  python3 finetune.py --config c.yaml",
+     "python3 finetune.py --config c.yaml", "torch"),
+    ("python3 -m determined.launch.deepspeed python3 script.py", "python3 script.py", "torch"),
+    ("python3 -m determined.launch.horovod --autohorovod -- python3 train.py", "python3 train.py", "horovod"),
+    ("python3 4_distributed.py launcher", "python3 4_distributed.py launcher", "mwms"),  # no such script here
+    ("'  python3 model_def_metrics.py '", "python3 model_def_metrics.py", "mwms"),
+])
+def test_every_entrypoint_form_of_determineds_examples(entrypoint, command, mode):
+    config = parse_config(f"name: t\nentrypoint: {entrypoint}\n", "d.yaml")
+    assert " ".join(config.entrypoint) == command and jobspec.job_spec(config).config.distribution_mode == mode
+
+
+@pytest.mark.parametrize("entrypoint", ["python3 -m determined.launch.horovod --autohorovod --trial model_def:IrisTrial",
+                                        "python3 -m determined.launch.torch_distributed --trial model_def:MNistTrial",
+                                        "model_def:CIFARTrial"])
+def test_a_trial_class_entrypoint_is_one_line(entrypoint):
+    with pytest.raises(ConfigError) as refused:
+        parse_config(f"name: t\nentrypoint: {entrypoint}\n", "d.yaml")
+    assert "\n" not in str(refused.value) and "Trial class API" in str(refused.value)

@@ -3,6 +3,7 @@ node (through determined.launch.wrap_rank) and fails fast when one fails; each w
 DistributedContext from get_cluster_info() and adds every worker's increment (allgather), the chief alone
 reporting and checkpointing; every rank asks whether to stop."""
 
+import json
 import logging
 import queue
 import subprocess
@@ -75,8 +76,8 @@ if __name__ == "__main__":
     cross_rank = info.container_rank
     chief_ip = info.container_addrs[0]
     if sys.argv[1] == "launcher":
-        print(f"launcher on node {cross_rank} of {num_nodes}: {slots_per_node} workers at {time.time():.0f}",
-              flush=True)
+        print(f"launcher on node {cross_rank} of {num_nodes}: {slots_per_node} workers at {time.time():.0f}, "
+              f"container_addrs {json.dumps(info.container_addrs)}", flush=True)
         sys.exit(launcher_main(slots_per_node, cross_rank))
     if sys.argv[1] == "worker":
         sys.exit(worker_main(slots_per_node, num_nodes, cross_rank, chief_ip, int(sys.argv[2]), int(sys.argv[3]),

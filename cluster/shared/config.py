@@ -99,7 +99,7 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
     """The YAML document's shape (sections, Determined's list of NAME=VALUE, a string entrypoint, typed
     hyperparameters with `hparams`, the --hparam NAME=VALUEs, over them) into the typed value, then the
     value's own checks (`check_config`)."""
-    translated = determined_config.translate(determined_config.check_top(raw, _TOP_KEYS))
+    translated = determined_config.translate(determined_config.check_top(raw, _TOP_KEYS), hparams)
     root = translated.root
     resources = check_mapping(root.get("resources", {}), "resources", _RESOURCES_KEYS)
     distribution = check_mapping(root.get("distribution", {}), "distribution", _DISTRIBUTION_KEYS)

@@ -11,14 +11,13 @@ import dataclasses
 import difflib
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from cluster.shared import determined_keys as keys, limits, pod_spec_rules, search_space
+from cluster.shared import determined_keys as keys, limits, pod_spec_rules, searcher as searcher_lib
 from cluster.shared.config_values import ConfigError, check_int, check_text, describe, parse_env
 
 TFDIST_ENVIRONMENT = ("variables",)
 DEFAULT_PRIORITY = 42  # Determined's: 1-99, lower first; tfdist's is 42 - it (higher first, default 0)
-SEARCHING = ("grid", "random", "adaptive_asha", "tpe")  # searcher names that make an experiment
 WORKER = "tfdist-worker"  # the container tfdist runs the workers in (Determined's determined-container)
 _LENGTH_UNITS = ("batches", "records", "epochs")
 _SHAPES = {  # Determined's top-level keys tfdist keeps as written: what each must be (null: left out)
@@ -72,7 +71,7 @@ def check_determined(value: Any) -> dict[str, Any]:
     return kept
 
 
-def translate(root: Mapping[str, Any]) -> Translation:
+def translate(root: Mapping[str, Any], overrides: Sequence[str] = ()) -> Translation:
     """Determined's keys of `root` (a mapping of top-level keys) onto tfdist's; ConfigError names a refused one."""
     out = {k: v for k, v in root.items() if k not in ONLY_DETERMINED}
     notes: list[str] = []
@@ -100,9 +99,9 @@ def translate(root: Mapping[str, Any]) -> Translation:
         kept["resources"] = extra
         max_slots = extra.get("max_slots")
         if max_slots is not None:
-            out["searcher"] = _cap_trials(root.get("searcher"), max_slots, resources.get("slots_per_trial", 1))
+            out["searcher"] = searcher_lib.capped_by_slots(root.get("searcher"), max_slots, resources.get("slots_per_trial", 1))
     if isinstance(out.get("searcher"), dict) and out["searcher"].get("name") == "single":
-        out["searcher"] = _single(out["searcher"], root.get("hyperparameters"), notes)
+        out["searcher"] = searcher_lib.single_as_drawn(out["searcher"], root.get("hyperparameters"), overrides, notes)
     out["optimizations"], extra = _split("optimizations", root.get("optimizations"), notes, _OPTIMIZATIONS)
     if extra:
         kept["optimizations"] = extra
@@ -322,25 +321,7 @@ def _resources(value: Any, notes: list[str]) -> tuple[dict, int | None, dict]:
     return own, priority, extra
 
 
-def _cap_trials(searcher: Any, max_slots: int, slots: Any) -> Any:
-    """resources.max_slots as the trials an experiment runs at once."""
-    if not isinstance(searcher, dict) or searcher.get("name") not in SEARCHING or not isinstance(slots, int):
-        return searcher
-    cap = max(1, max_slots // max(1, slots))
-    given = searcher.get("max_concurrent_trials") or 16  # Determined's 0: its default
-    return {**searcher, "max_concurrent_trials": min(given, cap) if isinstance(given, int) else given}
-
-
 _GC = ("save_experiment_best", "save_trial_best", "save_trial_latest")
-
-
-def _single(searcher: dict, space: Any, notes: list[str]) -> dict:
-    """Determined's single searcher draws searched hyperparameters' values once (it is random with one trial)."""
-    if not isinstance(space, Mapping) or not search_space.leaves(space):
-        return searcher
-    notes.append("searcher.name: single with searched hyperparameters draws their values once, as Determined does: "
-                 "an experiment of one trial (random, max_trials 1)")
-    return {**searcher, "name": "random", "max_trials": 1, "max_concurrent_trials": 1}
 
 
 _STORAGE = {"shared_fs": ("type", "host_path", "storage_path", "container_path", "checkpoint_path", "tensorboard_path",

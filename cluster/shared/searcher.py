@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from cluster.shared import search_space
+from cluster.shared import hyperparameters, search_space
 from cluster.shared.hyperparameters import _clip, _show  # the one way config errors show a bad value
 from tfdist.errors import UserError
 
@@ -176,3 +176,28 @@ def _int(value: Any, key: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise SearcherError(f"searcher.{key}: expected an integer from {low} to {high:,}, got {_show(value)}")
     return value
+
+
+# ---------------------------------------------------------------- Determined's searcher translated
+
+def capped_by_slots(searcher: Any, max_slots: int, slots: Any) -> Any:
+    """Determined's resources.max_slots as the trials an experiment runs at once (the searcher as written)."""
+    if not isinstance(searcher, dict) or searcher.get("name") not in SEARCHING or not isinstance(slots, int):
+        return searcher
+    cap = max(1, max_slots // max(1, slots))
+    given = searcher.get("max_concurrent_trials") or 16  # Determined's 0: its default
+    return {**searcher, "max_concurrent_trials": min(given, cap) if isinstance(given, int) else given}
+
+
+def single_as_drawn(searcher: dict, space: Any, overrides: Sequence[str], notes: list[str]) -> dict:
+    """Determined's single searcher draws searched hyperparameters' values once (random, one trial); those a
+    `--hparam` gives are not searched (a bad one is said where the values are resolved: config._hyperparameters)."""
+    try:
+        searched = isinstance(space, Mapping) and search_space.leaves(hyperparameters.apply_overrides(space, overrides))
+    except hyperparameters.HyperparameterError:
+        searched = bool(search_space.leaves(space))
+    if not searched:
+        return searcher
+    notes.append("searcher.name: single with searched hyperparameters draws their values once, as Determined does: "
+                 "an experiment of one trial (random, max_trials 1)")
+    return {**searcher, "name": "random", "max_trials": 1, "max_concurrent_trials": 1}

@@ -1,7 +1,7 @@
 """The command lines of Determined's launchers (`python3 -m determined.launch.NAME ...`), parsed as Determined's
 own `parse_args` parse them, in one place: the config reads an entrypoint with them before a job starts
 (cluster/shared/determined_launchers.py) and the launcher modules a script starts itself at run time
-(tfdist/compat/determined_api/determined/launch/). Pure; imports nothing of tfdist.
+(tfdist/compat/determined_api/determined/launch/). Pure; imports only tfdist's errors.
 
 - tensorflow: `[--port PORT] [--] SCRIPT...`: what follows `--` is appended to the script;
 - horovod, torch_distributed: `[OVERRIDES... --] ([--autohorovod] --trial TRIAL | SCRIPT...)`: before `--`, options
@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from tfdist.errors import UserError
+
 PREFIX = "determined.launch."
 LAUNCHERS = ("determined.launch.tensorflow", "determined.launch.horovod", "determined.launch.torch_distributed",
              "determined.launch.deepspeed", "determined.launch.wrap_rank")
 _OVERRIDES_FIRST = LAUNCHERS[1:3]  # horovod's and torch_distributed's: [OVERRIDES... --] before the command
 
 
-class LauncherArgsError(ValueError):
+class LauncherArgsError(UserError, ValueError):
     """A launcher's command line Determined's parser would refuse too; the message says which and why."""
 
 

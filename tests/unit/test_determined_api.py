@@ -176,3 +176,31 @@ def test_a_trial_at_its_searchers_length_stops_as_completed(det, monkeypatch, tm
     context.train.report_validation_metrics(steps_completed=steps, metrics=metrics)
     assert context.preempt.should_preempt() is reached
     assert not any("tfdist.preempted" in r["values"] for r in records(tmp_path))  # completed, not paused
+
+
+def test_sharded_metadata_merges_as_determineds_does(det):
+    from determined.core._checkpoint import merge_metadata
+
+    parts = [{"steps_completed": 5, "shards": {"0": "a"}}, {"steps_completed": 5, "shards": {"1": "b"}}]
+    assert merge_metadata(parts) == {"steps_completed": 5, "shards": {"0": "a", "1": "b"}}
+    with pytest.raises(RuntimeError, match=r"/steps_completed \(ranks 1 differ"):
+        merge_metadata([{"steps_completed": 5}, {"steps_completed": 6}])
+
+
+def test_a_finished_trial_reaches_every_rank_that_asks_alone(det, monkeypatch, tmp_path):
+    """PreemptMode.WorkersAskMaster: no collective; the chief's "reached its length" goes through the job's store."""
+    from cluster.agent.job_store import JobStore
+
+    store = JobStore("127.0.0.1", 0).start()
+    try:
+        launched(monkeypatch, tmp_path, rank=0, TFDIST_STORE=f"127.0.0.1:{store.port}",
+                 TFDIST_STORE_SECRET=store.secret, TFDIST_SEARCHER=json.dumps({"max_length": {"batches": 10}}))
+        mode = det.core.PreemptMode.WorkersAskMaster
+        ranks = [det.core.DistributedContext(rank=r, size=2, local_rank=0, local_size=1, cross_rank=r, cross_size=2)
+                 for r in (0, 1)]
+        chief, other = (det.core.init(distributed=d, preempt_mode=mode) for d in ranks)
+        assert not other.preempt.should_preempt()
+        chief.train.report_validation_metrics(steps_completed=10, metrics={"x": 1})
+        assert chief.preempt.should_preempt() and other.preempt.should_preempt()
+    finally:
+        store.stop()

@@ -62,11 +62,8 @@ class CheckpointContext:
             path.mkdir(parents=True, mode=0o700)
         self._dist.allgather(None)  # the directory exists before any rank writes into it
         yield path, storage_id
-        merged = self._dist.gather(dict(metadata or {}))
+        combined = merge_metadata(self._dist.allgather(dict(metadata or {})))  # every rank: the same verdict
         if self._dist.rank == 0:
-            combined: Dict[str, Any] = {}
-            for part in merged or []:
-                combined.update(part)
             self._seal(path, storage_id, combined)
         self._dist.allgather(None)  # every rank returns once the checkpoint is recorded
 
@@ -149,6 +146,30 @@ class CheckpointContext:
         os.replace(partial, path / METADATA)
         self._latest = storage_id
         report_record(CHECKPOINT_RECORD, steps, int(os.environ.get(envvars.ATTEMPT, "0") or 0), note=str(path))
+
+
+def merge_metadata(parts: list) -> Dict[str, Any]:
+    """The ranks' metadata of one sharded checkpoint as one, as Determined merges it: mappings merged key by key,
+    an equal value kept once, different values under one key refused (naming the key and the ranks)."""
+    merged: Dict[str, Any] = {}
+    conflicts: Dict[str, list] = {}
+
+    def merge(into: Dict[str, Any], part: Dict[str, Any], rank: int, where: str) -> None:
+        for key, value in part.items():
+            if isinstance(value, dict) and isinstance(into.get(key, {}), dict):
+                merge(into.setdefault(key, {}), value, rank, f"{where}/{key}")
+            elif key in into and into[key] != value:
+                conflicts.setdefault(f"{where}/{key}", []).append(rank)
+            else:
+                into[key] = value
+
+    for rank, part in enumerate(parts):
+        merge(merged, part, rank, "")
+    if conflicts:
+        said = [f"{key} (ranks {', '.join(map(str, ranks))} differ from an earlier rank)"
+                for key, ranks in conflicts.items()]
+        raise RuntimeError("store_path(shard=True): the ranks' metadata disagree: " + "; ".join(said))
+    return merged
 
 
 def _copy(source: pathlib.Path, target: pathlib.Path, selector: Optional[Callable[[str], bool]]) -> None:

@@ -12,7 +12,10 @@ from typing import Callable
 
 from tfdist import envvars
 from tfdist.metrics import PREEMPTED_RECORD, PREEMPTIBLE_RECORD, report_record
-from tfdist.preemption import Preemption
+from tfdist.collectives import store_request
+from tfdist.preemption import SCOPE, Preemption
+
+FINISHED_KEY = "determined-finished"  # the chief's "the trial reached its searcher's length", for WorkersAskMaster
 
 
 class PreemptMode(enum.Enum):
@@ -33,6 +36,7 @@ class PreemptContext:
         self._watch = Preemption(os.environ.get(envvars.STORE), distributed.rank, 1, peers=False)
         self._recorded = False
         self._armed = False
+        self._told = False  # the chief wrote FINISHED_KEY
 
     def start(self) -> None:
         """Nothing until the script first asks (Determined's init calls it)."""
@@ -53,8 +57,8 @@ class PreemptContext:
         if self._mode == PreemptMode.WorkersAskChief:
             answer = [self._asked(), self._finished()] if chief else None
             asked, finished = self._dist.broadcast(answer)
-        else:
-            asked, finished = self._asked(), chief and self._finished()
+        else:  # each rank asks alone: the chief's "finished" reaches the others through the job's store
+            asked, finished = self._asked(), self._finished_told(chief)
         if asked and auto_ack:
             self.acknowledge_preemption_signal()
         return bool(asked or finished)
@@ -66,6 +70,16 @@ class PreemptContext:
 
     def close(self) -> None:
         self._watch.disarm()
+
+    def _finished_told(self, chief: bool) -> bool:
+        store = os.environ.get(envvars.STORE)
+        if chief:
+            finished = self._finished()
+            if finished and store and not self._told:
+                store_request(store, "PUT", f"/{SCOPE}/{FINISHED_KEY}", b"1")
+                self._told = True
+            return finished
+        return bool(store) and store_request(store, "GET", f"/{SCOPE}/{FINISHED_KEY}")[0] == 200
 
     def _asked(self) -> bool:
         return self._watch.check(self._steps())

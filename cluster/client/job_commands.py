@@ -16,6 +16,7 @@ from cluster.client.usage import UsageError
 from cluster.shared.auth import find_credential
 from cluster.shared.credentials import CredentialError
 from cluster.shared.config import ExperimentConfig, config_from_dict, load_config, with_overrides
+from cluster.shared.modes import auto
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -61,15 +62,27 @@ def _launch_on_slurm(args, config: ExperimentConfig) -> int:
     if args.coordinator:
         raise UsageError("tfdist launch: --slurm submits to Slurm, --coordinator to a tfdist coordinator; give one")
     resolve_command(config.entrypoint)  # a missing script is refused before anything is queued
+    for note in config.notes:  # said here too: the launch inside the allocation says them in the job's output
+        sys.stderr.write(f"tfdist: config: {note}\n")
     inner = ["launch", *(["--config", os.path.abspath(args.config)] if args.config else []),
              *(["--slots", str(args.slots)] if args.slots is not None else []),
-             *(["--distribution", args.distribution] if args.distribution else []),
+             *(["--distribution", mode] if (mode := slurm_mode(args, config)) else []),
              *[word for hparam in args.hparam or () for word in ("--hparam", hparam)],
              *(["--state-dir", os.path.abspath(args.state_dir)] if args.state_dir else []),
              *(["--verbose"] if args.verbose else []), *(["--all-ranks"] if args.all_ranks else []),
              "--startup-timeout", f"{args.startup_timeout:g}", "--", *config.entrypoint]
     return slurm_submit.launch(args.sbatch_options, inner, name=config.name,
                                slots=config.slots_per_trial if config.slots_given else None, detach=args.detach)
+
+
+def slurm_mode(args, config: ExperimentConfig) -> str | None:
+    """The --distribution the launch inside the allocation gets: the one given, or the mode a Determined launcher in
+    the entrypoint stands for (the inner launch gets the command it wraps, after `--`, not the launcher)."""
+    if args.distribution:
+        return args.distribution
+    if config.distribution_mode == "auto" and (config.launcher or config.own_launcher):
+        return auto.decide(config).mode
+    return None
 
 
 # ---------------------------------------------------------------- asking the coordinator (or Slurm)

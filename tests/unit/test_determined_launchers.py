@@ -75,3 +75,20 @@ def test_the_script_a_command_runs(command, script):
 ])
 def test_whether_a_script_imports_determined(source, imports):
     assert imports_determined(source) is imports
+
+
+def test_a_launchers_mode_reaches_the_launch_inside_a_slurm_allocation(tmp_path, monkeypatch):
+    """`--slurm` hands the inner launch the unwrapped command after `--`: the launcher's mode goes with it."""
+    import argparse
+
+    from cluster.client.job_commands import slurm_mode
+    from cluster.shared.config import parse_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "own.py").write_text("import determined\n")
+    cases = {"python3 -m determined.launch.horovod --autohorovod -- python3 t.py": "horovod",
+             "python3 own.py launcher": "per_node", "python3 t.py": None}
+    for entrypoint, mode in cases.items():
+        config = parse_config(f"entrypoint: {entrypoint}\n", "c.yaml")
+        assert slurm_mode(argparse.Namespace(distribution=None), config) == mode, entrypoint
+    assert slurm_mode(argparse.Namespace(distribution="mwms"), config) == "mwms"

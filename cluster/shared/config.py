@@ -141,6 +141,8 @@ def config_from_dict(raw: Any, hparams: Sequence[str] = ()) -> ExperimentConfig:
         **_launched(_parse_entrypoint(root.get("entrypoint"))),
     )
     _check_launcher_mode(config, "distribution.mode")
+    if config.launcher == "determined.launch.tensorflow" and "TF_USE_LEGACY_KERAS" not in config.environment_variables:
+        config = dataclasses.replace(config, notes=(*config.notes, determined_launchers.KERAS_3_NOTE))
     return check_config(config, ps_options_given="num_ps" in distribution or "evaluator" in distribution)
 
 

@@ -18,6 +18,10 @@ from tfdist.errors import UserError
 MODES = {"determined.launch.tensorflow": "mwms", "determined.launch.horovod": "horovod",
          "determined.launch.torch_distributed": "torch", "determined.launch.deepspeed": "torch",
          "determined.launch.wrap_rank": ""}
+# Said once when an entrypoint names Determined's TensorFlow launcher: its images had Keras 2 as tf.keras.
+KERAS_3_NOTE = ("entrypoint: determined.launch.tensorflow: tf.keras is Keras 3 here (TensorFlow 2.21); a script "
+                "written for Determined's Keras 2 images (optimizers.legacy, compile(optimizer, loss, metrics)) runs "
+                "with environment_variables: [TF_USE_LEGACY_KERAS=1] (tf_keras, in tfdist's image)")
 _PYTHON = re.compile(r"^python[0-9.]*$")
 _TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  # model_def:IrisTrial
 _TRIAL_API = ("Determined's Trial class API, which tfdist does not run: train in a script (det.core.init() and "

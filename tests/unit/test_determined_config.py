@@ -418,3 +418,12 @@ def test_a_trial_class_entrypoint_is_one_line(entrypoint):
     with pytest.raises(ConfigError) as refused:
         parse_config(f"name: t\nentrypoint: {entrypoint}\n", "d.yaml")
     assert "\n" not in str(refused.value) and "Trial class API" in str(refused.value)
+
+
+def test_the_tensorflow_launcher_says_tf_keras_is_keras_3_unless_the_config_chose():
+    from cluster.shared.determined_launchers import KERAS_3_NOTE
+
+    entrypoint = "entrypoint: python3 -m determined.launch.tensorflow -- python3 train.py\n"
+    assert KERAS_3_NOTE in parse_config(entrypoint, "d.yaml").notes
+    chosen = parse_config(entrypoint + "environment: {environment_variables: [TF_USE_LEGACY_KERAS=1]}\n", "d.yaml")
+    assert KERAS_3_NOTE not in chosen.notes and "\n" not in KERAS_3_NOTE

@@ -204,3 +204,19 @@ def test_a_finished_trial_reaches_every_rank_that_asks_alone(det, monkeypatch, t
         assert chief.preempt.should_preempt() and other.preempt.should_preempt()
     finally:
         store.stop()
+
+
+def test_another_users_directory_is_never_a_warm_start(det, monkeypatch, tmp_path):
+    """A shared checkpoint storage: a directory another user made under a storage id is not read as a checkpoint."""
+    launched(monkeypatch, tmp_path, rank=0)
+    context = det.core.init(distributed=det.core.DummyDistributedContext())
+    planted = tmp_path / "ckpt" / "13-cd56" / "planted-id"
+    planted.mkdir(parents=True)
+    if os.getuid() == 0:
+        os.chown(planted, 65534, 65534)  # nobody's
+    else:  # not root: this process stands for another user instead
+        import determined.core._checkpoint as checkpoint_module
+        monkeypatch.setattr(checkpoint_module.os, "getuid", lambda: os.stat(planted).st_uid + 1)
+    with pytest.raises(FileNotFoundError):
+        with context.checkpoint.restore_path("planted-id"):
+            pass

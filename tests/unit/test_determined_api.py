@@ -212,9 +212,9 @@ def test_another_users_directory_is_never_a_warm_start(det, monkeypatch, tmp_pat
     context = det.core.init(distributed=det.core.DummyDistributedContext())
     planted = tmp_path / "ckpt" / "13-cd56" / "planted-id"
     planted.mkdir(parents=True)
-    if os.getuid() == 0:
-        os.chown(planted, 65534, 65534)  # nobody's
-    else:  # not root: this process stands for another user instead
+    try:
+        os.chown(planted, 65534, 65534)  # nobody's (root, where nobody's uid is mapped)
+    except OSError:  # not root, or a sandbox's user namespace: this process stands for another user instead
         import determined.core._checkpoint as checkpoint_module
         monkeypatch.setattr(checkpoint_module.os, "getuid", lambda: os.stat(planted).st_uid + 1)
     with pytest.raises(FileNotFoundError):

@@ -30,11 +30,15 @@ def command_of(module: str, argv: Sequence[str]) -> list[str]:
     return list(parsed(module, argv).script)
 
 
+def this_python(command: list[str]) -> list[str]:
+    """A bare `python`/`python3` is this Python (the one tfdist started the launcher with), as tfdist's launch runs
+    an entrypoint's, whatever PATH says."""
+    return [sys.executable, *command[1:]] if command and command[0] in ("python", "python3") else command
+
+
 def exec_command(command: list[str]) -> None:
-    """Replaces this process with `command`; a bare `python`/`python3` is this Python (the one tfdist started the
-    launcher with), as tfdist's launch runs an entrypoint's, whatever PATH says."""
-    if command and command[0] in ("python", "python3"):
-        command = [sys.executable, *command[1:]]
+    """Replaces this process with `command` (this_python's)."""
+    command = this_python(command)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

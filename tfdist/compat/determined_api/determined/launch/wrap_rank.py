@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 
-from determined.launch._run import parsed
+from determined.launch._run import parsed, this_python
 
 
 def _copy(source, target, prefix: bytes) -> None:
@@ -21,9 +21,7 @@ def _copy(source, target, prefix: bytes) -> None:
 
 def main(argv: list[str]) -> int:
     args = parsed("determined.launch.wrap_rank", argv)
-    command, rank, redirect = list(args.script), args.rank, args.redirect
-    if command[0] in ("python", "python3"):
-        command = [sys.executable, *command[1:]]
+    command, rank, redirect = this_python(list(args.script)), args.rank, args.redirect
     pipe = subprocess.PIPE if redirect else None
     try:
         child = subprocess.Popen(command, stdout=pipe, stderr=pipe)

@@ -46,4 +46,10 @@ STORE_SECRET_PLACEHOLDER = "@tfdist:store-secret@"
 CLUSTER = "TFDIST_CLUSTER"  # JSON: job id, every node's address, GPUs and ranks (ctx.cluster_info)
 ATTEMPT = "TFDIST_ATTEMPT"  # the job's run: 0 first, +1 per restart (max_restarts) or resume
 CHECKPOINT_DIR = "TFDIST_CHECKPOINT_DIR"  # <checkpoint_storage>/<job id>: where tfdist's checkpoints go
+# `tfdist diagnose` (tfdist/diagnose.py): the variant this run is, the steps it times after the warm-up ones,
+# and the interface carrying the node's address (the agent fills in NODE_INTERFACE_PLACEHOLDER).
+DIAGNOSE_VARIANT = "TFDIST_DIAGNOSE_VARIANT"
+DIAGNOSE_STEPS = "TFDIST_DIAGNOSE_STEPS"
+DIAGNOSE_WARMUP = "TFDIST_DIAGNOSE_WARMUP"
+DIAGNOSE_INTERFACE = "TFDIST_DIAGNOSE_INTERFACE"
 TF_CONFIG = "TF_CONFIG"

@@ -22,6 +22,13 @@ RECORD_PREFIX = "tfdist."
 CHECKPOINT_RECORD = "tfdist.checkpoint"  # step; value: the attempt; note: the checkpoint's path
 PREEMPTED_RECORD = "tfdist.preempted"  # step every rank stopped at; value: the attempt
 PREEMPTIBLE_RECORD = "tfdist.preemptible"  # the chief checks for preemption at step boundaries; value: the attempt
+DIAGNOSE_PREFIX = "tfdist.diagnose."  # `tfdist diagnose`'s timings (tfdist/diagnose.py): stored as metrics
+
+
+def stored(name: str) -> bool:
+    """Whether the coordinator keeps a row of this name with the job's metrics (users' metrics, and the
+    diagnose timings its runner reads back; not the records it files elsewhere)."""
+    return not name.startswith(RECORD_PREFIX) or name.startswith(DIAGNOSE_PREFIX)
 
 
 def report_metrics(step: int, **values: float) -> None:
@@ -47,6 +54,11 @@ def report_metrics(step: int, **values: float) -> None:
 def report_record(name: str, step: int, value: float, note: str = "") -> None:
     """One of tfdist's own records (CHECKPOINT_RECORD, PREEMPTED_RECORD), for the coordinator."""
     _append({"step": step, "values": {name: float(value)}, "note": note})
+
+
+def report_records(step: int, values: dict[str, float]) -> None:
+    """Several of tfdist's own records of one step, in one line."""
+    _append({"step": step, "values": {name: float(value) for name, value in values.items()}})
 
 
 def _append(record: dict) -> None:

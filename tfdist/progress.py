@@ -13,7 +13,7 @@ import os
 import threading
 import time
 
-from tfdist import envvars
+from tfdist import diagnose, envvars
 
 MIN_INTERVAL = 0.5  # seconds between writes: the watchdog counts in seconds, steps can be milliseconds
 
@@ -31,6 +31,7 @@ def report_progress(step: int) -> None:
     reached is what the watchdog sees (it names the rank behind the others) even if it then hangs, dated
     when it was reached (the file's mtime, which the agent reads as the step's age)."""
     global _last_write, _pending
+    diagnose.step_reported(step)
     path = os.environ.get(envvars.PROGRESS_FILE)
     if not path:
         return

@@ -285,6 +285,20 @@ COMMANDS: tuple[Command, ...] = (
                         "metric curves, checkpoints and failures, and cancel/preempt/resume for your own jobs. It "
                         "asks the coordinator with your credential, as `tfdist jobs` does, and prints a login link "
                         "(its token is the only way in); Ctrl-C or SIGTERM stops it."),
+    Command("diagnose", "run short variants of a job and say what bounds it: communication, input, a slow rank or "
+                        "compute (docs/diagnose.md)", _handler("diagnose_command", "diagnose_job"), (
+        arg("--config", metavar="FILE", help="experiment config (YAML), as `tfdist launch` reads it"),
+        SLOTS.but(help="slots; overrides resources.slots_per_trial"),
+        arg("--distribution", metavar="MODE", help="distribution mode; overrides distribution.mode"),
+        arg("--hparam", action="append", metavar="NAME=VALUE", help="set one hyperparameter (as `tfdist launch`)"),
+        arg("--steps", type=bounded(1, 900), default=20, help="steps each rank times in each variant (default 20)"),
+        arg("--warmup", type=bounded(0, 900), default=5, help="steps before those, not timed (default 5)"),
+        arg("--variants", metavar="LIST", help="comma-separated: baseline, one_node, no_communication, "
+                                               "synthetic_input (default: all; baseline always runs)"),
+        _seconds("--variant-timeout", 240.0, "stop waiting for one variant's timings after this (default 240)"),
+        *CLIENT, JSON,
+        arg("entry", nargs=argparse.REMAINDER, metavar="JOB | -- COMMAND",
+            help="an existing job to diagnose, or the command each worker runs (default: the config's entrypoint)"))),
     Command("agents", "list agents", _handler("job_commands", "list_agents"), (*CLIENT, JSON)),
     Command("doctor", "check this node before a long run: TensorFlow, Keras, GPUs, Horovod, ports, the coordinator",
             _handler("doctor", "run_doctor"), (

@@ -34,7 +34,7 @@ from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Look
 from cluster.shared.work import NodeUsage
 from cluster.shared.model import AllocState, Job, JobSpec, JobState, LogLine, MetricRow, WorkerExit
 from tfdist.metrics import MAX_NAME as MAX_METRIC_NAME  # one limit, checked by writer, agent and coordinator
-from tfdist.metrics import RECORD_PREFIX
+from tfdist.metrics import stored as kept_with_metrics
 from tfdist.errors import PermissionDeniedError
 
 log = logging.getLogger("tfdist.coordinator")
@@ -165,7 +165,7 @@ class CoordinatorCore:
                 raise BadRequest(f"metric name {row.name[:40]!r}... must have 1-{MAX_METRIC_NAME} characters")
         with self.event():
             job = self._job_on(agent, job_id)
-            self.store.append_metrics(job_id, [r for r in rows if not r.name.startswith(RECORD_PREFIX)], source,
+            self.store.append_metrics(job_id, [r for r in rows if kept_with_metrics(r.name)], source,
                                       first_seq)
             for row in rows:
                 self.lifecycle.record(job, row, now=row.time)

@@ -44,6 +44,11 @@ class InProcessClient:
         lines, ended = self.follower.logs(job_id, after_seq, rank, limit, wait)
         return answers.logs_answer(lines, ended)
 
+    def metrics(self, job_id: str, name: str = "") -> pb.GetMetricsResponse:
+        job_id, rows = views.metrics_view(self.core, job_id, name or None)
+        return pb.GetMetricsResponse(job_id=job_id, metrics=[
+            pb.Metric(rank=m.rank, step=m.step, name=m.name, value=m.value, time=m.time) for m in rows])
+
     def cancel(self, job_id: str) -> str:
         return self.core.cancel(job_id, self.clock())
 

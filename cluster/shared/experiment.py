@@ -39,6 +39,9 @@ class ExperimentConfig:
     # resources.max_slots, ...: cluster/shared/determined_config.py), for the view scripts read
     # (cluster/shared/determined_view.py) and what tfdist reads of them (records_per_epoch).
     determined: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # A `tfdist diagnose` variant this job is ({variant, steps, warmup}: cluster/shared/diagnosis.py); the workers
+    # are told it (TFDIST_DIAGNOSE_*). {}: an ordinary job. Set by the diagnose runner, not read from YAML.
+    diagnose: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Whether slots_per_trial was given (file or --slots) rather than defaulted: inside a Slurm allocation
     # an unset one takes the allocation's tasks, a given one must agree with them.
     slots_given: bool = dataclasses.field(default=False, compare=False, metadata={LOCAL_ONLY: True})

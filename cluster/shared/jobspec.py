@@ -156,7 +156,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-VALUE_MAPS = ("hyperparameters", "kubernetes", "searcher", "user_data", "determined")  # config fields of YAML's values, types kept on the wire
+VALUE_MAPS = ("hyperparameters", "kubernetes", "searcher", "user_data", "determined", "diagnose")  # config fields of YAML's values, types kept on the wire
 
 
 def wire_fields() -> list[dataclasses.Field]:

@@ -27,7 +27,7 @@ class JobSpec(_message.Message):
     def __init__(self, priority: _Optional[int] = ..., working_dir: _Optional[str] = ..., startup_timeout: _Optional[float] = ..., submission_id: _Optional[str] = ..., mode_reason: _Optional[str] = ..., config: _Optional[_Union[JobConfig, _Mapping]] = ..., experiment_id: _Optional[str] = ..., trial: _Optional[int] = ...) -> None: ...
 
 class JobConfig(_message.Message):
-    __slots__ = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "num_ps", "evaluator", "gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics", "aggregation_frequency", "step_timeout", "hyperparameters", "environment_variables", "max_restarts", "checkpoint_storage", "kubernetes", "searcher", "seed", "user_data", "determined")
+    __slots__ = ("name", "entrypoint", "slots_per_trial", "distribution_mode", "num_ps", "evaluator", "gradient_compression", "auto_tune_tensor_fusion", "average_training_metrics", "aggregation_frequency", "step_timeout", "hyperparameters", "environment_variables", "max_restarts", "checkpoint_storage", "kubernetes", "searcher", "seed", "user_data", "determined", "diagnose")
     class EnvironmentVariablesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class JobConfig(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     USER_DATA_FIELD_NUMBER: _ClassVar[int]
     DETERMINED_FIELD_NUMBER: _ClassVar[int]
+    DIAGNOSE_FIELD_NUMBER: _ClassVar[int]
     name: str
     entrypoint: _containers.RepeatedScalarFieldContainer[str]
     slots_per_trial: int
@@ -75,7 +76,8 @@ class JobConfig(_message.Message):
     seed: int
     user_data: ValueMap
     determined: ValueMap
-    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots_per_trial: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., gradient_compression: _Optional[str] = ..., auto_tune_tensor_fusion: _Optional[bool] = ..., average_training_metrics: _Optional[bool] = ..., aggregation_frequency: _Optional[int] = ..., step_timeout: _Optional[float] = ..., hyperparameters: _Optional[_Union[ValueMap, _Mapping]] = ..., environment_variables: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., checkpoint_storage: _Optional[str] = ..., kubernetes: _Optional[_Union[ValueMap, _Mapping]] = ..., searcher: _Optional[_Union[ValueMap, _Mapping]] = ..., seed: _Optional[int] = ..., user_data: _Optional[_Union[ValueMap, _Mapping]] = ..., determined: _Optional[_Union[ValueMap, _Mapping]] = ...) -> None: ...
+    diagnose: ValueMap
+    def __init__(self, name: _Optional[str] = ..., entrypoint: _Optional[_Iterable[str]] = ..., slots_per_trial: _Optional[int] = ..., distribution_mode: _Optional[str] = ..., num_ps: _Optional[int] = ..., evaluator: _Optional[bool] = ..., gradient_compression: _Optional[str] = ..., auto_tune_tensor_fusion: _Optional[bool] = ..., average_training_metrics: _Optional[bool] = ..., aggregation_frequency: _Optional[int] = ..., step_timeout: _Optional[float] = ..., hyperparameters: _Optional[_Union[ValueMap, _Mapping]] = ..., environment_variables: _Optional[_Mapping[str, str]] = ..., max_restarts: _Optional[int] = ..., checkpoint_storage: _Optional[str] = ..., kubernetes: _Optional[_Union[ValueMap, _Mapping]] = ..., searcher: _Optional[_Union[ValueMap, _Mapping]] = ..., seed: _Optional[int] = ..., user_data: _Optional[_Union[ValueMap, _Mapping]] = ..., determined: _Optional[_Union[ValueMap, _Mapping]] = ..., diagnose: _Optional[_Union[ValueMap, _Mapping]] = ...) -> None: ...
 
 class Value(_message.Message):
     __slots__ = ("null_value", "bool_value", "int_value", "float_value", "string_value", "list_value", "map_value")

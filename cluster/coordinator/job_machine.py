@@ -23,6 +23,7 @@ from cluster.coordinator.job_events import (  # noqa: F401 (the machine's vocabu
 from cluster.coordinator.run_state import NOTHING, RunState, frozen
 from cluster.coordinator.values import BadRequest as Refused  # the user's action does not apply to the job as it is
 from cluster.shared.model import Allocation, AllocState, Checkpoint, Job, JobState, WorkerExit
+from cluster.shared.model import LogLine as OutputLine
 from cluster.shared.modes import JobPlan
 from tfdist.errors import InternalError
 
@@ -38,6 +39,8 @@ class Facts:
     latest_checkpoint: Callable[[], Checkpoint | None] = lambda: None
     startup_timeout: float = 300.0  # the coordinator's, for jobs that set none
     stack_dump_grace: float = 3.0
+    log_count: Callable[[], int] = lambda: 0  # the job's log lines so far (the step watchdog's stall reads it)
+    logs_after: Callable[[int], Sequence[OutputLine]] = lambda seq: ()  # ... and its lines after one (the stacks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,14 +256,28 @@ def progress_deadline(facts: Facts, run: RunState, now: float, touched: bool = F
         check = watchdogs.progress(job, plan, run.progress, None, now, facts.stack_dump_grace, facts.allocations,
                                    run.left_training | exited)
     if check.fail_now:
-        return fail(facts, run, check.outcome, now)
+        return stalled(facts, run, check.outcome, now)
     if check.outcome is not None:
         said = check.outcome.message.split(";")[0]
-        return Step(run.replace(stalled=(check.outcome, check.fail_at),
+        return Step(run.replace(stalled=(check.outcome, check.fail_at), stacks_after=facts.log_count(),
                                 dump_to=frozenset(a.agent for a in facts.allocations)),
                     (Warn(f"job {job.id}: {check.outcome.message}"), Note(f"{said}; dumping every rank's stacks"),
                      Count("stalls")), touched=True)
     return Step(run, touched=touched)
+
+
+def stalled(facts: Facts, run: RunState, outcome: policy.Outcome, now: float) -> Step:
+    """A stall's stacks had their time to ship: the job fails saying which rank the others wait for, and in
+    what (read from those stacks and the ranks' steps), in its reason and as an event of its own."""
+    if facts.plan is None:
+        return fail(facts, run, outcome, now)
+    gone = run.left_training | {e.rank for e in facts.exits()}
+    outcome, said = watchdogs.culprit(outcome, facts.plan, facts.allocations, run.progress, gone,
+                                      facts.logs_after(run.stacks_after), facts.stack_dump_grace)
+    failed = fail(facts, run, outcome, now)
+    if not said or not failed.actions:
+        return failed
+    return dataclasses.replace(failed, actions=(Note(f"step watchdog: {said}"), *failed.actions))
 
 
 def with_live(placement: Sequence[Allocation], live: Sequence[Allocation]) -> list[Allocation]:

@@ -116,7 +116,8 @@ class JobLifecycle:
         plan = self.plan(job_id) if isinstance(event, NEEDS_PLAN) else None
         facts = job_machine.Facts(job, self.allocs.of_job(job_id), plan, lambda: self.exits(job_id),
                                   lambda: self.store.latest_checkpoint(job_id), self.settings.startup_timeout,
-                                  self.settings.stack_dump_grace)
+                                  self.settings.stack_dump_grace, lambda: self.store.log_count(job_id),
+                                  lambda seq: self.store.logs(job_id, seq, -1, stack_lines(plan)))
         result = job_machine.step(facts, self.runs.get(job_id), event, now)
         self._keep(job_id, result)
         for action in result.actions:
@@ -270,6 +271,11 @@ def surroundings(allocs: AllocationTable, agents: Mapping[str, AgentLive], store
                  for a in list(agents.values()) if a.lost)  # copied in one step: listings read without the lock
     return wait_reasons.Surroundings({k: tuple(v) for k, v in holders.items()}, lost,
                                      Lookup(lambda job_id: (job := store.job(job_id)) and job.spec.name))
+
+
+def stack_lines(plan: JobPlan | None) -> int:
+    """How much of a stalled job's log is read for its ranks' stacks: a dump is tens of lines a rank."""
+    return max(20000, 400 * (plan.size if plan else 0))
 
 
 def pending(job: Job) -> scheduler.PendingJob:

@@ -34,6 +34,7 @@ class RunState:
     left_training: frozenset[int] = frozenset()  # ranks that stopped reporting (their `fit` ended)
     stalled: tuple[Outcome, float] | None = None  # the step watchdog's stall: (outcome, when the job fails)
     dump_to: frozenset[str] = frozenset()  # nodes yet to be asked for their workers' stacks
+    stacks_after: int = 0  # the job's log line when they were asked: the stacks come after it
     # node -> ports found busy there for this job
     excluded_ports: Mapping[str, frozenset[int]] = dataclasses.field(default_factory=lambda: EMPTY)
     disrupted: str = ""  # why its engine takes its nodes back (a drain, an eviction): it is placed again, unspent

@@ -1,13 +1,14 @@
 """The coordinator's two watchdogs, as pure decisions over a job's state and `now`: a start-up that
-takes too long, and a running job whose ranks stopped making progress (the step watchdog)."""
+takes too long, and a running job whose ranks stopped making progress (the step watchdog), which then says
+from the ranks' stacks which of them the others wait for (stack_reading.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Collection, Mapping, Sequence
 
-from cluster.coordinator import policy, wait_reasons
-from cluster.shared.model import Allocation, Job, JobState
+from cluster.coordinator import policy, stack_reading, wait_reasons
+from cluster.shared.model import Allocation, Job, JobState, LogLine
 from cluster.shared.modes import JobPlan, SuccessRule
 from cluster.shared.work import RunningJob
 
@@ -61,13 +62,31 @@ def progress(job: Job | None, plan: JobPlan | None, reported: Mapping[int, tuple
         return ProgressCheck(outcome, fail_now=True) if now >= fail_at else ProgressCheck()
     if job is None or job.state != JobState.RUNNING or plan is None or not job.spec.step_timeout:
         return ProgressCheck()
-    # Ranks that run the training loop: all of them, or in parameter-server mode the chief alone.
-    trainers = [0] if plan.success is SuccessRule.CHIEF else [p.rank for p in plan.processes]
-    outcome = policy.stalled(reported, [r for r in trainers if r not in gone], now, job.spec.step_timeout,
+    outcome = policy.stalled(reported, [r for r in trainers(plan) if r not in gone], now, job.spec.step_timeout,
                              node_of_rank(plan, allocations))
     if outcome is None:
         return ProgressCheck()
     return ProgressCheck(outcome, fail_at=now + stack_dump_grace)
+
+
+def trainers(plan: JobPlan) -> list[int]:
+    """Ranks that run the training loop: all of them, or in parameter-server mode the chief alone."""
+    return [0] if plan.success is SuccessRule.CHIEF else [p.rank for p in plan.processes]
+
+
+def culprit(outcome: policy.Outcome, plan: JobPlan, allocations: Sequence[Allocation],
+            reported: Mapping[int, tuple[int, float]], gone: Collection[int], lines: Sequence[LogLine],
+            stack_dump_grace: float) -> tuple[policy.Outcome, str]:
+    """The stall's outcome once the stacks had their time to ship, saying which rank the others wait for and
+    in what (and naming that rank for its last lines), and that clause alone (the job's event). `lines`: the
+    job's log since the stacks were asked; `gone`: ranks not watched."""
+    ranks = [r for r in trainers(plan) if r not in gone]
+    if not ranks:
+        return outcome, ""
+    found = stack_reading.verdict(stack_reading.dumps(lines), {r: step for r, (step, _) in reported.items()},
+                                  ranks, node_of_rank(plan, allocations), stack_dump_grace)
+    rank = outcome.rank if found.rank is None else found.rank
+    return dataclasses.replace(outcome, message=f"{outcome.message}; {found.said}", rank=rank), found.said
 
 
 def note_progress(seen: dict[int, tuple[int, float]], left: set[int], job: RunningJob, now: float) -> None:

@@ -12,6 +12,7 @@ from cluster.coordinator.policy import Outcome
 from cluster.coordinator.run_state import NOTHING, RunState, Runs, frozen
 from cluster.shared import modes
 from cluster.shared.model import Allocation, AllocState, Checkpoint, Job, JobState, WorkerExit
+from cluster.shared.model import LogLine as OutputLine
 from cluster.shared.modes import NodePlacement, Placement
 from cluster.shared.work import RankProgress, RunningJob
 from tests.specs import flat_spec
@@ -148,9 +149,9 @@ TABLE = [
      job(step_timeout=30), None, RunState(progress=frozen({0: (5, NOW - 31), 1: (9, NOW - 1)})), m.DeadlineCheck(),
      (), ["Warn", "Note", "Count"], None,
      lambda r: r.stalled is not None and r.stalled[1] == NOW + 3.0 and r.dump_to == {"n0", "n1"}),
-    ("a stall found earlier, its grace over: the job fails",
+    ("a stall found earlier, its grace over: the job fails, an event saying what the stacks tell (none came)",
      job(step_timeout=30), None, RunState(stalled=(Outcome(JobState.FAILED, "rank 0 stalled", 1, 0), NOW - 1)),
-     m.DeadlineCheck(), (), ["SetState", "Release", "Schedule"], JobState.FAILED, lambda r: r == NOTHING),
+     m.DeadlineCheck(), (), ["Note", "SetState", "Release", "Schedule"], JobState.FAILED, lambda r: r == NOTHING),
     ("a node asked for stacks is not asked again",
      job(), None, WATCHED, m.StacksAsked("n1"), (), [], None, lambda r: r.dump_to == frozenset()),
     # issue 45, Measured 7: a drain, an eviction or the cluster's preemption is routine, not a failure
@@ -209,6 +210,30 @@ def test_a_restart_counts_and_a_resume_does_not():
     assert state_set(resumed).event == "resumed from the checkpoint at step 40"
     placed_again = m.step(facts(job(JobState.STARTING, attempt=3, restarts=1)), WATCHED, m.NotStarted("pods late"), NOW)
     assert state_set(placed_again).fields.items() >= {"attempt": 4, "restarts": 1}.items()
+
+
+def test_a_stall_reads_the_stacks_that_came_after_it_and_names_the_rank_the_others_wait_for():
+    """The log's line count is kept when the stacks are asked; at the grace's end the lines after it are read:
+    the failure reason, the failed rank and an event of its own say which rank is behind and in what."""
+    dumped = [OutputLine(0, "stderr", text, NOW) for text in (
+        "Current thread 0x00007f00 (most recent call first):",
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4181 in all_reduce',
+        '  File "/job/train.py", line 90 in main')] + [OutputLine(1, "stderr", text, NOW) for text in (
+        "Current thread 0x00007f01 (most recent call first):", '  File "/job/train.py", line 17 in slow_step',
+        '  File "/job/train.py", line 86 in main')]
+    asked = []
+    running = job(step_timeout=30)
+    seen = dataclasses.replace(facts(running), log_count=lambda: 41)
+    found = m.step(seen, RunState(progress=frozen({0: (3, NOW - 31), 1: (3, NOW - 31)})), m.DeadlineCheck(), NOW)
+    assert found.run.stacks_after == 41
+    later = dataclasses.replace(facts(running), logs_after=lambda seq: asked.append(seq) or dumped)
+    ended = m.step(later, found.run, m.DeadlineCheck(), NOW + 3.0)
+    assert asked == [41] and kinds(ended) == ["Note", "SetState", "Release", "Schedule"]
+    said = ("from the stacks, rank 1 (node n1) is behind at step 3 (the others at step 3 too), in the user's code at "
+            "train.py:17 in slow_step; rank 0 waits in the collective (torch.distributed all_reduce, from train.py:90)")
+    assert ended.actions[0].event == f"step watchdog: {said}"
+    assert state_set(ended).fields["message"].endswith(f"the other workers were stopped; {said}")
+    assert state_set(ended).fields["failed_rank"] == 1  # its last lines are the ones shown
 
 
 def test_an_ending_records_the_live_placement_and_the_root_cause():

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from cluster.shared.config_values import check_choice, check_int, check_mapping
 from tfdist import envvars
+from tfdist.errors import UserError
 from tfdist.diagnose import (BASELINE, MAX_STEPS, NO_COMMUNICATION, ONE_NODE, SYNTHETIC_INPUT,  # noqa: F401
                              VARIANTS)
 
@@ -146,7 +147,7 @@ def diagnose(mode: str, runs: Sequence[VariantRun]) -> Diagnosis:
     by_name = {r.name: r for r in runs}
     base = by_name[BASELINE]
     if not base.measured:
-        raise ValueError(f"the baseline was not measured: {base.skipped or 'no timing arrived'}")
+        raise UserError(f"the baseline was not measured: {base.skipped or 'no timing arrived'}")
     step = base.step_time
     shares: dict[str, float | None] = {COMMUNICATION: None, INPUT: None, STRAGGLER: None}
     straggler = bandwidth = None
@@ -154,8 +155,9 @@ def diagnose(mode: str, runs: Sequence[VariantRun]) -> Diagnosis:
     if _usable(apart):
         shares[COMMUNICATION] = _share(step - apart.step_time, step)
         straggler = straggler_of(apart)
-        typical = statistics.median(t.median for t in apart.timings)
-        shares[STRAGGLER] = _share(apart.step_time - typical, step) if straggler else 0.0
+        # The time the others wait for it each step: its own pace over theirs.
+        shares[STRAGGLER] = _share(straggler.slower_by / (1 + straggler.slower_by) * apart.step_time, step) \
+            if straggler else 0.0
         bandwidth = _bandwidth(base, step - apart.step_time)
     fed = by_name.get(SYNTHETIC_INPUT)
     batch = base.batch or next((r.batch for r in runs if r.batch), None)

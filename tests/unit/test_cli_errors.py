@@ -69,7 +69,7 @@ from tests.conftest import run_cli
     (["lunch"], None,
      "tfdist: argument COMMAND: invalid choice: 'lunch' (choose from 'launch', 'coordinator', 'agent', 'credentials', 'kubernetes', "
      "'jobs', "
-     "'job', 'logs', 'experiments', 'experiment', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'dashboard', 'agents', 'doctor', "
+     "'job', 'logs', 'experiments', 'experiment', 'cancel', 'preempt', 'resume', 'metrics', 'tensorboard', 'dashboard', 'diagnose', 'agents', 'doctor', "
      "'build-horovod') "
      "(see "
      "`tfdist --help`)"),

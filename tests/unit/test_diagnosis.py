@@ -1,0 +1,164 @@
+"""`tfdist diagnose`: the verdict as a pure function of what the variants measured, the worker's step clock,
+and the runner's pure parts (a variant's config, timings read back from metric rows)."""
+
+import dataclasses
+
+import pytest
+from hypothesis import given, strategies as st
+
+from cluster.client import diagnose_run
+from cluster.shared import diagnosis
+from cluster.shared.config import check_config, config_from_dict
+from cluster.shared.config_values import ConfigError
+from cluster.shared.diagnosis import RankTiming, VariantRun
+from cluster.shared.modes import auto, planner
+from tfdist import diagnose as worker_side, envvars
+
+
+def _run(name, *medians, nodes=("a1", "a2"), batch=64, params=250_000, link=None, applied=True):
+    timings = tuple(RankTiming(r, nodes[r % len(nodes)], (m,) * 9, applied=applied, batch=batch, params=params,
+                               link=link) for r, m in enumerate(medians))
+    return VariantRun(name, f"{name}-job", tuple(nodes), len(medians), timings)
+
+
+def test_a_slow_all_reduce_is_communication_bound_with_its_bandwidth():
+    link = {"interface": "eth0", "nominal_bits_per_s": 10_000_000_000}
+    found = diagnosis.diagnose("mwms", [_run("baseline", 0.50, 0.50, link=link), _run("no_communication", 0.05, 0.05),
+                                        _run("synthetic_input", 0.49, 0.50)])
+    assert found.verdict == diagnosis.COMMUNICATION
+    assert found.shares[diagnosis.COMMUNICATION] == pytest.approx(0.9)
+    assert found.straggler is None
+    assert found.bandwidth.allreduce_bytes_per_step == 1_000_000  # 2(n-1)/n x 250k params x 4 bytes
+    assert found.bandwidth.measured_bytes_per_s == pytest.approx(1_000_000 / 0.45)
+    assert found.bandwidth.nominal_bits_per_s == 10_000_000_000 and found.bandwidth.link == "eth0 on a1"
+    assert "aggregation_frequency" in " ".join(found.fixes)
+    assert found.summary.startswith("communication-bound: a step takes 500 ms")
+
+
+def test_a_slow_input_pipeline_is_input_bound():
+    found = diagnosis.diagnose("mwms", [_run("baseline", 0.30, 0.30), _run("no_communication", 0.28, 0.29),
+                                        _run("synthetic_input", 0.05, 0.05)])
+    assert found.verdict == diagnosis.INPUT
+    assert "prefetch" in found.fixes[0]
+
+
+def test_one_rank_slow_on_its_own_is_named_with_its_node():
+    found = diagnosis.diagnose("horovod", [_run("baseline", 0.21, 0.21), _run("no_communication", 0.10, 0.20),
+                                           _run("synthetic_input", 0.21, 0.21)])
+    assert found.verdict == diagnosis.STRAGGLER
+    assert (found.straggler.rank, found.straggler.node) == (1, "a2")
+    assert found.straggler.slower_by == pytest.approx(1.0)
+    assert "rank 1 on a2" in found.summary and "rank 1 on a2" in found.fixes[0]
+
+
+def test_nothing_big_enough_is_compute_bound_and_a_small_skew_names_no_one():
+    found = diagnosis.diagnose("mwms", [_run("baseline", 0.20, 0.20), _run("no_communication", 0.17, 0.18),
+                                        _run("synthetic_input", 0.19, 0.20)])
+    assert found.verdict == diagnosis.COMPUTE and found.straggler is None
+
+
+def test_scaling_efficiency_compares_throughput_per_node():
+    found = diagnosis.diagnose("mwms", [_run("baseline", 0.20, 0.20, batch=128),
+                                        _run("one_node", 0.15, nodes=("a1",), batch=64)])
+    assert found.scaling_efficiency == pytest.approx((128 / 0.20) / (2 * 64 / 0.15))
+    assert found.shares == {diagnosis.COMMUNICATION: None, diagnosis.INPUT: None, diagnosis.STRAGGLER: None}
+
+
+def test_a_variant_that_could_not_be_applied_is_not_read_as_a_measurement():
+    found = diagnosis.diagnose("mwms", [_run("baseline", 0.5, 0.5), _run("no_communication", 0.05, 0.05, applied=False)])
+    assert found.shares[diagnosis.COMMUNICATION] is None and found.verdict == diagnosis.COMPUTE
+
+
+def test_without_a_measured_baseline_there_is_no_verdict():
+    with pytest.raises(Exception, match="baseline was not measured: job 3 ended FAILED"):
+        diagnosis.diagnose("mwms", [VariantRun("baseline", skipped="job 3 ended FAILED")])
+
+
+times = st.floats(min_value=1e-4, max_value=10.0)
+
+
+@given(base=st.lists(times, min_size=2, max_size=4), apart=st.lists(times, min_size=2, max_size=4),
+       fed=st.lists(times, min_size=2, max_size=4))
+def test_shares_are_fractions_and_the_verdict_is_one_of_four(base, apart, fed):
+    found = diagnosis.diagnose("mwms", [_run("baseline", *base), _run("no_communication", *apart),
+                                        _run("synthetic_input", *fed)])
+    assert found.verdict in (diagnosis.COMMUNICATION, diagnosis.INPUT, diagnosis.STRAGGLER, diagnosis.COMPUTE)
+    assert all(0.0 <= v <= 1.0 for v in found.shares.values())
+    assert found.fixes and found.summary
+    document = diagnosis.to_json(found)
+    assert document["schema"] == "tfdist.diagnose/1" and document["verdict"] == found.verdict
+
+
+# ---------------------------------------------------------------- the worker's step clock
+
+def test_the_clock_times_steps_after_warmup_and_ignores_repeated_steps():
+    clock = worker_side.Timing(worker_side.Plan("baseline", warmup=2, steps=3))
+    ends = [(1, 0.0), (2, 1.0), (2, 1.5), (3, 3.0), (4, 4.0), (5, 6.0), (6, 10.0)]
+    done = [clock.step_done(step, at) for step, at in ends]
+    assert done == [False, False, False, False, False, False, True]
+    assert clock.times() == [1.0, 2.0, 4.0]  # the steps after the two warm-up ones (a repeated step is none)
+    clock = worker_side.Timing(worker_side.Plan("baseline", warmup=0, steps=2))
+    assert [clock.step_done(s, float(s * s)) for s in (1, 2, 3)] == [False, False, True]
+    assert clock.times() == [3.0, 5.0]
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, None),
+    ({envvars.DIAGNOSE_VARIANT: "sideways"}, None),
+    ({envvars.DIAGNOSE_VARIANT: "synthetic_input", envvars.DIAGNOSE_STEPS: "7", envvars.DIAGNOSE_WARMUP: "1"},
+     worker_side.Plan("synthetic_input", 1, 7)),
+    ({envvars.DIAGNOSE_VARIANT: "baseline", envvars.DIAGNOSE_STEPS: "999", envvars.DIAGNOSE_WARMUP: "1"}, None),
+])
+def test_the_worker_reads_its_variant_from_the_environment(env, expected):
+    assert worker_side.plan_from_env(env) == expected
+
+
+# ---------------------------------------------------------------- the runner's pure parts
+
+def test_a_variant_is_the_same_job_told_its_variant_and_one_node_keeps_the_per_replica_batch():
+    config = check_config(config_from_dict({"name": "mnist", "entrypoint": "python train.py",
+                                            "resources": {"slots_per_trial": 4}, "max_restarts": 3,
+                                            "hyperparameters": {"global_batch_size": 256, "lr": 0.1}}))
+    settings = diagnose_run.Settings(steps=12, warmup=2)
+    made = check_config(diagnose_run.variant_config(config, "one_node", settings, slots=2))
+    assert made.name == "mnist (diagnose: one_node)" and made.max_restarts == 0 and made.slots_per_trial == 2
+    assert made.hyperparameters == {"global_batch_size": 128, "lr": 0.1}
+    assert made.diagnose == {"variant": "one_node", "steps": 12, "warmup": 2}
+    assert made.entrypoint == config.entrypoint and made.environment_variables == config.environment_variables
+    plan = planner("mwms").plan  # the workers are told: TFDIST_DIAGNOSE_* in every process's environment
+    assert plan and diagnosis.worker_env(made.diagnose)[envvars.DIAGNOSE_VARIANT] == "one_node"
+    assert auto.decide(made).mode == auto.decide(config).mode
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"variant": "sideways", "steps": 1, "warmup": 0}, "diagnose.variant"),
+    ({"variant": "baseline", "steps": 0, "warmup": 0}, "diagnose.steps"),
+    ({"variant": "baseline", "steps": 990, "warmup": 10}, "diagnose.warmup"),
+    ({"variant": "baseline", "steps": 5, "warmup": 1, "extra": 1}, "diagnose"),
+])
+def test_a_bad_variant_on_the_wire_is_refused(value, message):
+    config = config_from_dict({"entrypoint": "python train.py"})
+    with pytest.raises(ConfigError, match=message):
+        check_config(dataclasses.replace(config, diagnose=value))
+
+
+@dataclasses.dataclass
+class Row:
+    rank: int
+    step: int
+    name: str
+    value: float
+
+
+def test_timings_are_read_back_from_the_rows_each_rank_sent_last():
+    step, fact = worker_side.STEP_RECORD, worker_side.RECORD
+    rows = [Row(0, 1, step, 0.2), Row(0, 0, step, 0.1), Row(0, 30, fact + "node_rank", 1), Row(0, 30, fact + "applied", 1),
+            Row(0, 30, fact + "batch", 64), Row(0, 30, fact + "link_bits_per_s", 1e10),
+            Row(1, 0, step, 0.3)]  # rank 1's facts have not arrived: not read yet
+    [rank0] = diagnose_run.timings_from_rows(rows, {0: "a1", 1: "a2"}, {0: "no TensorFlow"})
+    assert (rank0.rank, rank0.node, rank0.times, rank0.batch, rank0.params) == (0, "a2", (0.1, 0.2), 64, None)
+    assert rank0.link == {"interface": "", "nominal_bits_per_s": 10_000_000_000} and rank0.applied
+
+
+def test_parameter_server_jobs_wait_for_the_chief_alone():
+    assert diagnose_run.expected_ranks("ps", 5) == 1 and diagnose_run.expected_ranks("mwms", 5) == 5

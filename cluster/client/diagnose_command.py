@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 from typing import Iterator
 
 from cluster.client import local_runs
@@ -32,7 +33,8 @@ def settings_from(args) -> Settings:
         raise UsageError(f"tfdist diagnose: --variants {unknown[0]!r} is not a variant; choose from "
                          f"{', '.join(diagnosis.VARIANTS)}")
     ordered = tuple(v for v in diagnosis.VARIANTS if v in chosen or v == diagnosis.BASELINE)
-    return Settings(steps=args.steps, warmup=args.warmup, timeout=args.variant_timeout, variants=ordered)
+    return Settings(steps=args.steps, warmup=args.warmup, timeout=args.variant_timeout, variants=ordered,
+                    run=secrets.token_hex(6))
 
 
 JOB_REF = re.compile(r"[0-9]+(-[0-9a-f]+)?")  # a job's number, or its full id

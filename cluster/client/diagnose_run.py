@@ -29,6 +29,7 @@ class Settings:
     warmup: int = 5  # steps before them, not timed
     timeout: float = 240.0  # seconds one variant may take from submit to every rank's timing
     variants: tuple[str, ...] = diagnosis.VARIANTS
+    run: str = ""  # names this diagnose in each variant's job (the dashboard groups them by it)
 
 
 def variant_config(config: ExperimentConfig, variant: str, settings: Settings,
@@ -37,7 +38,8 @@ def variant_config(config: ExperimentConfig, variant: str, settings: Settings,
     restarts; `slots` (one_node): fewer slots, and a configured global batch cut with them so each replica
     keeps its batch (weak scaling)."""
     suffix = f" (diagnose: {variant})"
-    changes: dict = {"diagnose": {"variant": variant, "steps": settings.steps, "warmup": settings.warmup},
+    changes: dict = {"diagnose": {"variant": variant, "steps": settings.steps, "warmup": settings.warmup,
+                                  "run": settings.run},
                      "max_restarts": 0, "name_given": True,
                      "name": (config.name or "job")[:256 - len(suffix)] + suffix}
     if slots is not None and slots != config.slots_per_trial:

@@ -16,7 +16,7 @@ import dataclasses
 import statistics
 from typing import Any, Mapping, Sequence
 
-from cluster.shared.config_values import check_choice, check_int, check_mapping
+from cluster.shared.config_values import check_choice, check_int, check_mapping, check_text
 from tfdist import envvars
 from tfdist.errors import UserError
 from tfdist.diagnose import (BASELINE, MAX_STEPS, NO_COMMUNICATION, ONE_NODE, SYNTHETIC_INPUT,  # noqa: F401
@@ -32,14 +32,16 @@ GRADIENT_BYTES = 4  # per parameter: float32 gradients (the all-reduce's payload
 
 
 def check_variant(value: Any) -> dict[str, Any]:
-    """A job's `diagnose` ({} or {variant, steps, warmup}), as the coordinator accepts it from the wire."""
-    section = check_mapping(value, "diagnose", ("variant", "steps", "warmup"))
+    """A job's `diagnose` ({} or {variant, steps, warmup, run}: `run` names the one `tfdist diagnose` whose
+    variants the jobs are), as the coordinator accepts it from the wire."""
+    section = check_mapping(value, "diagnose", ("variant", "steps", "warmup", "run"))
     if not section:
         return {}
     variant = check_choice(section.get("variant"), "diagnose.variant", VARIANTS)
     steps = check_int(section.get("steps"), "diagnose.steps", minimum=1, maximum=MAX_STEPS)
     warmup = check_int(section.get("warmup"), "diagnose.warmup", minimum=0, maximum=MAX_STEPS - steps)
-    return {"variant": variant, "steps": steps, "warmup": warmup}
+    run = check_text(section.get("run", ""), "diagnose.run", 64, printable=True)
+    return {"variant": variant, "steps": steps, "warmup": warmup, "run": run}
 
 
 def worker_env(variant: Mapping[str, Any]) -> dict[str, str]:

@@ -123,7 +123,7 @@ def test_a_variant_is_the_same_job_told_its_variant_and_one_node_keeps_the_per_r
     made = check_config(diagnose_run.variant_config(config, "one_node", settings, slots=2))
     assert made.name == "mnist (diagnose: one_node)" and made.max_restarts == 0 and made.slots_per_trial == 2
     assert made.hyperparameters == {"global_batch_size": 128, "lr": 0.1}
-    assert made.diagnose == {"variant": "one_node", "steps": 12, "warmup": 2}
+    assert made.diagnose == {"variant": "one_node", "steps": 12, "warmup": 2, "run": ""}
     assert made.entrypoint == config.entrypoint and made.environment_variables == config.environment_variables
     plan = planner("mwms").plan  # the workers are told: TFDIST_DIAGNOSE_* in every process's environment
     assert plan and diagnosis.worker_env(made.diagnose)[envvars.DIAGNOSE_VARIANT] == "one_node"

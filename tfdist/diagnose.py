@@ -27,9 +27,10 @@ ONE_NODE = "one_node"
 NO_COMMUNICATION = "no_communication"
 SYNTHETIC_INPUT = "synthetic_input"
 VARIANTS = (BASELINE, ONE_NODE, NO_COMMUNICATION, SYNTHETIC_INPUT)
+CHANGES_FIT = (NO_COMMUNICATION, SYNTHETIC_INPUT)  # the variants that change the job (in `prepare_fit`)
 RECORD = metrics.DIAGNOSE_PREFIX  # "tfdist.diagnose.": kept with the job's metrics (`send`)
 STEP_RECORD = RECORD + "step_s"
-WHY_PREFIX = "tfdist: diagnose: "  # a rank's line saying why its variant was not applied
+WHY_PREFIX, NOT_APPLIED = "tfdist: diagnose: ", " was not applied: "  # a rank's line: VARIANT was not applied: WHY
 CUT_AGGREGATION = 1000  # no_communication's aggregation_frequency: no all-reduce within the measured steps
 MAX_STEPS = CUT_AGGREGATION - 1  # warmup + steps stay below it
 
@@ -60,11 +61,15 @@ class Timing:
     plan: Plan
     ends: list[float] = dataclasses.field(default_factory=list)  # perf_counter at each new step's end
     last_step: int = -1
-    applied: bool = True  # the variant's change took effect (False: `why`)
+    applied: bool = True  # the variant's change took effect (False: `why`); see `__post_init__`
     why: str = ""
     batch: int | None = None  # the global batch, where the input shows it
     params: int | None = None  # trainable parameters (Keras models)
     sent: bool = False
+
+    def __post_init__(self):
+        if self.plan.variant in CHANGES_FIT:  # until `fit` starts and the change is made
+            self.applied, self.why = False, "the script does not train with Keras fit, which this variant changes"
 
     def step_done(self, step: int, now: float) -> bool:
         """Takes in a reported step (a repeated one, e.g. from validation, is not a step); True once
@@ -126,7 +131,7 @@ def send(measured: Timing) -> None:
     """The record: one row per timed step (RECORD + "step_s", step = its index), then the facts; a variant
     that could not be applied says why on the rank's stderr (the runner quotes that line)."""
     if not measured.applied:
-        sys.stderr.write(f"{WHY_PREFIX}{measured.plan.variant} was not applied: {measured.why}\n")
+        sys.stderr.write(f"{WHY_PREFIX}{measured.plan.variant}{NOT_APPLIED}{measured.why}\n")
         sys.stderr.flush()
     for i, seconds in enumerate(measured.times()):
         metrics.report_record(STEP_RECORD, i, seconds)
@@ -162,6 +167,7 @@ def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         if replaced is None:
             measured.applied, measured.why = False, why
         else:
+            measured.applied, measured.why = True, ""
             measured.batch = measured.batch or _leading(replaced.element_spec)
             args, kwargs = ((replaced, *args[1:]), kwargs) if args else (args, {**kwargs, "x": replaced})
     elif measured.plan.variant == NO_COMMUNICATION:
@@ -193,7 +199,11 @@ def _product(shape) -> int:
 
 def _cut_communication(model) -> tuple[bool, str]:
     from tfdist import aggregation
+    from tfdist.modes import worker_mode
 
+    mode = worker_mode(os.environ.get(envvars.DISTRIBUTION, ""))
+    if mode.no_communication_cut:
+        return False, f"mode {mode.name}: {mode.no_communication_cut}"
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None:
         return False, "the model has no optimizer when fit starts (compile it first)"

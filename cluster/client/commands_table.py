@@ -297,7 +297,7 @@ COMMANDS: tuple[Command, ...] = (
                                                "synthetic_input (default: all; baseline always runs)"),
         _seconds("--variant-timeout", 240.0, "stop waiting for one variant's timings after this (default 240)"),
         *CLIENT, JSON,
-        arg("entry", nargs=argparse.REMAINDER, metavar="JOB | -- COMMAND",
+        arg("entry", nargs="*", metavar="JOB | -- COMMAND",
             help="an existing job to diagnose, or the command each worker runs (default: the config's entrypoint)"))),
     Command("agents", "list agents", _handler("job_commands", "list_agents"), (*CLIENT, JSON)),
     Command("doctor", "check this node before a long run: TensorFlow, Keras, GPUs, Horovod, ports, the coordinator",

@@ -137,7 +137,8 @@ class VariantRunner:
         for line in lines:
             at = line.text.find(worker_side.WHY_PREFIX)
             if at >= 0:
-                found.setdefault(line.rank, line.text[at + len(worker_side.WHY_PREFIX):].strip())
+                said = line.text[at + len(worker_side.WHY_PREFIX):].strip()
+                found.setdefault(line.rank, said.split(worker_side.NOT_APPLIED, 1)[-1])
         return found
 
     def _end(self, job_id: str) -> None:

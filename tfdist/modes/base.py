@@ -53,6 +53,9 @@ class WorkerMode(Protocol):
     # The process is its own launcher: it starts the workers of its node's slots itself (per_node), so tfdist's ranks
     # do not tell those workers apart.
     starts_own_workers: bool
+    # "" where `aggregate_gradients` takes the all-reduce out of the steps between updates (tfdist diagnose's
+    # no_communication variant); else why it cannot, said in the diagnosis.
+    no_communication_cut: str
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         """The backend of ctx.allgather/gather/broadcast/barrier, built with the context (no side effects)."""

@@ -18,6 +18,7 @@ class Horovod:
     every_rank_saves = False
     batch_callbacks = True
     starts_own_workers = False
+    no_communication_cut = ""
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name)

@@ -31,6 +31,8 @@ class Jax:
     every_rank_saves = True
     batch_callbacks = True
     starts_own_workers = False
+    no_communication_cut = ("a data-parallel JAX step all-reduces inside the gradient computation: aggregating gradients in the "
+                        "optimizer does not remove it")
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name)

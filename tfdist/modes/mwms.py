@@ -17,6 +17,7 @@ class MultiWorkerMirrored:
     every_rank_saves = True
     batch_callbacks = True
     starts_own_workers = False
+    no_communication_cut = ""
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name)

@@ -19,6 +19,7 @@ class PerNode:
     every_rank_saves = False
     batch_callbacks = True
     starts_own_workers = True
+    no_communication_cut = "the workers are started by the script's own launcher: tfdist cannot change their optimizer"
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name)

@@ -30,6 +30,8 @@ class ParameterServers:
     every_rank_saves = False
     batch_callbacks = False
     starts_own_workers = False
+    no_communication_cut = ("parameter servers are read and written every step: aggregating gradients does not remove that "
+                        "traffic")
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name, refusal=COLLECTIVES_REFUSAL)

@@ -28,6 +28,7 @@ class SingleNode:
     every_rank_saves = True
     batch_callbacks = True
     starts_own_workers = False
+    no_communication_cut = ""
 
     def __init__(self, name: str, build: Callable[[Any, list[str]], object]):
         """`build(tf, devices)`: the mode's strategy over this process's devices."""

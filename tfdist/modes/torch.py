@@ -19,6 +19,7 @@ class Torch:
     every_rank_saves = False
     batch_callbacks = True
     starts_own_workers = False
+    no_communication_cut = "the torch mode has no Keras optimizer: its all-reduce is DistributedDataParallel's"
 
     def collectives(self, store: str | None, rank: int, size: int) -> Collectives:
         return Collectives(store, rank, size, self.name)

@@ -17,6 +17,7 @@ class Unsupported:
     every_rank_saves = True
     batch_callbacks = True
     starts_own_workers = False
+    no_communication_cut = ""
 
     def __init__(self, name: str):
         self.name = name

@@ -161,7 +161,7 @@ def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if measured is None or measured.sent:
         return args, kwargs
     x = args[0] if args else kwargs.get("x")
-    measured.batch = measured.batch or _static_batch(x)
+    measured.batch = measured.batch or _static_batch(x) or _configured_batch()
     if measured.plan.variant == SYNTHETIC_INPUT:
         replaced, why = _first_batch_repeated(x)
         if replaced is None:
@@ -222,10 +222,18 @@ def _first_batch_repeated(x):
         import tensorflow as tf
     except ImportError:
         return None, "no TensorFlow in this worker"
+    if type(x).__module__ == "numpy":
+        return None, "fit reads numpy arrays already in memory: there is no input pipeline to take away"
     if not isinstance(x, tf.data.Dataset):
         return None, f"fit's input is a {type(x).__module__}.{type(x).__name__}, not a tf.data.Dataset"
     first = next(iter(x))
     return tf.data.Dataset.from_tensors(first).repeat(), ""
+
+
+def _configured_batch() -> int | None:
+    """The config's global batch (hyperparameters.global_batch_size), when the input does not show it."""
+    raw = os.environ.get(envvars.GLOBAL_BATCH_SIZE, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
 
 
 def _static_batch(x) -> int | None:

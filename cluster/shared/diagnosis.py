@@ -26,6 +26,7 @@ COMMUNICATION, INPUT, STRAGGLER, COMPUTE = "communication", "input", "straggler"
 
 BOUND_SHARE = 0.3  # a share of the step at least this big is the bottleneck to act on
 STRAGGLER_SKEW = 0.2  # a rank this much slower by itself than the median of the others is named
+SHORT_STEP = 0.01  # seconds: below this a step is mostly per-step overhead, and its parts are noise
 MIN_COMM_SECONDS = 0.002  # communication shorter than this per step is too short to turn into a bandwidth
 GRADIENT_BYTES = 4  # per parameter: float32 gradients (the all-reduce's payload in the common case)
 
@@ -169,8 +170,12 @@ def diagnose(mode: str, runs: Sequence[VariantRun]) -> Diagnosis:
     found = {k: v for k, v in shares.items() if v is not None}
     worst = max(found, key=lambda k: found[k], default=None)
     verdict = worst if worst is not None and found[worst] >= BOUND_SHARE else COMPUTE
-    return Diagnosis(mode, tuple(runs), verdict, shares, efficiency, straggler, bandwidth, batch,
-                     fixes(verdict, mode, batch, base.ranks, straggler),
+    advice = fixes(verdict, mode, batch, base.ranks, straggler)
+    if step < SHORT_STEP:
+        advice = (f"a step takes {step * 1000:.1f} ms: at that size per-step overhead dominates and the shares are "
+                  "mostly noise; raise the per-replica batch (or steps_per_execution) first, then diagnose again",
+                  *advice)
+    return Diagnosis(mode, tuple(runs), verdict, shares, efficiency, straggler, bandwidth, batch, advice,
                      summary(verdict, step, shares, straggler, bandwidth))
 
 

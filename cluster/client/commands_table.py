@@ -287,6 +287,7 @@ COMMANDS: tuple[Command, ...] = (
                         "(its token is the only way in); Ctrl-C or SIGTERM stops it."),
     Command("diagnose", "run short variants of a job and say what bounds it: communication, input, a slow rank or "
                         "compute (docs/diagnose.md)", _handler("diagnose_command", "diagnose_job"), (
+        *CLIENT,
         arg("--config", metavar="FILE", help="experiment config (YAML), as `tfdist launch` reads it"),
         SLOTS.but(help="slots; overrides resources.slots_per_trial"),
         arg("--distribution", metavar="MODE", help="distribution mode; overrides distribution.mode"),
@@ -296,7 +297,7 @@ COMMANDS: tuple[Command, ...] = (
         arg("--variants", metavar="LIST", help="comma-separated: baseline, one_node, no_communication, "
                                                "synthetic_input (default: all; baseline always runs)"),
         _seconds("--variant-timeout", 240.0, "stop waiting for one variant's timings after this (default 240)"),
-        *CLIENT, JSON,
+        JSON,
         arg("entry", nargs="*", metavar="JOB | -- COMMAND",
             help="an existing job to diagnose, or the command each worker runs (default: the config's entrypoint)"))),
     Command("agents", "list agents", _handler("job_commands", "list_agents"), (*CLIENT, JSON)),

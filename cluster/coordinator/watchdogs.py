@@ -85,8 +85,11 @@ def culprit(outcome: policy.Outcome, plan: JobPlan, allocations: Sequence[Alloca
         return outcome, ""
     found = stack_reading.verdict(stack_reading.dumps(lines), {r: step for r, (step, _) in reported.items()},
                                   ranks, node_of_rank(plan, allocations), stack_dump_grace)
-    rank = outcome.rank if found.rank is None else found.rank
-    return dataclasses.replace(outcome, message=f"{outcome.message}; {found.said}", rank=rank), found.said
+    rank, message = outcome.rank, outcome.message
+    if found.rank is not None and found.rank != outcome.rank:  # the stacks name another rank than the clock did:
+        head, silent, rest = message.partition(" made no progress")  # the opening names none, the clause one
+        message, rank = (f"the job{silent}{rest}" if silent else message), found.rank
+    return dataclasses.replace(outcome, message=f"{message}; {found.said}", rank=rank), found.said
 
 
 def note_progress(seen: dict[int, tuple[int, float]], left: set[int], job: RunningJob, now: float) -> None:

@@ -3,7 +3,7 @@ script. The runner (cluster/client/diagnose_run.py) sets TFDIST_DIAGNOSE_* in ea
 here every rank times the steps it reports (Keras `fit` reports by itself, a custom loop through
 `tfdist.report_progress`), and once it has timed `steps` of them after `warmup` it sends one record,
 "tfdist.diagnose", with the times, then `fit` stops. The variants that change the job are applied to
-`fit` when it starts (`prepare_fit`):
+`fit` when it starts (tfdist/compat/keras_diagnose.py):
 - no_communication: the Keras optimizer all-reduces every CUT_AGGREGATION steps (never, in the measured
   ones), so each rank runs at its own pace: what communication costs, and which rank is slow by itself;
 - synthetic_input: fit's tf.data input is its own first batch, held in memory and repeated: what the
@@ -27,7 +27,7 @@ ONE_NODE = "one_node"
 NO_COMMUNICATION = "no_communication"
 SYNTHETIC_INPUT = "synthetic_input"
 VARIANTS = (BASELINE, ONE_NODE, NO_COMMUNICATION, SYNTHETIC_INPUT)
-CHANGES_FIT = (NO_COMMUNICATION, SYNTHETIC_INPUT)  # the variants that change the job (in `prepare_fit`)
+CHANGES_FIT = (NO_COMMUNICATION, SYNTHETIC_INPUT)  # the variants that change the job (compat/keras_diagnose.py)
 RECORD = metrics.DIAGNOSE_PREFIX  # "tfdist.diagnose.": kept with the job's metrics (`send`)
 STEP_RECORD = RECORD + "step_s"
 WHY_PREFIX, NOT_APPLIED = "tfdist: diagnose: ", " was not applied: "  # a rank's line: VARIANT was not applied: WHY
@@ -150,100 +150,3 @@ def link() -> dict[str, Any] | None:
     except (OSError, ValueError):
         mbits = -1
     return {"interface": interface, "nominal_bits_per_s": mbits * 1_000_000 if mbits > 0 else None}
-
-
-# ---------------------------------------------------------------- Keras fit
-
-def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Applies the variant to a `fit` that is about to start: its input (synthetic_input) or its
-    optimizer (no_communication). What cannot be applied is said in the record (`why`), not raised."""
-    measured = timing()
-    if measured is None or measured.sent:
-        return args, kwargs
-    x = args[0] if args else kwargs.get("x")
-    measured.batch = measured.batch or _static_batch(x) or _configured_batch()
-    if measured.plan.variant == SYNTHETIC_INPUT:
-        replaced, why = _first_batch_repeated(x)
-        if replaced is None:
-            measured.applied, measured.why = False, why
-        else:
-            measured.applied, measured.why = True, ""
-            measured.batch = measured.batch or _leading(replaced.element_spec)
-            args, kwargs = ((replaced, *args[1:]), kwargs) if args else (args, {**kwargs, "x": replaced})
-    elif measured.plan.variant == NO_COMMUNICATION:
-        measured.applied, measured.why = _cut_communication(model)
-    return args, kwargs
-
-
-def fit_batch_done(model) -> None:
-    """After tfdist's progress report of a training batch: stop `fit` once this rank's steps are timed."""
-    measured = timing()
-    if measured is None:
-        return
-    if measured.params is None:
-        try:
-            measured.params = int(sum(int(w.shape.num_elements() if hasattr(w.shape, "num_elements")
-                                          else _product(w.shape)) for w in model.trainable_weights))
-        except Exception:  # noqa: BLE001 - a model whose weights do not count: the record says null
-            measured.params = None
-    if measured.done:
-        model.stop_training = True
-
-
-def _product(shape) -> int:
-    total = 1
-    for d in shape:
-        total *= int(d)
-    return total
-
-
-def _cut_communication(model) -> tuple[bool, str]:
-    from tfdist import aggregation
-    from tfdist.modes import worker_mode
-
-    mode = worker_mode(os.environ.get(envvars.DISTRIBUTION, ""))
-    if mode.no_communication_cut:
-        return False, f"mode {mode.name}: {mode.no_communication_cut}"
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is None:
-        return False, "the model has no optimizer when fit starts (compile it first)"
-    if getattr(optimizer, "gradient_accumulation_steps", None) or getattr(optimizer, "_tfdist_aggregation", 1) > 1:
-        return True, ""  # the script aggregates itself: the variant sets its own frequency only when it can
-    try:
-        aggregation.aggregate_gradients(optimizer, CUT_AGGREGATION)
-    except Exception as e:  # noqa: BLE001 - the mode or optimizer cannot: said in the verdict
-        return False, f"aggregation_frequency could not be applied: {e}"
-    return True, ""
-
-
-def _first_batch_repeated(x):
-    """fit's tf.data input as its own first batch, in memory, repeated without end; (None, why) otherwise."""
-    try:
-        import tensorflow as tf
-    except ImportError:
-        return None, "no TensorFlow in this worker"
-    if type(x).__module__ == "numpy":
-        return None, "fit reads numpy arrays already in memory: there is no input pipeline to take away"
-    if not isinstance(x, tf.data.Dataset):
-        return None, f"fit's input is a {type(x).__module__}.{type(x).__name__}, not a tf.data.Dataset"
-    first = next(iter(x))
-    return tf.data.Dataset.from_tensors(first).repeat(), ""
-
-
-def _configured_batch() -> int | None:
-    """The config's global batch (hyperparameters.global_batch_size), when the input does not show it."""
-    raw = os.environ.get(envvars.GLOBAL_BATCH_SIZE, "")
-    return int(raw) if raw.isdigit() and int(raw) > 0 else None
-
-
-def _static_batch(x) -> int | None:
-    spec = getattr(x, "element_spec", None)
-    return _leading(spec) if spec is not None else None
-
-
-def _leading(spec) -> int | None:
-    """The leading dimension the element's tensors share (the batch), if static."""
-    import tensorflow as tf
-
-    dims = {s.shape[0] for s in tf.nest.flatten(spec) if getattr(s, "shape", None) is not None and len(s.shape)}
-    return int(dims.pop()) if len(dims) == 1 and None not in dims else None

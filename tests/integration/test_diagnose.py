@@ -80,3 +80,18 @@ def test_a_loop_without_fit_is_timed_and_told_what_it_cannot_take_and_an_ended_j
 def test_bad_input_is_one_line(marker, tmp_path, args, expected):
     result = run_cli(["diagnose", *args], marker, timeout=60, cwd=str(tmp_path))
     assert result.returncode == 2 and result.stderr == expected + "\n", result.stderr
+
+
+def test_horovod_with_numpy_input_takes_both_variants(marker, tmp_path):
+    """tfdist.horovod's optimizer under Keras's gradient accumulation (no all-reduce in the measured steps),
+    and fit's numpy arrays replaced by their first batch."""
+    script = os.path.join(REPO, "tests", "integration", "workers", "horovod_fit.py")
+    result = run_cli(["diagnose", "--json", "--slots", "2", "--distribution", "horovod", "--steps", "5", "--warmup",
+                      "2", "--variants", "no_communication,synthetic_input", "--", "python", script], marker,
+                     timeout=300, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout)
+    assert found["mode"] == "horovod"
+    for v in found["variants"]:
+        assert v["skipped"] == "" and v["steps"] == 5 and set(v["rank_step_time_s"]) == {"0", "1"}, v
+    assert found["shares"]["communication"] is not None and found["shares"]["input"] is not None

@@ -13,6 +13,7 @@ from cluster.shared.config_values import ConfigError
 from cluster.shared.diagnosis import RankTiming, VariantRun
 from cluster.shared.modes import auto, planner
 from tfdist import diagnose as worker_side, envvars
+from tfdist.compat import keras_diagnose
 
 
 def _run(name, *medians, nodes=("a1", "a2"), batch=64, params=250_000, link=None, applied=True):
@@ -162,3 +163,47 @@ def test_timings_are_read_back_from_the_rows_each_rank_sent_last():
 
 def test_parameter_server_jobs_wait_for_the_chief_alone():
     assert diagnose_run.expected_ranks("ps", 5) == 1 and diagnose_run.expected_ranks("mwms", 5) == 5
+
+
+# ---------------------------------------------------------------- synthetic input for Keras fit
+
+def _shapes(dataset):
+    import tensorflow as tf
+
+    return [tuple(s.shape) for s in tf.nest.flatten(dataset.element_spec)]
+
+
+def test_fit_input_of_every_kind_becomes_its_first_batch_repeated():
+    import numpy as np
+    import tensorflow as tf
+
+    x, y = np.arange(200, dtype="float32").reshape(100, 2), np.arange(100, dtype="float32")
+    made, why = keras_diagnose.first_batch_repeated(tf.data.Dataset.from_tensor_slices((x, y)).batch(16))
+    assert why == "" and _shapes(made) == [(16, 2), (16,)]
+    first = list(made.take(3).as_numpy_iterator())
+    assert all((a[0] == x[:16]).all() and (a[1] == y[:16]).all() for a in first)  # the same batch, repeated
+    made, _ = keras_diagnose.first_batch_repeated(x, y, 10)  # numpy arrays with fit's batch_size
+    assert _shapes(made) == [(10, 2), (10,)]
+    made, _ = keras_diagnose.first_batch_repeated(x, y)  # Keras's default batch
+    assert _shapes(made) == [(32, 2), (32,)]
+    made, _ = keras_diagnose.first_batch_repeated(((x[i:i + 8], y[i:i + 8]) for i in range(0, 100, 8)))
+    assert _shapes(made) == [(8, 2), (8,)]
+
+    class Batches:  # a keras.utils.PyDataset's protocol
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return x[i * 25:(i + 1) * 25], y[i * 25:(i + 1) * 25]
+
+    made, _ = keras_diagnose.first_batch_repeated(Batches())
+    assert _shapes(made) == [(25, 2), (25,)]
+    made, why = keras_diagnose.first_batch_repeated(object())
+    assert made is None and why.startswith("fit's input is a builtins.object: tfdist takes the first batch of")
+
+
+def test_the_replaced_input_takes_the_place_of_x_y_and_batch_size():
+    with_input = keras_diagnose._with_input
+    assert with_input(("x", "y", 32, 3), {"verbose": 0}, "D") == (("D", None, None, 3), {"verbose": 0})
+    assert with_input(("x",), {"y": "y", "batch_size": 8, "epochs": 2}, "D") == \
+        ((), {"x": "D", "y": None, "batch_size": None, "epochs": 2})

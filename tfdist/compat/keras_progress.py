@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 
-from tfdist import diagnose, progress
+from tfdist import progress
+from tfdist.compat import keras_diagnose
 
 CALLBACKS_ARG = 5  # fit(x, y, batch_size, epochs, verbose, callbacks, ...): Keras 3 and tf_keras alike
 
@@ -36,7 +37,7 @@ class FitProgressHooks:
 
     def on_train_batch_end(self, batch, logs=None):
         progress.train_batch_done()
-        diagnose.fit_batch_done(self.model)  # under `tfdist diagnose`: fit stops once this rank's steps are timed
+        keras_diagnose.fit_batch_done(self.model)  # under `tfdist diagnose`: fit stops once this rank's steps are timed
 
     def on_test_batch_end(self, batch, logs=None):
         progress.still_alive()
@@ -55,7 +56,7 @@ def apply(model_class, callback_base) -> bool:
 
     @functools.wraps(upstream)
     def fit(self, *args, **kwargs):
-        args, kwargs = diagnose.prepare_fit(self, args, kwargs)  # under `tfdist diagnose`: the variant's change
+        args, kwargs = keras_diagnose.prepare_fit(self, args, kwargs)  # under `tfdist diagnose`: the variant's change
         if len(args) > CALLBACKS_ARG:
             args = (*args[:CALLBACKS_ARG], with_progress(args[CALLBACKS_ARG], callback_class),
                     *args[CALLBACKS_ARG + 1:])

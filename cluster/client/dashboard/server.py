@@ -41,6 +41,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from cluster.client import tensorboard_app
 from cluster.client.dashboard.api import Answer, Api, check_job_id
+from cluster.client.dashboard.diagnoses import Diagnoses
 from cluster.client.dashboard.gate import Gate, allowed_hosts
 from cluster.shared import limits
 from tfdist.errors import UserError
@@ -60,7 +61,8 @@ SECURITY_HEADERS = (
                                 "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
     ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"),
     ("Cache-Control", "no-store"))
-PAGES = re.compile(r"^/(?:cluster|experiments|(?:jobs|experiments)/[A-Za-z0-9._-]{1,64})?$")  # the page's script draws
+# the pages the page's script draws
+PAGES = re.compile(r"^/(?:cluster|experiments|diagnoses|(?:jobs|experiments|diagnoses)/[A-Za-z0-9._-]{1,64})?$")
 EXPERIMENT_API = re.compile(r"^/api/experiments/([A-Za-z0-9._-]{1,64})$")
 JOB_API = re.compile(r"^/api/jobs/([^/]{1,64})(?:/(logs|metrics|cancel|preempt|resume))?$")
 TENSORBOARD = re.compile(r"^/tensorboard/([^/]{1,64})(/.*)?$")
@@ -88,6 +90,7 @@ class Dashboard:
     def __init__(self, api: Api | None, gate: Gate, hosts: frozenset[str] | None,
                  tensorboard=None, home: str = "/"):
         self.api, self.gate, self.hosts, self.home = api, gate, hosts, home
+        self.diagnoses = Diagnoses(api) if api is not None else None  # `tfdist diagnose`'s runs (diagnoses.py)
         self.tensorboard = tensorboard or (api.tensorboard if api is not None else None)
         self.assets = {}
         for name in sorted(os.listdir(ASSETS)) if os.path.isdir(ASSETS) else ():
@@ -255,6 +258,8 @@ class Handler(BaseHTTPRequestHandler):
             return api.jobs()
         if path == "/api/experiments":
             return api.experiments()
+        if path.startswith("/api/diagnoses"):
+            return self.dashboard.diagnoses.answer(path)
         if found := EXPERIMENT_API.match(path):
             return api.experiment(found.group(1))
         match = JOB_API.match(path)

@@ -11,6 +11,7 @@
   const VERBS = {cancel: "Cancel", preempt: "Preempt", resume: "Resume"};
   const main = document.getElementById("main");
   let session = null;
+  let diagnose = null;  // the diagnose pages (diagnose.js), made in start() with this file's helpers
 
   // ------------------------------------------------------------------ helpers
   function el(tag, attrs, ...children) {
@@ -269,7 +270,8 @@
       wide("Checkpoint", cp.step !== null ? el("span", {}, `step ${cp.step} `, el("code", {text: cp.path || ""}), ` (${clock(cp.time)})`) : "none yet"),
       wide("Command", el("code", {text: job.command.join(" ")})),
       job.waiting_reason ? wide("Waiting for", el("span", {class: "reason", id: "waiting-reason", text: job.waiting_reason})) : [],
-      job.outcome ? wide(TERMINAL.includes(job.state) ? "Outcome" : "Latest", job.outcome) : []);
+      job.outcome ? wide(TERMINAL.includes(job.state) ? "Outcome" : "Latest", job.outcome) : [],
+      diagnose ? diagnose.jobFact(job) : []);
   }
 
   function placementOf(job) {
@@ -577,9 +579,15 @@
       return;
     }
     document.getElementById("where").textContent = `${session.principal.kind} ${session.principal.name} · coordinator ${session.coordinator}`;
+    if (window.tfdistDiagnose) diagnose = window.tfdistDiagnose({el, replace, watch, badge, num, clock, ago, fact, wide, main, POLL_MS, HIDDEN_MS});
     const path = location.pathname;
     const job = path.match(/^\/jobs\/([^/]+)$/), experiment = path.match(/^\/experiments\/([^/]+)$/);
+    const run = path.match(/^\/diagnoses\/([^/]+)$/);
     if (job) jobPage(decodeURIComponent(job[1]));
+    else if (diagnose && (run || path === "/diagnoses")) {
+      document.getElementById("nav-diagnoses").classList.add("here");
+      if (run) diagnose.runPage(decodeURIComponent(run[1])); else diagnose.listPage();
+    }
     else if (experiment) { document.getElementById("nav-experiments").classList.add("here"); experimentPage(decodeURIComponent(experiment[1])); }
     else if (path === "/experiments") { document.getElementById("nav-experiments").classList.add("here"); experimentsPage(); }
     else if (path === "/cluster") { document.getElementById("nav-cluster").classList.add("here"); clusterPage(); }

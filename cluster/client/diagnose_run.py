@@ -33,13 +33,13 @@ class Settings:
 
 
 def variant_config(config: ExperimentConfig, variant: str, settings: Settings,
-                   slots: int | None = None) -> ExperimentConfig:
+                   slots: int | None = None, nodes: Sequence[str] = ()) -> ExperimentConfig:
     """The job of one variant: the same config, the variant named in it (its workers are told) and in its name, no
     restarts; `slots` (one_node): fewer slots, and a configured global batch cut with them so each replica
-    keeps its batch (weak scaling)."""
+    keeps its batch (weak scaling); `nodes`: the only nodes it may run on (the baseline's)."""
     suffix = f" (diagnose: {variant})"
     changes: dict = {"diagnose": {"variant": variant, "steps": settings.steps, "warmup": settings.warmup,
-                                  "run": settings.run},
+                                  "run": settings.run, **({"nodes": list(nodes)} if nodes else {})},
                      "max_restarts": 0, "name_given": True,
                      "name": (config.name or "job")[:256 - len(suffix)] + suffix}
     if slots is not None and slots != config.slots_per_trial:
@@ -78,6 +78,17 @@ def timings_from_rows(rows: Sequence, node_of: Mapping[int, str], why: Mapping[i
     return made
 
 
+def why_from_lines(lines) -> dict[int, str]:
+    """Each rank's own line on why its variant was not applied (tfdist/diagnose.py writes it to stderr)."""
+    found: dict[int, str] = {}
+    for line in lines:
+        at = line.text.find(worker_side.WHY_PREFIX)
+        if at >= 0:
+            said = line.text[at + len(worker_side.WHY_PREFIX):].strip()
+            found.setdefault(line.rank, said.split(worker_side.NOT_APPLIED, 1)[-1])
+    return found
+
+
 class VariantRunner:
     """Runs variants through `client` (a gRPC Client or a local launch's in-process one); `say` prints progress."""
 
@@ -86,9 +97,10 @@ class VariantRunner:
         self.client, self.settings, self.say, self.working_dir = client, settings, say, working_dir
         self.clock, self.pause = clock, pause
 
-    def run(self, config: ExperimentConfig, variant: str, slots: int | None = None) -> VariantRun:
-        spec = jobspec.job_spec(variant_config(config, variant, self.settings, slots), working_dir=self.working_dir,
-                                submission_id=secrets.token_hex(16))
+    def run(self, config: ExperimentConfig, variant: str, slots: int | None = None,
+            nodes: Sequence[str] = ()) -> VariantRun:
+        spec = jobspec.job_spec(variant_config(config, variant, self.settings, slots, nodes),
+                                working_dir=self.working_dir, submission_id=secrets.token_hex(16))
         job_id = self.client.submit(jobspec.to_pb(spec))
         self.say(f"{variant}: job {job_id} submitted ({spec.slots} slot{'s' if spec.slots != 1 else ''}); timing "
                  f"{self.settings.steps} steps after {self.settings.warmup}")
@@ -128,18 +140,10 @@ class VariantRunner:
             self.pause(POLL)
 
     def _why(self, job_id: str) -> dict[int, str]:
-        """Each rank's own line on why its variant was not applied (tfdist/diagnose.py writes it to stderr)."""
-        found: dict[int, str] = {}
         try:
-            lines = self.client.logs(job_id, 0, -1, 10000).lines
+            return why_from_lines(self.client.logs(job_id, 0, -1, 10000).lines)
         except Exception:  # noqa: BLE001 - the reason is a courtesy; the verdict stands without it
-            return found
-        for line in lines:
-            at = line.text.find(worker_side.WHY_PREFIX)
-            if at >= 0:
-                said = line.text[at + len(worker_side.WHY_PREFIX):].strip()
-                found.setdefault(line.rank, said.split(worker_side.NOT_APPLIED, 1)[-1])
-        return found
+            return {}
 
     def _end(self, job_id: str) -> None:
         """Cancels the variant if it still runs, and waits (bounded) for its nodes to be free for the next."""
@@ -157,7 +161,8 @@ class VariantRunner:
 
 
 def run_all(runner: VariantRunner, config: ExperimentConfig) -> list[VariantRun]:
-    """baseline first (nothing else is worth running if it cannot be measured), then the others asked for."""
+    """baseline first (nothing else is worth running if it cannot be measured), then the others asked for, each
+    on the baseline's nodes (one_node: its node_rank 0 node)."""
     runs = [runner.run(config, diagnosis.BASELINE)]
     base = runs[0]
     if not base.measured:
@@ -170,11 +175,11 @@ def run_all(runner: VariantRunner, config: ExperimentConfig) -> list[VariantRun]
             if len(placement) < 2:
                 runs.append(VariantRun(variant, skipped="the job runs on one node"))
                 continue
-            runs.append(runner.run(config, variant, placement[0].slots))
+            runs.append(runner.run(config, variant, placement[0].slots, (placement[0].agent,)))
         elif base.ranks < 2 and variant == diagnosis.NO_COMMUNICATION:
             runs.append(VariantRun(variant, skipped="one rank: nothing to all-reduce"))
         else:
-            runs.append(runner.run(config, variant))
+            runs.append(runner.run(config, variant, nodes=base.nodes))
     return runs
 
 

@@ -6,7 +6,8 @@ coordinator, its HTTP route and the page: tests/integration/test_dashboard_diagn
 import grpc
 
 from cluster.client.dashboard.api import Api
-from cluster.client.dashboard.diagnoses import Diagnoses, Read, grouped, run_document, variant_run, why_from_lines
+from cluster.client.dashboard.diagnoses import Diagnoses, Read, grouped, run_document, variant_run
+from cluster.client.diagnose_run import why_from_lines
 from cluster.shared import diagnosis, jobspec
 from cluster.shared.credentials import Principal
 from cluster.shared.diagnosis import RankTiming, VariantRun

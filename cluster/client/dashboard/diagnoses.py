@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import unquote
 
 from cluster.client.dashboard.api import Answer, Api, can, failed
-from cluster.client.diagnose_run import expected_ranks, timings_from_rows
+from cluster.client.diagnose_run import expected_ranks, timings_from_rows, why_from_lines
 from cluster.client.job_selection import ACTIVE, FINISHED, number
 from cluster.client.json_output import when
 from cluster.shared import diagnosis, jobspec
@@ -40,7 +40,6 @@ SETTLED = 10.0  # seconds after a job ended from which its rows are kept, not re
 KEPT = 512  # settled variants kept at most (then forgotten all at once)
 SCHEMA = "tfdist.diagnose/1"
 PATH = re.compile(r"^/api/diagnoses(?:/([^/]{1,200}))?$")
-NOT_APPLIED = " was not applied: "  # a rank's line: tfdist: diagnose: VARIANT was not applied: WHY
 SUFFIX = re.compile(r" \(diagnose: [a-z_]+\)$")  # what the runner adds to a variant's job name
 
 
@@ -69,17 +68,6 @@ def grouped(jobs: Sequence[pb.Job]) -> dict[str, list[pb.Job]]:
         if section.get("run") and section.get("variant") in diagnosis.VARIANTS:
             by_run.setdefault(str(section["run"]), {})[section["variant"]] = job
     return {run: [found[v] for v in diagnosis.VARIANTS if v in found] for run, found in by_run.items()}
-
-
-def why_from_lines(lines) -> dict[int, str]:
-    """Each rank's own line on why its variant was not applied (tfdist/diagnose.py writes it to stderr)."""
-    found: dict[int, str] = {}
-    for line in lines:
-        at = line.text.find(worker_side.WHY_PREFIX)
-        if at >= 0:
-            said = line.text[at + len(worker_side.WHY_PREFIX):].strip()
-            found.setdefault(line.rank, said.split(NOT_APPLIED, 1)[-1])
-    return found
 
 
 def variant_run(read: Read) -> tuple[VariantRun, int | None]:

@@ -113,6 +113,31 @@ class Capacity:
         names = self.whole_nodes(slots)
         return [(name, self.nodes[name].slots) for name in names] if names else None
 
+    def place_on(self, slots: int, names: Sequence[str]) -> list[tuple[str, int]] | None:
+        """Where a job pinned to the nodes `names` goes now, none of them reserved for another job: one of
+        them, the tightest that holds it, if it fits one of them; else all of them, in their order, if each is
+        idle and their slots sum to the job's. None if it does not fit (or one of them is not registered)."""
+        here = [self.nodes[name] for name in names if name in self.nodes]
+        if here and slots <= max(n.slots for n in here):
+            fits = [n for n in here if n.free_slots >= slots and n.name not in self.reserved_for]
+            best = min(fits, key=lambda n: (n.free_slots, n.name), default=None)
+            return [(best.name, slots)] if best else None
+        if len(here) == len(names) and sum(n.slots for n in here) == slots and \
+                all(n.idle and n.name not in self.reserved_for for n in here):
+            return [(n.name, n.slots) for n in here]
+        return None
+
+    def reservation_on(self, slots: int, names: Sequence[str]) -> list[str]:
+        """The nodes a blocked job pinned to `names` keeps until they drain: the emptiest of them that can hold
+        it, or all of them (if all are registered and their slots sum to the job's); none that is kept already."""
+        here = [self.nodes[name] for name in names if name in self.nodes]
+        free = [n for n in here if n.name not in self.reserved_for]
+        if here and slots <= max(n.slots for n in here):
+            big_enough = [n for n in free if n.slots >= slots]
+            return [max(big_enough, key=lambda n: (n.free_slots, n.name)).name] if big_enough else []
+        whole = len(free) == len(names) and sum(n.slots for n in free) == slots
+        return [n.name for n in free] if whole else []
+
     def nodes_now(self) -> list[Node]:
         """Every node with its free slots after this round (during the round too: its reservations), and for
         a waiting job's reason, asked after the round, perhaps without the coordinator's lock. Over a NodeIndex: its nodes now (anything freed or

@@ -10,6 +10,10 @@ Rules (Determined's, tightened):
   first job that does not fit gets a reservation: the nodes it will use
   once they drain. Later jobs may backfill only onto other nodes, so small
   jobs never starve a large one.
+- A job pinned to named nodes (a diagnose variant: where its baseline ran)
+  goes only there: onto the tightest of them if it fits one, else onto
+  exactly all of them once each is idle and their slots sum to the job's.
+  If it is the first blocked, the nodes it keeps are its own.
 - A job that no set of registered nodes could ever hold is refused at
   submit time with the nearest sizes that would fit (`check_feasible`).
 """
@@ -34,6 +38,7 @@ class PendingJob:
     slots: int
     priority: int = 0
     seq: int = 0  # submission order
+    nodes: tuple[str, ...] = ()  # the only nodes it may run on (config.diagnose.nodes); (): any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +143,7 @@ class BlockedReasons(Mapping):
             if self._reasons is None:
                 self._reasons = self._build()
             reasons = self._reasons
-        return reasons.of(job.id, job.slots)
+        return reasons.of(job.id, job.slots, job.nodes)
 
     def __iter__(self) -> Iterator[str]:
         return (j.id for j in list(self._blocked) if self._current is None or self._current(j.id))
@@ -184,24 +189,31 @@ def schedule(nodes: Sequence[Node] | NodeIndex, pending: Sequence[PendingJob],
             continue
         if cap.free_total <= 0:  # nothing left to place anything on: the rest wait
             if not cap.reserved_for:  # the first of them keeps the nodes it will use once they drain
-                cap.reserve(cap.reservation(job.slots), job.id)
+                cap.reserve(_kept(cap, job), job.id)
                 reserver_priority = job.priority
             blocked.extend(j for j in queue[i:] if j.id not in skip)
             break
         placed = None
-        if not (smallest_blocked_whole and job.slots > cap.largest and job.slots >= smallest_blocked_whole
-                and uniform):  # ...in a uniform cluster, where fitting is monotone in size
+        if job.nodes:
+            placed = cap.place_on(job.slots, job.nodes)
+        elif not (smallest_blocked_whole and job.slots > cap.largest and job.slots >= smallest_blocked_whole
+                  and uniform):  # ...in a uniform cluster, where fitting is monotone in size
             placed = cap.place(job.slots)
         if placed:
             assignments.append(Assignment(job.id, tuple(placed)))
             for name, used in placed:
                 cap.take(name, used)
             continue
-        if job.slots > cap.largest:
+        if job.slots > cap.largest and not job.nodes:
             smallest_blocked_whole = min(smallest_blocked_whole or job.slots, job.slots)
         if not cap.reserved_for:  # the first blocked job keeps its nodes from backfill
-            cap.reserve(cap.reservation(job.slots), job.id)
+            cap.reserve(_kept(cap, job), job.id)
             reserver_priority = job.priority
         blocked.append(job)
     return Decision(tuple(assignments), BlockedReasons(blocked, cap, assignments, around, current),
                     settled=cap.free_total <= 0, reserver_priority=reserver_priority)
+
+
+def _kept(cap: Capacity, job: PendingJob) -> list[str]:
+    """The nodes a blocked job keeps from backfill until they drain: a pinned job, some of its own."""
+    return cap.reservation_on(job.slots, job.nodes) if job.nodes else cap.reservation(job.slots)

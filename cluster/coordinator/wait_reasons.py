@@ -130,9 +130,15 @@ class QueueReasons:
         self.lost = tuple(sorted(around.lost, key=lambda n: n.name))
         self._shared: dict[tuple, _Shared] = {}
         self._said: dict[tuple[int, bool], str] = {}
+        self._by_name: dict[str, FreeNode] | None = None
 
-    def of(self, job_id: str, slots: int) -> str:
-        """The reason of the blocked job `job_id` needing `slots` (jobs of one size share it)."""
+    def of(self, job_id: str, slots: int, pinned_to: Sequence[str] = ()) -> str:
+        """The reason of the blocked job `job_id` needing `slots` (jobs of one size share it); `pinned_to`: the
+        only nodes it may run on."""
+        if pinned_to:
+            if self._by_name is None:
+                self._by_name = {n.name: n for n in self.nodes}
+            return pinned(job_id, slots, pinned_to, self._by_name, self.around, self.kept_for)
         said = (slots, job_id == self.reserver)
         if said not in self._said:
             self._said[said] = self._reason(job_id, slots)
@@ -180,6 +186,56 @@ class QueueReasons:
                       f"earlier {_job(kept_for[kept[0].name], self.around.names)}" if kept else ""
         return _Shared(listed(idle) if idle else "none", usable[0] if usable and not whole else None, holders, one,
                        kept_clause, tuple(n for n in self.lost if n.slots >= fitting))
+
+
+PINNED_WHY = "a diagnose variant runs where its baseline ran"
+
+
+def pinned(job_id: str, slots: int, pinned_to: Sequence[str], nodes: Mapping[str, FreeNode], around: Surroundings,
+           kept_for: Mapping[str, str]) -> str:
+    """Why a job that may run only on the nodes `pinned_to` waits: the nodes it waits for, who holds them,
+    which are kept for an earlier job, LOST or not registered. `nodes`: the live nodes by name, as the
+    scheduler left them."""
+    here = [nodes[name] for name in pinned_to if name in nodes]
+    one = bool(here) and slots <= max(n.slots for n in here)
+    named = listed(list(pinned_to))
+    if one:
+        fitting = [n for n in here if n.slots >= slots]
+        where = f"its node {named}" if len(pinned_to) == 1 else f"one of its nodes {named}"
+        head = f"waiting for {_slots(slots)} free on {where}"
+        busy = [n for n in fitting if n.free_slots < slots]
+    else:
+        fitting = here
+        head = f"waiting for its node{'' if len(pinned_to) == 1 else 's'} {named}" + (" to be idle" if here else "")
+        busy = [n for n in here if n.free_slots < n.slots]
+    lost = {n.name: n for n in around.lost}
+    missing = [name for name in pinned_to if name not in nodes]
+    kept = [n.name for n in fitting if kept_for.get(n.name, job_id) != job_id]
+    clauses = [f"{head} ({PINNED_WHY})", _busy(busy, around)]
+    if kept:
+        clauses.append(f"{listed(kept)} {'is' if len(kept) == 1 else 'are'} kept for earlier "
+                       f"{_job(kept_for[kept[0]], around.names)}")
+    clauses.append(_lost([lost[name] for name in missing if name in lost]))
+    absent = [name for name in missing if name not in lost]
+    if absent:
+        clauses.append(f"{listed(absent)} {'is' if len(absent) == 1 else 'are'} not registered (an agent may be "
+                       f"restarting: it starts once {'it is' if len(absent) == 1 else 'they are'} back)")
+    if not one and not missing and sum(n.slots for n in here) != slots:
+        clauses.append(f"they have {_slots(sum(n.slots for n in here))} in all, not {slots}: they changed since "
+                       "its baseline ran")
+    return "; ".join(filter(None, clauses))
+
+
+def _busy(busy: Sequence[FreeNode], around: Surroundings) -> str:
+    """"busy: a2 (job 7-ab12), a3 (job 8-cd34 stopping its workers)"."""
+    if not busy:
+        return ""
+    def holders(node: FreeNode) -> str:
+        jobs = [_job(h.job_id, around.names) + (" stopping its workers" if h.releasing else "")
+                for h in around.holders.get(node.name, ())[:SHOW]]
+        return f"{cut(node.name)} ({', '.join(jobs) if jobs else 'other workloads'})"
+    more = f" and {len(busy) - SHOW} more" if len(busy) > SHOW else ""
+    return "busy: " + ", ".join(holders(n) for n in busy[:SHOW]) + more
 
 
 def _fits(sizes: tuple[int, set[int]], slots: int) -> bool:

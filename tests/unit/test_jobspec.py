@@ -33,7 +33,7 @@ CONSTRAINED = {
     "user_data": {"url": "https://example.com/d.tgz", "sizes": [1, 2.5], "flags": {"a": True, "b": None}},
     "determined": {"records_per_epoch": 5000, "min_validation_period": {"batches": 10}, "labels": ["a"],
                    "resources": {"max_slots": 4, "weight": 0.5}},
-    "diagnose": {"variant": "no_communication", "steps": 20, "warmup": 5, "run": "4f2a9c01"},
+    "diagnose": {"variant": "no_communication", "steps": 20, "warmup": 5, "run": "4f2a9c01", "nodes": ["a2", "a1"]},
 }
 
 

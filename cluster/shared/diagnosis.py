@@ -163,6 +163,19 @@ def straggler_of(run: VariantRun) -> Straggler | None:
     return Straggler(slowest.rank, slowest.node, slower_by) if slower_by >= STRAGGLER_SKEW else None
 
 
+def in_step(run: VariantRun) -> float:
+    """The pace the ranks would keep if they waited for each other every step: the median over steps of the
+    slowest rank's time at that step (its i-th step beside the others' i-th)."""
+    steps = min(len(t.times) for t in run.timings)
+    return statistics.median(max(t.times[i] for t in run.timings) for i in range(steps))
+
+
+def typical_pace(run: VariantRun) -> float:
+    """The ranks' own pace without the slowest of them (the median of the others' medians)."""
+    medians = sorted(t.median for t in run.timings)
+    return statistics.median(medians[:-1]) if len(medians) > 1 else medians[0]
+
+
 def _usable(run: VariantRun | None) -> bool:
     return run is not None and run.measured and not run.not_applied()
 
@@ -182,18 +195,22 @@ def diagnose(mode: str, runs: Sequence[VariantRun]) -> Diagnosis:
     straggler = bandwidth = None
     apart = by_name.get(NO_COMMUNICATION)
     if _usable(apart):
-        shares[COMMUNICATION] = _share(step - apart.step_time, step)
+        # A synchronous gang waits each step for that step's slowest rank: its pace without the all-reduce is
+        # the median over steps of the slowest rank's time (`in_step`), which is longer than any one rank's own
+        # median where ranks take turns being slow (shared CPUs): that waiting is not communication.
+        synchronised = in_step(apart)
+        shares[COMMUNICATION] = _share(step - synchronised, step)
         straggler = straggler_of(apart)
-        # The time the others wait for it each step: its own pace over theirs.
-        shares[STRAGGLER] = _share(straggler.slower_by / (1 + straggler.slower_by) * apart.step_time, step) \
-            if straggler else 0.0
-        bandwidth = _bandwidth(base, step - apart.step_time)
+        shares[STRAGGLER] = _share(synchronised - typical_pace(apart), step)  # waiting for slower ranks
+        bandwidth = _bandwidth(base, step - synchronised)
     fed = by_name.get(SYNTHETIC_INPUT)
     batch = base.batch or next((r.batch for r in runs if r.batch), None)
     if _usable(fed):
         shares[INPUT] = _share(step - fed.step_time, step)
     efficiency = _efficiency(base, by_name.get(ONE_NODE), batch)
-    found = {k: v for k, v in shares.items() if v is not None}
+    # Waiting for slower ranks is a verdict where one rank is slow by itself (named); ranks that take turns
+    # being slow are said in the shares, and are no one node's fault.
+    found = {k: v for k, v in shares.items() if v is not None and (k != STRAGGLER or straggler)}
     worst = max(found, key=lambda k: found[k], default=None)
     verdict = worst if worst is not None and found[worst] >= BOUND_SHARE else COMPUTE
     advice = fixes(verdict, mode, batch, base.ranks, straggler)

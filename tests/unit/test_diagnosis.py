@@ -58,6 +58,18 @@ def test_nothing_big_enough_is_compute_bound_and_a_small_skew_names_no_one():
     assert found.verdict == diagnosis.COMPUTE and found.straggler is None
 
 
+def test_ranks_taking_turns_being_slow_is_waiting_not_communication_and_no_ones_fault():
+    """Shared CPUs: each rank is slow every other step. Without the all-reduce each rank's median is 150 ms,
+    but in step the gang keeps the slower one's 200 ms: a 210 ms baseline is 5% communication, not 29%."""
+    turns = (0.1, 0.2) * 5
+    apart = VariantRun("no_communication", "j", ("a1", "a2"), 2,
+                       (RankTiming(0, "a1", turns), RankTiming(1, "a2", turns[1:] + turns[:1])))
+    found = diagnosis.diagnose("mwms", [_run("baseline", 0.21, 0.21), apart])
+    assert found.shares[diagnosis.COMMUNICATION] == pytest.approx(0.01 / 0.21)
+    assert found.shares[diagnosis.STRAGGLER] == pytest.approx(0.05 / 0.21)
+    assert found.straggler is None and found.verdict == diagnosis.COMPUTE
+
+
 def test_scaling_efficiency_compares_throughput_per_node():
     found = diagnosis.diagnose("mwms", [_run("baseline", 0.20, 0.20, batch=128),
                                         _run("one_node", 0.15, nodes=("a1",), batch=64)])

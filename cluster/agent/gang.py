@@ -150,28 +150,37 @@ class Gang:
         self._threads: list[threading.Thread] = []
         self._joined: set[int] = set()
         self._stopping = False
+        # start() and stop() one at a time: a stop that comes while the gang is starting (a cancel racing the
+        # start) signals every worker started so far, and no worker starts after it.
+        self._starting = threading.RLock()
 
     # -- lifecycle -------------------------------------------------------
     def start(self) -> None:
         for w in self.workers:
-            self._tails[w.rank] = collections.deque(maxlen=TAIL_LINES)
-            argv, preexec = _start_argv(w.command, w.env, self.cwd)
-            try:
-                proc = subprocess.Popen(
-                    argv, env=dict(w.env), cwd=self.cwd, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    preexec_fn=preexec, umask=original_umask())  # the user's, not a daemon's 077
-            except OSError as e:
-                self.stop()
-                if self.cwd and not os.path.isdir(self.cwd):  # Popen names the command, not the directory
-                    raise LaunchError(f"cannot start rank {w.rank}: the job's working directory {self.cwd} does not "
-                                      "exist on this node; launch from a directory every node has, or on Kubernetes "
-                                      "set kubernetes.working_dir or the image's WorkingDir") from None
-                raise LaunchError(f"cannot start rank {w.rank}: {w.command[0]}: {e.strerror}") from None
-            self._procs[w.rank] = proc
-            self._pumps[w.rank] = [self._spawn(self._pump, w.rank, name, getattr(proc, name))
-                                   for name in ("stdout", "stderr")]
-            self._spawn(self._wait, w.rank, proc)
+            with self._starting:
+                if self._stopping:  # stopped before this worker started: it never does
+                    return
+                self._start_one(w)
+
+    def _start_one(self, w: WorkerLaunch) -> None:
+        self._tails[w.rank] = collections.deque(maxlen=TAIL_LINES)
+        argv, preexec = _start_argv(w.command, w.env, self.cwd)
+        try:
+            proc = subprocess.Popen(
+                argv, env=dict(w.env), cwd=self.cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                preexec_fn=preexec, umask=original_umask())  # the user's, not a daemon's 077
+        except OSError as e:
+            self.stop()
+            if self.cwd and not os.path.isdir(self.cwd):  # Popen names the command, not the directory
+                raise LaunchError(f"cannot start rank {w.rank}: the job's working directory {self.cwd} does not "
+                                  "exist on this node; launch from a directory every node has, or on Kubernetes "
+                                  "set kubernetes.working_dir or the image's WorkingDir") from None
+            raise LaunchError(f"cannot start rank {w.rank}: {w.command[0]}: {e.strerror}") from None
+        self._procs[w.rank] = proc
+        self._pumps[w.rank] = [self._spawn(self._pump, w.rank, name, getattr(proc, name))
+                               for name in ("stdout", "stderr")]
+        self._spawn(self._wait, w.rank, proc)
 
     def run(self) -> GangResult:
         """Waits for the gang; stops every worker on the first failure."""
@@ -227,12 +236,14 @@ class Gang:
         stop grace), in the background. A later stop with a shorter grace brings the SIGKILL forward.
         Exits after a stop are consequences, not failures of their own."""
         kill_at = time.monotonic() + (self.stop_grace if grace is None else grace)
-        first = not self._stopping
-        self._stopping = True
-        if self._kill_at is None or kill_at < self._kill_at:
-            self._kill_at = kill_at
+        with self._starting:
+            first = not self._stopping
+            self._stopping = True
+            if self._kill_at is None or kill_at < self._kill_at:
+                self._kill_at = kill_at
+            if first:
+                self._signal_all(signal.SIGTERM)
         if first:
-            self._signal_all(signal.SIGTERM)
             threading.Thread(target=self._kill_after_grace, daemon=True).start()
 
     # -- internals -------------------------------------------------------

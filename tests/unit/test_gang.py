@@ -249,3 +249,30 @@ def test_workers_die_with_their_thread_whether_started_through_setpriv_or_a_pree
             assert (stream, signum, pid, group) == ("stdout", signal.SIGKILL, pids[rank], pids[rank]), \
                 (through_util_linux, line)
         assert len(lines) == 2
+
+
+def test_a_stop_that_comes_before_or_during_the_start_leaves_no_worker_running(marker):
+    """A cancel can reach a node between its run being registered and its workers starting: no worker may start
+    after the stop (nothing would ever signal it), and those started before it are stopped."""
+    hang = _py("import time; time.sleep(600)")
+    gang, _ = _gang([hang] * 2, marker, stop_grace=2)
+    gang.stop()
+    gang.start()
+    assert gang.process_groups() == [] and gang.run().exit_codes == {}
+
+    import threading
+
+    gang, _ = _gang([hang] * 6, marker, stop_grace=2)
+    starting = threading.Thread(target=gang.start)
+    starting.start()
+    gang.stop()  # somewhere in the middle of the start (or before, or after: each is fine)
+    starting.join(timeout=60)
+    t0 = time.monotonic()
+    result = gang.run()
+    assert time.monotonic() - t0 < 30 and len(result.exit_codes) == len(gang.process_groups()) <= 6
+    for pid in gang.process_groups():  # every started worker's group is gone
+        try:
+            os.killpg(pid, 0)
+            raise AssertionError(f"worker group {pid} outlived the stop")
+        except ProcessLookupError:
+            pass

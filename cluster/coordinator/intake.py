@@ -12,7 +12,7 @@ from cluster.coordinator.metrics import Telemetry
 from cluster.coordinator.scheduler import PendingJob
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.values import BadRequest, Settings
-from cluster.shared import diagnosis
+from cluster.shared import diagnose_variant
 from cluster.shared.model import JobSpec, JobState
 
 
@@ -38,7 +38,7 @@ class Intake:
         job_id = f"{seq}-{secrets.token_hex(2)}"
         self.store.insert_job(job_id, seq, spec, now, f"submitted: {spec.slots} slots", owner=owner)
         self.telemetry.submitted.labels(spec.distribution_mode).inc()
-        queued = PendingJob(job_id, spec.slots, spec.priority, seq, diagnosis.pinned_nodes(spec.config.diagnose))
+        queued = PendingJob(job_id, spec.slots, spec.priority, seq, diagnose_variant.pinned_nodes(spec.config.diagnose))
         self.lifecycle.queue.add(queued)
         self.lifecycle.schedule(now, submitted=queued)
         return job_id, JobState.QUEUED.value if job_id in self.lifecycle.queue else self.store.job(job_id).state.value

@@ -23,7 +23,7 @@ from cluster.coordinator.scheduler import BlockedReasons
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.run_state import NOTHING, Runs
 from cluster.coordinator.values import AgentLive, Lookup, Settings
-from cluster.shared import diagnosis, modes
+from cluster.shared import diagnose_variant, modes
 from cluster.shared.model import (Allocation, AllocState, Checkpoint, Job, JobState, LogLine, MetricRow, WorkerExit,
                                   check_job_transition)
 from cluster.shared.modes import JobPlan, NodePlacement, Placement
@@ -281,7 +281,7 @@ def stack_lines(plan: JobPlan | None) -> int:
 def pending(job: Job) -> scheduler.PendingJob:
     """What the scheduler needs of a queued job."""
     return scheduler.PendingJob(job.id, job.spec.slots, job.spec.priority, job.seq,
-                                diagnosis.pinned_nodes(job.spec.config.diagnose))
+                                diagnose_variant.pinned_nodes(job.spec.config.diagnose))
 
 
 def job_checkpoint_dir(job: Job) -> str:

@@ -15,7 +15,7 @@ import shlex
 from typing import Any, Mapping, Sequence
 
 
-from cluster.shared import (determined_config, determined_launchers, determined_view, diagnosis, hyperparameters, limits,
+from cluster.shared import (determined_config, determined_launchers, determined_view, diagnose_variant, hyperparameters, limits,
                             pod_spec_rules, search_space, searcher as searcher_lib)
 from cluster.shared.config_file import ConfigFileError, load_yaml, yaml_errors, read_text
 from cluster.shared.experiment import LOCAL_ONLY, ExperimentConfig  # noqa: F401 (the value, re-exported)
@@ -210,7 +210,7 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
         seed=check_int(config.seed, "reproducibility.experiment_seed", minimum=0, maximum=2**31 - 1),
         user_data=determined_config.check_kept(config.user_data, "data", limits.MAX_USER_DATA_CHARS),
         determined=determined_config.check_determined(config.determined),
-        diagnose=diagnosis.check_variant(config.diagnose),
+        diagnose=diagnose_variant.check_variant(config.diagnose),
     )
     determined_view.check_view(checked)
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")

@@ -16,13 +16,8 @@ import dataclasses
 import statistics
 from typing import Any, Mapping, Sequence
 
-from cluster.shared import limits
-from cluster.shared.config_values import (ConfigError, check_choice, check_int, check_mapping, check_text,
-                                           describe)
-from tfdist import envvars
 from tfdist.errors import UserError
-from tfdist.diagnose import (BASELINE, MAX_STEPS, NO_COMMUNICATION, ONE_NODE, SYNTHETIC_INPUT,  # noqa: F401
-                             VARIANTS)
+from tfdist.diagnose import BASELINE, NO_COMMUNICATION, ONE_NODE, SYNTHETIC_INPUT, VARIANTS  # noqa: F401
 
 COMMUNICATION, INPUT, STRAGGLER, COMPUTE = "communication", "input", "straggler", "compute"
 
@@ -32,52 +27,6 @@ SHORT_STEP = 0.01  # seconds: below this a step is mostly per-step overhead, and
 MIN_COMM_SECONDS = 0.002  # communication shorter than this per step is too short to turn into a bandwidth
 GRADIENT_BYTES = 4  # per parameter: float32 gradients (the all-reduce's payload in the common case)
 
-
-
-def check_variant(value: Any) -> dict[str, Any]:
-    """A job's `diagnose` ({} or {variant, steps, warmup, run, nodes}: `run` names the one `tfdist diagnose` whose
-    variants the jobs are; `nodes`, where given, the only nodes the job may run on: its baseline's), as the
-    coordinator accepts it from the wire."""
-    section = check_mapping(value, "diagnose", ("variant", "steps", "warmup", "run", "nodes"))
-    if not section:
-        return {}
-    variant = check_choice(section.get("variant"), "diagnose.variant", VARIANTS)
-    steps = check_int(section.get("steps"), "diagnose.steps", minimum=1, maximum=MAX_STEPS)
-    warmup = check_int(section.get("warmup"), "diagnose.warmup", minimum=0, maximum=MAX_STEPS - steps)
-    run = check_text(section.get("run", ""), "diagnose.run", 64, printable=True)
-    checked = {"variant": variant, "steps": steps, "warmup": warmup, "run": run}
-    nodes = _check_nodes(section.get("nodes", []))
-    return {**checked, "nodes": nodes} if nodes else checked
-
-
-def _check_nodes(value: Any) -> list[str]:
-    """`diagnose.nodes`: distinct node (agent) names, at most one a slot."""
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"diagnose.nodes: expected a list of node names, got {describe(value)}")
-    if len(value) > limits.MAX_SLOTS:
-        raise ConfigError(f"diagnose.nodes: at most {limits.MAX_SLOTS:,} nodes (a job has at most one a slot), "
-                          f"got {len(value):,}")
-    names = [check_text(name, f"diagnose.nodes[{i}]", limits.MAX_AGENT_NAME_CHARS, empty=False, printable=True)
-             for i, name in enumerate(value)]
-    if len(set(names)) < len(names):
-        first = {name: i for i, name in reversed(list(enumerate(names)))}
-        twice = next(name for i, name in enumerate(names) if first[name] < i)
-        raise ConfigError(f"diagnose.nodes: node {describe(twice)} is named twice; name each node once")
-    return names
-
-
-def pinned_nodes(variant: Mapping[str, Any]) -> tuple[str, ...]:
-    """The nodes a job's `diagnose` pins it to (its baseline's), () for any node."""
-    return tuple(dict.fromkeys(variant.get("nodes", ()))) if variant else ()
-
-
-def worker_env(variant: Mapping[str, Any]) -> dict[str, str]:
-    """What tells a job's workers they run a diagnose variant (tfdist/diagnose.py reads it)."""
-    if not variant:
-        return {}
-    return {envvars.DIAGNOSE_VARIANT: str(variant["variant"]), envvars.DIAGNOSE_STEPS: str(variant["steps"]),
-            envvars.DIAGNOSE_WARMUP: str(variant["warmup"]),
-            envvars.DIAGNOSE_INTERFACE: envvars.NODE_INTERFACE_PLACEHOLDER}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from cluster.client import diagnose_run
-from cluster.shared import diagnosis, jobspec, limits
+from cluster.shared import diagnose_variant, diagnosis, jobspec, limits
 from cluster.shared.config import ConfigError, check_config, config_from_dict
 from cluster.shared.diagnosis import VariantRun
 
@@ -18,12 +18,12 @@ VARIANT = {"variant": "synthetic_input", "steps": 5, "warmup": 1, "run": "r1"}
 
 
 def test_nodes_are_kept_only_when_given():
-    assert diagnosis.check_variant({**VARIANT, "nodes": ["a2", "a1"]}) == {**VARIANT, "nodes": ["a2", "a1"]}
-    assert diagnosis.check_variant({**VARIANT, "nodes": ("local",)}) == {**VARIANT, "nodes": ["local"]}
-    assert diagnosis.check_variant({**VARIANT, "nodes": []}) == VARIANT
-    assert diagnosis.check_variant(VARIANT) == VARIANT
-    assert diagnosis.pinned_nodes({**VARIANT, "nodes": ["a2", "a1"]}) == ("a2", "a1")
-    assert diagnosis.pinned_nodes(VARIANT) == () and diagnosis.pinned_nodes({}) == ()
+    assert diagnose_variant.check_variant({**VARIANT, "nodes": ["a2", "a1"]}) == {**VARIANT, "nodes": ["a2", "a1"]}
+    assert diagnose_variant.check_variant({**VARIANT, "nodes": ("local",)}) == {**VARIANT, "nodes": ["local"]}
+    assert diagnose_variant.check_variant({**VARIANT, "nodes": []}) == VARIANT
+    assert diagnose_variant.check_variant(VARIANT) == VARIANT
+    assert diagnose_variant.pinned_nodes({**VARIANT, "nodes": ["a2", "a1"]}) == ("a2", "a1")
+    assert diagnose_variant.pinned_nodes(VARIANT) == () and diagnose_variant.pinned_nodes({}) == ()
 
 
 @pytest.mark.parametrize("nodes, message", [

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from cluster.client import diagnose_run
-from cluster.shared import diagnosis
+from cluster.shared import diagnose_variant, diagnosis
 from cluster.shared.config import check_config, config_from_dict
 from cluster.shared.config_values import ConfigError
 from cluster.shared.diagnosis import RankTiming, VariantRun
@@ -139,7 +139,7 @@ def test_a_variant_is_the_same_job_told_its_variant_and_one_node_keeps_the_per_r
     assert made.diagnose == {"variant": "one_node", "steps": 12, "warmup": 2, "run": ""}
     assert made.entrypoint == config.entrypoint and made.environment_variables == config.environment_variables
     plan = planner("mwms").plan  # the workers are told: TFDIST_DIAGNOSE_* in every process's environment
-    assert plan and diagnosis.worker_env(made.diagnose)[envvars.DIAGNOSE_VARIANT] == "one_node"
+    assert plan and diagnose_variant.worker_env(made.diagnose)[envvars.DIAGNOSE_VARIANT] == "one_node"
     assert auto.decide(made).mode == auto.decide(config).mode
 
 

@@ -8,7 +8,7 @@ import enum
 import json
 from typing import Callable, Mapping, Protocol, Sequence
 
-from cluster.shared import determined_view, diagnosis
+from cluster.shared import determined_view, diagnose_variant
 from cluster.shared.experiment import ExperimentConfig
 from tfdist import batching, envvars
 from tfdist.errors import TfdistError
@@ -255,7 +255,7 @@ def common_env(job_id: str, config: ExperimentConfig, processes: Sequence[Layout
         # Lines reach the launcher as they are printed, not when a buffer fills.
         "PYTHONUNBUFFERED": "1",
     })
-    env.update(diagnosis.worker_env(config.diagnose))
+    env.update(diagnose_variant.worker_env(config.diagnose))
     if config.searcher:  # a trial: what it reports and how long it may train (ctx.searcher)
         shown = ("name", "metric", "smaller_is_better", "max_length", *(k for k in ("time_metric", "max_time")
                                                                         if k in config.searcher))

@@ -37,13 +37,16 @@ LONGEST_FIRST = (
     "tests/kubernetes/test_real_node.py",  # 150 (the image cached; its first build and import add ~2 min)
     "tests/integration/test_restarts.py",  # 251
     "tests/multihost/test_cluster.py",  # 202
+    "tests/multihost/test_diagnose.py",  # 136 (190-220 under load)
     "tests/integration/test_jax_torch.py",  # 166
     "tests/integration/test_horovod_mode.py",  # 157
     "tests/integration/test_ps_mode.py",  # 105
+    "tests/integration/test_watchdog.py",  # 90
     "tests/slurm/test_slurm_experiments.py",  # 96
     "tests/integration/test_experiments.py",  # 84
     "tests/integration/test_liveness.py",  # 80
     "tests/integration/test_experiments_local.py",  # 66
+    "tests/integration/test_diagnose.py",  # 55
     "tests/integration/test_failures.py",  # 63
     "tests/integration/test_local_runs.py",  # 63
     "tests/integration/test_cluster_cli.py",  # 60

@@ -128,9 +128,9 @@ class VariantRunner:
                 self.say(f"{variant}: job {job_id} {job.state.lower()}{where}"
                          + (f" ({job.waiting_reason})" if job.waiting_reason else ""))
             if job.state not in ACTIVE:
-                missing = "no rank" if not timings else f"ranks other than {', '.join(str(t.rank) for t in timings)}"
-                return VariantRun(variant, job_id, nodes, skipped=f"job {job_id} ended {job.state} before {missing} "
-                                  f"timed {self.settings.steps} steps" + (f": {job.message}" if job.message else ""))
+                timed = f" (only rank(s) {', '.join(str(t.rank) for t in timings)} did)" if timings else ""
+                return VariantRun(variant, job_id, nodes, skipped=f"job {job_id} ended {job.state} before every rank "
+                                  f"timed {self.settings.steps} steps{timed}" + (f": {job.message}" if job.message else ""))
             if self.clock() >= deadline:
                 waited = [str(t.rank) for t in timings]
                 return VariantRun(variant, job_id, nodes, skipped=(

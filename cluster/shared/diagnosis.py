@@ -22,7 +22,8 @@ from tfdist.diagnose import BASELINE, NO_COMMUNICATION, ONE_NODE, SYNTHETIC_INPU
 COMMUNICATION, INPUT, STRAGGLER, COMPUTE = "communication", "input", "straggler", "compute"
 
 BOUND_SHARE = 0.3  # a share of the step at least this big is the bottleneck to act on
-STRAGGLER_SKEW = 0.2  # a rank this much slower by itself than the median of the others is named
+STRAGGLER_SKEW = 0.2  # a rank this much slower by itself than the median of the others is named...
+MIN_STRAGGLER_SHARE = 0.1  # ...where the others' wait for it is at least this share of the baseline's step
 SHORT_STEP = 0.01  # seconds: below this a step is mostly per-step overhead, and its parts are noise
 MIN_COMM_SECONDS = 0.002  # communication shorter than this per step is too short to turn into a bandwidth
 GRADIENT_BYTES = 4  # per parameter: float32 gradients (the all-reduce's payload in the common case)
@@ -150,6 +151,9 @@ def diagnose(mode: str, runs: Sequence[VariantRun]) -> Diagnosis:
         synchronised = in_step(apart)
         shares[COMMUNICATION] = _share(step - synchronised, step)
         straggler = straggler_of(apart)
+        waited = straggler.slower_by / (1 + straggler.slower_by) * apart.step_time if straggler else 0.0
+        if waited < MIN_STRAGGLER_SHARE * step:
+            straggler = None  # slower by itself, but by too little of a step to matter (or to tell from noise)
         shares[STRAGGLER] = _share(synchronised - typical_pace(apart), step)  # waiting for slower ranks
         bandwidth = _bandwidth(base, step - synchronised)
     fed = by_name.get(SYNTHETIC_INPUT)
@@ -177,8 +181,8 @@ def _bandwidth(base: VariantRun, comm_seconds: float) -> Bandwidth | None:
         return None
     n = base.ranks
     sent = int(2 * (n - 1) / n * params * GRADIENT_BYTES)
-    rates = [(t.link["nominal_bits_per_s"], f"{t.link['interface']} on {t.node}") for t in base.timings
-             if t.link and t.link.get("nominal_bits_per_s")]
+    rates = [(t.link["nominal_bits_per_s"], f"{t.link.get('interface') or 'the link'} on {t.node}")
+             for t in base.timings if t.link and t.link.get("nominal_bits_per_s")]
     nominal, link = min(rates) if rates else (None, "")
     measured = sent / comm_seconds if comm_seconds >= MIN_COMM_SECONDS else None
     return Bandwidth(sent, measured, nominal, link)

@@ -70,6 +70,13 @@ def test_ranks_taking_turns_being_slow_is_waiting_not_communication_and_no_ones_
     assert found.straggler is None and found.verdict == diagnosis.COMPUTE
 
 
+def test_a_rank_slower_by_a_sliver_of_the_step_is_not_named():
+    """Without the all-reduce a step is a few ms, and rank 1's 20 against rank 0's 6 is noise beside a 500 ms
+    baseline: no straggler is named for it."""
+    found = diagnosis.diagnose("mwms", [_run("baseline", 0.5, 0.5), _run("no_communication", 0.006, 0.020)])
+    assert found.straggler is None and found.verdict == diagnosis.COMMUNICATION
+
+
 def test_scaling_efficiency_compares_throughput_per_node():
     found = diagnosis.diagnose("mwms", [_run("baseline", 0.20, 0.20, batch=128),
                                         _run("one_node", 0.15, nodes=("a1",), batch=64)])

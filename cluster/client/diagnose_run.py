@@ -129,8 +129,9 @@ class VariantRunner:
                          + (f" ({job.waiting_reason})" if job.waiting_reason else ""))
             if job.state not in ACTIVE:
                 timed = f" (only rank(s) {', '.join(str(t.rank) for t in timings)} did)" if timings else ""
+                why = f": {job.message}" if job.message else ""
                 return VariantRun(variant, job_id, nodes, skipped=f"job {job_id} ended {job.state} before every rank "
-                                  f"timed {self.settings.steps} steps{timed}" + (f": {job.message}" if job.message else ""))
+                                  f"timed {self.settings.steps} steps{timed}{why}")
             if self.clock() >= deadline:
                 waited = [str(t.rank) for t in timings]
                 return VariantRun(variant, job_id, nodes, skipped=(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cluster.client.tables import table
-from cluster.shared.diagnosis import Diagnosis, samples_per_s
+from cluster.shared.diagnosis import Diagnosis, samples_per_s, slower
 
 
 def _ms(seconds: float | None) -> str:
@@ -25,8 +25,8 @@ def render(d: Diagnosis) -> str:
     if d.scaling_efficiency is not None:
         lines.append(f"scaling efficiency: {d.scaling_efficiency:.0%} of {len(d.variants[0].nodes)} x one node")
     if d.straggler:
-        lines.append(f"straggler: rank {d.straggler.rank} on {d.straggler.node}, {d.straggler.slower_by:.0%} slower "
-                     "on its own than the other ranks")
+        lines.append(f"straggler: rank {d.straggler.rank} on {d.straggler.node}: on its own, {slower(d.straggler)} "
+                     "compared with the other ranks")
     b = d.bandwidth
     if b:
         measured = f"{b.measured_bytes_per_s / 1e6:.2f} MB/s achieved" if b.measured_bytes_per_s else \

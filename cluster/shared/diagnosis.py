@@ -227,7 +227,7 @@ def fixes(verdict: str, mode: str, batch: int | None, ranks: int, straggler: Str
                 "cache what does not change: dataset.cache() after decoding (memory, or a file on local disk)",
                 "read from local disk, not a shared one: tfdist.data.download(..., scope='node') copies once per node")
     if verdict == STRAGGLER and straggler is not None:
-        return (f"rank {straggler.rank} on {straggler.node} is {straggler.slower_by:.0%} slower on its own: look at "
+        return (f"rank {straggler.rank} on {straggler.node} is {slower(straggler)} on its own: look at "
                 f"that node (other processes with top, a throttled GPU with nvidia-smi -q -d PERFORMANCE)",
                 "keep that node out until it is fixed: stop its agent (`tfdist agent`), and the job's next run "
                 "is placed on the others",
@@ -237,13 +237,21 @@ def fixes(verdict: str, mode: str, batch: int | None, ranks: int, straggler: Str
             "and XLA (model.compile(jit_compile=True))", large_batch)
 
 
+def slower(straggler: Straggler) -> str:
+    """How much slower, as people say it: "45% slower", or "25x as slow" past twice."""
+    if straggler.slower_by >= 1:
+        return f"{1 + straggler.slower_by:.1f}x as slow"
+    return f"{straggler.slower_by:.0%} slower"
+
+
 def summary(verdict: str, step: float, shares: Mapping[str, float | None], straggler: Straggler | None,
             bandwidth: Bandwidth | None) -> str:
     said = {COMMUNICATION: "all-reduce", INPUT: "waiting for input", STRAGGLER: "waiting for a slow rank"}
     parts = [f"{said[k]} {v:.0%}" for k, v in shares.items() if v is not None]
     line = f"{verdict}-bound: a step takes {step * 1000:.0f} ms" + (f"; of it {', '.join(parts)}" if parts else "")
     if verdict == STRAGGLER and straggler:
-        line += f"; rank {straggler.rank} on {straggler.node} is {straggler.slower_by:.0%} slower than the others"
+        line += (f"; rank {straggler.rank} on {straggler.node}, on its own, is {slower(straggler)} compared with "
+                 "the others")
     if verdict == COMMUNICATION and bandwidth and bandwidth.measured_bytes_per_s:
         line += f"; the all-reduce moved {bandwidth.measured_bytes_per_s / 1e6:.2f} MB/s"
         if bandwidth.nominal_bits_per_s:

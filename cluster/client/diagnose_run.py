@@ -15,8 +15,9 @@ from typing import Callable, Mapping, Sequence
 from cluster.shared import diagnosis, jobspec, modes
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.diagnosis import RankTiming, VariantRun
-from cluster.shared.modes import SuccessRule
+from cluster.shared.modes import SuccessRule, auto
 from tfdist import diagnose as worker_side
+from tfdist.modes import worker_mode
 
 POLL = 0.5  # seconds between looks at a variant's job
 END_WAIT = 60.0  # seconds a canceled variant may take to end before the next one starts anyway
@@ -177,11 +178,19 @@ def run_all(runner: VariantRunner, config: ExperimentConfig) -> list[VariantRun]
                 runs.append(VariantRun(variant, skipped="the job runs on one node"))
                 continue
             runs.append(runner.run(config, variant, placement[0].slots, (placement[0].agent,)))
-        elif base.ranks < 2 and variant == diagnosis.NO_COMMUNICATION:
-            runs.append(VariantRun(variant, skipped="one rank: nothing to all-reduce"))
+        elif variant == diagnosis.NO_COMMUNICATION and (why := cannot_cut(base.ranks, auto.decide(config).mode)):
+            runs.append(VariantRun(variant, skipped=why))
         else:
             runs.append(runner.run(config, variant, nodes=base.nodes))
     return runs
+
+
+def cannot_cut(ranks: int, mode: str) -> str:
+    """Why the no_communication variant would measure nothing new, known before it runs ("": it may)."""
+    if ranks < 2:
+        return "one rank: nothing to all-reduce"
+    why = worker_mode(mode).no_communication_cut
+    return f"mode {mode}: {why}" if why else ""
 
 
 def stderr_say(line: str) -> None:

@@ -87,3 +87,11 @@ def test_a_local_run_pins_its_variants_to_the_one_node_local():
     assert runner.asked == [("baseline", None, ()), ("no_communication", None, ("local",)),
                             ("synthetic_input", None, ("local",))]
     assert runs[1] == VariantRun("one_node", skipped="the job runs on one node")
+
+
+def test_a_mode_whose_all_reduce_aggregation_cannot_remove_is_told_without_running_the_variant():
+    runner = Runner(diagnosis.VARIANTS, [SimpleNamespace(agent="local", node_rank=0, slots=2)])
+    runs = diagnose_run.run_all(runner, config_from_dict({"entrypoint": "python train.py",
+                                                          "distribution": {"mode": "torch"}}))
+    assert [asked[0] for asked in runner.asked] == ["baseline", "synthetic_input"]
+    assert runs[2].name == "no_communication" and runs[2].skipped.startswith("mode torch: the torch mode has no Keras")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, WITH_JAX, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 WORKERS = os.path.join(REPO, "tests", "integration", "workers", "diagnose")
@@ -95,3 +95,18 @@ def test_horovod_with_numpy_input_takes_both_variants(marker, tmp_path):
     for v in found["variants"]:
         assert v["skipped"] == "" and v["steps"] == 5 and set(v["rank_step_time_s"]) == {"0", "1"}, v
     assert found["shares"]["communication"] is not None and found["shares"]["input"] is not None
+
+
+def test_keras_on_jax_takes_synthetic_input_and_is_told_why_not_the_all_reduce_cut(marker, tmp_path):
+    """Keras 3 on JAX (jax mode): fit's tf.data input is replaced as under TensorFlow; a data-parallel JAX step
+    all-reduces inside its gradient computation, which aggregation cannot remove: said, and not run."""
+    result = run_cli(["diagnose", "--json", "--config", os.path.join(REPO, "examples", "keras_jax", "config.yaml"),
+                      "--steps", "4", "--warmup", "2", "--variants", "no_communication,synthetic_input"], marker,
+                     timeout=300, cwd=REPO, **WITH_JAX)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout)
+    variants = {v["name"]: v for v in found["variants"]}
+    assert found["mode"] == "jax" and variants["synthetic_input"]["skipped"] == "", found
+    assert variants["no_communication"]["skipped"].startswith("mode jax: a data-parallel JAX step all-reduces")
+    assert variants["no_communication"]["job"] == ""  # known before: no job was run for it
+    assert found["shares"]["input"] is not None and found["shares"]["communication"] is None

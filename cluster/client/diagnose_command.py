@@ -6,6 +6,7 @@ one after another (cluster/client/diagnose_run.py), the verdict is cluster/share
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from typing import Iterator
 from cluster.client import local_runs
 from cluster.client.diagnose_run import Settings, VariantRunner, run_all, stderr_say
 from cluster.client.usage import UsageError
-from cluster.shared import diagnosis, jobspec
+from cluster.shared import diagnose_variant, diagnosis, jobspec
 from cluster.shared.auth import find_credential
 from cluster.shared.config import ExperimentConfig, config_from_dict, load_config, with_overrides
 from cluster.shared.modes import auto
@@ -55,7 +56,9 @@ def diagnose_job(args) -> int:
         raise UsageError("tfdist diagnose: give a JOB to diagnose, or a --config / `-- COMMAND`, not both")
     with _cluster(args) as (client, where, local):
         if args.job_id:
-            config, working_dir = _config_of_job(args, client)
+            config, working_dir, job_id = _config_of_job(args, client)
+            if not local:  # its coordinator fills in the environment's values it hands no one
+                settings = dataclasses.replace(settings, of=job_id)
         else:
             config, working_dir = _config_of_args(args, entry), os.getcwd()
         if config.searcher:
@@ -91,11 +94,14 @@ def _config_of_args(args, entry: list[str]) -> ExperimentConfig:
     return config
 
 
-def _config_of_job(args, client) -> tuple[ExperimentConfig, str]:
-    """An existing job's config as it was submitted (its mode as decided then), and its working directory."""
-    spec = getattr(args, "job_spec", None) or jobspec.from_pb(client.job(args.job_id).spec, validate=False)
+def _config_of_job(args, client) -> tuple[ExperimentConfig, str, str]:
+    """An existing job's config as it was submitted (its mode as decided then), its working directory and id."""
+    spec, job_id = getattr(args, "job_spec", None), args.job_id
+    if spec is None:
+        job = client.job(args.job_id)
+        spec, job_id = jobspec.from_pb(job.spec, validate=False), job.id
     config = with_overrides(spec.config, slots=args.slots, distribution=args.distribution)
-    return config, spec.working_dir or os.getcwd()
+    return config, spec.working_dir or os.getcwd(), job_id
 
 
 def _local_config(config: ExperimentConfig) -> ExperimentConfig:
@@ -142,6 +148,30 @@ def _cluster(args) -> Iterator[tuple[object, str, bool]]:
         embedded.close()
 
 
+def _stored_spec(run, job_ref: str):
+    """A local job's spec as its run stored it, its environment's values too (the user's own files; the run's
+    coordinator hands them to no one). A run still held by its launch is asked instead, and a job whose values
+    it hides is refused: they are not to be guessed."""
+    if run.holder() is None:
+        from cluster.coordinator.process import STATE_FILE
+        from cluster.coordinator.store.sqlite import SqliteStore
+
+        store = SqliteStore(os.path.join(run.path, STATE_FILE))
+        try:
+            job = store.job(job_ref) or store.job_by_seq(int(job_ref.split("-")[0]))  # a JOB_REF: digits first
+        finally:
+            store.close()
+        if job is None:
+            raise UsageError(f"tfdist diagnose: job {job_ref} is not in local run {run.number}")
+        return job.spec
+    with local_runs.connect(run) as connection:
+        spec = jobspec.from_pb(connection.client.job(job_ref).spec, validate=False)
+    if diagnose_variant.HIDDEN in spec.config.environment_variables.values():
+        raise UsageError(f"tfdist diagnose: job {job_ref}'s launch is still running and hands out no environment "
+                         "values: diagnose it once that launch ended, or from its config (--config FILE)")
+    return spec
+
+
 def _local_slots(args) -> int:
     """This machine's slots for a local diagnose: the job's own (an existing job's are read from its run)."""
     if args.job_id:
@@ -149,8 +179,6 @@ def _local_slots(args) -> int:
         if run is None:
             raise UsageError(f"tfdist diagnose: job {args.job_id} is not one of your local runs (`tfdist jobs` lists "
                              "them); for a cluster's job give --coordinator")
-        with local_runs.connect(run) as connection:
-            spec = jobspec.from_pb(connection.client.job(args.job_id).spec, validate=False)
-        args.job_spec = spec
+        args.job_spec = spec = _stored_spec(run, args.job_id)
         return args.slots or spec.slots
     return _config_of_args(args, args.entry).slots_per_trial

@@ -31,6 +31,7 @@ class Settings:
     timeout: float = 240.0  # seconds one variant may take from submit to every rank's timing
     variants: tuple[str, ...] = diagnosis.VARIANTS
     run: str = ""  # names this diagnose in each variant's job (the dashboard groups them by it)
+    of: str = ""  # the existing job the variants re-run (its coordinator fills in its hidden environment values)
 
 
 def variant_config(config: ExperimentConfig, variant: str, settings: Settings,
@@ -40,7 +41,8 @@ def variant_config(config: ExperimentConfig, variant: str, settings: Settings,
     keeps its batch (weak scaling); `nodes`: the only nodes it may run on (the baseline's)."""
     suffix = f" (diagnose: {variant})"
     changes: dict = {"diagnose": {"variant": variant, "steps": settings.steps, "warmup": settings.warmup,
-                                  "run": settings.run, **({"nodes": list(nodes)} if nodes else {})},
+                                  "run": settings.run, **({"nodes": list(nodes)} if nodes else {}),
+                                  **({"of": settings.of} if settings.of else {})},
                      "max_restarts": 0, "name_given": True,
                      "name": (config.name or "job")[:256 - len(suffix)] + suffix}
     if slots is not None and slots != config.slots_per_trial:

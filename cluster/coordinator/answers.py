@@ -9,7 +9,7 @@ from typing import Sequence
 from cluster.coordinator import views
 from cluster.coordinator.core import CoordinatorCore
 from cluster.coordinator.metrics import global_batch_size
-from cluster.shared import jobspec
+from cluster.shared import diagnose_variant, jobspec
 from cluster.shared.model import Allocation, JobState, LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 
@@ -43,7 +43,7 @@ def job_to_pb(view: views.JobView, summary: bool = False) -> pb.Job:
         if view.latest_checkpoint else pb.Checkpoint(step=-1)))
 
 
-HIDDEN = "(hidden)"
+HIDDEN = diagnose_variant.HIDDEN
 
 
 def redact(job: pb.Job) -> pb.Job:

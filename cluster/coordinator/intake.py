@@ -4,6 +4,7 @@ written, an admitted one is stored QUEUED, joins the in-memory queue and is sche
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 
 from cluster.coordinator import admission
@@ -21,12 +22,27 @@ class Intake:
         self.store, self.lifecycle, self.settings, self.telemetry = store, lifecycle, settings, telemetry
         self.admissions = admission.Admissions()  # its answers, per size and mode, while the node sizes stay
 
+    def _with_original_environment(self, spec: JobSpec, owner: str) -> JobSpec:
+        """A diagnose variant of an existing job (config.diagnose.of) came with the environment values its client
+        saw hidden: its owner's run gets the original's values back; anyone else's is refused."""
+        of = spec.config.diagnose.get("of") if spec.config.diagnose else None
+        if not of:
+            return spec
+        original = self.store.job(of)
+        if original is None or original.owner != owner:
+            raise BadRequest(f"job {of}: not a job of yours to diagnose (its environment stays with its owner); "
+                             "diagnose it from its config with tfdist diagnose --config FILE")
+        env = diagnose_variant.with_kept_environment(spec.config.environment_variables,
+                                                     original.spec.config.environment_variables)
+        return dataclasses.replace(spec, config=dataclasses.replace(spec.config, environment_variables=env))
+
     def submit(self, spec: JobSpec, now: float, owner: str, admit: bool = True) -> tuple[str, str]:
         """(job id, state after scheduling); BadRequest when the cluster could never hold the job. `admit`
         False: it was admitted already (an experiment's trial): it queues whatever the nodes are now."""
         known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
         if known is not None:
             return known.id, known.state.value
+        spec = self._with_original_environment(spec, owner)
         refusal = self.admissions.refusal(spec, self.lifecycle.live.index.sizes) if admit else ""
         if refusal:
             raise BadRequest(refusal)

@@ -23,10 +23,13 @@ from tfdist.errors import TfdistError
 log = logging.getLogger("tfdist.coordinator")
 
 
+STATE_FILE = "coordinator.sqlite"  # in the coordinator's state dir
+
+
 class CoordinatorProcess:
     def __init__(self, state_dir: str, settings: Settings = Settings(), engine: Engine | None = None):
         """`engine`: where jobs run besides the agents that register (engine.py); None: agents alone."""
-        self.store = SqliteStore(f"{state_dir}/coordinator.sqlite" if state_dir != ":memory:" else ":memory:",
+        self.store = SqliteStore(f"{state_dir}/{STATE_FILE}" if state_dir != ":memory:" else ":memory:",
                                  retention=Retention(settings.retention_jobs, settings.retention_days))
         self.core = CoordinatorCore(self.store, settings, now=time.time())
         self.engine = engine

@@ -12,12 +12,15 @@ from cluster.shared.config_values import ConfigError, check_choice, check_int, c
 from tfdist import envvars
 from tfdist.diagnose import MAX_STEPS, VARIANTS
 
+HIDDEN = "(hidden)"  # an environment value as the coordinator hands a job to users (answers.redact)
+
 
 def check_variant(value: Any) -> dict[str, Any]:
     """A job's `diagnose` ({} or {variant, steps, warmup, run, nodes}: `run` names the one `tfdist diagnose` whose
     variants the jobs are; `nodes`, where given, the only nodes the job may run on: its baseline's), as the
-    coordinator accepts it from the wire."""
-    section = check_mapping(value, "diagnose", ("variant", "steps", "warmup", "run", "nodes"))
+    coordinator accepts it from the wire. `of`: the existing job these variants re-run (`tfdist diagnose JOB`),
+    whose hidden environment values the coordinator fills in for its owner (`with_kept_environment`)."""
+    section = check_mapping(value, "diagnose", ("variant", "steps", "warmup", "run", "nodes", "of"))
     if not section:
         return {}
     variant = check_choice(section.get("variant"), "diagnose.variant", VARIANTS)
@@ -26,7 +29,14 @@ def check_variant(value: Any) -> dict[str, Any]:
     run = check_text(section.get("run", ""), "diagnose.run", 64, printable=True)
     checked = {"variant": variant, "steps": steps, "warmup": warmup, "run": run}
     nodes = _check_nodes(section.get("nodes", []))
-    return {**checked, "nodes": nodes} if nodes else checked
+    of = check_text(section.get("of", ""), "diagnose.of", 64, printable=True)
+    return {**checked, **({"nodes": nodes} if nodes else {}), **({"of": of} if of else {})}
+
+
+def with_kept_environment(env: Mapping[str, str], original: Mapping[str, str]) -> dict[str, str]:
+    """A variant of an existing job (`diagnose.of`) as its client read it: the environment's values hidden (they
+    never leave the coordinator, HIDDEN). The coordinator puts the original's values back, for its owner."""
+    return {key: original[key] if value == HIDDEN and key in original else value for key, value in env.items()}
 
 
 def _check_nodes(value: Any) -> list[str]:

@@ -49,7 +49,10 @@ def test_a_keras_script_is_diagnosed_with_every_variant_applied_and_stopped_once
 
 def test_a_loop_without_fit_is_timed_and_told_what_it_cannot_take_and_an_ended_job_is_diagnosed_by_number(
         marker, tmp_path):
-    launched = run_cli(["launch", "--slots", "1", "--", "python", LOOP, "40"], marker, timeout=120, cwd=str(tmp_path))
+    """The job's environment values, which no coordinator hands out, come from the run's own state."""
+    (tmp_path / "loop.yaml").write_text(json.dumps({"environment": {"variables": {"LOOP_TOKEN": "s3cret"}}}))
+    launched = run_cli(["launch", "--config", str(tmp_path / "loop.yaml"), "--slots", "1", "--", "python", LOOP, "40"],
+                       marker, timeout=120, cwd=str(tmp_path))
     assert launched.returncode == 0, launched.stderr[-2000:]
     [job] = [j for j in _jobs(marker) if j["name"] == "loop"]
 

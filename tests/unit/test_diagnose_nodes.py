@@ -95,3 +95,31 @@ def test_a_mode_whose_all_reduce_aggregation_cannot_remove_is_told_without_runni
                                                           "distribution": {"mode": "torch"}}))
     assert [asked[0] for asked in runner.asked] == ["baseline", "synthetic_input"]
     assert runs[2].name == "no_communication" and runs[2].skipped.startswith("mode torch: the torch mode has no Keras")
+
+
+# ---------------------------------------------------------------- diagnose JOB: the environment stays put
+
+def test_a_variant_of_an_existing_job_gets_its_hidden_environment_back_for_its_owner_only(tmp_path):
+    """`tfdist diagnose JOB` reads the job as users see it, its environment's values "(hidden)": the coordinator
+    fills them in from the original for the original's owner, and refuses anyone else's variant of it."""
+    from cluster.coordinator.answers import job_to_pb
+    from cluster.coordinator.core import BadRequest, Settings
+    from cluster.coordinator.store import SqliteStore
+    from cluster.coordinator import views
+    from tests.agent_core import AgentCore
+    from tests.core_nodes import Node
+
+    core = AgentCore(SqliteStore(str(tmp_path / "c.sqlite")), Settings(port_range=(30000, 30009)))
+    Node(core, "a1", slots=2).register()
+    config = check_config(config_from_dict({"entrypoint": "python train.py", "environment": {
+        "variables": {"API_TOKEN": "s3cret", "MODE": "fast"}}}))
+    original, _ = core.submit(jobspec.job_spec(config), 1.0, owner="alice")
+    seen = jobspec.from_pb(job_to_pb(views.job_view(core, original)).spec, validate=False).config
+    assert dict(seen.environment_variables) == {"API_TOKEN": "(hidden)", "MODE": "(hidden)"}
+
+    settings = diagnose_run.Settings(of=original)
+    variant = jobspec.job_spec(dataclasses.replace(diagnose_run.variant_config(seen, "baseline", settings)))
+    mine, _ = core.submit(variant, 2.0, owner="alice")
+    assert dict(core.store.job(mine).spec.config.environment_variables) == {"API_TOKEN": "s3cret", "MODE": "fast"}
+    with pytest.raises(BadRequest, match=f"job {original}: not a job of yours to diagnose"):
+        core.submit(variant, 3.0, owner="mallory")

@@ -153,17 +153,12 @@ def _stored_spec(run, job_ref: str):
     coordinator hands them to no one). A run still held by its launch is asked instead, and a job whose values
     it hides is refused: they are not to be guessed."""
     if run.holder() is None:
-        from cluster.coordinator.process import STATE_FILE
-        from cluster.coordinator.store.sqlite import SqliteStore
+        from cluster.coordinator.daemon import stored_spec
 
-        store = SqliteStore(os.path.join(run.path, STATE_FILE))
-        try:
-            job = store.job(job_ref) or store.job_by_seq(int(job_ref.split("-")[0]))  # a JOB_REF: digits first
-        finally:
-            store.close()
-        if job is None:
+        spec = stored_spec(run.path, job_ref)
+        if spec is None:
             raise UsageError(f"tfdist diagnose: job {job_ref} is not in local run {run.number}")
-        return job.spec
+        return spec
     with local_runs.connect(run) as connection:
         spec = jobspec.from_pb(connection.client.job(job_ref).spec, validate=False)
     if diagnose_variant.HIDDEN in spec.config.environment_variables.values():

@@ -14,7 +14,7 @@ from cluster.coordinator.heap import freeze_after_full_collections
 from cluster.coordinator.in_process import InProcessClient
 from cluster.coordinator.process import CoordinatorProcess
 from cluster.coordinator.values import Settings
-from cluster.shared.model import AgentRecord, JobState
+from cluster.shared.model import AgentRecord, JobSpec, JobState
 
 if TYPE_CHECKING:
     from cluster.coordinator.server import CoordinatorServer
@@ -43,3 +43,20 @@ def latest_paused_job(server: CoordinatorServer) -> str | None:
 
 __all__ = ["CoordinatorProcess", "CoordinatorServer", "InProcessClient", "Settings", "alive_agents",
            "freeze_after_full_collections", "latest_paused_job"]
+
+
+def stored_spec(state_dir: str, job_ref: str) -> JobSpec | None:
+    """A job's spec as a stopped coordinator stored it in `state_dir`, its environment's values too (a local
+    run's state: the user's own files, which no coordinator answer hands out); None if it holds no such job."""
+    from cluster.coordinator.process import STATE_FILE
+    from cluster.coordinator.store.sqlite import SqliteStore
+
+    store = SqliteStore(f"{state_dir}/{STATE_FILE}")
+    try:
+        job = store.job(job_ref)
+        if job is None and job_ref.split("-")[0].isdigit():
+            job = store.job_by_seq(int(job_ref.split("-")[0]))
+        return job.spec if job is not None else None
+    finally:
+        store.close()
+

@@ -100,7 +100,8 @@ def _config_of_job(args, client) -> tuple[ExperimentConfig, str, str]:
     if spec is None:
         job = client.job(args.job_id)
         spec, job_id = jobspec.from_pb(job.spec, validate=False), job.id
-    config = with_overrides(spec.config, slots=args.slots, distribution=args.distribution)
+    named = dataclasses.replace(spec.config, name_given=True)  # its variants are named after the job
+    config = with_overrides(named, slots=args.slots, distribution=args.distribution)
     return config, spec.working_dir or os.getcwd(), job_id
 
 

@@ -22,9 +22,11 @@ class Intake:
         self.store, self.lifecycle, self.settings, self.telemetry = store, lifecycle, settings, telemetry
         self.admissions = admission.Admissions()  # its answers, per size and mode, while the node sizes stay
 
-    def _with_original_environment(self, spec: JobSpec, owner: str) -> JobSpec:
-        """A diagnose variant of an existing job (config.diagnose.of) came with the environment values its client
-        saw hidden: its owner's run gets the original's values back; anyone else's is refused."""
+    def _as_variant_of_original(self, spec: JobSpec, owner: str) -> JobSpec:
+        """A diagnose variant of an existing job (config.diagnose.of): its client saw the job with its environment's
+        values hidden, so the variant is made here from the job as stored, taking from the submission only what
+        a variant changes (diagnose_variant.variant_of): its command cannot differ, and no value is read back
+        by another command. The owner's alone; anyone else's is refused."""
         of = spec.config.diagnose.get("of") if spec.config.diagnose else None
         if not of:
             return spec
@@ -32,9 +34,8 @@ class Intake:
         if original is None or original.owner != owner:
             raise BadRequest(f"job {of}: not a job of yours to diagnose (its environment stays with its owner); "
                              "diagnose it from its config with tfdist diagnose --config FILE")
-        env = diagnose_variant.with_kept_environment(spec.config.environment_variables,
-                                                     original.spec.config.environment_variables)
-        return dataclasses.replace(spec, config=dataclasses.replace(spec.config, environment_variables=env))
+        return dataclasses.replace(spec, config=diagnose_variant.variant_of(original.spec.config, spec.config),
+                                   working_dir=original.spec.working_dir)
 
     def submit(self, spec: JobSpec, now: float, owner: str, admit: bool = True) -> tuple[str, str]:
         """(job id, state after scheduling); BadRequest when the cluster could never hold the job. `admit`
@@ -42,7 +43,7 @@ class Intake:
         known = self.store.job_by_submission(spec.submission_id) if spec.submission_id else None
         if known is not None:
             return known.id, known.state.value
-        spec = self._with_original_environment(spec, owner)
+        spec = self._as_variant_of_original(spec, owner)
         refusal = self.admissions.refusal(spec, self.lifecycle.live.index.sizes) if admit else ""
         if refusal:
             raise BadRequest(refusal)

@@ -5,9 +5,11 @@ themselves and the verdict over them: cluster/shared/diagnosis.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from cluster.shared import limits
+from cluster.shared.experiment import ExperimentConfig
 from cluster.shared.config_values import ConfigError, check_choice, check_int, check_mapping, check_text, describe
 from tfdist import envvars
 from tfdist.diagnose import MAX_STEPS, VARIANTS
@@ -19,7 +21,7 @@ def check_variant(value: Any) -> dict[str, Any]:
     """A job's `diagnose` ({} or {variant, steps, warmup, run, nodes}: `run` names the one `tfdist diagnose` whose
     variants the jobs are; `nodes`, where given, the only nodes the job may run on: its baseline's), as the
     coordinator accepts it from the wire. `of`: the existing job these variants re-run (`tfdist diagnose JOB`),
-    whose hidden environment values the coordinator fills in for its owner (`with_kept_environment`)."""
+    which the coordinator makes them from, for its owner (`variant_of`)."""
     section = check_mapping(value, "diagnose", ("variant", "steps", "warmup", "run", "nodes", "of"))
     if not section:
         return {}
@@ -33,10 +35,19 @@ def check_variant(value: Any) -> dict[str, Any]:
     return {**checked, **({"nodes": nodes} if nodes else {}), **({"of": of} if of else {})}
 
 
-def with_kept_environment(env: Mapping[str, str], original: Mapping[str, str]) -> dict[str, str]:
-    """A variant of an existing job (`diagnose.of`) as its client read it: the environment's values hidden (they
-    never leave the coordinator, HIDDEN). The coordinator puts the original's values back, for its owner."""
-    return {key: original[key] if value == HIDDEN and key in original else value for key, value in env.items()}
+# What a variant may change of the job it re-runs (cluster/client/diagnose_run.py variant_config, with --slots and
+# --distribution): everything else is the original's, its environment's values included.
+VARIANT_CHANGES = ("name", "diagnose", "max_restarts", "slots_per_trial", "distribution_mode")
+
+
+def variant_of(original: ExperimentConfig, submitted: ExperimentConfig) -> ExperimentConfig:
+    """The variant `submitted` asks for, made from the `original` job's config: its fields VARIANT_CHANGES, and of
+    its hyperparameters a global_batch_size cut with its slots (one_node); nothing else of it is taken."""
+    changes = {field: getattr(submitted, field) for field in VARIANT_CHANGES}
+    batch = submitted.hyperparameters.get("global_batch_size")
+    if "global_batch_size" in original.hyperparameters and isinstance(batch, int) and not isinstance(batch, bool):
+        changes["hyperparameters"] = {**original.hyperparameters, "global_batch_size": batch}
+    return dataclasses.replace(original, **changes)
 
 
 def _check_nodes(value: Any) -> list[str]:

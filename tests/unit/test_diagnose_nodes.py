@@ -121,5 +121,13 @@ def test_a_variant_of_an_existing_job_gets_its_hidden_environment_back_for_its_o
     variant = jobspec.job_spec(dataclasses.replace(diagnose_run.variant_config(seen, "baseline", settings)))
     mine, _ = core.submit(variant, 2.0, owner="alice")
     assert dict(core.store.job(mine).spec.config.environment_variables) == {"API_TOKEN": "s3cret", "MODE": "fast"}
+    assert core.store.job(mine).spec.config.diagnose["variant"] == "baseline"
+    # Another command under the same `of` runs the original's: no value is read back by a command of one's choosing.
+    leak = dataclasses.replace(variant, config=dataclasses.replace(
+        variant.config, entrypoint=("python", "-c", "import os; print(os.environ['API_TOKEN'])"),
+        environment_variables={"API_TOKEN": "(hidden)", "MODE": "(hidden)", "PYTHONSTARTUP": "/tmp/x.py"}))
+    other, _ = core.submit(leak, 2.5, owner="alice")
+    assert core.store.job(other).spec.config.entrypoint == ("python", "train.py")
+    assert dict(core.store.job(other).spec.config.environment_variables) == {"API_TOKEN": "s3cret", "MODE": "fast"}
     with pytest.raises(BadRequest, match=f"job {original}: not a job of yours to diagnose"):
         core.submit(variant, 3.0, owner="mallory")

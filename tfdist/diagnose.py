@@ -57,10 +57,14 @@ def plan_from_env(env=os.environ) -> Plan | None:
 
 @dataclasses.dataclass
 class Timing:
-    """One rank's measurement: the end time of each step it reported, and what the variant changed."""
+    """One rank's measurement: how long each timed step took, and what the variant changed."""
     plan: Plan
-    ends: list[float] = dataclasses.field(default_factory=list)  # perf_counter at each new step's end
+    step_seconds: list[float] = dataclasses.field(default_factory=list)  # each timed report's interval
+    counted: int = 0  # new steps reported
     last_step: int = -1
+    last_end: float | None = None  # perf_counter at the last new step's end
+    gap: bool = True  # something else ran since that end (the start, a validation, another fit): not a step
+    per_report: int = 1  # training steps per report (Keras's steps_per_execution)
     applied: bool = True  # the variant's change took effect (False: `why`); see `__post_init__`
     why: str = ""
     batch: int | None = None  # the global batch, where the input shows it
@@ -71,22 +75,30 @@ class Timing:
         if self.plan.variant in CHANGES_FIT:  # until `fit` starts and the change is made
             self.applied, self.why = False, "the script does not train with Keras fit, which this variant changes"
 
+    def interrupted(self) -> None:
+        """Something other than a training step runs now (fit starting, a validation): the next step's
+        interval would include it, so that step is not timed."""
+        self.gap = True
+
     def step_done(self, step: int, now: float) -> bool:
-        """Takes in a reported step (a repeated one, e.g. from validation, is not a step); True once
-        warmup + steps have ended (the first step's end starts the clock: its own time is tracing)."""
+        """Takes in a reported step (a repeated one, e.g. from validation, is not a step); True once `steps`
+        are timed. The first `warmup` steps are not (tracing, the first all-reduce, filling the input
+        pipeline), nor a step after a gap: its start is not known."""
         if step <= self.last_step or self.done:
             return self.done
-        self.last_step = step
-        self.ends.append(now)
+        self.last_step, self.counted = step, self.counted + 1
+        if not self.gap and self.last_end is not None and self.counted > self.plan.warmup:
+            self.step_seconds.append(now - self.last_end)
+        self.gap, self.last_end = False, now
         return self.done
 
     @property
     def done(self) -> bool:
-        return len(self.ends) > self.plan.warmup + self.plan.steps
+        return len(self.step_seconds) >= self.plan.steps
 
     def times(self) -> list[float]:
-        timed = self.ends[self.plan.warmup:]
-        return [b - a for a, b in zip(timed, timed[1:])]
+        """Seconds per training step (a report of several steps, e.g. Keras's steps_per_execution, split)."""
+        return [t / self.per_report for t in self.step_seconds]
 
     def facts(self) -> dict[str, float]:
         """What the record says besides the step times, as numbers (the coordinator keeps metrics as numbers)."""
@@ -114,8 +126,10 @@ def timing() -> Timing | None:
 
 
 def step_reported(step: int) -> bool:
-    """Called with each reported step (tfdist.progress); True once this rank's measurement is complete
-    (sent now or before): a Keras `fit` then stops."""
+    """Called with each new step (tfdist.progress); True once this rank's measurement is complete (sent now or
+    before). The caller then holds the rank (`hold_until_stopped`) where that is the training thread: a custom
+    loop's own report; Keras `fit` in its hooks (compat/keras_diagnose.py: its reports may come from a
+    callback thread)."""
     measured = timing()
     if measured is None:
         return False
@@ -125,6 +139,25 @@ def step_reported(step: int) -> bool:
             measured.sent = True
             send(measured)
     return done
+
+
+def interrupted() -> None:
+    """Something other than training runs now (see Timing.interrupted)."""
+    measured = timing()
+    if measured is not None:
+        with _lock:
+            measured.interrupted()
+
+
+def hold_until_stopped() -> None:
+    """This rank has sent its timing: it waits for the variant's cancel (its workers are stopped), doing
+    nothing the script would do after training."""
+    sys.stderr.write(f"{WHY_PREFIX}rank {os.environ.get(envvars.RANK, '0')} timed its steps and waits to be "
+                     "stopped\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    while True:
+        time.sleep(3600)
 
 
 def send(measured: Timing) -> None:

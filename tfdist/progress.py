@@ -30,8 +30,14 @@ def report_progress(step: int) -> None:
     reported sooner is written by a background thread when the interval is up, so the last step a rank
     reached is what the watchdog sees (it names the rank behind the others) even if it then hangs, dated
     when it was reached (the file's mtime, which the agent reads as the step's age)."""
+    timed = diagnose.step_reported(step)  # under `tfdist diagnose`: timed...
+    _record(step)
+    if timed:  # ...and once its steps are, this loop waits to be stopped (nothing after training runs)
+        diagnose.hold_until_stopped()
+
+
+def _record(step: int) -> None:
     global _last_write, _pending
-    diagnose.step_reported(step)
     path = os.environ.get(envvars.PROGRESS_FILE)
     if not path:
         return
@@ -65,12 +71,13 @@ def train_batch_done() -> None:
     """A training batch of `fit` ended: report the process's running count."""
     global _trained
     _trained += 1
-    report_progress(_trained)
+    diagnose.step_reported(_trained)  # Keras holds in its own hooks (compat/keras_diagnose.py)
+    _record(_trained)
 
 
 def still_alive() -> None:
     """A validation batch inside `fit` ended: the same step again (evaluating is not a stall)."""
-    report_progress(_trained)
+    _record(_trained)
 
 
 def _write(path: str, step: int, reached: float | None = None) -> None:

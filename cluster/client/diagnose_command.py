@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import signal
 from typing import Iterator
 
 from cluster.client import local_runs
@@ -19,7 +20,7 @@ from cluster.client.usage import UsageError
 from cluster.shared import diagnose_variant, diagnosis, jobspec
 from cluster.shared.auth import find_credential
 from cluster.shared.config import ExperimentConfig, config_from_dict, load_config, with_overrides
-from cluster.shared.modes import auto
+from cluster.shared.modes import SuccessRule, auto, planner
 from tfdist import diagnose as worker_side
 
 
@@ -44,6 +45,8 @@ JOB_REF = re.compile(r"[0-9]+(-[0-9a-f]+)?")  # a job's number, or its full id
 def split_entry(args) -> None:
     """JOB or `-- COMMAND` from the one trailing argument list: a lone job reference is a job."""
     words = list(args.entry or ())
+    if len(words) > 1 and JOB_REF.fullmatch(words[0]) and not os.path.exists(words[0]):
+        raise UsageError(f"tfdist diagnose: give a JOB ({words[0]}) or a command after `--`, not both")
     args.job_id = words[0] if len(words) == 1 and JOB_REF.fullmatch(words[0]) else None
     args.entry = [] if args.job_id else (words[1:] if words[:1] == ["--"] else words)
 
@@ -68,9 +71,14 @@ def diagnose_job(args) -> int:
         if local:
             config = _local_config(config)
         mode = auto.decide(config).mode
-        stderr_say(f"{config.name or 'the job'}: {len(settings.variants)} variants on {where}, one after another, "
-                   f"each until every rank timed {settings.steps} steps after {settings.warmup}")
-        runs = run_all(VariantRunner(client, settings, stderr_say, working_dir), config)
+        if planner(mode).success is SuccessRule.CHIEF:
+            raise UsageError(f"tfdist diagnose: mode {mode}: the chief schedules steps on the workers asynchronously, "
+                             "so its callbacks see a step scheduled, not done; tfdist diagnose cannot time its steps")
+        count = len(settings.variants)
+        stderr_say(f"{config.name or 'the job'}: {count} variant{'s' if count != 1 else ''} on {where}, one after "
+                   f"another, each until every rank timed {settings.steps} steps after {settings.warmup}")
+        with _signals_cancel():
+            runs = run_all(VariantRunner(client, settings, stderr_say, working_dir), config)
     if not runs[0].measured:
         stderr_say(f"baseline: {runs[0].skipped}")
         return 1
@@ -82,6 +90,20 @@ def diagnose_job(args) -> int:
 
         print(render(found))
     return 0
+
+
+@contextlib.contextmanager
+def _signals_cancel() -> Iterator[None]:
+    """SIGTERM and SIGHUP end a diagnose as Ctrl-C does: the variant running is canceled, not left behind."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _config_of_args(args, entry: list[str]) -> ExperimentConfig:

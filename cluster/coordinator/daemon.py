@@ -53,9 +53,7 @@ def stored_spec(state_dir: str, job_ref: str) -> JobSpec | None:
 
     store = SqliteStore(f"{state_dir}/{STATE_FILE}")
     try:
-        job = store.job(job_ref)
-        if job is None and job_ref.split("-")[0].isdigit():
-            job = store.job_by_seq(int(job_ref.split("-")[0]))
+        job = store.job(job_ref) or (store.job_by_seq(int(job_ref)) if job_ref.isdigit() else None)
         return job.spec if job is not None else None
     finally:
         store.close()

@@ -20,6 +20,7 @@ from tfdist.errors import UserError
 from tfdist.diagnose import BASELINE, NO_COMMUNICATION, ONE_NODE, SYNTHETIC_INPUT, VARIANTS  # noqa: F401
 
 COMMUNICATION, INPUT, STRAGGLER, COMPUTE = "communication", "input", "straggler", "compute"
+UNDETERMINED = "undetermined"  # nothing beside the baseline was measured: no share to weigh
 
 BOUND_SHARE = 0.3  # a share of the step at least this big is the bottleneck to act on
 STRAGGLER_SKEW = 0.2  # a rank this much slower by itself than the median of the others is named...
@@ -165,7 +166,8 @@ def diagnose(mode: str, runs: Sequence[VariantRun]) -> Diagnosis:
     # being slow are said in the shares, and are no one node's fault.
     found = {k: v for k, v in shares.items() if v is not None and (k != STRAGGLER or straggler)}
     worst = max(found, key=lambda k: found[k], default=None)
-    verdict = worst if worst is not None and found[worst] >= BOUND_SHARE else COMPUTE
+    measured_any = any(v is not None for v in shares.values()) or efficiency is not None
+    verdict = worst if worst is not None and found[worst] >= BOUND_SHARE else COMPUTE if measured_any else UNDETERMINED
     advice = fixes(verdict, mode, batch, base.ranks, straggler)
     if step < SHORT_STEP:
         advice = (f"a step takes {step * 1000:.1f} ms: at that size per-step overhead dominates and the shares are "
@@ -226,6 +228,10 @@ def fixes(verdict: str, mode: str, batch: int | None, ranks: int, straggler: Str
                 "decode in parallel: dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE)",
                 "cache what does not change: dataset.cache() after decoding (memory, or a file on local disk)",
                 "read from local disk, not a shared one: tfdist.data.download(..., scope='node') copies once per node")
+    if verdict == UNDETERMINED:
+        return ("no variant beside the baseline could be measured (each one's note says why): the input and "
+                "all-reduce variants change Keras fit; a custom loop can time its own runs with and without its "
+                "collective (e.g. DistributedDataParallel's no_sync()) and on a fixed batch",)
     if verdict == STRAGGLER and straggler is not None:
         return (f"rank {straggler.rank} on {straggler.node} is {slower(straggler)} on its own: look at "
                 f"that node (other processes with top, a throttled GPU with nvidia-smi -q -d PERFORMANCE)",
@@ -248,6 +254,8 @@ def summary(verdict: str, step: float, shares: Mapping[str, float | None], strag
             bandwidth: Bandwidth | None) -> str:
     said = {COMMUNICATION: "all-reduce", INPUT: "waiting for input", STRAGGLER: "waiting for a slow rank"}
     parts = [f"{said[k]} {v:.0%}" for k, v in shares.items() if v is not None]
+    if verdict == UNDETERMINED:
+        return f"undetermined: a step takes {step * 1000:.0f} ms; nothing beside the baseline was measured"
     line = f"{verdict}-bound: a step takes {step * 1000:.0f} ms" + (f"; of it {', '.join(parts)}" if parts else "")
     if verdict == STRAGGLER and straggler:
         line += (f"; rank {straggler.rank} on {straggler.node}, on its own, is {slower(straggler)} compared with "

@@ -86,7 +86,7 @@ def test_scaling_efficiency_compares_throughput_per_node():
 
 def test_a_variant_that_could_not_be_applied_is_not_read_as_a_measurement():
     found = diagnosis.diagnose("mwms", [_run("baseline", 0.5, 0.5), _run("no_communication", 0.05, 0.05, applied=False)])
-    assert found.shares[diagnosis.COMMUNICATION] is None and found.verdict == diagnosis.COMPUTE
+    assert found.shares[diagnosis.COMMUNICATION] is None and found.verdict == diagnosis.UNDETERMINED
 
 
 def test_without_a_measured_baseline_there_is_no_verdict():
@@ -111,15 +111,21 @@ def test_shares_are_fractions_and_the_verdict_is_one_of_four(base, apart, fed):
 
 # ---------------------------------------------------------------- the worker's step clock
 
-def test_the_clock_times_steps_after_warmup_and_ignores_repeated_steps():
+def test_the_clock_times_steps_after_warmup_and_ignores_repeated_steps_and_gaps():
     clock = worker_side.Timing(worker_side.Plan("baseline", warmup=2, steps=3))
-    ends = [(1, 0.0), (2, 1.0), (2, 1.5), (3, 3.0), (4, 4.0), (5, 6.0), (6, 10.0)]
+    ends = [(1, 0.0), (2, 1.0), (2, 1.5), (3, 3.0), (4, 4.0), (5, 6.0)]
     done = [clock.step_done(step, at) for step, at in ends]
-    assert done == [False, False, False, False, False, False, True]
-    assert clock.times() == [1.0, 2.0, 4.0]  # the steps after the two warm-up ones (a repeated step is none)
+    assert done == [False, False, False, False, False, True]
+    assert clock.times() == [2.0, 1.0, 2.0]  # steps 3, 4, 5: after two warm-up ones (a repeated step is none)
     clock = worker_side.Timing(worker_side.Plan("baseline", warmup=0, steps=2))
-    assert [clock.step_done(s, float(s * s)) for s in (1, 2, 3)] == [False, False, True]
-    assert clock.times() == [3.0, 5.0]
+    clock.step_done(1, 0.0)  # the first step's start is not known (tracing, too): never timed, even at warmup 0
+    clock.step_done(2, 1.0)
+    clock.interrupted()  # a validation ran: the next step's interval holds it
+    clock.step_done(3, 9.0)
+    assert [clock.step_done(4, 10.5)] == [True] and clock.times() == [1.0, 1.5]
+    clock = worker_side.Timing(worker_side.Plan("baseline", warmup=0, steps=1), per_report=4)
+    clock.step_done(1, 0.0), clock.step_done(2, 2.0)
+    assert clock.times() == [0.5]  # a report of 4 steps (steps_per_execution): 0.5 s a step
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -226,3 +232,25 @@ def test_the_replaced_input_takes_the_place_of_x_y_and_batch_size():
     assert with_input(("x", "y", 32, 3), {"verbose": 0}, "D") == (("D", None, None, 3), {"verbose": 0})
     assert with_input(("x",), {"y": "y", "batch_size": 8, "epochs": 2}, "D") == \
         ((), {"x": "D", "y": None, "batch_size": None, "epochs": 2})
+
+
+def test_numpy_input_keeps_its_weights_and_drops_what_keras_refuses_beside_a_dataset():
+    import numpy as np
+
+    x, y, w = np.ones((50, 2), "float32"), np.zeros(50, "float32"), np.full(50, 2.0, "float32")
+    made, _ = keras_diagnose.first_batch_repeated(x, y, 8, w)
+    assert _shapes(made) == [(8, 2), (8,), (8,)]
+    assert keras_diagnose._with_input(("x", "y"), {"sample_weight": w, "validation_split": 0.2, "epochs": 1}, "D") == \
+        ((), {"x": "D", "y": None, "batch_size": None, "epochs": 1})
+
+
+def test_the_all_reduce_cut_is_tfdists_own_on_a_second_fit_and_refused_for_several_steps_an_execution(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setenv(envvars.DISTRIBUTION, "mwms")
+    again = SimpleNamespace(optimizer=SimpleNamespace(_tfdist_aggregation=worker_side.CUT_AGGREGATION),
+                            steps_per_execution=1)
+    assert keras_diagnose.cut_communication(again) == (True, "")
+    several = SimpleNamespace(optimizer=SimpleNamespace(), steps_per_execution=8)
+    applied, why = keras_diagnose.cut_communication(several)
+    assert not applied and why.startswith("steps_per_execution is 8")

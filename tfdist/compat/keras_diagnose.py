@@ -3,7 +3,8 @@ times the steps; compat/keras_progress.py calls these from the `fit` it wraps in
 - no_communication: the model's optimizer aggregates gradients over diagnose.CUT_AGGREGATION steps, so the
   measured steps all-reduce nothing (where the mode's aggregation removes the collective: WorkerMode);
 - synthetic_input: fit's input becomes its own first batch, held in memory and repeated: a tf.data.Dataset,
-  numpy arrays (x, y and batch_size), a Python generator or a keras PyDataset alike.
+  numpy arrays (x, y, batch_size and sample_weight), a Python generator or a keras PyDataset alike.
+Once a rank's steps are timed it waits to be stopped (HoldHooks): the script saves nothing after them.
 What cannot be applied is said in the rank's record (`why`), never raised into the script.
 """
 
@@ -14,6 +15,8 @@ import os
 from tfdist import diagnose, envvars
 
 FIT_ARGS = ("x", "y", "batch_size")  # fit's first positional parameters, in Keras 3 and tf_keras alike
+# fit's arguments Keras refuses beside a dataset (sample_weight goes into it; validation is not timed anyway)
+DATASET_REFUSES = ("sample_weight", "validation_split")
 
 
 def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -24,7 +27,8 @@ def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     given = {name: args[i] if i < len(args) else kwargs.get(name) for i, name in enumerate(FIT_ARGS)}
     measured.batch = measured.batch or _static_batch(given["x"]) or _configured_batch()
     if measured.plan.variant == diagnose.SYNTHETIC_INPUT:
-        replaced, why = first_batch_repeated(given["x"], given["y"], given["batch_size"])
+        weights = kwargs.get("sample_weight")
+        replaced, why = first_batch_repeated(given["x"], given["y"], given["batch_size"], weights)
         if replaced is None:
             measured.applied, measured.why = False, why
             return args, kwargs
@@ -37,17 +41,58 @@ def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def fit_batch_done(model) -> None:
-    """After tfdist's progress report of a training batch: stop `fit` once this rank's steps are timed."""
+    """After tfdist's progress report of a training batch (maybe on Keras's callback thread): what the record
+    says of the model, once."""
     measured = diagnose.timing()
-    if measured is None:
+    if measured is None or measured.params is not None:
         return
-    if measured.params is None:
-        try:
-            measured.params = int(sum(_elements(w.shape) for w in model.trainable_weights))
-        except Exception:  # noqa: BLE001 - weights that do not count: the record leaves the number out
-            measured.params = 0
-    if measured.done:
-        model.stop_training = True
+    measured.per_report = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+    try:
+        measured.params = int(sum(_elements(w.shape) for w in model.trainable_weights))
+    except Exception:  # noqa: BLE001 - weights that do not count: the record leaves the number out
+        measured.params = 0
+
+
+class HoldHooks:
+    """Mixed into a Keras Callback put FIRST among fit's callbacks under `tfdist diagnose`: once this rank's steps
+    are timed it waits to be stopped at the next point Keras calls on the training thread (the next batch, a
+    validation, the epoch's end: before any of the script's callbacks saves a model), and what is not a
+    training step (fit's start, a validation, an epoch's end) is never timed as one."""
+
+    def on_train_begin(self, logs=None):
+        diagnose.interrupted()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        _hold_if_timed()
+
+    def on_test_begin(self, logs=None):
+        _hold_if_timed()
+        diagnose.interrupted()
+
+    def on_epoch_end(self, epoch, logs=None):
+        _hold_if_timed()
+        diagnose.interrupted()
+
+
+def with_hold(callbacks, hold_class):
+    """fit's callbacks with a hold first, under `tfdist diagnose` (left as they are otherwise, or when they are
+    not a list: a CallbackList the script built)."""
+    if diagnose.timing() is None:
+        return callbacks
+    if callbacks is None:
+        return [hold_class()]
+    return [hold_class(), *callbacks] if isinstance(callbacks, (list, tuple)) else callbacks
+
+
+def after_fit() -> None:
+    """fit returned: a rank whose steps are timed does not go on into the script (saving, exporting)."""
+    _hold_if_timed()
+
+
+def _hold_if_timed() -> None:
+    measured = diagnose.timing()
+    if measured is not None and measured.done:
+        diagnose.hold_until_stopped()
 
 
 def cut_communication(model) -> tuple[bool, str]:
@@ -61,7 +106,13 @@ def cut_communication(model) -> tuple[bool, str]:
     optimizer = getattr(model, "optimizer", None)
     if optimizer is None:
         return False, "the model has no optimizer when fit starts (compile it first)"
+    per_execution = int(getattr(model, "steps_per_execution", 1) or 1)
+    if per_execution > 1:
+        return False, (f"steps_per_execution is {per_execution}: tfdist's aggregation needs 1 (compile the model with "
+                       "steps_per_execution=1 for the diagnose)")
     own = getattr(optimizer, "gradient_accumulation_steps", None) or getattr(optimizer, "_tfdist_aggregation", 1)
+    if own == diagnose.CUT_AGGREGATION:
+        return True, ""  # tfdist's own, from an earlier fit of this script
     if own and own > 1:
         return False, (f"the script aggregates gradients itself (every {own} steps): its baseline already has "
                        "fewer all-reduces; compare it with aggregation_frequency 1 by hand")
@@ -72,7 +123,7 @@ def cut_communication(model) -> tuple[bool, str]:
     return True, ""
 
 
-def first_batch_repeated(x, y=None, batch_size=None):
+def first_batch_repeated(x, y=None, batch_size=None, sample_weight=None):
     """(fit's input as its first batch repeated without end, ""), or (None, why not)."""
     try:
         import tensorflow as tf
@@ -83,6 +134,8 @@ def first_batch_repeated(x, y=None, batch_size=None):
     elif type(x).__module__ == "numpy" or (isinstance(x, (tuple, list, dict)) and y is not None):
         size = batch_size or 32  # Keras's default
         first = _sliced(x, size) if y is None else (_sliced(x, size), _sliced(y, size))
+        if y is not None and sample_weight is not None:
+            first = (*first, _sliced(sample_weight, size))
     elif hasattr(x, "__next__"):  # a generator: its first batch (it is not read again)
         first = next(x)
     elif hasattr(x, "__getitem__") and hasattr(x, "__len__") and not isinstance(x, (str, bytes)):
@@ -105,8 +158,8 @@ def _with_input(args: tuple, kwargs: dict, dataset) -> tuple[tuple, dict]:
     """fit's call with `dataset` as x, and no y nor batch_size (a dataset is already batched)."""
     replaced = (dataset, None, None)
     if len(args) > len(FIT_ARGS):
-        return (*replaced, *args[len(FIT_ARGS):]), kwargs
-    kwargs = {k: v for k, v in kwargs.items() if k not in FIT_ARGS}
+        return (*replaced, *args[len(FIT_ARGS):]), {k: v for k, v in kwargs.items() if k not in DATASET_REFUSES}
+    kwargs = {k: v for k, v in kwargs.items() if k not in (*FIT_ARGS, *DATASET_REFUSES)}
     return (), {**dict(zip(FIT_ARGS, replaced)), **kwargs}
 
 

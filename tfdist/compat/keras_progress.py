@@ -53,16 +53,21 @@ def apply(model_class, callback_base) -> bool:
         return True
     callback_class = type("FitProgress", (FitProgressHooks, callback_base),
                           {"__doc__": "tfdist: reports fit's step progress to the step watchdog."})
+    hold_class = type("DiagnoseHold", (keras_diagnose.HoldHooks, callback_base),
+                      {"__doc__": "tfdist diagnose: a rank whose steps are timed waits here to be stopped."})
 
     @functools.wraps(upstream)
     def fit(self, *args, **kwargs):
         args, kwargs = keras_diagnose.prepare_fit(self, args, kwargs)  # under `tfdist diagnose`: the variant's change
         if len(args) > CALLBACKS_ARG:
-            args = (*args[:CALLBACKS_ARG], with_progress(args[CALLBACKS_ARG], callback_class),
-                    *args[CALLBACKS_ARG + 1:])
+            callbacks = keras_diagnose.with_hold(with_progress(args[CALLBACKS_ARG], callback_class), hold_class)
+            args = (*args[:CALLBACKS_ARG], callbacks, *args[CALLBACKS_ARG + 1:])
         else:
-            kwargs["callbacks"] = with_progress(kwargs.get("callbacks"), callback_class)
-        return upstream(self, *args, **kwargs)
+            kwargs["callbacks"] = keras_diagnose.with_hold(with_progress(kwargs.get("callbacks"), callback_class),
+                                                           hold_class)
+        history = upstream(self, *args, **kwargs)
+        keras_diagnose.after_fit()
+        return history
 
     fit._tfdist_progress = True
     model_class.fit = fit

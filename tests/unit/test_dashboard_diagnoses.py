@@ -49,6 +49,9 @@ def test_jobs_are_grouped_by_run_in_variant_order():
     runs = grouped(jobs)
     assert {run: [j.id for j in found] for run, found in runs.items()} == {
         RUN: ["2-ab", "3-ab", "4-ab"], "other": ["5-ab"]}
+    spoof = job(6, "baseline")  # another user's job naming alice's run afterwards: not taken into it
+    spoof.owner = "mallory"
+    assert [j.id for j in grouped([*jobs, spoof])[RUN]] == ["2-ab", "3-ab", "4-ab"]
 
 
 def test_a_variant_is_what_the_runner_would_have_read():

@@ -61,12 +61,17 @@ def variant_of(job: pb.Job) -> dict[str, Any]:
 
 
 def grouped(jobs: Sequence[pb.Job]) -> dict[str, list[pb.Job]]:
-    """run -> its variants' jobs in VARIANTS order (a variant's newest job, a job listed twice once)."""
+    """run -> its variants' jobs in VARIANTS order (a variant's newest job, a job listed twice once). A run is its
+    first job's owner's: another user's job naming the same run later is not taken into it."""
     by_run: dict[str, dict[str, pb.Job]] = {}
+    owner_of: dict[str, str] = {}
     for job in sorted({j.id: j for j in jobs}.values(), key=number):
         section = variant_of(job)
         if section.get("run") and section.get("variant") in diagnosis.VARIANTS:
-            by_run.setdefault(str(section["run"]), {})[section["variant"]] = job
+            run = str(section["run"])
+            if owner_of.setdefault(run, job.owner) != job.owner:
+                continue
+            by_run.setdefault(run, {})[section["variant"]] = job
     return {run: [found[v] for v in diagnosis.VARIANTS if v in found] for run, found in by_run.items()}
 
 

@@ -70,6 +70,7 @@ class Timing:
     batch: int | None = None  # the global batch, where the input shows it
     params: int | None = None  # trainable parameters (Keras models)
     sent: bool = False
+    keras_fit: bool = False  # Keras fit ran (compat/keras_diagnose.py): the variants that change fit can
 
     def __post_init__(self):
         if self.plan.variant in CHANGES_FIT:  # until `fit` starts and the change is made
@@ -103,7 +104,7 @@ class Timing:
     def facts(self) -> dict[str, float]:
         """What the record says besides the step times, as numbers (the coordinator keeps metrics as numbers)."""
         facts = {"node_rank": float(os.environ.get(envvars.NODE_RANK, "0")), "applied": float(self.applied),
-                 "size": float(os.environ.get(envvars.SIZE, "1"))}
+                 "size": float(os.environ.get(envvars.SIZE, "1")), "keras_fit": float(self.keras_fit)}
         nominal = (link() or {}).get("nominal_bits_per_s")
         for name, value in (("batch", self.batch), ("params", self.params), ("link_bits_per_s", nominal)):
             if value:

@@ -55,8 +55,9 @@ def diagnose_job(args) -> int:
     settings = settings_from(args)
     split_entry(args)
     entry = args.entry
-    if args.job_id and args.config:
-        raise UsageError("tfdist diagnose: give a JOB to diagnose, or a --config / `-- COMMAND`, not both")
+    if args.job_id and (args.config or args.hparam):
+        raise UsageError("tfdist diagnose: a JOB runs as it was submitted: give a JOB, or a --config / `-- COMMAND` "
+                         "with --hparam, not both")
     with _cluster(args) as (client, where, local):
         if args.job_id:
             config, working_dir, job_id = _config_of_job(args, client)
@@ -122,7 +123,8 @@ def _config_of_job(args, client) -> tuple[ExperimentConfig, str, str]:
     if spec is None:
         job = client.job(args.job_id)
         spec, job_id = jobspec.from_pb(job.spec, validate=False), job.id
-    named = dataclasses.replace(spec.config, name_given=True)  # its variants are named after the job
+    # Named after the job; a trial's hyperparameters are already its own values, its searcher is not rerun.
+    named = dataclasses.replace(spec.config, name_given=True, searcher={})
     config = with_overrides(named, slots=args.slots, distribution=args.distribution)
     return config, spec.working_dir or os.getcwd(), job_id
 

@@ -77,6 +77,7 @@ def timings_from_rows(rows: Sequence, node_of: Mapping[int, str], why: Mapping[i
                                tuple(v for _, v in sorted(times.get(rank, {}).items())),
                                applied=bool(said.get("applied", 1)), why=why.get(rank, ""),
                                batch=number("batch"), params=number("params"),
+                               keras_fit=bool(said.get("keras_fit", 1)),
                                link={"interface": "", "nominal_bits_per_s": bits} if bits else None))
     return made
 
@@ -180,6 +181,9 @@ def run_all(runner: VariantRunner, config: ExperimentConfig) -> list[VariantRun]
                 runs.append(VariantRun(variant, skipped="the job runs on one node"))
                 continue
             runs.append(runner.run(config, variant, placement[0].slots, (placement[0].agent,)))
+        elif variant in worker_side.CHANGES_FIT and not all(t.keras_fit for t in base.timings):
+            runs.append(VariantRun(variant, skipped="the script does not train with Keras fit, which this variant "
+                                                    "changes (its baseline showed no fit)"))
         elif variant == diagnosis.NO_COMMUNICATION and (why := cannot_cut(base.ranks, auto.decide(config).mode)):
             runs.append(VariantRun(variant, skipped=why))
         else:

@@ -57,4 +57,3 @@ def stored_spec(state_dir: str, job_ref: str) -> JobSpec | None:
         return job.spec if job is not None else None
     finally:
         store.close()
-

@@ -213,6 +213,7 @@ def check_config(config: ExperimentConfig, ps_options_given: bool = False) -> Ex
         diagnose=diagnose_variant.check_variant(config.diagnose),
     )
     determined_view.check_view(checked)
+    diagnose_variant.check_nodes_fit(checked.diagnose, checked.slots_per_trial)
     _check_mode_slots(checked.distribution_mode, checked.slots_per_trial, "resources.slots_per_trial")
     _check_mode_options(checked, "distribution.mode", ps_options_given=ps_options_given)
     return checked

@@ -66,6 +66,14 @@ def _check_nodes(value: Any) -> list[str]:
     return names
 
 
+def check_nodes_fit(variant: Mapping[str, Any], slots: int) -> None:
+    """A job pinned to more nodes than it has slots could never use them all (nor should it keep them)."""
+    nodes = variant.get("nodes", ()) if variant else ()
+    if len(nodes) > slots:
+        raise ConfigError(f"diagnose.nodes: {len(nodes):,} nodes for a job of {slots} slot{'s' if slots != 1 else ''}; "
+                          "pin it to at most one node a slot")
+
+
 def pinned_nodes(variant: Mapping[str, Any]) -> tuple[str, ...]:
     """The nodes a job's `diagnose` pins it to (its baseline's), () for any node."""
     return tuple(dict.fromkeys(variant.get("nodes", ()))) if variant else ()

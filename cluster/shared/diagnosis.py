@@ -30,7 +30,6 @@ MIN_COMM_SECONDS = 0.002  # communication shorter than this per step is too shor
 GRADIENT_BYTES = 4  # per parameter: float32 gradients (the all-reduce's payload in the common case)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class RankTiming:
     rank: int
@@ -41,6 +40,7 @@ class RankTiming:
     batch: int | None = None  # the global batch, where the input showed it
     params: int | None = None  # trainable parameters
     link: Mapping[str, Any] | None = None  # {"interface", "nominal_bits_per_s"} of the rank's node
+    keras_fit: bool = True  # the rank trained with Keras fit (the variants that change the job change fit)
 
     @property
     def median(self) -> float:

@@ -65,7 +65,8 @@ def test_a_loop_without_fit_is_timed_and_told_what_it_cannot_take_and_an_ended_j
     assert variants["baseline"]["skipped"] == "" and variants["baseline"]["step_time_s"] >= 0.01
     assert variants["one_node"]["skipped"] == "the job runs on one node"
     assert variants["synthetic_input"]["skipped"] == \
-        "rank 0: the script does not train with Keras fit, which this variant changes"
+        "the script does not train with Keras fit, which this variant changes (its baseline showed no fit)"
+    assert variants["synthetic_input"]["job"] == ""  # known from the baseline: not run
     assert found["shares"]["input"] is None and found["verdict"] == "undetermined"
     assert found["summary"].startswith("undetermined: a step takes ")
 

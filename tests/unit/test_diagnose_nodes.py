@@ -42,7 +42,8 @@ def test_bad_nodes_are_refused_naming_the_value(nodes, message):
 
 
 def test_the_nodes_travel_on_the_wire():
-    config = check_config(dataclasses.replace(config_from_dict({"entrypoint": "python train.py"}),
+    config = check_config(dataclasses.replace(config_from_dict({"entrypoint": "python train.py",
+                                                                "resources": {"slots_per_trial": 2}}),
                                               diagnose={**VARIANT, "nodes": ["a2", "a1"]}))
     sent = jobspec.job_spec(config)
     assert jobspec.from_pb(jobspec.to_pb(sent)).config.diagnose == {**VARIANT, "nodes": ["a2", "a1"]}
@@ -131,3 +132,10 @@ def test_a_variant_of_an_existing_job_gets_its_hidden_environment_back_for_its_o
     assert dict(core.store.job(other).spec.config.environment_variables) == {"API_TOKEN": "s3cret", "MODE": "fast"}
     with pytest.raises(BadRequest, match=f"job {original}: not a job of yours to diagnose"):
         core.submit(variant, 3.0, owner="mallory")
+
+
+def test_a_job_is_pinned_to_no_more_nodes_than_it_has_slots():
+    config = config_from_dict({"entrypoint": "python train.py", "resources": {"slots_per_trial": 2}})
+    pinned = dataclasses.replace(config, diagnose={**VARIANT, "nodes": ["a1", "a2", "a3"]})
+    with pytest.raises(ConfigError, match="diagnose.nodes: 3 nodes for a job of 2 slots"):
+        check_config(pinned)

@@ -24,6 +24,7 @@ def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     measured = diagnose.timing()
     if measured is None or measured.sent:
         return args, kwargs
+    measured.keras_fit = True
     given = {name: args[i] if i < len(args) else kwargs.get(name) for i, name in enumerate(FIT_ARGS)}
     measured.batch = measured.batch or _static_batch(given["x"]) or _configured_batch()
     if measured.plan.variant == diagnose.SYNTHETIC_INPUT:
@@ -38,6 +39,11 @@ def prepare_fit(model, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if measured.plan.variant == diagnose.NO_COMMUNICATION:
         measured.applied, measured.why = cut_communication(model)
     return args, kwargs
+
+
+def timing_steps() -> bool:
+    """Whether this process times its steps (a diagnose variant runs it)."""
+    return diagnose.timing() is not None
 
 
 def fit_batch_done(model) -> None:

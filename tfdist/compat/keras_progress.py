@@ -30,6 +30,8 @@ class FitProgressHooks:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if keras_diagnose.timing_steps():  # under `tfdist diagnose`: each batch's end is timed where it happens
+            self.async_safe = False
         self._supports_tf_logs = True  # tf_keras: logs as they are (no numpy sync; RemoteValues under PS)
 
     def on_train_begin(self, logs=None):

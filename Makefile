@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 # if it fails): tools/pip_steps.py.
 PIP_STEPS := $(PY) tools/pip_steps.py
 
-.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale bench-kubernetes horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start plot FORCE
+.PHONY: demo test unit integration multihost bazel-test venv clean chaos bench-failure bench-modes bench-scale bench-kubernetes bench-diagnose horovod slurm debian-packages fuzz kubernetes kubernetes-start torch torch-start plot FORCE
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -185,6 +185,11 @@ bench-failure: $(VENV)/.test
 # MWMS, Horovod and parameter servers side by side, tfdist against hand-written launchers (root).
 bench-modes: $(VENV)/.test $(VENV)/.horovod
 	$(PY) benchmarks/modes.py
+
+# `tfdist diagnose` against its variants run by hand as plain launches, and its worker-side clock's cost per
+# step (figures in docs/benchmarks.md; about 6 minutes on 2 cores).
+bench-diagnose: $(VENV)/.test
+	$(PY) benchmarks/diagnose.py
 
 # The coordinator's cost curve (1,000 / 3,000 / 10,000 simulated agents) and a burst of 64 clients at 1,000
 # submissions/s with 10,000 queued (figures in docs/benchmarks.md).

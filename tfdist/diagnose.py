@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 import threading
 import time
@@ -157,6 +158,8 @@ def hold_until_stopped() -> None:
                      "stopped\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    if threading.current_thread() is threading.main_thread():  # the cancel's SIGTERM ends it at once (TensorFlow's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # MWMS takes SIGTERM as a preemption notice and lives on)
     while True:
         time.sleep(3600)
 

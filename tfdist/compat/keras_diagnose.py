@@ -46,6 +46,13 @@ def timing_steps() -> bool:
     return diagnose.timing() is not None
 
 
+def wants_model() -> bool:
+    """Whether fit_batch_done still needs the model (once per process: Keras on JAX syncs the model's state from
+    the trainer's whenever a callback reads `self.model`, which must not happen every batch)."""
+    measured = diagnose.timing()
+    return measured is not None and measured.params is None
+
+
 def fit_batch_done(model) -> None:
     """After tfdist's progress report of a training batch (maybe on Keras's callback thread): what the record
     says of the model, once."""

@@ -39,7 +39,8 @@ class FitProgressHooks:
 
     def on_train_batch_end(self, batch, logs=None):
         progress.train_batch_done()
-        keras_diagnose.fit_batch_done(self.model)  # under `tfdist diagnose`: fit stops once this rank's steps are timed
+        if keras_diagnose.wants_model():  # under `tfdist diagnose`, once: what the record says of the model. Only
+            keras_diagnose.fit_batch_done(self.model)  # then: under JAX, reading `self.model` syncs its state
 
     def on_test_batch_end(self, batch, logs=None):
         progress.still_alive()

@@ -33,6 +33,7 @@ if plan.variant == "synthetic_input":  # the test looks at the run half-measured
         time.sleep(0.1)
 timing = diagnose.Timing(plan)
 timing.applied, timing.why, timing.batch, timing.params = True, "", 64, 10000  # what `fit` would have shown
+timing.keras_fit = True
 end = 0.0
 for step in range(plan.warmup + plan.steps + 1):
     end += PACE[plan.variant][rank]

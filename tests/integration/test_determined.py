@@ -36,9 +36,17 @@ class Terminal:
         return run_cli(list(args), self.marker, timeout=timeout, cwd=SCRIPTS, **{**self.env, **env})
 
     def start(self, *args, **env) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "cluster.client.cli", *args], cwd=SCRIPTS, text=True,
-                                env=cli_env(self.marker, **{**self.env, **env}), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        """A launch in the background. Its output goes to files, read once it ended (`output`): a pipe nobody
+        reads while the test waits fills up with the workers' lines and stops the launch mid-job."""
+        self.out, self.err = self.tmp_path / "launch.out", self.tmp_path / "launch.err"
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            return subprocess.Popen([sys.executable, "-m", "cluster.client.cli", *args], cwd=SCRIPTS, text=True,
+                                    env=cli_env(self.marker, **{**self.env, **env}), stdout=out, stderr=err)
+
+    def output(self, launch: subprocess.Popen, timeout: float) -> tuple[str, str]:
+        """The launch's stdout and stderr once it ended (within `timeout` seconds)."""
+        launch.wait(timeout=timeout)
+        return self.out.read_text(), self.err.read_text()
 
     def job(self, job_id: str) -> dict:
         return json.loads(self.cli("job", job_id, "--json").stdout)
@@ -105,7 +113,7 @@ def test_stage_2_checkpoints_pause_at_a_preemption_and_resume_from_them(tmp_path
         wait_for(lambda: (20, 20.0) in me.series("1", "x"), "the trial's report at step 20",
                  alive=lambda: launch.poll() is None)
         assert me.cli("preempt", "1").returncode == 0
-        out, err = launch.communicate(timeout=120)
+        out, err = me.output(launch, timeout=120)
     finally:
         launch.kill()
         launch.wait()
@@ -221,7 +229,7 @@ def test_the_keras_callback_under_the_tensorflow_launcher_on_two_workers_pauses_
         wait_for(lambda: any(m["metrics"].get("epoch") == 1 for m in me.metrics("1")),
                  "the first epoch's validation", alive=lambda: launch.poll() is None)
         assert me.cli("preempt", "1").returncode == 0
-        out, err = launch.communicate(timeout=180)
+        out, err = me.output(launch, timeout=180)
     finally:
         launch.kill()
         launch.wait()

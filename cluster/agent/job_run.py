@@ -9,6 +9,7 @@ import enum
 import logging
 import os
 import shutil
+import threading
 import time
 from typing import Callable, Mapping
 
@@ -23,6 +24,7 @@ from tfdist.store_scopes import PREEMPT as PREEMPT_SCOPE
 from tfdist.private_files import open_private
 
 log = logging.getLogger("tfdist.agent")
+STORE_KEPT = 600.0  # seconds a shared store outlives this node's workers at most, when the job is not ended
 STORE_PATIENCE = 3.0  # seconds a store's port may still be in use (the lease's test socket just closed)
 
 
@@ -58,6 +60,8 @@ class JobRun:
         self.store_patience = store_patience
         self.on_exit = on_exit
         self.store: JobStore | None = None
+        self._released = threading.Event()  # the job's end reached this node (or it stops): the store may go
+        self.workers_ended = False  # its workers are gone (the run may still keep the job's store)
         self.gang = Gang(plan.workers, on_line, cwd=plan.cwd, failure_grace=plan.failure_grace,
                          on_exit=self._worker_exited)
 
@@ -88,13 +92,31 @@ class JobRun:
             if self.store is not None:  # bound already (its address is in the workers' environment); its
                 self.store.start()  # loop comes up beside the workers, who queue in its backlog meanwhile
             started()
-            return RunResult.of_gang(self.plan, self.gang.run())
+            result = RunResult.of_gang(self.plan, self.gang.run())
+            self.workers_ended = True
+            return result
         except Exception as e:  # could not even start: report every rank as failed
             log.error("job %s: %s", self.job_id, e)
             for exit_ in every_rank_failed(self.plan.ranks, self.plan.agent, self.plan.attempt, [str(e)]):
                 self.on_exit(self.job_id, exit_)
+            self.workers_ended = True
             return RunResult(self.job_id, self.plan.attempt, RunState.NOT_STARTED,
                              {rank: COMMAND_NOT_RUN for rank in self.plan.ranks})
+
+    def keep_store(self, result: "RunResult", bound: float = STORE_KEPT) -> None:
+        """After a successful run whose store other nodes' workers use: waits until `release()` (the job ended
+        everywhere, or the agent stops), at most `bound` seconds, so that a slower rank elsewhere still reads
+        the job's last collective (its store closing with this node's workers failed it: connection refused)."""
+        if result.state != RunState.SUCCEEDED or not self.plan.store_shared or self.store is None:
+            return
+        log.info("job %s: this node's workers ended; its store stays until the job ends on every node", self.job_id)
+        if not self._released.wait(bound):
+            log.warning("job %s: the coordinator did not end the job within %gs of this node's workers ending; its "
+                        "store closes (a worker elsewhere still using it fails)", self.job_id, bound)
+
+    def release(self) -> None:
+        """The job ended (or this node stops): a store kept by `keep_store` closes now."""
+        self._released.set()
 
     def close(self) -> None:
         """After the run: its store stops, its files go."""

@@ -81,8 +81,9 @@ class NodeRuns:
             return job_id in self._port_leases
 
     def job_ids(self) -> list[str]:
+        """Jobs whose workers run here (not one whose run only keeps its store for the other nodes)."""
         with self._lock:
-            return list(self._runs)
+            return [job_id for job_id, run in self._runs.items() if not run.workers_ended]
 
     def process_groups(self) -> dict[str, list[int]]:
         with self._lock:
@@ -164,6 +165,7 @@ class NodeRuns:
             if not run.gang.stopping:
                 log.info("stopping job %s", job_id)
             run.gang.stop(grace)
+            run.release()
         if lease:
             lease.release()
             with self._lock:
@@ -177,6 +179,7 @@ class NodeRuns:
             leases = list(self._port_leases.values())
         for run in runs:
             run.gang.stop()
+            run.release()
         for lease in leases:
             lease.release()
 
@@ -197,6 +200,7 @@ class NodeRuns:
         log.debug("job %s (run %d) on this node: %s", run.job_id, result.attempt, result.state.value)
         self.metrics.read(final=True, only=run.job_id)  # the last rows, before the files go
         self.shipping.drain(run.job_id)
+        run.keep_store(result)  # reported running meanwhile: the coordinator stops it once the job ended
         with self._lock:
             lease = self._port_leases.pop(run.job_id, None)
             if lease:

@@ -64,6 +64,18 @@ class StartPlan:
     def ranks(self) -> tuple[int, ...]:
         return tuple(w.rank for w in self.workers)
 
+    @property
+    def store_shared(self) -> bool:
+        """Whether workers of other nodes use the store this node serves: those may still be reading the job's
+        last collective when this node's workers, done with it, have exited."""
+        if self.store is None or not self.workers:
+            return False
+        try:
+            size = int(self.workers[0].env.get(envvars.SIZE, len(self.workers)))
+        except ValueError:
+            return False
+        return size > len(self.workers)
+
 
 def every_rank_failed(ranks: Sequence[int], agent: str, attempt: int, lines: Sequence[str],
                       exit_code: int = COMMAND_NOT_RUN) -> tuple[WorkerExit, ...]:

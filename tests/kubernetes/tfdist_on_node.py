@@ -16,9 +16,10 @@ import sys
 import tempfile
 
 from lightkube import codecs
-from lightkube.resources.core_v1 import Node, PersistentVolume, Pod
+from lightkube.resources.core_v1 import Node, PersistentVolume, PersistentVolumeClaim, Pod
 from lightkube.resources.storage_v1 import StorageClass
 
+from cluster.engines.kubernetes.rbac import COORDINATOR as COORDINATOR_CLAIM  # the manifests' state claim
 from tests.conftest import JAX_SITE, REPO
 from tests.kubernetes.cluster_helpers import wait_for
 
@@ -65,15 +66,18 @@ def load(real_node, built: tuple[str, str]) -> str:
 
 class LocalVolumes:
     """A StorageClass with no provisioner and `local` PersistentVolumes on the real node, each a fresh folder
-    root:root 0755 (a new filesystem's root): the kubelet's fsGroup pass then makes it root:GROUP 2775."""
+    root:root 0755 (a new filesystem's root): the kubelet's fsGroup pass then makes it root:GROUP 2775. Each is
+    bound ahead to the claim it is for (claimRef): two volumes of one class and size would otherwise bind to
+    either claim (the coordinator's state was once bound to the checkpoints' folder)."""
 
     def __init__(self, admin, node: str, root: str):
         self.admin, self.node, self.root, self.names = admin, node, root, []
+        self.claims: dict[str, str] = {}  # volume -> the claim it is bound to ahead
         admin.create(codecs.from_dict({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                                        "metadata": {"name": STORAGE_CLASS}, "provisioner": "kubernetes.io/no-provisioner",
                                        "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Retain"}))
 
-    def add(self, name: str, size: str = "5Gi") -> str:
+    def add(self, name: str, claim: str, size: str = "5Gi") -> str:
         path = os.path.join(self.root, name)
         os.makedirs(path, mode=0o755)
         os.chmod(path, 0o755)
@@ -81,11 +85,25 @@ class LocalVolumes:
             "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{NS}-{name}"},
             "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
                      "persistentVolumeReclaimPolicy": "Retain", "storageClassName": STORAGE_CLASS,
-                     "local": {"path": path},
+                     "local": {"path": path}, "claimRef": {"namespace": NS, "name": claim},
                      "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                          {"key": "kubernetes.io/hostname", "operator": "In", "values": [self.node]}]}]}}}}))
         self.names.append(f"{NS}-{name}")
+        self.claims[f"{NS}-{name}"] = claim
         return path
+
+    def check_bound(self) -> None:
+        """Each claim bound to its own volume (what the tests read on the node is what the pods wrote)."""
+        def bound() -> bool:
+            volumes = {v.metadata.name: v for v in self.admin.list(PersistentVolume) if v.metadata.name in self.names}
+            refs = {n: v.spec.claimRef for n, v in volumes.items()}
+            if any(v.status is None or v.status.phase != "Bound" for v in volumes.values()):
+                return False
+            for name, claim in self.claims.items():
+                got = self.admin.get(PersistentVolumeClaim, claim, namespace=NS).spec.volumeName
+                assert got == name, f"claim {claim} bound to {got}, not to {name} ({refs})"
+            return True
+        wait_for("the test's PersistentVolumes bound to their claims", bound, timeout=120, every=0.5)
 
     def remove(self) -> None:
         for name in self.names:
@@ -128,8 +146,8 @@ class Deployed:
     def up(self, volume_root: str) -> "Deployed":
         self.admin.patch(Node, self.node.name, {"spec": {"taints": []}})  # the coordinator's pod needs no toleration
         self.volumes = LocalVolumes(self.admin, self.node.name, volume_root)
-        self.state_volume = self.volumes.add("coordinator-state")
-        self.checkpoints = self.volumes.add("checkpoints")
+        self.state_volume = self.volumes.add("coordinator-state", claim=COORDINATOR_CLAIM)
+        self.checkpoints = self.volumes.add("checkpoints", claim="checkpoints")
         manifests = subprocess.run([*CLI, "kubernetes", "manifests", "--namespace", NS, "--image", IMAGE,
                                     "--storage", "1Gi", "--storage-class", STORAGE_CLASS],
                                    capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -140,6 +158,7 @@ class Deployed:
             "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "checkpoints"},
             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
                      "resources": {"requests": {"storage": "1Gi"}}}}))
+        self.volumes.check_bound()
         self._credential()
         self._reach()
         return self

@@ -1,18 +1,16 @@
-"""The job side with the agents engine's nodes on it, in one object, as `tfdist coordinator` runs them: unit
-tests drive registrations, heartbeats and silence (cluster/engines/agents/nodes.py) and the jobs' events
-(cluster/coordinator/core.py) through it, in-process, on a real store."""
+"""The job side with its nodes, in one object, as `tfdist coordinator` runs them: unit tests drive
+registrations, heartbeats and silence (the node protocol, cluster/coordinator/nodes/events.py) and the jobs'
+events (cluster/coordinator/core.py) through it, in-process, on a real store."""
 
 from __future__ import annotations
 
 from cluster.coordinator.core import CoordinatorCore
 from cluster.coordinator.values import Settings
-from cluster.engines.agents.nodes import AgentNodes
 
 
 class AgentCore(CoordinatorCore):
     def __init__(self, store, settings: Settings = Settings(), now: float = 0.0):
         super().__init__(store, settings, now)
-        self.nodes = AgentNodes(self, now)
         self.liveness, self.handshake = self.nodes.liveness, self.nodes.handshake
 
     def register(self, record, running, leased, now, watched: bool = True) -> None:
@@ -29,8 +27,8 @@ class AgentCore(CoordinatorCore):
 
 def AgentsServer(*args, **kwargs):
     """A CoordinatorServer with the agents engine, as `tfdist coordinator` starts it (its agents register and
-    heartbeat over gRPC; `server.process.engine.nodes` takes them in-process)."""
+    heartbeat over gRPC; `server.core.nodes` takes them in-process)."""
     from cluster.coordinator.server import CoordinatorServer
-    from cluster.engines import EngineOptions, create_engine
+    from cluster.engines import create_engine
 
-    return CoordinatorServer(*args, engine=create_engine("agents", EngineOptions()), **kwargs)
+    return CoordinatorServer(*args, engine=create_engine("agents"), **kwargs)

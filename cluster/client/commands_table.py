@@ -9,10 +9,11 @@ import importlib
 import os
 from typing import Callable
 
-from cluster.client.command_args import (  # noqa: F401 (Arg, OneOf: cli.py reads them here)
+from cluster.shared.command_args import (  # noqa: F401 (Arg, OneOf: cli.py reads them here)
     Arg, Command, OneOf, arg, bounded, cidr, integer, non_negative_float, non_negative_integer, port_range,
     positive_float)
 from cluster.client.usage import COORDINATOR_ENV, CREDENTIALS_ENV
+from cluster.engines import engine_flags, kinds
 from cluster.shared import limits
 from cluster.shared.config import DISTRIBUTION_MODES
 
@@ -108,31 +109,9 @@ COORDINATOR_DAEMON = Command("coordinator", "run the coordinator daemon", _handl
         help="Prometheus /metrics over HTTPS, with the same credentials (a monitor credential is enough); "
              "default: --listen's host, its port + 10 (7480); off: none"),
     arg("--state-dir", required=True, metavar="DIR", help="where the SQLite state lives"),
-    arg("--engine", default="agents", metavar="NAME",
-        help="where jobs run: agents (`tfdist agent` on each node, the default), kubernetes (a pod per node of a "
-             "cluster: docs/kubernetes.md) or local (this machine)"),
-    SLOTS.but(default=1, help="the local engine's worker slots (default 1)"),
-    arg("--namespace", default="tfdist", metavar="NS", help="kubernetes: its jobs' pods' namespace (default tfdist)"),
-    arg("--kubeconfig", metavar="FILE", help="kubernetes: reach the cluster so (default: in-cluster ServiceAccount)"),
-    arg("--advertise", metavar="HOST:PORT", help="kubernetes: where its pods reach this coordinator (default --listen)"),
-    arg("--image", metavar="IMAGE", help="kubernetes: the pods' image where a job names none (tfdist installed)"),
-    arg("--node-selector", metavar="LABEL=VALUE[,...]", help="kubernetes: offer only the nodes with these labels"),
-    _seconds("--pod-start-timeout", 120.0, "kubernetes: a gang's pods must all be bound to their nodes within this, "
-                                           "else the job is placed again (default 120)"),
-    _seconds("--image-pull-timeout", 600.0, "kubernetes: a bound pod may take this long to get its image (failed "
-                                            "pulls are tried again meanwhile), else the job fails (default 600)"),
-    arg("--tolerate", action="append", metavar="TAINT_KEY",
-        help="kubernetes: offer nodes with taints of this key and tolerate them in the pods (repeatable; default "
-             "nvidia.com/gpu, as GKE taints GPU pools; none: no taint)"),
-    arg("--node-kind", default="auto", choices=["auto", "gpu", "cpu"],
-        help="kubernetes: offer GPU nodes or CPU nodes, never both in one gang (default auto: GPU nodes if any)"),
-    arg("--offer-system-nodes", action="store_true", help="kubernetes: offer control-plane nodes to jobs too"),
-    arg("--job-service-account", default="tfdist-job", metavar="NAME",
-        help="kubernetes: the jobs' pods' ServiceAccount (default tfdist-job: no rights, no token)"),
-    arg("--pod-qos", default="burstable", choices=["burstable", "guaranteed"],
-        help="kubernetes: guaranteed: the jobs' pods' CPU and memory limits equal their requests"),
-    arg("--allow-secret", action="append", metavar="NAME",
-        help="kubernetes: a Secret a job's pod_spec may give its pods (repeatable; default: none)"),
+    arg("--engine", default="agents", metavar="NAME", help="where jobs run: " + "; ".join(
+        f"{k.name}: {k.summary}" for k in kinds()) + " (default agents)"),
+    *engine_flags(),  # each engine's own (cluster/engines/*/: its EngineKind)
     arg("--credentials-dir", metavar="DIR", help="the cluster's CA, certificate and secret from `tfdist credentials` "
                                                  "(default: STATE_DIR/credentials, made on first start)"),
     arg("--insecure-plaintext", action="store_true",

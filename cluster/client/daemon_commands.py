@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shlex
 import signal
 import socket
 import sys
@@ -22,7 +21,6 @@ from tfdist.private_files import daemon_umask, private_dir
 
 # The Kubernetes engine's pods run `tfdist agent ...`; an image without `tfdist` on its PATH names its own way
 # here (e.g. "python -m cluster.client.cli").
-POD_AGENT_COMMAND_ENV = "TFDIST_POD_AGENT_COMMAND"
 
 STOP_DEADLINE = 10.0  # seconds a daemon may take to stop after SIGTERM, whatever the other side does
 
@@ -95,34 +93,14 @@ def http_address(listen: str, http: str | None) -> str | None:
     return f"{host}:{int(port) + 10 if 0 < int(port) <= 65525 else 0}"
 
 
-def _names(flag: str, values: list[str]) -> list[str]:
-    """A repeatable flag's values, comma-separated ones split; "none" alone: none."""
-    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
-    if names == ["none"]:
-        return []
-    for name in names:
-        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_./]{0,251}[A-Za-z0-9])?", name):
-            raise UsageError(f"tfdist coordinator: {flag} {name!r} is not a Kubernetes name or key; e.g. "
-                             f"{flag} nvidia.com/gpu")
-    return names
-
-
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings, freeze_after_full_collections
-    from cluster.engines import EngineOptions, create_engine
+    from cluster.engines import kind
 
-    if not 1 <= args.slots <= MAX_SLOTS:
-        raise UsageError(f"tfdist coordinator: --slots {args.slots}: give 1 to {MAX_SLOTS} (the local engine's workers)")
+    engine_kind = kind(args.engine)  # an unknown name: one line, nothing started
     if args.advertise:  # where pods reach it: a Service's name need not resolve in its own pod (yet)
         check_listen("--advertise", args.advertise, resolve=False)
-    agent_command = tuple(shlex.split(os.environ.get(POD_AGENT_COMMAND_ENV, ""))) or ("tfdist",)
-    engine = create_engine(args.engine, EngineOptions(  # an unknown name: one line, nothing started
-        slots=args.slots, namespace=args.namespace, kubeconfig=args.kubeconfig or "", advertise=args.advertise or "",
-        image=args.image or "", agent_command=agent_command, start_timeout=args.pod_start_timeout,
-        pull_timeout=args.image_pull_timeout, node_selector=args.node_selector or "",
-        tolerate=tuple(_names("--tolerate", args.tolerate or ["nvidia.com/gpu"])), node_kind=args.node_kind,
-        system_nodes=args.offer_system_nodes, job_service_account=args.job_service_account,
-        guaranteed=args.pod_qos == "guaranteed", allow_secrets=tuple(_names("--allow-secret", args.allow_secret or []))))
+    engine = engine_kind.create(engine_kind.options_of(args))
     check_listen("--listen", args.listen)  # before anything starts: one line for `:7474`, `127.1:7475`
     if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):
         raise UsageError(f"tfdist coordinator: --state-dir {args.state_dir} is not a directory: give a directory "

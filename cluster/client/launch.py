@@ -121,8 +121,8 @@ class EmbeddedCluster:
     def __init__(self, slots: int, state_dir: str, first_job_seq: int = 1, gpus: tuple[Gpu, ...] = (),
                  last_job_seq: int = 0):
         from cluster.coordinator.daemon import CoordinatorProcess, InProcessClient, Settings
-        from cluster.engines import EngineOptions, create_engine
-        from cluster.engines.local import lease_range
+        from cluster.engines import create_engine
+        from cluster.engines.local import LocalOptions, lease_range
 
         # Ports below the ephemeral range; machine-wide leases keep launches apart. The node's work is read
         # the moment it changes, so no interval costs start-up time.
@@ -130,7 +130,7 @@ class EmbeddedCluster:
         settings = Settings(port_range=lease_range(), first_job_seq=first_job_seq, last_job_seq=last_job_seq,
                             store_key=derived_key(secret, "job store"), counting=False)
         self.process = CoordinatorProcess(state_dir, settings,
-                                          create_engine("local", EngineOptions(slots=slots, gpus=gpus))).start()
+                                          create_engine("local", LocalOptions(slots=slots, gpus=gpus))).start()
         self.client = InProcessClient(self.process.core, user_name())
         self._front = self._published = None
         self._front_lock = threading.Lock()

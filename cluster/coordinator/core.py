@@ -5,9 +5,9 @@ lock in ONE store transaction (`event`), so a `kill -9` at any point leaves all 
 every RPC can be retried: a retried submit finds its job by submission id, a retried exit or output batch
 is stored once.
 
-This is the job side: the engines (cluster/engines/) hold the nodes' side and send their events through
-`event` and the job machine (the agents engine: registration, heartbeats, liveness, port checks and the
-work it derives, cluster/engines/agents/nodes.py). What to do is decided by pure functions, each in its
+This is the job side: the engines (cluster/engines/) hold the nodes' side and talk to it through the engine
+contract (engine.py; its methods here: engine_host.py), their nodes through the node protocol
+(cluster/coordinator/nodes/: registration, heartbeats, liveness, port checks and the work it derives). What to do is decided by pure functions, each in its
 module: admission (admission.py), a worker's exit (exits.py), the watchdogs (watchdogs.py), outcomes and
 failures (policy.py), the scheduler and placement, a job's life (job_machine.py); JobLifecycle
 (lifecycle.py) applies a job's steps.
@@ -22,10 +22,12 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, job_machine, policy
 from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.engine_host import CoreHost
 from cluster.coordinator.experiments.runner import Experiments
 from cluster.coordinator.lifecycle import JobLifecycle
 from cluster.coordinator.metrics import Telemetry, Throughput
 from cluster.coordinator.intake import Intake
+from cluster.coordinator.nodes.events import NodeEvents
 from cluster.coordinator.store import StateStore
 from cluster.coordinator.user_first import UserFirst, UserFirstLock
 from cluster.coordinator.run_state import Runs
@@ -67,9 +69,18 @@ class CoordinatorCore:
         self.lifecycle = JobLifecycle(store, self.allocs, self.agents, self.runs, settings, self.telemetry)
         self.intake = Intake(store, self.lifecycle, settings, self.telemetry)
         self.experiments = Experiments(store, self.lifecycle, self.intake)  # searches whose trials are jobs
+        self.nodes = NodeEvents(self, now)  # what every engine's nodes say, and their work (the node protocol)
+        self.engine_reader = store.reader()  # engines' reads of a job, without the lock (a connection per thread)
+        self.host = CoreHost(self)  # what its engine sees of it (engine.py's EngineHost)
         with self.event():
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.lifecycle.handle(job.id, job_machine.Adopted(), now)
+
+    def attach_engine(self, engine) -> None:
+        """Hands the job side to its engine (Engine.attach, with the host) and asks it where a run's peers
+        reach its nodes (Engine.peer_addresses) as each run is placed."""
+        self.lifecycle.addresses_of_job = engine.peer_addresses
+        engine.attach(self.host)
 
     @property
     def waiting(self) -> Mapping[str, str]:

@@ -1,65 +1,126 @@
-"""The seam between a job's life (the coordinator's state machine, scheduler and store: the job side) and
-where its processes run: an `Engine`. The job side never imports an engine; an engine never decides a job's
-fate: it offers nodes, starts and stops what the job side's work says, and reports what happens on them as
-the job machine's events, each inside one of the host's events.
+"""The contract between a job's life (the coordinator's state machine, scheduler and store: the job side) and
+where its processes run: an `Engine`. The job side never imports an engine; an engine imports nothing of the
+job side but this module and never writes a job's, an allocation's or a run's state: it offers nodes, carries
+out the verbs the job side gives each node, and answers with typed events through one narrow `EngineHost`.
 
-    Engine        name; serve(front): add its own RPC services to the coordinator's gRPC server (before it
-                  starts; the agents engine's AgentService and beacons); attach(host): offer its nodes and
-                  start watching; tick(now): its periodic watch (the agents engine declares silent agents
-                  lost); close(timeout): stop what it started, within the bound
-    EngineHost    the job side as an engine sees it (the core implements it): one event at a time (`event`:
-                  under the lock, one transaction), the node table, allocations, runs and the lifecycle that
-                  takes job machine events, a node's loss, a worker's exit, output lines and metric rows,
-                  and a way to hear that a node's work changed (`on_work_changed`)
+    Engine       name; serve(front): its own RPC services on the coordinator's server (before it starts);
+                 attach(host): offer its nodes and start watching; tick(now): its periodic watch;
+                 peer_addresses(job, nodes): where a run's peers reach each node (None: the node's own
+                 address); close(timeout): stop what it started, within the bound
+    EngineHost   the job side as an engine sees it, methods only:
+                 nodes      register_node, node_report -> Work (its verbs), node_held_elsewhere,
+                            node_withdrawn, node_seen, check_silent, node, holds, on_work_changed, work_version
+                 a node's   report_exit, push_logs, push_metrics
+                 output
+                 gangs      placement, job, gang_event(GangReady | CouldNotStart | Disrupted | NodeVanished |
+                            GangFailed)
+    Work         the verbs for one node (cluster/shared/work.py): lease and check a placed gang's ports
+                 (reserve), probe its peers, start its share (StartTask: the per-node plan), carry a
+                 preemption request, dump stacks, stop (and release) a run
 
-Engines, one package each under cluster/engines/ and one line in its ENGINES registry (mypy holds each to
-this protocol: tests/unit/test_engines.py): `agents` (remote agents over gRPC, cluster/engines/agents/;
-Slurm runs agents through srun) and `local` (this machine's processes, no agent: what `tfdist launch`
-uses). docs/development.md has a skeleton.
+A node speaks the node protocol (cluster/coordinator/nodes/): an agent over gRPC (Front.serve_agents: the
+agents engine, Slurm, a Kubernetes pod's agent), or its engine in-process (the local engine, the Kubernetes
+engine for a node no pod of a run holds). Engines are one package each under cluster/engines/, each declaring
+its options and flags (cluster/engines/__init__.py: EngineKind), and one line in its registry;
+docs/development.md has a worked skeleton.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Collection, Iterable, Mapping, Protocol, Sequence
 
-from cluster.coordinator.allocations import AllocationTable
-from cluster.coordinator.lifecycle import JobLifecycle
-from cluster.coordinator.metrics import Telemetry, Throughput
-from cluster.coordinator.policy import Outcome
-from cluster.coordinator.run_state import Runs
-from cluster.coordinator.store import StateStore
-from cluster.coordinator.user_first import UserFirst, UserFirstLock
-from cluster.coordinator.values import AgentLive, ChangeBoard, Settings
+from cluster.coordinator.values import Settings
 from cluster.shared.credentials import Authority
-from cluster.shared.model import Gpu, LogLine, MetricRow, WorkerExit
-from cluster.shared.work import NodeUsage
+from cluster.shared.model import AgentRecord, Allocation, Job, LogLine, MetricRow, WorkerExit
+from cluster.shared.work import AgentReport, RunningJob, Work
 
 ENGINE_THREADS = 64  # the coordinator's server threads for an engine's held calls (agents' WaitForWork)
 
 
+# ---------------------------------------------------------------- what an engine says of a gang it runs
+@dataclasses.dataclass(frozen=True)
+class GangReady:
+    """Every node of the run is up (its pods bound, their images pulled): its start-up clock starts now."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CouldNotStart:
+    """The run did not start (refused, not bound in time, its node taken first): placed again, bounded."""
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Disrupted:
+    """The cluster takes a node of the running gang back (a drain): it stops at a common step, placed again."""
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeVanished:
+    """A node of the run took its workers with it (its pod evicted or deleted): their ranks are gone."""
+    node: str
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class GangFailed:
+    """The run cannot go on (no image, a refused Secret, pods that never start): the job fails, saying why."""
+    why: str
+    restartable: bool = False
+
+
+GangEvent = GangReady | CouldNotStart | Disrupted | NodeVanished | GangFailed
+
+
+class NodeView(Protocol):
+    """A node as the job side knows it (read-only)."""
+    @property
+    def lost(self) -> bool: ...
+
+    @property
+    def running(self) -> Mapping[str, Any]:  # job id -> the ranks that joined there
+        ...
+
+    @property
+    def leased(self) -> Collection[str]:  # jobs whose ports it holds
+        ...
+
+
 class EngineHost(Protocol):
-    store: StateStore
     settings: Settings
-    lock: UserFirstLock  # the event lock; a user's action takes it before any node's event
-    user_first: UserFirst  # a node's event waits its turn behind users' (agent_turn)
-    agents: dict[str, AgentLive]  # the nodes by name, lost ones too
-    agent_board: ChangeBoard  # per node: its work's version
-    allocs: AllocationTable
-    runs: Runs
-    lifecycle: JobLifecycle  # takes the job machine's events: handle(job_id, event, now)
-    telemetry: Telemetry
-    throughput: Throughput
-    usage: dict[str, NodeUsage]
-    metrics_addresses: dict[str, str]
 
-    def event(self, durable: bool = False, version_of: str = "", user: bool = False) -> contextlib.AbstractContextManager:
-        """One event: under the lock, in one store transaction; all of it or none of it."""
+    # ------------------------------------------------------------ nodes
+    def register_node(self, record: AgentRecord, running: Sequence[RunningJob] = (), leased: Iterable[str] = (),
+                      now: float = 0.0, watched: bool = True, held_elsewhere: int = 0) -> None:
+        """A node (re)joins, saying what it runs and holds. `watched`: lost when silent (False: the engine
+        answers for it); `held_elsewhere`: its slots that work outside tfdist holds."""
 
-    def node_lost(self, name: str, outcome: Outcome, now: float) -> None:
-        """Inside an event: the node is gone; its jobs fail (`outcome` says why) and free it."""
+    def node_report(self, report: AgentReport, now: float) -> Work | None:
+        """What a node runs and holds, its port checks and probes: its work back (None: register again)."""
 
+    def node_held_elsewhere(self, name: str, slots: int, now: float) -> None: ...
+
+    def node_withdrawn(self, name: str, why: str, now: float) -> None:
+        """The engine no longer offers the node: it is lost, and the jobs on it fail saying why."""
+
+    def node_seen(self, name: str, now: float) -> bool:
+        """A sign of life other than a report (a beacon); False if the node is not counted alive."""
+
+    def check_silent(self, now: float) -> None:
+        """Watched nodes silent past `settings.lost_after` are lost (their jobs fail)."""
+
+    def node(self, name: str) -> NodeView | None: ...
+
+    def holds(self, name: str) -> bool:
+        """Whether any job's allocation is on the node."""
+
+    def on_work_changed(self, listener: Callable[[Iterable[str]], None]) -> None:
+        """`listener(nodes)` after each event that changed those nodes' work (outside the coordinator's lock)."""
+
+    def work_version(self, name: str) -> int: ...
+
+    # ------------------------------------------------------------ what a node's workers produce
     def report_exit(self, agent: str, job_id: str, exit_: WorkerExit, now: float) -> None: ...
 
     def push_logs(self, agent: str, job_id: str, lines: list[LogLine], source: str = "", first_seq: int = 0) -> None: ...
@@ -67,14 +128,21 @@ class EngineHost(Protocol):
     def push_metrics(self, agent: str, job_id: str, rows: list[MetricRow], source: str = "",
                      first_seq: int = 0) -> None: ...
 
-    def on_work_changed(self, listener: Callable[[Iterable[str]], None]) -> None:
-        """`listener(nodes)` after each event that changed those nodes' work (outside the coordinator's lock)."""
+    # ------------------------------------------------------------ gangs
+    def placement(self, job_id: str) -> tuple[Allocation, ...]:
+        """Where the job's current run is placed, one allocation per node (empty: nowhere)."""
+
+    def job(self, job_id: str) -> Job | None:
+        """The job as stored, read without the coordinator's lock."""
+
+    def gang_event(self, job_id: str, event: GangEvent, now: float) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
 class Front:
     """The coordinator's gRPC server, for an engine's own services: added before it starts, each call
-    through `gate` (the credential and role check every RPC passes: rpc_edge.guard)."""
+    through `gate` (the credential and role check every RPC passes). `serve_agents(beacons)` adds the node
+    protocol's AgentService (for nodes that run `tfdist agent`; `beacons`: the agents engine's)."""
     server: Any  # grpc.Server
     gate: Any  # rpc_edge.Gate
     host: EngineHost
@@ -82,6 +150,7 @@ class Front:
     address: str  # HOST of the listen address
     port: int
     plaintext: bool = False  # served without TLS (--insecure-plaintext): credentials it issues say so
+    serve_agents: Callable[..., None] = lambda beacons=None: None
 
 
 class Engine(Protocol):
@@ -97,27 +166,21 @@ class Engine(Protocol):
     def tick(self, now: float) -> None:
         """About each second, from the coordinator's watchdog loop: the engine's own watch (or nothing)."""
 
+    def peer_addresses(self, job: Job, nodes: Sequence[str]) -> Mapping[str, str] | None:
+        """Where the run's peers reach each of its nodes; None: at the address each node registered."""
+
     def close(self, timeout: float) -> None:
         """Stop everything it started, within `timeout` seconds (its workers get their grace)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class EngineOptions:
-    """What `tfdist coordinator --engine NAME` and a local launch know to build an engine with."""
-    slots: int = 1  # the local engine's: worker processes on this machine
-    gpus: tuple[Gpu, ...] = ()  # the local engine's: the GPUs behind its slots (none: CPU slots)
-    # The Kubernetes engine's (cluster/engines/kubernetes): where its jobs' pods go and how they reach back.
-    namespace: str = "tfdist"
-    kubeconfig: str = ""  # "": the pod's ServiceAccount (in-cluster)
-    advertise: str = ""  # HOST:PORT the pods reach the coordinator at ("": its --listen address)
-    image: str = ""  # the pods' image where a job's config names none (`kubernetes.image`)
-    agent_command: tuple[str, ...] = ("tfdist",)  # how a pod runs tfdist (its image's entry)
-    start_timeout: float = 120.0  # seconds a gang's pods have to be bound to their nodes
-    pull_timeout: float = 600.0  # seconds a bound pod may take to get its image (pulls are tried again meanwhile)
-    node_selector: str = ""  # "k=v,...": only the nodes with these labels are offered ("": every node)
-    tolerate: tuple[str, ...] = ("nvidia.com/gpu",)  # taint keys tolerated, in offers and pods alike
-    node_kind: str = "auto"  # gpu, cpu, or auto: GPU nodes where any is offered (never both in one gang)
-    system_nodes: bool = False  # offer control-plane nodes too
-    job_service_account: str = "tfdist-job"  # the jobs' pods' ServiceAccount (no rights, no token)
-    guaranteed: bool = False  # the jobs' pods' CPU and memory limits equal their requests (QoS Guaranteed)
-    allow_secrets: tuple[str, ...] = ()  # the Secrets a job's pod_spec may give its pods
+class EngineBase:
+    """What an engine need not write: no services, no watch, its nodes' own addresses."""
+
+    def serve(self, front: Front) -> None:
+        pass
+
+    def tick(self, now: float) -> None:
+        pass
+
+    def peer_addresses(self, job: Job, nodes: Sequence[str]) -> Mapping[str, str] | None:
+        return None

@@ -48,11 +48,12 @@ class JobLifecycle:
         self._in_round = self._round_again = False  # schedule() asked again while a round places (see there)
         self.reload_queue()
         self.live = LiveNodes(agents, allocs)  # the live nodes' free slots, as rounds place onto them
-        # An engine whose nodes a job's peers reach by names it gives per job (Kubernetes: each pod's DNS name)
-        # sets this at attach: (the job, its run's nodes) -> node -> address. None: the nodes' own addresses.
-        self.addresses_of_job: Callable[[Job, Sequence[str]], dict[str, str]] | None = None
-        # A trial's job changed state (its experiment's searcher hears of it at the event's end: experiments/).
-        self.on_trial_state: Callable[[Job, JobState, float], None] | None = None
+        # The engine's Engine.peer_addresses (set as it attaches): (the job, its run's nodes) -> node -> address
+        # where the engine names them per job (Kubernetes: each pod's DNS name); None: the nodes' own addresses.
+        self.addresses_of_job: Callable[[Job, Sequence[str]], Mapping[str, str] | None] | None = None
+        # Who hears of every job's transitions (job, its new state, when), in the event that made them:
+        # `subscribe` (the experiments runner: a trial's searcher hears of it at the event's end).
+        self._transition_listeners: list[Callable[[Job, JobState, float], None]] = []
 
     def node_changed(self, name: str) -> None:
         """The core registered node `name` again or declared it lost."""
@@ -170,6 +171,10 @@ class JobLifecycle:
                 if a.agent in self.agents and not self.agents[a.agent].lost]
         self.allocs.replace(job_id, kept)
 
+    def subscribe(self, listener: Callable[[Job, JobState, float], None]) -> None:
+        """`listener(job, new state, now)` after each job's transition, inside its event (one transaction)."""
+        self._transition_listeners.append(listener)
+
     def transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
         check_job_transition(job.state, new)
         self.store.update_job(job.id, now, f"{new.value}: {event}", state=new, **fields)
@@ -179,8 +184,8 @@ class JobLifecycle:
             self.queue.remove(job.id)
             self._last_round = None  # the nodes it kept (a reservation) may be free for others now
         self.telemetry.transition(job, new, now, fields)
-        if job.spec.experiment_id and self.on_trial_state is not None:
-            self.on_trial_state(job, new, now)
+        for listener in self._transition_listeners:
+            listener(job, new, now)
         log.info("job %s %s: %s", job.id, new.value, event)
         self.runs.touched.add(job.id)
 
@@ -235,7 +240,7 @@ class JobLifecycle:
         planner = modes.planner(job.spec.distribution_mode)
         names = [name for name, _ in assignment.nodes]
         try:
-            addresses = self.addresses_of_job(job, names) if self.addresses_of_job is not None else \
+            addresses = (self.addresses_of_job(job, names) if self.addresses_of_job is not None else None) or \
                 placement_lib.choose_addresses({n: self.agents[n].record.addresses for n in names},
                                                self.settings.subnet)
             counts = planner.ports_on([NodePlacement(name, addresses[name], slots, (), self.agents[name].record.gpu)

@@ -44,7 +44,7 @@ class CoordinatorProcess:
         self._checker.start()
         if self.engine is not None:
             try:
-                self.engine.attach(self.core)
+                self.core.attach_engine(self.engine)
             except BaseException:  # its directories another user's, say: leave nothing running
                 self.engine = None
                 self.close()

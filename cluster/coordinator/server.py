@@ -151,6 +151,7 @@ class CoordinatorServer:
         # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
         sys.setswitchinterval(0.0005)
         self.owns_process = process is None
+        self._agent_service = None  # the node protocol's AgentService, once an engine asks for it
         if process is None:
             if not settings.store_key:  # the job stores' secrets: stable for as long as the authority is
                 settings = dataclasses.replace(settings, store_key=self.authority.derived_key("job store"))
@@ -193,8 +194,8 @@ class CoordinatorServer:
         host = listen.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
         if self.owns_process and self.process.engine is not None:  # its own services, e.g. the agents'
-            self.process.engine.serve(Front(self.server, gate, self.core, self.authority, host, self.port,
-                                            plaintext))
+            self.process.engine.serve(Front(self.server, gate, self.core.host, self.authority, host, self.port,
+                                            plaintext, serve_agents=lambda beacons=None: self._serve_agents(gate, beacons)))
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:
             try:
@@ -219,6 +220,14 @@ class CoordinatorServer:
 
     def _scraper(self, token: str) -> Principal | None:
         return self.authority.verify(token)
+
+    def _serve_agents(self, gate, beacons) -> None:
+        """The node protocol's AgentService, for an engine whose nodes run `tfdist agent` (once)."""
+        from cluster.coordinator.nodes.service import AgentServicer, add_to_server
+
+        if self._agent_service is None:
+            self._agent_service = AgentServicer(self.core, self.core.nodes, gate, beacons=beacons)
+            add_to_server(self._agent_service, self.server)
 
     def start(self) -> "CoordinatorServer":
         """The engine attaches first (its services answer from the first call), then the server starts."""

@@ -183,14 +183,14 @@ class SlurmCluster:
     def __init__(self, allocation: Allocation, register_timeout: float = 120.0, state_dir: str | None = None):
         from cluster.agent.daemon import lease_range
         from cluster.coordinator.daemon import CoordinatorServer, Settings
-        from cluster.engines import EngineOptions, create_engine
+        from cluster.engines import create_engine
 
         self.allocation = allocation
         self._tmp = None if state_dir else tempfile.mkdtemp(prefix="tfdist-slurm-")
         settings = Settings(heartbeat_interval=0.5, lost_after=30.0, port_range=lease_range())
         listen = f"{launcher_address(allocation.nodes)}:0"
         self.server = CoordinatorServer(state_dir or self._tmp, listen, settings=settings,
-                                        engine=create_engine("agents", EngineOptions())).start()
+                                        engine=create_engine("agents")).start()
         self.credential = self.server.issue("admin", user_name())
         nodes = {n: json.loads(self.server.issue("node", n).to_json()) for n in allocation.nodes}
         env = {**os.environ, CREDENTIALS_ENV: json.dumps(nodes),

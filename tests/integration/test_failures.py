@@ -170,7 +170,7 @@ def test_a_refused_item_is_dropped_alone_and_said_so(tmp_path):
 
     server = AgentsServer(str(tmp_path), "127.0.0.1:0").start()
     try:
-        server.process.engine.nodes.register(AgentRecord("n1", 1, (Address("127.0.0.1", 8),)), (), (), time.time())
+        server.core.nodes.register(AgentRecord("n1", 1, (Address("127.0.0.1", 8),)), (), (), time.time())
         job_id, _ = server.core.submit(jobspec.job_spec(ExperimentConfig(entrypoint=("x",))), time.time())
         client = Client(server.address, server.issue("node", "n1"))
         outbox = Outbox(client, "n1", "n1/test")

@@ -7,9 +7,9 @@ import threading
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cluster.engines.agents import reconcile
+from cluster.coordinator.nodes import reconcile
 from cluster.engines.agents.beacons import REPOKE_AFTER, BeaconBook, BeaconService
-from cluster.engines.agents.liveness import Liveness
+from cluster.coordinator.nodes.liveness import Liveness
 from cluster.coordinator.values import AgentLive, Settings
 from cluster.shared import beacon
 from cluster.shared.model import AgentRecord

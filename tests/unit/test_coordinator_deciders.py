@@ -1,10 +1,10 @@
 """The coordinator's pure deciders, on plain values: no gRPC, no store, time passed in."""
 
 from cluster.coordinator import admission, exits, watchdogs
-from cluster.engines.agents import port_checks, reconcile
+from cluster.coordinator.nodes import port_checks, reconcile
 from cluster.coordinator.policy import Outcome
 from cluster.coordinator.values import AgentLive, Lookup, Settings
-from cluster.engines.agents.work import work_for
+from cluster.coordinator.nodes.work import work_for
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.model import (Address, AgentRecord, Allocation, AllocState, Job, JobSpec, JobState,
                                   WorkerExit)

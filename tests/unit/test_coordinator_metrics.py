@@ -233,9 +233,9 @@ def test_a_scrape_with_1000_agents_is_cheap():
         now = time.time()
         for i in range(1000):
             name = f"node{i:04d}"
-            server.process.engine.nodes.register(AgentRecord(name, 8, (Address(f"10.0.{i // 250}.{i % 250 + 1}", 16),),
+            server.core.nodes.register(AgentRecord(name, 8, (Address(f"10.0.{i // 250}.{i % 250 + 1}", 16),),
                                              tuple(Gpu(g, f"GPU-{i}-{g}", "H100") for g in range(8))), (), (), now)
-            server.process.engine.nodes.heartbeat(AgentReport(name, usage=NodeUsage(now, tuple(
+            server.core.nodes.heartbeat(AgentReport(name, usage=NodeUsage(now, tuple(
                 GpuUsage(g, 0.5, 1 << 30, 80 << 30) for g in range(8)), (JobUsage("1-abcd", 100.0, 1 << 30, 4),))),
                 now)
         metrics.exposition(server.core.telemetry, server.core)  # warm

@@ -16,7 +16,8 @@ import pytest
 from cluster.coordinator.core import CoordinatorCore
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.values import Settings
-from cluster.engines import ENGINES, EngineOptions, create_engine
+from cluster.engines import ENGINES, create_engine
+from cluster.engines.local import LocalOptions
 from cluster.shared.model import JobState
 from tests.conftest import wait_for
 from tests.mypy_check import registry_errors
@@ -25,10 +26,17 @@ from tfdist.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BROKEN_ENGINES = textwrap.dedent('''\
-    from typing import Callable
+    import dataclasses
 
     from cluster.coordinator.core import CoordinatorCore
-    from cluster.coordinator.engine import Engine, EngineHost, EngineOptions, Front
+    from cluster.coordinator.engine import EngineHost, Front
+    from cluster.coordinator.engine_host import CoreHost
+    from cluster.engines import EngineKind
+
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        pass
 
 
     class NeverCloses:
@@ -50,34 +58,45 @@ BROKEN_ENGINES = textwrap.dedent('''\
         def tick(self, now: float) -> None:
             pass
 
+        def peer_addresses(self, job, nodes):
+            return None
+
         def close(self, timeout: float) -> None:
             pass
 
 
-    def the_core_is_a_host(core: CoordinatorCore) -> EngineHost:
+    def the_core_s_host_is_a_host(core: CoordinatorCore) -> EngineHost:
+        return CoreHost(core)
+
+
+    def the_core_is_not(core: CoordinatorCore) -> EngineHost:
         return core
 
 
-    def never_closes(options: EngineOptions) -> NeverCloses:
+    def never_closes(options: Options) -> NeverCloses:
         return NeverCloses()
 
 
-    def wants_the_core(options: EngineOptions) -> WantsTheCore:
+    def wants_the_core(options: Options) -> WantsTheCore:
         return WantsTheCore()
 
 
-    REGISTRY: dict[str, Callable[[EngineOptions], Engine]] = {"never_closes": never_closes,
-                                                              "wants_the_core": wants_the_core}
+    NEVER_CLOSES = EngineKind("never_closes", "", Options, never_closes)
+    WANTS_THE_CORE = EngineKind("wants_the_core", "", Options, wants_the_core)
     ''')
 
 
-def test_mypy_holds_every_engine_and_the_core_to_the_seam_and_refuses_broken_ones(tmp_path):
+def test_mypy_holds_every_engine_and_the_core_s_host_to_the_contract_and_refuses_broken_ones(tmp_path):
+    """Every registered engine's KIND type-checks against the contract (cluster/coordinator/engine.py); engines
+    that break it, and the core handed over as a host (its tables stay behind CoreHost), do not."""
     errors = registry_errors(os.path.join("cluster", "engines"), BROKEN_ENGINES, tmp_path)
-    assert errors == [  # and none for the_core_is_a_host: CoordinatorCore is what an engine's host must be
-        'Dict entry 0 has incompatible type "str": "Callable[[EngineOptions], NeverCloses]"; expected "str": '
-        '"Callable[[EngineOptions], Engine]"  [dict-item]',
-        'Dict entry 1 has incompatible type "str": "Callable[[EngineOptions], WantsTheCore]"; expected "str": '
-        '"Callable[[EngineOptions], Engine]"  [dict-item]'], errors
+    assert len(errors) == 3 and errors[0].startswith('Incompatible return value type (got "CoordinatorCore", '
+                                                     'expected "EngineHost")'), errors
+    assert errors[1:] == [
+        'Argument 4 to "EngineKind" has incompatible type "Callable[[Options], NeverCloses]"; expected '
+        '"Callable[[Any], Engine]"  [arg-type]',
+        'Argument 4 to "EngineKind" has incompatible type "Callable[[Options], WantsTheCore]"; expected '
+        '"Callable[[Any], Engine]"  [arg-type]'], errors
 
 
 def test_the_job_logic_imports_no_engine():
@@ -94,7 +113,7 @@ def test_the_job_logic_imports_no_engine():
 
 def test_an_engine_name_that_is_not_there_is_one_clear_error():
     with pytest.raises(UserError, match="no engine named 'kubernets'; the engines are agents, kubernetes, local"):
-        create_engine("kubernets", EngineOptions())
+        create_engine("kubernets")
 
 
 @pytest.fixture
@@ -106,8 +125,8 @@ def core(tmp_path):
 
 
 def test_the_local_engine_runs_a_job_with_no_agent_and_is_never_lost(core, tmp_path, marker, monkeypatch):
-    engine = create_engine("local", EngineOptions(slots=2))
-    engine.attach(core)
+    engine = create_engine("local", LocalOptions(slots=2))
+    core.attach_engine(engine)
     try:
         script = "import os; print('rank', os.environ['TFDIST_RANK'], 'of', os.environ['TFDIST_SIZE'])"
         monkeypatch.setenv("TFDIST_TEST_MARKER", marker)  # the workers carry it: the marker fixture finds leftovers
@@ -121,7 +140,7 @@ def test_the_local_engine_runs_a_job_with_no_agent_and_is_never_lost(core, tmp_p
         assert node.name == "local" and not node.watched
         later = time.time() + 3600  # an hour of silence: the engine answers for its node
         engine.tick(later)
-        engine.nodes.check_lost(later)  # not even the agents' own watch finds it silent
+        core.host.check_silent(later)  # not even the watch for silent agents finds it silent
         core.check_deadlines(later)
         assert not node.lost
         wait_for(lambda: not core.allocs.all(), "the node to let the job go", timeout=30)
@@ -132,8 +151,8 @@ def test_the_local_engine_runs_a_job_with_no_agent_and_is_never_lost(core, tmp_p
 def test_closing_the_local_engine_starts_nothing_more(core, tmp_path, marker, monkeypatch):
     """close() stops the workers; their job fails and, with restarts left, is placed again at once: that run
     must not start behind the close (its workers would outlive it)."""
-    engine = create_engine("local", EngineOptions(slots=1))
-    engine.attach(core)
+    engine = create_engine("local", LocalOptions(slots=1))
+    core.attach_engine(engine)
     monkeypatch.setenv("TFDIST_TEST_MARKER", marker)
     script = "import time; print('up', flush=True); time.sleep(120)"
     job_id, _ = core.submit(flat_spec((sys.executable, "-c", script), slots=1, working_dir=str(tmp_path),
@@ -146,19 +165,11 @@ def test_closing_the_local_engine_starts_nothing_more(core, tmp_path, marker, mo
 
 
 def test_the_documented_engine_skeleton_is_an_engine(tmp_path):
-    """docs/development.md's skeleton, registered as ENGINES registers an engine, passes mypy."""
+    """docs/development.md's skeleton passes mypy: its KIND holds its engine to the contract."""
     import subprocess
 
     text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
     code = text.split("# cluster/engines/mine/__init__.py\n", 1)[1].split("```", 1)[0]
-    code += textwrap.dedent('''
-
-        from typing import Callable
-
-        from cluster.coordinator.engine import Engine
-
-        REGISTRY: dict[str, Callable[[EngineOptions], Engine]] = {"mine": create}
-        ''')
     (tmp_path / "mine.py").write_text(code)
     result = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
                              "--no-error-summary", "--cache-dir", str(tmp_path / "mypy-cache"), str(tmp_path / "mine.py")],
@@ -210,5 +221,5 @@ def test_a_local_launch_s_slots_are_this_machine_s_first_gpus_when_it_has_as_man
     assert slots_on_gpus(4, []) == ((), None)  # a CPU machine: CPU slots, nothing to say
     assert slots_on_gpus(4, found) == ((), "--slots 4 is more than this machine's 3 GPUs: the workers run on CPU "
                                            "slots and see no GPU; --slots 3 or fewer trains on the GPUs")
-    assert create_engine("local", EngineOptions(slots=2, gpus=(found[0], found[1])))._record().gpus == (found[0],
+    assert create_engine("local", LocalOptions(slots=2, gpus=(found[0], found[1])))._record().gpus == (found[0],
                                                                                                         found[1])

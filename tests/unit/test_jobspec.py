@@ -112,7 +112,7 @@ def test_every_field_survives_a_real_coordinator(tmp_path):
     specs[1] = dataclasses.replace(specs[1], submission_id="sub-2")
     server = AgentsServer(str(tmp_path), "127.0.0.1:0").start()
     try:
-        server.process.engine.nodes.register(AgentRecord("n1", 8, (Address("127.0.0.1", 8),)), (), (), 0.0)  # room for the jobs
+        server.core.nodes.register(AgentRecord("n1", 8, (Address("127.0.0.1", 8),)), (), (), 0.0)  # room for the jobs
         client = Client(server.address, server.issue("user", "alice"))
         job_ids = [client.submit(jobspec.to_pb(spec), retry_for=0) for spec in specs]
         client.close()

@@ -14,7 +14,8 @@ import grpc
 import pytest
 
 from cluster.coordinator.core import CoordinatorCore
-from cluster.coordinator.engine import EngineOptions, Front
+from cluster.coordinator.engine import Front
+from cluster.engines.kubernetes.options import KubernetesOptions
 from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.values import Settings
 from cluster.engines.kubernetes.engine import KubernetesEngine
@@ -106,11 +107,11 @@ class MemoryApi:
 
 
 def start(core, api, start_timeout=60.0) -> KubernetesEngine:
-    engine = KubernetesEngine(EngineOptions(namespace="ml", image="tfdist:1", start_timeout=start_timeout),
+    engine = KubernetesEngine(KubernetesOptions(namespace="ml", image="tfdist:1", start_timeout=start_timeout),
                               api_factory=api)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(1))  # never started: the services are only added
-    engine.serve(Front(server, None, core, Authority.create(), "127.0.0.1", 7470))
-    engine.attach(core)
+    engine.serve(Front(server, None, core.host, Authority.create(), "127.0.0.1", 7470))
+    core.attach_engine(engine)
     return engine
 
 

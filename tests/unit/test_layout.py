@@ -20,12 +20,10 @@ PACKAGES = ("tfdist", "cluster")
 GENERATED = "cluster.shared.protos.tfdist.v1."
 
 ENTRY_POINTS = {"cluster.coordinator.daemon", "cluster.agent.daemon"}
-# What an engine (cluster/engines/) may use of the other sides: the seam (the Engine protocol and its host,
-# the job machine's events and the outcomes they carry, the node table's values, port choice, the RPC edge
-# an engine's own services pass) and a machine's executor.
-ENGINE_SEAM = {"cluster.coordinator.engine", "cluster.coordinator.job_machine", "cluster.coordinator.policy",
-               "cluster.coordinator.values", "cluster.coordinator.placement", "cluster.coordinator.rpc_edge",
-               "cluster.coordinator.user_first", "cluster.agent.node_runs", "cluster.agent.leftovers"}
+# What an engine (cluster/engines/) may use of the other sides: the contract (cluster/coordinator/engine.py: the
+# Engine protocol, its host and the events an engine reports; nothing of the job side's tables) and a
+# machine's executor.
+ENGINE_SEAM = {"cluster.coordinator.engine", "cluster.agent.node_runs", "cluster.agent.leftovers"}
 # side -> the sides (and entry points) its modules may import
 ALLOWED = {
     "tfdist": {"tfdist"},
@@ -180,3 +178,19 @@ def test_rooms_stay_small():
                 large.append(f"{path.relative_to(REPO)}: class {node.name} has {node.end_lineno - node.lineno + 1} "
                              f"lines (at most {MAX_CLASS_LINES})")
     assert not large, "\n".join(large)
+
+
+def test_no_engine_imports_another_engine():
+    """An engine is one package (cluster/engines/NAME/) and one line in the registry (cluster/engines/__init__.py):
+    it may import the registry and its own modules, never another engine's."""
+    assert "cluster.coordinator.engine" in GRAPH["cluster.engines.kubernetes.engine"]  # the reader sees engines
+    crossings = []
+    for module, targets in sorted(GRAPH.items()):
+        parts = module.split(".")
+        if parts[:2] != ["cluster", "engines"] or len(parts) < 3:
+            continue
+        for target in sorted(targets):
+            other = target.split(".")
+            if other[:2] == ["cluster", "engines"] and len(other) >= 3 and other[2] != parts[2]:
+                crossings.append(f"{module} imports {target}")
+    assert not crossings, "an engine imports another engine:\n" + "\n".join(crossings)

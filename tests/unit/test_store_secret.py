@@ -17,9 +17,9 @@ import pytest
 from cluster.agent.job_run import JobRun
 from cluster.agent.job_store import JobStore
 from cluster.agent.start_plan import NodeFacts, plan_start
-from cluster.engines.agents import work as coordinator_work
+from cluster.coordinator.nodes import work as coordinator_work
 from cluster.coordinator.values import Settings
-from cluster.engines.agents.work import start_task, store_secret
+from cluster.coordinator.nodes.work import start_task, store_secret
 from cluster.shared.config import parse_config
 from cluster.shared.model import Address, Allocation, AllocState, Job, JobSpec, JobState
 from cluster.shared.modes import NodePlacement, Placement, horovod, mwms

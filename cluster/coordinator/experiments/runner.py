@@ -35,7 +35,12 @@ class Experiments:
     def __init__(self, store: StateStore, lifecycle: JobLifecycle, intake: Intake):
         self.store, self.lifecycle, self.intake = store, lifecycle, intake
         self.pending: list[tuple[str, Job, Any, float]] = []  # trials' events, settled at the event's end
-        lifecycle.on_trial_state = lambda job, state, now: self.pending.append(("state", job, state, now))
+        lifecycle.subscribe(self._transition)
+
+    def _transition(self, job: Job, state: JobState, now: float) -> None:
+        """A job changed state: a trial's is settled at the event's end (its searcher may start the next)."""
+        if job.spec.experiment_id:
+            self.pending.append(("state", job, state, now))
 
     # ---------------------------------------------------------------- a user's actions
     def submit(self, spec: JobSpec, now: float, owner: str) -> tuple[str, str]:

@@ -3,6 +3,7 @@ kubelets still account for its GPUs, each pod its node's agent for the run; a he
 pods watched through the API. Importing this package imports no Kubernetes client (engine.create does).
 
     engine.py      the engine: offered nodes, a run's objects created together, pods watched, re-adoption
+    options.py     its options and `tfdist coordinator` flags
     offers.py      what the cluster offers: each node's slots (free allocatable GPUs, or CPUs), or why not
     manifests.py   a run's objects: pods pinned by node affinity, the headless Service, the owning Secret
     gangs.py       what a run's pods say: starting, running, not started in time, broken, lost
@@ -15,13 +16,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cluster.coordinator.engine import EngineOptions
+from cluster.engines import EngineKind
+from cluster.engines.kubernetes.options import FLAGS, KubernetesOptions, options_from
 
 if TYPE_CHECKING:
     from cluster.engines.kubernetes.engine import KubernetesEngine
 
 
-def create(options: EngineOptions) -> KubernetesEngine:
+def create(options: KubernetesOptions) -> KubernetesEngine:
     from cluster.engines.kubernetes.engine import KubernetesEngine
 
     return KubernetesEngine(options)
+
+
+KIND = EngineKind("kubernetes", "a pod per whole node of a Kubernetes cluster (docs/kubernetes.md)", KubernetesOptions,
+                  create, FLAGS, options_from)

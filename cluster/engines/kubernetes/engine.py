@@ -3,7 +3,7 @@ node, each pod pinned to its node and asking for all of the node's GPUs, so kube
 still account for them.
 
 Its nodes are the cluster's offered nodes (offers.py), each registered with the job side as a node of the
-agents' protocol (cluster/engines/agents/nodes.py). While no pod runs on a node the engine answers for it,
+agents' protocol (cluster/coordinator/nodes/events.py). While no pod runs on a node the engine answers for it,
 in-process; when a job's run is placed, every node of the gang asks to lease its ports, and once all of them
 do, the engine creates the run's objects together (manifests.py: the Secret with each pod's run credential,
 the headless Service, the pods). Each pod runs `tfdist agent --only-run JOB/ATTEMPT` as its node's agent:
@@ -25,15 +25,14 @@ import threading
 import time
 from typing import Any, Sequence
 
-from cluster.coordinator import job_machine, policy
-from cluster.coordinator.engine import EngineHost, EngineOptions, Front
-from cluster.engines.agents.nodes import AgentNodes
+from cluster.coordinator.engine import EngineBase, EngineHost, Front, GangReady, NodeVanished
 from cluster.engines.kubernetes import gangs, manifests, run_objects
 from cluster.engines.kubernetes.gangs import Gang
 from cluster.engines.kubernetes.reports import RunReports
 from cluster.engines.kubernetes.api import Api, KubernetesError
 from cluster.engines.kubernetes.offered import OfferedNodes
 from cluster.engines.kubernetes.offers import node_offers, tolerations_of
+from cluster.engines.kubernetes.options import KubernetesOptions
 from cluster.engines.kubernetes.pods import PodWatch, runs_of
 from cluster.shared.credentials import CredentialError, run_name
 from cluster.shared.model import Job, JobState
@@ -48,22 +47,21 @@ TEAR_DOWN_AFTER = 30.0  # seconds a run that is over may keep its pods while the
 RETRY_REFUSED = (403, 409, 429, 500, 502, 503, 504)  # the API's refusals that a later try may not meet (quota)
 
 
-class KubernetesEngine:
+class KubernetesEngine(EngineBase):
     name = "kubernetes"
 
-    def __init__(self, options: EngineOptions, api_factory=Api):
+    def __init__(self, options: KubernetesOptions, api_factory=Api):
         self.options = options
         self._api_factory = api_factory
         self.api: Api | None = None
         self._host: EngineHost | None = None
-        self._nodes: AgentNodes | None = None
         self._authority: Any = None
         self._plaintext = False
         self._advertise = options.advertise
         self._selector = run_objects.node_selector(options.node_selector)
         self._gangs: dict[tuple[str, int], Gang] = {}
         self._handed: dict[str, tuple[str, int]] = {}  # node -> the run whose pod is its agent now
-        self._offered = OfferedNodes(lambda: self.nodes, lambda: self.host, self._handed)
+        self._offered = OfferedNodes(lambda: self.host, self._handed)
         self._tolerations = tolerations_of(options.tolerate)
         self._policy = manifests.PodPolicy(options.job_service_account, tuple(self._tolerations), options.guaranteed)
         self._retries = run_objects.Retries()  # placements in a row whose pods did not start, per job
@@ -74,25 +72,19 @@ class KubernetesEngine:
         self._next_offers = 0.0
         self.rounds = 0  # rounds made (a test waits on them, not on the clock)
         self._threads: list[threading.Thread] = []
-        self._reader: Any = None  # the job side's state, read without its lock (one connection per thread)
 
     # ---------------------------------------------------------------- the Engine protocol
     def serve(self, front: Front) -> None:
-        """The AgentService its pods' agents speak (no beacons: a pod heartbeats)."""
-        from cluster.engines.agents.service import AgentServicer, add_to_server
-
+        """The node protocol's AgentService, which its pods' agents speak (no beacons: a pod heartbeats)."""
         self._authority, self._plaintext = front.authority, front.plaintext
         self._advertise = self._advertise or f"{front.address}:{front.port}"
-        add_to_server(AgentServicer(front.host, self._nodes_of(front.host), front.gate), front.server)
+        front.serve_agents()
 
     def attach(self, host: EngineHost) -> None:
         if self._authority is None:
             raise InternalError("the Kubernetes engine needs the coordinator's server (Engine.serve) before attach")
         self._host = host
-        self._reader = host.store.reader()
-        self._nodes_of(host)
         self.api = self._api_factory(self.options.namespace, self.options.kubeconfig)
-        host.lifecycle.addresses_of_job = self._addresses
         host.on_work_changed(self._work_changed)
         self._pods.api = self.api
         self._start("kubernetes-pods", self._pods.run)
@@ -107,8 +99,8 @@ class KubernetesEngine:
 
     def tick(self, now: float) -> None:
         """Pods' agents silent past lost_after are lost (their runs fail), as agents are."""
-        if self._nodes is not None:
-            self._nodes.check_lost(now)
+        if self._host is not None:
+            self._host.check_silent(now)
 
     def close(self, timeout: float) -> None:
         """Its threads stop; the pods and their agents outlive the coordinator (a restarted one re-adopts them)."""
@@ -126,17 +118,6 @@ class KubernetesEngine:
             raise InternalError("the Kubernetes engine is not attached to a coordinator")
         return self._host
 
-    @property
-    def nodes(self) -> AgentNodes:
-        if self._nodes is None:
-            raise InternalError("the Kubernetes engine is not attached to a coordinator")
-        return self._nodes
-
-    def _nodes_of(self, host: EngineHost) -> AgentNodes:
-        if self._nodes is None:
-            self._nodes = AgentNodes(host, time.time())
-        return self._nodes
-
     def _start(self, name: str, target) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
@@ -146,7 +127,7 @@ class KubernetesEngine:
         if any(name in self._offered.owned for name in names):
             self._wake.set()
 
-    def _addresses(self, job: Job, names: Sequence[str]) -> dict[str, str]:
+    def peer_addresses(self, job: Job, names: Sequence[str]) -> dict[str, str]:
         """Each placed node's address for the run's peers: its pod's DNS name under the run's Service."""
         return {name: manifests.dns_name(job.id, job.attempt, name, self.options.namespace) for name in names}
 
@@ -206,11 +187,11 @@ class KubernetesEngine:
     # ---------------------------------------------------------------- a run's objects
     def _maybe_create(self, job_id: str, attempt: int, names: set[str]) -> None:
         """Creates the run's objects once every node of its gang asks (all of them together, or none)."""
-        allocs = self.host.allocs.of_job(job_id)
+        allocs = self.host.placement(job_id)
         if not allocs or (job_id, attempt) in self._gangs or any(a.agent not in names for a in allocs) or \
                 not self._retries.may_create(job_id):
             return
-        job = self._reader.job(job_id)
+        job = self.host.job(job_id)
         if job is None or job.attempt != attempt or job.state != JobState.STARTING:
             return
         config = job.spec.config.kubernetes
@@ -263,7 +244,7 @@ class KubernetesEngine:
             if all(pod is None for pod in pods.values()):
                 del self._gangs[(gang.job_id, gang.attempt)]
             return
-        job = self._reader.job(gang.job_id)
+        job = self.host.job(gang.job_id)
         if job is None or job.attempt != gang.attempt or not job.state.active or job.state == JobState.QUEUED:
             # Over: its agents stop what still runs (they get the stops); then its objects go.
             gang.over_since = gang.over_since or time.monotonic()
@@ -277,14 +258,13 @@ class KubernetesEngine:
             if not gang.ready:
                 gang.ready = True
                 self._retries.started(gang.job_id)
-                with self.host.event():  # its start-up clock starts now: its pulls are over
-                    self.host.lifecycle.handle(gang.job_id, job_machine.NodesReady(), time.time())
+                self.host.gang_event(gang.job_id, GangReady(), time.time())  # its start-up clock starts: pulls are over
         elif verdict.verdict == gangs.Verdict.DISRUPTED and set(gang.nodes) - gang.seen_running:
             self._tear_down(gang)  # taken back before it ran (an admission error, a deletion): a start that failed
             self._reports.not_started_again(gang.job_id, verdict.why)
         elif verdict.verdict == gangs.Verdict.DISRUPTED:
             self._reports.disrupted(gang, verdict.why)
-            now_job = self._reader.job(gang.job_id)
+            now_job = self.host.job(gang.job_id)
             still = now_job is not None and now_job.attempt == gang.attempt and now_job.state.active and \
                 now_job.state != JobState.QUEUED  # not placed again already (a run that could not stop at a step)
             if still and (gangs.pod_phase(pods.get(verdict.node)) == "Failed" or pods.get(verdict.node) is None):
@@ -300,14 +280,12 @@ class KubernetesEngine:
 
     def _lost(self, gang: Gang, node: str, why: str) -> None:
         """The pod of `node` took its agent with it: its ranks are gone (the job machine decides the rest)."""
-        with self.host.event():
-            ranks = self.host.lifecycle.ranks_on(gang.job_id, node)
-            self.host.lifecycle.handle(gang.job_id, job_machine.Failed(policy.vanished(node, ranks, why)), time.time())
+        self.host.gang_event(gang.job_id, NodeVanished(node, why), time.time())
         self._tear_down(gang)
 
     def _workers_gone(self, gang: Gang) -> bool:
         """Whether no pod of the run still reports its workers (or holds its ports)."""
-        agents = [(node, self.host.agents.get(node)) for node in gang.nodes]
+        agents = [(node, self.host.node(node)) for node in gang.nodes]
         return not any(a is not None and not a.lost and self._handed.get(node) == (gang.job_id, gang.attempt) and
                        (gang.job_id in a.running or gang.job_id in a.leased) for node, a in agents)
 

@@ -8,26 +8,22 @@ import logging
 import time
 from typing import Callable
 
-from cluster.coordinator import job_machine, policy
+from cluster.coordinator.engine import CouldNotStart, Disrupted, EngineHost, GangEvent, GangFailed
 from cluster.engines.kubernetes import run_objects
 from cluster.engines.kubernetes.gangs import Gang
-from cluster.shared.model import JobState
 
 log = logging.getLogger("tfdist.kubernetes")
 
 
 class RunReports:
-    def __init__(self, host: Callable[[], object], retries: run_objects.Retries):
+    def __init__(self, host: Callable[[], EngineHost], retries: run_objects.Retries):
         self._host, self.retries = host, retries
 
-    def _handle(self, job_id: str, event) -> None:
-        host = self._host()
-        with host.event():  # type: ignore[attr-defined]
-            host.lifecycle.handle(job_id, event, time.time())  # type: ignore[attr-defined]
+    def _handle(self, job_id: str, event: GangEvent) -> None:
+        self._host().gang_event(job_id, event, time.time())
 
     def fail(self, job_id: str, why: str, restartable: bool) -> None:
-        self._handle(job_id, job_machine.Failed(policy.Outcome(JobState.FAILED, f"job {job_id}: {why}", 1,
-                                                               restartable=restartable)))
+        self._handle(job_id, GangFailed(why, restartable))
 
     def not_started_again(self, job_id: str, why: str) -> None:
         """Its run did not start (pods refused, not bound in time, its node cordoned first): placed again after a
@@ -37,7 +33,7 @@ class RunReports:
             self.fail(job_id, f"its pods did not start in {tries} placements in a row; the last: {why}",
                       restartable=False)
             return
-        self._handle(job_id, job_machine.NotStarted(f"{why} (placement {tries} of at most {most})"))
+        self._handle(job_id, CouldNotStart(f"{why} (placement {tries} of at most {most})"))
 
     def disrupted(self, gang: Gang, why: str) -> None:
         """The cluster takes a node of the run back: the job stops at a common step and is placed again (once)."""
@@ -45,4 +41,4 @@ class RunReports:
             return
         gang.disrupted = True
         log.info("kubernetes: job %s run %d: %s", gang.job_id, gang.attempt, why)
-        self._handle(gang.job_id, job_machine.Disrupted(why))
+        self._handle(gang.job_id, Disrupted(why))

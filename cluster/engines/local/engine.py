@@ -3,7 +3,7 @@ with no agent, no registration, no heartbeats over the network and no port probe
 to reach). What `tfdist launch` without --coordinator uses.
 
 It offers one node, `local`, with the launch's slots, and works the way an agent does, level-triggered,
-through the agents engine's node protocol in-process (cluster/engines/agents/nodes.py): its work is derived
+through the node protocol in-process (EngineHost.register_node and node_report): its work is derived
 from the durable state (ports to lease, runs to start or stop), read when the coordinator says the node's
 work changed, and carried out by the agent's own executor
 (cluster/agent/node_runs.py: machine-wide port leases, JobRun, the gang). Output, metric rows and exits go
@@ -20,8 +20,7 @@ from typing import Iterable
 
 from cluster.agent.leftovers import GroupsFile, kill_leftovers
 from cluster.agent.node_runs import NodeRuns, Shipping
-from cluster.coordinator.engine import EngineHost, Front
-from cluster.engines.agents.nodes import AgentNodes
+from cluster.coordinator.engine import EngineBase, EngineHost
 from cluster.shared.model import Address, AgentRecord, Gpu, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport
 from tfdist.errors import InternalError, NotFoundError, PermissionDeniedError, TfdistError, UserError
@@ -37,14 +36,13 @@ RETRY = 0.5  # seconds before storing again what the store refused (its disk ful
 REFUSED = (NotFoundError, PermissionDeniedError, UserError)
 
 
-class LocalEngine:
+class LocalEngine(EngineBase):
     name = "local"
 
     def __init__(self, slots: int, gpus: tuple[Gpu, ...] = ()):
         """`gpus`: the GPUs behind the slots, one each (cluster/shared/gpus.py: slots_on_gpus); none: CPU slots."""
         self.slots, self.gpus = slots, tuple(gpus)
         self._host: EngineHost | None = None
-        self._nodes: AgentNodes | None = None  # its node speaks the agents' protocol, in-process
         self._stop = threading.Event()
         self._wake = threading.Event()  # report now: the node's work changed, or a run ended
         self._ship_wake = threading.Event()
@@ -64,17 +62,10 @@ class LocalEngine:
                                                         self._forget), changed=self._wake.set,
                              started=self._save_groups)
 
-    def serve(self, front: Front) -> None:
-        """No services of its own: nothing outside this process reaches its node."""
-
-    def tick(self, now: float) -> None:
-        """Nothing to watch: its node is this process."""
-
     def attach(self, host: EngineHost) -> None:
         self._host = host
-        self._nodes = AgentNodes(host, time.time())
         kill_leftovers(self._groups.directory, NODE)
-        self._nodes.register(self._record(), (), (), time.time(), watched=False)
+        host.register_node(self._record(), (), (), time.time(), watched=False)  # its node is this process
         host.on_work_changed(self._work_changed)
         for target, name in ((self._work_loop, "local-engine"), (self._ship_loop, "local-shipping")):
             thread = threading.Thread(target=target, name=name, daemon=True)
@@ -113,12 +104,6 @@ class LocalEngine:
             raise InternalError("the local engine is not attached to a coordinator")
         return self._host
 
-    @property
-    def nodes(self) -> AgentNodes:
-        if self._nodes is None:
-            raise InternalError("the local engine is not attached to a coordinator")
-        return self._nodes
-
     def _record(self) -> AgentRecord:
         return AgentRecord(NODE, self.slots, (LOOPBACK,), self.gpus)
 
@@ -142,9 +127,9 @@ class LocalEngine:
         """One report of what the node runs and holds, and its work carried out; True when there is more to
         say at once (ports just leased)."""
         report = AgentReport(NODE, self.runs.running(), self.runs.leased(), self.runs.take_port_results(), {})
-        work = self.nodes.heartbeat(report, time.time())
+        work = self.host.node_report(report, time.time())
         if work is None:  # the coordinator forgot the node (it cannot, in-process; but never run blind)
-            self.nodes.register(self._record(), (), (), time.time(), watched=False)
+            self.host.register_node(self._record(), (), (), time.time(), watched=False)
             return True
         if self._closing.is_set():  # only stops: what is placed now is not started
             for job_id in work.stop_jobs:

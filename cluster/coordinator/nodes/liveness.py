@@ -1,4 +1,4 @@
-"""How each agent proves it is alive, and how often it heartbeats: with beacons (cluster/coordinator/
+"""How each agent proves it is alive, and how often it heartbeats: with beacons (cluster/engines/agents/
 beacons.py) a heartbeat only reports and fetches work, so it can come rarely; without them (`--no-beacons`,
 UDP blocked) heartbeats are the sign of life and come at least three times per `lost_after`."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from cluster.engines.agents import reconcile
+from cluster.coordinator.nodes import reconcile
 from cluster.coordinator.user_first import UserFirstLock
 from cluster.coordinator.values import AgentLive, Settings
 

@@ -4,17 +4,16 @@ event, under the coordinator's lock."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from cluster.coordinator import job_machine, policy
-from cluster.coordinator.engine import EngineHost
 from cluster.coordinator.job_machine import with_live
-from cluster.engines.agents import port_checks
+from cluster.coordinator.nodes import port_checks
 from cluster.shared.work import ProbeFailure
 
 
 class Handshake:
-    def __init__(self, host: EngineHost):
+    def __init__(self, host: Any):
         self.store, self.allocs, self.lifecycle, self.runs, self.settings = \
             host.store, host.allocs, host.lifecycle, host.runs, host.settings
 

@@ -1,17 +1,18 @@
-"""The agents' side of the coordinator's gRPC API: registration, heartbeats, the work long poll, and
-what nodes ship (exits, logs, metrics). Thin: convert, call the nodes (nodes.py) or the job side, convert
-back."""
+"""The node protocol's gRPC edge, for every node that runs `tfdist agent` (the agents engine's, Slurm's, a
+Kubernetes run's pods): registration, heartbeats, the work long poll, and what nodes ship (exits, logs,
+metrics). Thin: convert, call the nodes (events.py) or the job side, convert back. `beacons`: the agents
+engine's UDP liveness (enrolled at registration, confirmed over TLS by a heartbeat), where it serves them."""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
-from cluster.engines.agents import certificates as agent_certificates
-from cluster.engines.agents.beacons import BeaconService
-from cluster.coordinator.engine import ENGINE_THREADS, EngineHost
+from cluster.coordinator.nodes import certificates as agent_certificates
+from cluster.coordinator.engine import ENGINE_THREADS
 from cluster.coordinator.rpc_edge import Gate, guard
-from cluster.engines.agents.nodes import AgentNodes
+from cluster.coordinator.nodes.events import NodeEvents
 from cluster.shared import beacon
 from cluster.shared.metrics_http import reader_principal
 from cluster.shared.model import LogLine
@@ -27,8 +28,8 @@ WATCH_WAIT_MAX = 30.0  # seconds one WaitForWork call may be held
 
 
 class AgentServicer(pb_grpc.AgentServiceServicer):
-    def __init__(self, core: EngineHost, nodes: AgentNodes, gate: Gate, clock=time.time,
-                 beacons: BeaconService | None = None):
+    def __init__(self, core: Any, nodes: NodeEvents, gate: Gate, clock=time.time,
+                 beacons: Any = None):
         self.core, self.nodes, self.gate, self.clock, self.beacons = core, nodes, gate, clock, beacons
         self.watch_slots = threading.BoundedSemaphore(WATCH_THREADS)
 

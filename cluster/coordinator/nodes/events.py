@@ -1,33 +1,33 @@
-"""The agents' events applied to the job side: a node registers, heartbeats (what it runs and holds, its
-port checks and peer probes) and goes silent. Each is one event of the coordinator's (`host.event`: under
+"""The node protocol's events applied to the job side: a node registers, heartbeats (what it runs and holds,
+its port checks and peer probes) and goes silent. Each is one event of the coordinator's (`host.event`: under
 its lock, in one store transaction); what it means is decided by the pure functions beside this file
 (reconcile.py: a node's report or silence, port_checks.py: port checks and probes, work.py: its work) and
 becomes the job machine's events (Joined, NodesStarted, Progress, PortsBusy, Failed), which the job side
 applies. Agent work is level-triggered: derived on every heartbeat from the durable state, never from
 messages a restart could lose.
 
-The local engine reports through the same protocol, in-process, for its one node (`watched=False`: an
-engine's own node is never lost for silence)."""
+Every engine's nodes speak it, through the engine host (cluster/coordinator/engine_host.py): agents over
+gRPC (service.py), the local engine in-process for its one node (`watched=False`: an engine's own node is never
+lost for silence)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from cluster.coordinator import job_machine, policy
-from cluster.coordinator.engine import EngineHost
 from cluster.coordinator.values import AgentLive, BadRequest, Lookup
-from cluster.engines.agents import reconcile, work as work_lib
-from cluster.engines.agents.handshake import Handshake
-from cluster.engines.agents.liveness import Liveness
+from cluster.coordinator.nodes import reconcile, work as work_lib
+from cluster.coordinator.nodes.handshake import Handshake
+from cluster.coordinator.nodes.liveness import Liveness
 from cluster.shared.model import AgentRecord, Allocation, AllocState
 from cluster.shared.work import AgentReport, RunningJob, Work
 
 log = logging.getLogger("tfdist.coordinator")
 
 
-class AgentNodes:
-    def __init__(self, host: EngineHost, now: float):
+class NodeEvents:
+    def __init__(self, host: Any, now: float):
         """After a coordinator's restart every known agent gets a full grace period to re-attach: lost_after,
         plus the longest heartbeat interval it may have been given (its beacons count again once a heartbeat
         confirms them)."""

@@ -1,0 +1,115 @@
+"""One contract suite, run against every engine (as Flower runs one suite against each LinkState): the same
+scenarios on a real coordinator (real SQLite, real gRPC) with each engine behind it and real worker processes:
+the local engine, the agents engine with a real `tfdist agent`, and the tests' own minimal engine
+(tests/engines/minimal/: one package and one registry line). The Kubernetes engine's runs on a real control
+plane and a real node are tests/kubernetes/ (its nodes and pods need a cluster)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cluster.agent.ports import lease_range
+from cluster.coordinator.server import CoordinatorServer
+from cluster.coordinator.values import Settings
+from cluster.engines import ENGINES, create_engine, kind
+from cluster.shared.model import JobState
+from tests.conftest import cli_env, stop_processes, wait_for
+from tests.specs import flat_spec
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+ENGINES_UNDER_TEST = ("local", "agents", "minimal")
+PRINTS = "import os; print('rank', os.environ['TFDIST_RANK'], 'of', os.environ['TFDIST_SIZE'], flush=True)"
+SLEEPS = "import time; print('up', flush=True); time.sleep(600)"
+RANK_1_FAILS = ("import os, sys, time\nprint('up', flush=True)\n"
+                "if os.environ['TFDIST_RANK'] == '1': sys.exit(3)\ntime.sleep(600)")
+
+
+class Cluster:
+    """A coordinator serving on loopback with the engine `name` behind it, whose one node has 2 slots."""
+
+    def __init__(self, name: str, tmp_path, marker: str, monkeypatch):
+        monkeypatch.setenv("TFDIST_TEST_MARKER", marker)  # the workers carry it: leftovers are found
+        monkeypatch.setitem(ENGINES, "minimal", "tests.engines.minimal")  # its one registry line
+        options = kind(name).options(slots=2) if name != "agents" else None
+        self.server = CoordinatorServer(str(tmp_path / "state"), "127.0.0.1:0",
+                                        settings=Settings(port_range=lease_range(), lost_after=30.0),
+                                        engine=create_engine(name, options)).start()
+        self.core, self.agent = self.server.core, None
+        if name == "agents":
+            credential = tmp_path / "node.json"
+            self.server.issue("node", "a1").save(str(credential))
+            self.agent = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator",
+                                           self.server.address, "--name", "a1", "--credentials", str(credential),
+                                           "--slots", "2"], env=cli_env(marker), stdout=subprocess.DEVNULL,
+                                          stderr=open(tmp_path / "agent.log", "a"))
+        wait_for(lambda: [a.record.slots for a in self.core.agents.values() if not a.lost] == [2],
+                 f"the {name} engine's node offered", timeout=60)
+
+    def submit(self, script: str, tmp_path) -> str:
+        job_id, _ = self.core.submit(flat_spec((sys.executable, "-c", script), slots=2, working_dir=str(tmp_path)),
+                                     now=time.time())
+        return job_id
+
+    def state(self, job_id: str) -> JobState:
+        return self.core.store.job(job_id).state
+
+    def lines(self, job_id: str) -> list[str]:
+        return sorted(line.text for line in self.core.store.logs(job_id) if not line.text.startswith("tfdist"))
+
+    def free(self) -> bool:
+        return not self.core.allocs.all()
+
+    def close(self) -> None:
+        self.server.stop(grace=0, engine_timeout=20)
+        stop_processes([self.agent])
+
+
+@pytest.fixture(params=ENGINES_UNDER_TEST)
+def cluster(request, tmp_path, marker, monkeypatch):
+    made = Cluster(request.param, tmp_path, marker, monkeypatch)
+    yield made
+    made.close()
+
+
+def test_a_placed_gang_runs_and_every_rank_s_output_and_exit_come_back(cluster, tmp_path):
+    job_id = cluster.submit(PRINTS, tmp_path)
+    wait_for(lambda: cluster.state(job_id) == JobState.SUCCEEDED, "the job to succeed", timeout=120,
+             logs=lambda: str(cluster.core.store.job(job_id)))
+    wait_for(lambda: cluster.lines(job_id) == ["rank 0 of 2", "rank 1 of 2"], "both ranks' lines", timeout=30,
+             logs=lambda: str(cluster.lines(job_id)))
+    assert sorted((e.rank, e.exit_code) for e in cluster.core.store.exits(job_id)) == [(0, 0), (1, 0)]
+    wait_for(cluster.free, "the node let go of the job", timeout=60)
+
+
+def test_a_failed_rank_fails_the_gang_naming_it_and_the_others_are_stopped(cluster, tmp_path):
+    job_id = cluster.submit(RANK_1_FAILS, tmp_path)
+    wait_for(lambda: cluster.state(job_id) == JobState.FAILED, "the job to fail", timeout=120,
+             logs=lambda: str(cluster.core.store.job(job_id)))
+    job = cluster.core.store.job(job_id)
+    assert "rank 1" in job.message and "code 3" in job.message, job.message
+    wait_for(cluster.free, "the node let go of the job (rank 0 stopped)", timeout=60)
+
+
+def test_a_canceled_gang_s_workers_stop_and_its_node_is_free(cluster, tmp_path):
+    job_id = cluster.submit(SLEEPS, tmp_path)
+    wait_for(lambda: cluster.lines(job_id) == ["up", "up"], "both workers up", timeout=120,
+             logs=lambda: str(cluster.core.store.job(job_id)))
+    assert cluster.core.cancel(job_id, time.time()) == JobState.CANCELED.value
+    wait_for(cluster.free, "the node let go of the canceled job (its workers stopped)", timeout=60)
+    assert cluster.state(job_id) == JobState.CANCELED
+
+
+def test_the_minimal_engine_is_one_package_and_one_registry_line():
+    """What registering it took: the line `ENGINES["minimal"] = "tests.engines.minimal"` (the fixture's); its
+    package holds the whole engine (its KIND), in a few dozen lines."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "engines", "minimal",
+                        "__init__.py")
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.strip() and not line.strip().startswith(("#", '"""'))]
+    assert len(lines) < 80, len(lines)
+    assert "minimal" not in ENGINES  # nothing else registers it

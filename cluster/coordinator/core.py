@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from cluster.coordinator import exits as exits_lib, job_machine, policy
 from cluster.coordinator.allocations import AllocationTable
 from cluster.coordinator.engine_host import CoreHost
+from cluster.coordinator.handover import Handover
 from cluster.coordinator.experiments.runner import Experiments
 from cluster.coordinator.lifecycle import JobLifecycle
 from cluster.coordinator.metrics import Telemetry, Throughput
@@ -78,8 +79,11 @@ class CoordinatorCore:
 
     def attach_engine(self, engine) -> None:
         """Hands the job side to its engine (Engine.attach, with the host) and asks it where a run's peers
-        reach its nodes (Engine.peer_addresses) as each run is placed."""
+        reach its nodes (Engine.peer_addresses) as each run is placed; an engine that places gangs itself is
+        handed each queued run (handover.py) instead of the scheduler's round."""
         self.lifecycle.addresses_of_job = engine.peer_addresses
+        if engine.places_gangs:
+            self.lifecycle.hand_over(Handover(engine.name, engine.place))
         engine.attach(self.host)
 
     @property

@@ -13,7 +13,8 @@ out the verbs the job side gives each node, and answers with typed events throug
                  a node's   report_exit, push_logs, push_metrics
                  output
                  gangs      placement, job, gang_event(GangReady | CouldNotStart | Disrupted | NodeVanished |
-                            GangFailed)
+                            GangFailed); where the engine places gangs itself (places_gangs; each queued
+                            run handed over once as a GangRequest through place): gang_waiting, gang_placed
     Work         the verbs for one node (cluster/shared/work.py): lease and check a placed gang's ports
                  (reserve), probe its peers, start its share (StartTask: the per-node plan), carry a
                  preemption request, dump stacks, stop (and release) a run
@@ -34,6 +35,7 @@ from cluster.coordinator.values import Settings
 from cluster.shared.credentials import Authority
 from cluster.shared.model import AgentRecord, Allocation, Job, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport, RunningJob, Work
+from tfdist.errors import InternalError
 
 ENGINE_THREADS = 64  # the coordinator's server threads for an engine's held calls (agents' WaitForWork)
 
@@ -71,6 +73,18 @@ class GangFailed:
 
 
 GangEvent = GangReady | CouldNotStart | Disrupted | NodeVanished | GangFailed
+
+
+@dataclasses.dataclass(frozen=True)
+class GangRequest:
+    """A queued run handed to an engine that places gangs itself (Engine.places_gangs): its size, its priority
+    and the only nodes it may run on ((): any). The engine answers with EngineHost.gang_waiting (why it waits)
+    and gang_placed (where it landed)."""
+    job_id: str
+    attempt: int
+    slots: int
+    priority: int = 0
+    nodes: tuple[str, ...] = ()
 
 
 class NodeView(Protocol):
@@ -137,6 +151,15 @@ class EngineHost(Protocol):
 
     def gang_event(self, job_id: str, event: GangEvent, now: float) -> None: ...
 
+    def gang_placed(self, job_id: str, attempt: int, nodes: Sequence[tuple[str, int]], now: float) -> str:
+        """Where an engine that places gangs put a run it was handed ((node, slots) in node-rank order): the
+        job side places it there. "" when taken; else why not (the run is no longer waiting, a node is not
+        offered or lacks the slots), and nothing changed."""
+
+    def gang_waiting(self, job_id: str, attempt: int, why: str, now: float) -> bool:
+        """Why a run it was handed still waits (its quota, a scale-up): the job's waiting reason names it.
+        False if that run no longer waits for the engine."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Front:
@@ -169,6 +192,14 @@ class Engine(Protocol):
     def peer_addresses(self, job: Job, nodes: Sequence[str]) -> Mapping[str, str] | None:
         """Where the run's peers reach each of its nodes; None: at the address each node registered."""
 
+    @property
+    def places_gangs(self) -> bool:
+        """True: the job side hands each queued run over (`place`) instead of choosing its nodes."""
+
+    def place(self, request: GangRequest) -> None:
+        """Called (under the coordinator's lock: return at once) for each queued run, once, where the engine
+        places gangs itself."""
+
     def close(self, timeout: float) -> None:
         """Stop everything it started, within `timeout` seconds (its workers get their grace)."""
 
@@ -184,3 +215,8 @@ class EngineBase:
 
     def peer_addresses(self, job: Job, nodes: Sequence[str]) -> Mapping[str, str] | None:
         return None
+
+    places_gangs = False  # tfdist's own whole-node scheduler places its gangs
+
+    def place(self, request: GangRequest) -> None:
+        raise InternalError(f"{type(self).__name__} does not place gangs itself (places_gangs is False)")

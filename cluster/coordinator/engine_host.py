@@ -8,6 +8,8 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from cluster.coordinator import job_machine, policy
+from cluster.coordinator.handover import placement_problem
+from cluster.coordinator.scheduler import Assignment
 from cluster.coordinator.engine import (CouldNotStart, Disrupted, GangEvent, GangFailed, GangReady, NodeVanished,
                                         NodeView)
 from cluster.shared.model import AgentRecord, Allocation, Job, JobState, LogLine, MetricRow, WorkerExit
@@ -80,6 +82,26 @@ class CoreHost:
         now = time.time() if now is None else now
         with self.core.event():
             self.core.lifecycle.handle(job_id, self._job_event(job_id, event), now)
+
+    def gang_placed(self, job_id: str, attempt: int, nodes: Sequence[tuple[str, int]], now: float) -> str:
+        with self.core.event():
+            lifecycle = self.core.lifecycle
+            if lifecycle.handover is None:
+                return "this coordinator's engine does not place gangs (Engine.places_gangs)"
+            free = {n.name: n.free_slots for n in lifecycle.live.index.nodes.values()}
+            why = placement_problem(self.core.store.job(job_id), attempt, lifecycle.handover.handed,
+                                    [(name, int(slots)) for name, slots in nodes], free)
+            if not why:
+                lifecycle.place(Assignment(job_id, tuple((name, int(slots)) for name, slots in nodes)), now)
+            return why
+
+    def gang_waiting(self, job_id: str, attempt: int, why: str, now: float) -> bool:
+        with self.core.event():
+            lifecycle = self.core.lifecycle
+            if lifecycle.handover is None or not lifecycle.handover.waiting(job_id, attempt, why):
+                return False
+            lifecycle.schedule(now)  # the waiting reasons, again
+            return True
 
     def _job_event(self, job_id: str, event: GangEvent) -> job_machine.Event:
         """Under the lock: the job machine's event for what the engine said."""

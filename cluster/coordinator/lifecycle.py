@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Sequence
 
 from cluster.coordinator import job_machine, placement as placement_lib, scheduler, wait_reasons
 from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.handover import Handover
 from cluster.coordinator.capacity import LiveNodes
 from cluster.coordinator.metrics import Telemetry
 from cluster.coordinator.queue_index import QueueIndex, Round
@@ -54,6 +55,7 @@ class JobLifecycle:
         # Who hears of every job's transitions (job, its new state, when), in the event that made them:
         # `subscribe` (the experiments runner: a trial's searcher hears of it at the event's end).
         self._transition_listeners: list[Callable[[Job, JobState, float], None]] = []
+        self.handover: Handover | None = None  # an engine that places gangs itself: queued runs go to it
 
     def node_changed(self, name: str) -> None:
         """The core registered node `name` again or declared it lost."""
@@ -175,6 +177,11 @@ class JobLifecycle:
         """`listener(job, new state, now)` after each job's transition, inside its event (one transaction)."""
         self._transition_listeners.append(listener)
 
+    def hand_over(self, handover: Handover) -> None:
+        """From now on queued runs are handed to the engine (handover.py), not placed by the scheduler."""
+        self.handover = handover
+        self.subscribe(lambda job, state, now: handover.transition(job, state))
+
     def transition(self, job: Job, new: JobState, now: float, event: str, **fields) -> None:
         check_job_transition(job.state, new)
         self.store.update_job(job.id, now, f"{new.value}: {event}", state=new, **fields)
@@ -225,6 +232,10 @@ class JobLifecycle:
             return
         # A job restarting waits until every node let its previous run go (one allocation per job and node).
         holding = [job_id for job_id in self.allocs.jobs() if job_id in self.queue]
+        if self.handover is not None:  # the engine places: each queued run is handed over once
+            self.runs.set_waiting(self.handover.round(self.queue.jobs(), holding, self.store.job))
+            self._last_round = None
+            return
         started = time.perf_counter()
         decision = scheduler.schedule(self.live.index, self.queue.jobs(), lambda: surroundings(self.allocs, self.agents, self.store, now), ordered=True,
                                       skip=holding, current=lambda j: j in self.queue and not self.allocs.of_job(j))

@@ -113,3 +113,52 @@ def test_the_minimal_engine_is_one_package_and_one_registry_line():
         lines = [line for line in f if line.strip() and not line.strip().startswith(("#", '"""'))]
     assert len(lines) < 80, len(lines)
     assert "minimal" not in ENGINES  # nothing else registers it
+
+
+def test_an_engine_that_places_gangs_itself_is_handed_each_queued_run_and_says_where_it_landed(tmp_path, marker,
+                                                                                                monkeypatch):
+    """Issue 48, Must 2: with an engine that places (a gang API, Kueue, Ray), the job side hands each queued run
+    over once, shows the engine's reason while it waits, checks where it landed, and runs it there."""
+    from tests.engines.minimal import MinimalOptions
+
+    monkeypatch.setenv("TFDIST_TEST_MARKER", marker)
+    monkeypatch.setitem(ENGINES, "minimal", "tests.engines.minimal")
+    engine = create_engine("minimal", MinimalOptions(slots=2, places=True))
+    server = CoordinatorServer(str(tmp_path / "state"), "127.0.0.1:0", settings=Settings(port_range=lease_range()),
+                               engine=engine).start()
+    core, host = server.core, server.core.host
+    try:
+        wait_for(lambda: list(core.agents) == ["minimal"], "its node offered", timeout=30)
+        job_id, state = core.submit(flat_spec((sys.executable, "-c", PRINTS), slots=2, working_dir=str(tmp_path)),
+                                    now=time.time())
+        assert state == "QUEUED" and [(r.job_id, r.attempt, r.slots) for r in engine.requests] == [(job_id, 0, 2)]
+        assert core.waiting[job_id] == "waiting for the minimal engine to place it"
+        assert host.gang_waiting(job_id, 0, "its queue's quota has 0 of 2 slots left", time.time())
+        assert core.waiting[job_id] == ("waiting for the minimal engine to place it: its queue's quota has 0 of 2 "
+                                        "slots left")
+        core.lifecycle.schedule(time.time())  # a round later it is not handed again
+        assert len(engine.requests) == 1 and cluster_state(core, job_id) == JobState.QUEUED
+        assert host.gang_placed(job_id, 0, [("elsewhere", 2)], time.time()) == "node elsewhere is not offered (or was lost)"
+        assert host.gang_placed(job_id, 0, [("minimal", 1)], time.time()) == \
+            f"the placement has 1 slot(s); job {job_id} needs 2"
+        assert host.gang_placed(job_id, 1, [("minimal", 2)], time.time()).startswith(f"job {job_id} (run 1) is not "
+                                                                                     "waiting")
+        assert host.gang_placed(job_id, 0, [("minimal", 2)], time.time()) == ""
+        wait_for(lambda: cluster_state(core, job_id) == JobState.SUCCEEDED, "the job to run where it landed",
+                 timeout=120, logs=lambda: str(core.store.job(job_id)))
+        assert [a.agent for a in core.store.job(job_id).placement] == ["minimal"]
+
+        canceled, _ = core.submit(flat_spec((sys.executable, "-c", PRINTS), slots=2, working_dir=str(tmp_path)),
+                                  now=time.time())
+        assert [r.job_id for r in engine.requests][-1] == canceled
+        core.cancel(canceled, time.time())
+        assert host.gang_placed(canceled, 0, [("minimal", 2)], time.time()).startswith(f"job {canceled} (run 0) is "
+                                                                                       "not waiting")
+        assert not host.gang_waiting(canceled, 0, "late", time.time()) and cluster_state(core, canceled) == \
+            JobState.CANCELED
+    finally:
+        server.stop(grace=0, engine_timeout=20)
+
+
+def cluster_state(core, job_id: str) -> JobState:
+    return core.store.job(job_id).state

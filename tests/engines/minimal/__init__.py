@@ -22,6 +22,7 @@ NODE, LOOPBACK = "minimal", Address("127.0.0.1", 8, "lo")
 @dataclasses.dataclass(frozen=True)
 class MinimalOptions:
     slots: int = 2
+    places: bool = False  # True: it places gangs itself (whoever drives it answers each request it is handed)
 
 
 class MinimalEngine(EngineBase):
@@ -29,6 +30,7 @@ class MinimalEngine(EngineBase):
 
     def __init__(self, options: MinimalOptions):
         self.slots, self.host, self.wake, self.stop = options.slots, None, threading.Event(), threading.Event()
+        self.places, self.requests = options.places, []  # the runs handed to it to place (GangRequest)
         self.runs = NodeRuns(NODE, [LOOPBACK], Shipping(self._line, self._metric, self._exit, lambda job: None,
                                                         lambda job: None), changed=self.wake.set)
 
@@ -37,6 +39,13 @@ class MinimalEngine(EngineBase):
         host.register_node(AgentRecord(NODE, self.slots, (LOOPBACK,), ()), now=time.time(), watched=False)
         host.on_work_changed(lambda nodes: self.wake.set())
         threading.Thread(target=self._loop, name="minimal-engine", daemon=True).start()
+
+    @property
+    def places_gangs(self) -> bool:
+        return self.places
+
+    def place(self, request) -> None:
+        self.requests.append(request)
 
     def _loop(self) -> None:
         while not self.stop.is_set():  # its verbs, read whenever its node's work changed (or each second)

@@ -19,9 +19,6 @@ from cluster.shared.listen import check_listen
 from tfdist.errors import UserError
 from tfdist.private_files import daemon_umask, private_dir
 
-# The Kubernetes engine's pods run `tfdist agent ...`; an image without `tfdist` on its PATH names its own way
-# here (e.g. "python -m cluster.client.cli").
-
 STOP_DEADLINE = 10.0  # seconds a daemon may take to stop after SIGTERM, whatever the other side does
 
 
@@ -95,11 +92,13 @@ def http_address(listen: str, http: str | None) -> str | None:
 
 def run_coordinator(args) -> int:
     from cluster.coordinator.daemon import CoordinatorServer, Settings, freeze_after_full_collections
-    from cluster.engines import kind
+    from cluster.engines import kind, kinds
 
     engine_kind = kind(args.engine)  # an unknown name: one line, nothing started
     if args.advertise:  # where pods reach it: a Service's name need not resolve in its own pod (yet)
         check_listen("--advertise", args.advertise, resolve=False)
+    for other in kinds():  # every flag given is checked, whichever engine runs (a wrong --slots is wrong)
+        other.options_of(args)
     engine = engine_kind.create(engine_kind.options_of(args))
     check_listen("--listen", args.listen)  # before anything starts: one line for `:7474`, `127.1:7475`
     if os.path.lexists(args.state_dir) and not os.path.isdir(args.state_dir):

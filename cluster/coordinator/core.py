@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from typing import Callable, Iterable, Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, job_machine, policy
@@ -77,10 +78,11 @@ class CoordinatorCore:
             for job in store.jobs([JobState.STARTING, JobState.RUNNING]):
                 self.lifecycle.handle(job.id, job_machine.Adopted(), now)
 
-    def attach_engine(self, engine) -> None:
+    def attach_engine(self, engine, now: float | None = None) -> None:
         """Hands the job side to its engine (Engine.attach, with the host) and asks it where a run's peers
         reach its nodes (Engine.peer_addresses) as each run is placed; an engine that places gangs itself is
         handed each queued run (handover.py) instead of the scheduler's round."""
+        self.nodes.restart_grace(time.time() if now is None else now)  # from now: its nodes may re-attach
         self.lifecycle.addresses_of_job = engine.peer_addresses
         if engine.places_gangs:
             self.lifecycle.hand_over(Handover(engine.name, engine.place))

@@ -102,11 +102,13 @@ class NodeView(Protocol):
 
 
 class EngineHost(Protocol):
-    settings: Settings
+    @property
+    def settings(self) -> Settings:  # the coordinator's (read-only)
+        ...
 
     # ------------------------------------------------------------ nodes
-    def register_node(self, record: AgentRecord, running: Sequence[RunningJob] = (), leased: Iterable[str] = (),
-                      now: float = 0.0, watched: bool = True, held_elsewhere: int = 0) -> None:
+    def register_node(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
+                      watched: bool = True, held_elsewhere: int = 0) -> None:
         """A node (re)joins, saying what it runs and holds. `watched`: lost when silent (False: the engine
         answers for it); `held_elsewhere`: its slots that work outside tfdist holds."""
 
@@ -149,7 +151,8 @@ class EngineHost(Protocol):
     def job(self, job_id: str) -> Job | None:
         """The job as stored, read without the coordinator's lock."""
 
-    def gang_event(self, job_id: str, event: GangEvent, now: float) -> None: ...
+    def gang_event(self, job_id: str, event: GangEvent, now: float | None = None) -> None:
+        """What the engine saw of a run; `now` None: the time the event is applied (in order with the job's)."""
 
     def gang_placed(self, job_id: str, attempt: int, nodes: Sequence[tuple[str, int]], now: float) -> str:
         """Where an engine that places gangs put a run it was handed ((node, slots) in node-rank order): the
@@ -173,7 +176,11 @@ class Front:
     address: str  # HOST of the listen address
     port: int
     plaintext: bool = False  # served without TLS (--insecure-plaintext): credentials it issues say so
-    serve_agents: Callable[..., None] = lambda beacons=None: None
+    serve_agents: Callable[..., None] = dataclasses.field(default=lambda beacons=None: _no_agent_service())
+
+
+def _no_agent_service() -> None:
+    raise InternalError("this Front has no AgentService to serve (its server was built without the node protocol)")
 
 
 class Engine(Protocol):
@@ -190,7 +197,8 @@ class Engine(Protocol):
         """About each second, from the coordinator's watchdog loop: the engine's own watch (or nothing)."""
 
     def peer_addresses(self, job: Job, nodes: Sequence[str]) -> Mapping[str, str] | None:
-        """Where the run's peers reach each of its nodes; None: at the address each node registered."""
+        """Where the run's peers reach each of its nodes; None: at the address each node registered. Called
+        under the coordinator's lock as each run is placed: no I/O."""
 
     @property
     def places_gangs(self) -> bool:

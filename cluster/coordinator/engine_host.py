@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from cluster.coordinator import job_machine, policy
 from cluster.coordinator.handover import placement_problem
+from cluster.coordinator.values import Settings
 from cluster.coordinator.scheduler import Assignment
 from cluster.coordinator.engine import (CouldNotStart, Disrupted, GangEvent, GangFailed, GangReady, NodeVanished,
                                         NodeView)
@@ -22,12 +23,14 @@ class CoreHost:
 
     def __init__(self, core: Any):
         self.core = core
-        self.settings = core.settings
+
+    @property
+    def settings(self) -> Settings:
+        return self.core.settings
 
     # ------------------------------------------------------------ nodes
-    def register_node(self, record: AgentRecord, running: Sequence[RunningJob] = (),
-                      leased: Iterable[str] = (), now: float = 0.0, watched: bool = True,
-                      held_elsewhere: int = 0) -> None:
+    def register_node(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
+                      watched: bool = True, held_elsewhere: int = 0) -> None:
         self.core.nodes.register(record, running, leased, now, watched, held_elsewhere)
 
     def node_report(self, report: AgentReport, now: float) -> Work | None:
@@ -38,7 +41,7 @@ class CoreHost:
 
     def node_withdrawn(self, name: str, why: str, now: float) -> None:
         with self.core.event():
-            if name in self.core.agents and not self.core.agents[name].lost:
+            if name in self.core.agents:
                 self.core.node_lost(name, policy.Outcome(JobState.FAILED, why, 1), now)
             self.core.lifecycle.schedule(now)
 
@@ -79,9 +82,8 @@ class CoreHost:
         return self.core.engine_reader.job(job_id)
 
     def gang_event(self, job_id: str, event: GangEvent, now: float | None = None) -> None:
-        now = time.time() if now is None else now
-        with self.core.event():
-            self.core.lifecycle.handle(job_id, self._job_event(job_id, event), now)
+        with self.core.event():  # its time read under the lock: in order with the job's other events
+            self.core.lifecycle.handle(job_id, self._job_event(job_id, event), time.time() if now is None else now)
 
     def gang_placed(self, job_id: str, attempt: int, nodes: Sequence[tuple[str, int]], now: float) -> str:
         with self.core.event():

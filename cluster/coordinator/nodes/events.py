@@ -28,15 +28,18 @@ log = logging.getLogger("tfdist.coordinator")
 
 class NodeEvents:
     def __init__(self, host: Any, now: float):
-        """After a coordinator's restart every known agent gets a full grace period to re-attach: lost_after,
-        plus the longest heartbeat interval it may have been given (its beacons count again once a heartbeat
-        confirms them)."""
         self.host = host
-        grace = reconcile.heartbeat_interval(len(host.agents), host.settings, beacons=True)
-        for agent in host.agents.values():
-            agent.last_heartbeat = max(agent.last_heartbeat, now + grace)
+        self.restart_grace(now)
         self.handshake = Handshake(host)
         self.liveness = Liveness(host.agents, lambda: len(host.lifecycle.live.index.nodes), host.settings, host.lock)
+
+    def restart_grace(self, now: float) -> None:
+        """After a coordinator's restart every known agent gets a full grace period to re-attach, from `now`
+        (as its engine attaches): lost_after, plus the longest heartbeat interval it may have been given (its
+        beacons count again once a heartbeat confirms them)."""
+        grace = reconcile.heartbeat_interval(len(self.host.agents), self.host.settings, beacons=True)
+        for agent in self.host.agents.values():
+            agent.last_heartbeat = max(agent.last_heartbeat, now + grace)
 
     def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
                  watched: bool = True, held_elsewhere: int = 0) -> None:

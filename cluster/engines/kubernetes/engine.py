@@ -258,7 +258,7 @@ class KubernetesEngine(EngineBase):
             if not gang.ready:
                 gang.ready = True
                 self._retries.started(gang.job_id)
-                self.host.gang_event(gang.job_id, GangReady(), time.time())  # its start-up clock starts: pulls are over
+                self.host.gang_event(gang.job_id, GangReady())  # its start-up clock starts: pulls are over
         elif verdict.verdict == gangs.Verdict.DISRUPTED and set(gang.nodes) - gang.seen_running:
             self._tear_down(gang)  # taken back before it ran (an admission error, a deletion): a start that failed
             self._reports.not_started_again(gang.job_id, verdict.why)
@@ -280,7 +280,7 @@ class KubernetesEngine(EngineBase):
 
     def _lost(self, gang: Gang, node: str, why: str) -> None:
         """The pod of `node` took its agent with it: its ranks are gone (the job machine decides the rest)."""
-        self.host.gang_event(gang.job_id, NodeVanished(node, why), time.time())
+        self.host.gang_event(gang.job_id, NodeVanished(node, why))
         self._tear_down(gang)
 
     def _workers_gone(self, gang: Gang) -> bool:

@@ -5,7 +5,6 @@ node back), a failure. The job machine decides what follows."""
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable
 
 from cluster.coordinator.engine import CouldNotStart, Disrupted, EngineHost, GangEvent, GangFailed
@@ -20,7 +19,7 @@ class RunReports:
         self._host, self.retries = host, retries
 
     def _handle(self, job_id: str, event: GangEvent) -> None:
-        self._host().gang_event(job_id, event, time.time())
+        self._host().gang_event(job_id, event)
 
     def fail(self, job_id: str, why: str, restartable: bool) -> None:
         self._handle(job_id, GangFailed(why, restartable))

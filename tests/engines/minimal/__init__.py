@@ -36,7 +36,7 @@ class MinimalEngine(EngineBase):
 
     def attach(self, host: EngineHost) -> None:
         self.host = host
-        host.register_node(AgentRecord(NODE, self.slots, (LOOPBACK,), ()), now=time.time(), watched=False)
+        host.register_node(AgentRecord(NODE, self.slots, (LOOPBACK,), ()), (), (), time.time(), watched=False)
         host.on_work_changed(lambda nodes: self.wake.set())
         threading.Thread(target=self._loop, name="minimal-engine", daemon=True).start()
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import atexit
 import logging
-import sys
 import time
 
 import tensorflow as tf
 
 from tfdist.compat import tf_keras_logs
 from tfdist.errors import LaunchEnvironmentError
+from tfdist.exit_watch import watch_for_failure
 from tfdist.modes.base import Process
 
 log = logging.getLogger("tfdist")
@@ -69,7 +69,7 @@ def register_exit_barrier(is_chief: bool) -> None:
     non-zero code) does not wait: the others are stuck without it anyway, and
     waiting only hid the failure from the launcher for the barrier's 30 s.
     """
-    failed = _watch_for_failure()
+    failed = watch_for_failure()
 
     def wait_for_everyone():
         from tensorflow.python.eager import context as tf_context
@@ -84,21 +84,3 @@ def register_exit_barrier(is_chief: bool) -> None:
             log.debug("exit barrier: %s", e)
 
     atexit.register(wait_for_everyone)
-
-
-def _watch_for_failure() -> list:
-    """A list that becomes non-empty when the process is on its way out because of a failure."""
-    failed: list = []
-    previous_hook, previous_exit = sys.excepthook, sys.exit
-
-    def excepthook(kind, value, traceback):
-        failed.append(kind)
-        previous_hook(kind, value, traceback)
-
-    def exit_(code=None):
-        if code not in (None, 0):
-            failed.append(code)
-        previous_exit(code)
-
-    sys.excepthook, sys.exit = excepthook, exit_
-    return failed

@@ -116,3 +116,15 @@ def killed_paused_resumed(cluster, tmp_path, config: str, stopped_steps, total_s
     assert sorted(runs) == [0, 1, 2] and min(runs[2]) == stops[0] + 1, runs  # resumed right after the pause
     assert sorted(set(s for attempt in runs for s in runs[attempt])) == list(range(1, total_steps + 1)), runs
     return cluster, job_id
+
+
+def test_rank_0_keeps_torch_s_store_until_every_rank_has_ended_its_group(tmp_path, marker):
+    """Measured (the restart test above, in a fresh clone's `make test`): the third run trained to its end,
+    rank 0 destroyed its group, and 15 ms later rank 1 died of SIGABRT ("terminate called without an active
+    exception"), failing the job: the store it still used was served by rank 0's process, gone with its group.
+    Here rank 1 uses the store half a second after rank 0 ended its group (without tfdist's keep: Broken pipe)."""
+    script = os.path.join(REPO, "tests", "integration", "workers", "torch_store_after_destroy.py")
+    result = run_cli(["launch", "--slots", "2", "--distribution", "torch", "--", sys.executable, script,
+                      str(tmp_path)], marker, timeout=240)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "[rank=1] STORE rank 0 ended its group" in result.stdout, result.stdout[-2000:]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 from tfdist import envvars
 
@@ -20,8 +20,9 @@ def signal_ready() -> None:
             f.write(str(os.getpid()))
 
 
-def ready_after(module: Any, name: str) -> None:
-    """Wraps `module.name` so that its return signals the worker ready."""
+def ready_after(module: Any, name: str, then: Callable[[Any], None] | None = None) -> None:
+    """Wraps `module.name` so that its return signals the worker ready; `then(module)` runs after it (the
+    mode's own step: torch_exit.after_init)."""
     rendezvous = getattr(module, name)
     if getattr(rendezvous, "_tfdist_ready_after", False):
         return
@@ -30,6 +31,8 @@ def ready_after(module: Any, name: str) -> None:
     def joined(*args, **kwargs):
         result = rendezvous(*args, **kwargs)
         signal_ready()
+        if then is not None:
+            then(module)
         return result
 
     joined._tfdist_ready_after = True  # type: ignore[attr-defined]

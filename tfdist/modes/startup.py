@@ -12,7 +12,7 @@ class Startup:
 
     def __init__(self, refuse_keras_3: bool = False, fix_horovod: bool = False,
                  explain_missing: tuple[str, str] | None = None, ready_after: tuple[str, str] | None = None,
-                 jax_cluster: bool = False):
+                 jax_cluster: bool = False, torch_exit: bool = False):
         # Keras 3 variables under ParameterServerStrategy raise, naming tf.keras (tfdist/compat/keras_ps.py):
         # a refusal, not a patch, so TFDIST_KERAS_PATCH=0 keeps it.
         self.refuse_keras_3 = refuse_keras_3
@@ -26,6 +26,8 @@ class Startup:
         self.ready_after = ready_after
         # `jax.distributed.initialize()` with no arguments finds tfdist's cluster (tfdist/compat/jax_cluster.py).
         self.jax_cluster = jax_cluster
+        # Rank 0 keeps PyTorch's store until every rank has torn its group down (tfdist/compat/torch_exit.py).
+        self.torch_exit = torch_exit
 
 
 NOTHING = Startup()
@@ -39,7 +41,7 @@ STARTUP = {
     "horovod": Startup(fix_horovod=True, explain_missing=("horovod", _HOROVOD_MISSING)),
     "jax": Startup(ready_after=("jax.distributed", "initialize"), jax_cluster=True,
                    explain_missing=("jax", "JAX is not installed for {python}; pip install 'tfdist[jax]' into it")),
-    "torch": Startup(ready_after=("torch.distributed", "init_process_group"),
+    "torch": Startup(ready_after=("torch.distributed", "init_process_group"), torch_exit=True,
                      explain_missing=("torch", "PyTorch is not installed for {python}; pip install torch into it")),
 }
 

@@ -119,7 +119,12 @@ def _after_rendezvous(module):
         from tfdist.compat import jax_cluster
 
         jax_cluster.register()
-    rendezvous.ready_after(module, _STARTUP.ready_after[1])
+    then = None
+    if _STARTUP.torch_exit:
+        from tfdist.compat import torch_exit
+
+        then = torch_exit.after_init
+    rendezvous.ready_after(module, _STARTUP.ready_after[1], then)
 
 
 STARTUP_MODULE = "_tfdist_worker_startup"  # this module's name in sys.modules whatever `sitecustomize` names

@@ -1,18 +1,18 @@
-"""The MWMS exit barrier is skipped by a worker that leaves because it failed: waiting for ranks that are
-stuck without it only hid the failure from the launcher for the barrier's 30 s."""
+"""The exit barriers (MWMS's, torch's store keep) are skipped by a worker that leaves because it failed: waiting
+for ranks that are stuck without it only hid the failure from the launcher for the barrier's 30 s."""
 
 import sys
 
 import pytest
 
-from tfdist import strategy
+from tfdist.exit_watch import watch_for_failure
 
 
 @pytest.fixture
 def watched(monkeypatch):
     monkeypatch.setattr(sys, "excepthook", lambda *a: None)
     monkeypatch.setattr(sys, "exit", sys.exit)
-    return strategy._watch_for_failure()
+    return watch_for_failure()
 
 
 def test_an_uncaught_exception_marks_the_exit_as_a_failure(watched):

@@ -2,7 +2,8 @@
 scenarios on a real coordinator (real SQLite, real gRPC) with each engine behind it and real worker processes:
 the local engine, the agents engine with a real `tfdist agent`, and the tests' own minimal engine
 (tests/engines/minimal/: one package and one registry line). The Kubernetes engine's runs on a real control
-plane and a real node are tests/kubernetes/ (its nodes and pods need a cluster)."""
+plane are tests/kubernetes/: the scenario any engine passes (`placed_then_canceled`) on KWOK's nodes there
+(test_engine_contract_kwok.py), the ones whose workers must run on the real node (test_real_node.py)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,23 @@ def test_a_canceled_gang_s_workers_stop_and_its_node_is_free(cluster, tmp_path):
     assert cluster.core.cancel(job_id, time.time()) == JobState.CANCELED.value
     wait_for(cluster.free, "the node let go of the canceled job (its workers stopped)", timeout=60)
     assert cluster.state(job_id) == JobState.CANCELED
+
+
+def placed_then_canceled(core, submit, free, gone=lambda: True) -> None:
+    """The scenario every engine passes, whatever runs its workers (the Kubernetes engine's KWOK nodes run
+    none: tests/kubernetes/test_engine_contract_kwok.py): a job is placed on the offered node(s), canceled as
+    soon as it is, ends CANCELED, and its nodes are free again with nothing of it left (`gone`)."""
+    job_id = submit()
+    wait_for(lambda: core.store.job(job_id).state in (JobState.STARTING, JobState.RUNNING) and core.allocs.of_job(job_id),
+             "the job placed", timeout=120, logs=lambda: str(core.store.job(job_id)))
+    assert core.cancel(job_id, time.time()) == JobState.CANCELED.value
+    wait_for(lambda: free() and gone(), "its nodes free, nothing of it left", timeout=120,
+             logs=lambda: str(core.allocs.all()))
+    assert core.store.job(job_id).state == JobState.CANCELED
+
+
+def test_a_gang_canceled_as_soon_as_it_is_placed_leaves_nothing(cluster, tmp_path):
+    placed_then_canceled(cluster.core, lambda: cluster.submit(SLEEPS, tmp_path), cluster.free)
 
 
 def test_the_minimal_engine_is_one_package_and_one_registry_line():

@@ -91,10 +91,10 @@ class CoreHost:
             if lifecycle.handover is None:
                 return "this coordinator's engine does not place gangs (Engine.places_gangs)"
             free = {n.name: n.free_slots for n in lifecycle.live.index.nodes.values()}
-            why = placement_problem(self.core.store.job(job_id), attempt, lifecycle.handover.handed,
-                                    [(name, int(slots)) for name, slots in nodes], free)
+            chosen = tuple((name, int(slots)) for name, slots in nodes)
+            why = placement_problem(self.core.store.job(job_id), attempt, lifecycle.handover.handed, chosen, free)
             if not why:
-                lifecycle.place(Assignment(job_id, tuple((name, int(slots)) for name, slots in nodes)), now)
+                lifecycle.place(Assignment(job_id, chosen), now)
             return why
 
     def gang_waiting(self, job_id: str, attempt: int, why: str, now: float) -> bool:

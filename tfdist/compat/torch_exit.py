@@ -57,13 +57,13 @@ def _at_exit(dist: Any, rank: int, size: int, store_address: str, failed: list) 
         if rank != 0:
             if dist.is_initialized():  # its group goes now, while rank 0 still serves the store
                 dist.destroy_process_group()
-            store_request(store_address, "PUT", f"/{SCOPE}/{_run()}-{rank}", b"done", patience=5.0)
+            store_request(store_address, "PUT", f"/{SCOPE}/{rank}", b"done", patience=5.0)
             return
         deadline = time.monotonic() + EXIT_WAIT
         waiting = set(range(1, size))
         while waiting and time.monotonic() < deadline:
             waiting = {r for r in waiting
-                       if store_request(store_address, "GET", f"/{SCOPE}/{_run()}-{r}", patience=5.0)[0] != 200}
+                       if store_request(store_address, "GET", f"/{SCOPE}/{r}", patience=5.0)[0] != 200}
             if waiting:
                 time.sleep(0.05)
         if waiting:
@@ -74,8 +74,3 @@ def _at_exit(dist: Any, rank: int, size: int, store_address: str, failed: list) 
     finally:
         if rank == 0:
             _KEPT.clear()
-
-
-def _run() -> str:
-    """This run's keys apart from an earlier run's (a restart or a resume reuses the store's scope)."""
-    return os.environ.get(envvars.ATTEMPT, "0")

@@ -1,9 +1,9 @@
 """One contract suite, run against every engine (as Flower runs one suite against each LinkState): the same
-scenarios on a real coordinator (real SQLite, real gRPC) with each engine behind it and real worker processes:
-the local engine, the agents engine with a real `tfdist agent`, and the tests' own minimal engine
-(tests/engines/minimal/: one package and one registry line). The Kubernetes engine's runs on a real control
-plane are tests/kubernetes/: the scenario any engine passes (`placed_then_canceled`) on KWOK's nodes there
-(test_engine_contract_kwok.py), the ones whose workers must run on the real node (test_real_node.py)."""
+scenarios (tests/engines/scenarios.py) on a real coordinator (real SQLite, real gRPC) with each engine behind it
+and real worker processes: the local engine, the agents engine with a real `tfdist agent`, and the tests' own
+minimal engine (tests/engines/minimal/: one package and one registry line). The Kubernetes engine runs the same
+scenarios in tests/kubernetes/: every one with its workers in real containers on the real node
+(test_real_node.py), and the one that needs no worker on a KWOK node (test_engine_contract_kwok.py)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ from cluster.coordinator.values import Settings
 from cluster.engines import ENGINES, create_engine, kind
 from cluster.shared.model import JobState
 from tests.conftest import cli_env, stop_processes, wait_for
+from tests.engines import scenarios
+from tests.engines.scenarios import PRINTS
 from tests.specs import flat_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 ENGINES_UNDER_TEST = ("local", "agents", "minimal")
-PRINTS = "import os; print('rank', os.environ['TFDIST_RANK'], 'of', os.environ['TFDIST_SIZE'], flush=True)"
-SLEEPS = "import time; print('up', flush=True); time.sleep(600)"
-RANK_1_FAILS = ("import os, sys, time\nprint('up', flush=True)\n"
-                "if os.environ['TFDIST_RANK'] == '1': sys.exit(3)\ntime.sleep(600)")
 
 
 class Cluster:
@@ -50,20 +48,7 @@ class Cluster:
                                           stderr=open(tmp_path / "agent.log", "a"))
         wait_for(lambda: [a.record.slots for a in self.core.agents.values() if not a.lost] == [2],
                  f"the {name} engine's node offered", timeout=60)
-
-    def submit(self, script: str, tmp_path) -> str:
-        job_id, _ = self.core.submit(flat_spec((sys.executable, "-c", script), slots=2, working_dir=str(tmp_path)),
-                                     now=time.time())
-        return job_id
-
-    def state(self, job_id: str) -> JobState:
-        return self.core.store.job(job_id).state
-
-    def lines(self, job_id: str) -> list[str]:
-        return sorted(line.text for line in self.core.store.logs(job_id) if not line.text.startswith("tfdist"))
-
-    def free(self) -> bool:
-        return not self.core.allocs.all()
+        self.driver = scenarios.InProcess(self.core, (sys.executable,), working_dir=str(tmp_path))
 
     def close(self) -> None:
         self.server.stop(grace=0, engine_timeout=20)
@@ -77,49 +62,9 @@ def cluster(request, tmp_path, marker, monkeypatch):
     made.close()
 
 
-def test_a_placed_gang_runs_and_every_rank_s_output_and_exit_come_back(cluster, tmp_path):
-    job_id = cluster.submit(PRINTS, tmp_path)
-    wait_for(lambda: cluster.state(job_id) == JobState.SUCCEEDED, "the job to succeed", timeout=120,
-             logs=lambda: str(cluster.core.store.job(job_id)))
-    wait_for(lambda: cluster.lines(job_id) == ["rank 0 of 2", "rank 1 of 2"], "both ranks' lines", timeout=30,
-             logs=lambda: str(cluster.lines(job_id)))
-    assert sorted((e.rank, e.exit_code) for e in cluster.core.store.exits(job_id)) == [(0, 0), (1, 0)]
-    wait_for(cluster.free, "the node let go of the job", timeout=60)
-
-
-def test_a_failed_rank_fails_the_gang_naming_it_and_the_others_are_stopped(cluster, tmp_path):
-    job_id = cluster.submit(RANK_1_FAILS, tmp_path)
-    wait_for(lambda: cluster.state(job_id) == JobState.FAILED, "the job to fail", timeout=120,
-             logs=lambda: str(cluster.core.store.job(job_id)))
-    job = cluster.core.store.job(job_id)
-    assert "rank 1" in job.message and "code 3" in job.message, job.message
-    wait_for(cluster.free, "the node let go of the job (rank 0 stopped)", timeout=60)
-
-
-def test_a_canceled_gang_s_workers_stop_and_its_node_is_free(cluster, tmp_path):
-    job_id = cluster.submit(SLEEPS, tmp_path)
-    wait_for(lambda: cluster.lines(job_id) == ["up", "up"], "both workers up", timeout=120,
-             logs=lambda: str(cluster.core.store.job(job_id)))
-    assert cluster.core.cancel(job_id, time.time()) == JobState.CANCELED.value
-    wait_for(cluster.free, "the node let go of the canceled job (its workers stopped)", timeout=60)
-    assert cluster.state(job_id) == JobState.CANCELED
-
-
-def placed_then_canceled(core, submit, free, gone=lambda: True) -> None:
-    """The scenario every engine passes, whatever runs its workers (the Kubernetes engine's KWOK nodes run
-    none: tests/kubernetes/test_engine_contract_kwok.py): a job is placed on the offered node(s), canceled as
-    soon as it is, ends CANCELED, and its nodes are free again with nothing of it left (`gone`)."""
-    job_id = submit()
-    wait_for(lambda: core.store.job(job_id).state in (JobState.STARTING, JobState.RUNNING) and core.allocs.of_job(job_id),
-             "the job placed", timeout=120, logs=lambda: str(core.store.job(job_id)))
-    assert core.cancel(job_id, time.time()) == JobState.CANCELED.value
-    wait_for(lambda: free() and gone(), "its nodes free, nothing of it left", timeout=120,
-             logs=lambda: str(core.allocs.all()))
-    assert core.store.job(job_id).state == JobState.CANCELED
-
-
-def test_a_gang_canceled_as_soon_as_it_is_placed_leaves_nothing(cluster, tmp_path):
-    placed_then_canceled(cluster.core, lambda: cluster.submit(SLEEPS, tmp_path), cluster.free)
+@pytest.mark.parametrize("scenario", scenarios.SCENARIOS, ids=lambda s: s.__name__)
+def test_the_contract_s_scenario(cluster, scenario):
+    scenario(cluster.driver)
 
 
 def test_the_minimal_engine_is_one_package_and_one_registry_line():

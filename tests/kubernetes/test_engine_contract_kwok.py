@@ -1,12 +1,11 @@
 """The engine contract suite's scenario that any engine passes whatever runs its workers
-(tests/integration/test_engine_contract.py: `placed_then_canceled`), for the Kubernetes engine on the real
-control plane with a KWOK node (KWOK runs no process in a pod, so the scenarios that read workers' output and
-exits run on the real node: test_real_node.py). The node carries a label and a taint of its own: this engine
+(tests/engines/scenarios.py: `placed_then_canceled`), for the Kubernetes engine on the real control plane with a
+KWOK node (KWOK runs no process in a pod, so the scenarios that read workers' output and exits run on the real
+node: test_real_node.py). The node carries a label and a taint of its own: this engine
 offers it alone (never another module's KWOK nodes), and no other module's pods or engines take it."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from lightkube.models.core_v1 import NodeSpec, NodeStatus, Taint
@@ -18,9 +17,8 @@ from cluster.coordinator.server import CoordinatorServer
 from cluster.coordinator.values import Settings
 from cluster.engines import create_engine
 from cluster.engines.kubernetes.options import KubernetesOptions
-from tests.integration.test_engine_contract import placed_then_canceled
+from tests.engines import scenarios
 from tests.kubernetes.cluster_helpers import KWOK_LABEL, coordinator_rights, ready, remove_rights, wait_for
-from tests.specs import flat_spec
 
 pytestmark = pytest.mark.timeout(300)
 NS = "tfdist-contract"
@@ -48,9 +46,7 @@ def test_the_kubernetes_engine_passes_the_contract_s_scenario_on_a_kwok_node(pla
         def pods() -> list[str]:
             return [p.metadata.name for p in admin.list(Pod, namespace=NS) if (p.metadata.labels or {}).get("tfdist.io/job")]
 
-        job = flat_spec(("python", "train.py"), slots=8)
-        placed_then_canceled(core, lambda: core.submit(job, now=time.time())[0], lambda: not core.allocs.all(),
-                             lambda: not pods())
+        scenarios.placed_then_canceled(scenarios.InProcess(core, ("python",), slots=8, gone=lambda: not pods()))
     finally:
         if server is not None:
             server.stop(grace=0, engine_timeout=10)

@@ -23,6 +23,7 @@ from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace, Pod, Secret, Service, ServiceAccount
 
+from tests.engines import scenarios
 from tests.kubernetes.cluster_helpers import gone, wait_for
 from tests.kubernetes.real_node import CLUSTER_DOMAIN, LABEL, NODE_IP, POD_SUBNET, TOLERATION, dns_query
 
@@ -304,6 +305,18 @@ def test_the_shipped_coordinator_runs_as_a_pod_on_a_volume_whose_root_is_roots(d
     assert agents.returncode == 0, agents.stderr
     listed = json.loads(agents.stdout)
     assert [(a["name"], a["slots"]) for a in listed["agents"]] == [(deployed.node.name, 2)], listed
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("scenario", scenarios.SCENARIOS, ids=lambda s: s.__name__)
+def test_the_kubernetes_engine_passes_the_contract_s_scenario_with_real_containers(deployed, scenario):
+    """Issue 48, Must 5: the engine contract suite's scenarios (tests/engines/scenarios.py), which the local,
+    agents and minimal engines pass in tests/integration/test_engine_contract.py, run by the Kubernetes engine
+    behind the shipped coordinator's pod, each rank a process in a real container."""
+    from tests.kubernetes.tfdist_on_node import ThroughTheCli
+
+    deployed.idle()
+    scenario(ThroughTheCli(deployed))
 
 
 @pytest.mark.timeout(700)

@@ -205,12 +205,12 @@ class Deployed:
         env.update(HOME=self.home, PYTHONPATH=REPO)
         return env
 
-    def cli(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        """`tfdist ARGS --credentials alice.json --coordinator 127.0.0.1:PORT`, run in the user's own
-        directory (which no pod has)."""
+    def cli(self, *args: str, timeout: float = 600, command: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """`tfdist ARGS --credentials alice.json --coordinator 127.0.0.1:PORT [-- COMMAND]`, run in the user's
+        own directory (which no pod has)."""
         return subprocess.run([*CLI, *args, "--credentials", self.credential, "--coordinator",
-                               f"{self.address}:{self.port}"], cwd=self.home, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout)
+                               f"{self.address}:{self.port}", *(("--", *command) if command else ())], cwd=self.home,
+                              env=self.env(), capture_output=True, text=True, timeout=timeout)
 
     def start(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen([*CLI, *args, "--credentials", self.credential, "--coordinator",
@@ -229,12 +229,7 @@ class Deployed:
     def idle(self) -> None:
         """Waits until the node is offered free again and no job's object is left (a test after a failed one
         starts from a clean cluster, not from a node still held by the last job's terminating pod)."""
-        def free() -> bool:
-            shown = self.cli("agents", "--json", timeout=60)
-            agents = json.loads(shown.stdout)["agents"] if shown.returncode == 0 else []
-            return not self.objects() and any(a["name"] == self.node.name and a["state"] == "ALIVE" and
-                                              a["free_slots"] == a["slots"] for a in agents)
-        wait_for("the node offered free, no job's object left", free, timeout=120, every=1.0)
+        wait_for("the node offered free, no job's object left", ThroughTheCli(self).free, timeout=120, every=1.0)
 
     def objects(self) -> list[str]:
         """What tfdist made for jobs in its namespace (pods, Services, budgets, Secrets)."""
@@ -281,6 +276,53 @@ class Deployed:
             if self.volumes is not None:
                 self.volumes.remove()
             shutil.rmtree(self.home, ignore_errors=True)
+
+
+class ThroughTheCli:
+    """The contract suite's driver (tests/engines/scenarios.py) as a user drives the shipped coordinator: each
+    job submitted with `tfdist launch --detach` from a directory no pod has, read with `tfdist job --json` and
+    `tfdist logs`, canceled with `tfdist cancel`; the node is free when it is offered free again and none of
+    tfdist's objects is left in the namespace. Its workers run in real containers on the real node."""
+
+    patience = 300.0  # a pod's start on a loaded 2-core machine (the image is in the node's containerd already)
+
+    def __init__(self, deployed: Deployed):
+        self.deployed = deployed
+
+    def submit(self, script: str) -> str:
+        done = self.deployed.cli("launch", "--detach", "--slots", "2", command=("python", "-c", script), timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout.strip()
+
+    def state(self, job_id: str) -> str:
+        return self.deployed.job(job_id)["state"]
+
+    def outcome(self, job_id: str) -> str:
+        shown = self.deployed.job(job_id)
+        return f"{shown['state']}: {shown['outcome']}"
+
+    def lines(self, job_id: str) -> list[str]:
+        logs = self.deployed.cli("logs", job_id, timeout=60).stdout
+        return sorted(m.group(1) for m in re.finditer(r"^\[rank=\d+\] (.*)$", logs, re.M)
+                      if not m.group(1).startswith("tfdist"))
+
+    def exits(self, job_id: str) -> list[tuple[int, int]]:
+        return sorted((e["rank"], e["exit_code"]) for e in self.deployed.job(job_id)["exits"])
+
+    def placed(self, job_id: str) -> bool:
+        shown = self.deployed.job(job_id)
+        return shown["state"] in ("STARTING", "RUNNING") and bool(shown["placement"])
+
+    def cancel(self, job_id: str) -> str:
+        done = self.deployed.cli("cancel", job_id, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return self.state(job_id)
+
+    def free(self) -> bool:
+        shown = self.deployed.cli("agents", "--json", timeout=60)
+        agents = json.loads(shown.stdout)["agents"] if shown.returncode == 0 else []
+        return not self.deployed.objects() and any(a["name"] == self.deployed.node.name and a["state"] == "ALIVE" and
+                                                   a["free_slots"] == a["slots"] for a in agents)
 
 
 def steps_by_attempt(out: str) -> dict[int, list[int]]:

@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from cluster.coordinator import exits as exits_lib, job_machine, policy
 from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.engine import EventLock, PlainLock
 from cluster.coordinator.engine_host import CoreHost
 from cluster.coordinator.handover import Handover
 from cluster.coordinator.experiments.runner import Experiments
@@ -31,7 +32,6 @@ from cluster.coordinator.metrics import Telemetry, Throughput
 from cluster.coordinator.intake import Intake
 from cluster.coordinator.nodes.events import NodeEvents
 from cluster.coordinator.store import StateStore
-from cluster.coordinator.user_first import UserFirst, UserFirstLock
 from cluster.coordinator.run_state import Runs
 from cluster.coordinator.values import (AgentLive, BadRequest, ChangeBoard, Lookup, NotFound,  # noqa: F401 (re-exported)
                                         Settings)
@@ -52,11 +52,12 @@ class EventEnd:
 
 
 class CoordinatorCore:
-    def __init__(self, store: StateStore, settings: Settings = Settings(), now: float = 0.0):
+    def __init__(self, store: StateStore, settings: Settings = Settings(), now: float = 0.0,
+                 lock: EventLock | None = None):
+        """`lock`: its engine's (Engine.event_lock: the agents engine lets users' actions go first); None: plain."""
         self.store = store
         self.settings = settings
-        self.lock = UserFirstLock()  # a user's action takes it before agents' events (user_first.py)
-        self.user_first = UserFirst()  # users' actions before agents' heartbeats (user_first.py)
+        self.lock = lock or PlainLock()
         self.board = ChangeBoard()  # per job: wakes log followers
         self.agent_board = ChangeBoard(limit=None)  # per node (all: pokes compare with it): its work changed
         # The nodes, by name (lost ones too): those stored, until their engine says more (the agents engine
@@ -101,7 +102,7 @@ class CoordinatorCore:
         events waiting together share one fsync, and the next event need not wait for it). The changed
         nodes' versions move before the lock is let go; `version_of`: a node whose version then the
         yielded EventEnd gets (the work a heartbeat answers, and the version that covers it exactly).
-        `user`: a user's action, which takes the lock before any waiting node's event (user_first.py)."""
+        `user`: a user's action, which the engine's lock may let go before waiting nodes' events."""
         end = EventEnd()
         with self.lock.for_user() if user else self.lock:
             self.runs.begin()
@@ -225,7 +226,7 @@ class CoordinatorCore:
         return self._act(job_ref, now, job_machine.Resumed())  # a new attempt, from its latest checkpoint
 
     def _act(self, job_ref: str, now: float, event: job_machine.Event) -> str:  # the user's: its state after
-        with self.user_first.user(), self.event(user=True):
+        with self.lock.user_action(), self.event(user=True):
             experiment = self.experiments.resolve(job_ref)  # `eN` or an experiment's id: all its trials
             if experiment is not None:
                 action = {job_machine.Canceled: "cancel", job_machine.PreemptRequested: "preempt",

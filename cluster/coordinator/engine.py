@@ -3,7 +3,8 @@ where its processes run: an `Engine`. The job side never imports an engine; an e
 job side but this module and never writes a job's, an allocation's or a run's state: it offers nodes, carries
 out the verbs the job side gives each node, and answers with typed events through one narrow `EngineHost`.
 
-    Engine       name; serve(front): its own RPC services on the coordinator's server (before it starts);
+    Engine       name; event_lock(): the coordinator's one lock, as its nodes' traffic needs it ordered;
+                 serve(front): its own RPC services on the coordinator's server (before it starts);
                  attach(host): offer its nodes and start watching; tick(now): its periodic watch;
                  peer_addresses(job, nodes): where a run's peers reach each node (None: the node's own
                  address); close(timeout): stop what it started, within the bound
@@ -28,8 +29,10 @@ docs/development.md has a worked skeleton.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable, Collection, Iterable, Mapping, Protocol, Sequence
+import threading
+from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from cluster.coordinator.values import Settings
 from cluster.shared.credentials import Authority
@@ -85,6 +88,49 @@ class GangRequest:
     slots: int
     priority: int = 0
     nodes: tuple[str, ...] = ()
+
+
+class EventLock(Protocol):
+    """The coordinator's one lock: every event (a user's action, a node's report, a watchdog round) holds it.
+    Reentrant. The engine supplies it (Engine.event_lock) because only the engine knows whether its nodes'
+    traffic can crowd users out: the agents engine's 10,000 heartbeating nodes can, and its lock lets users'
+    actions go first (cluster/engines/agents/user_first.py); one node's engine needs no order (PlainLock)."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> Any: ...
+
+    def for_user(self) -> ContextManager[Any]:
+        """Held for a user's action (a submission, a cancel)."""
+
+    def user_action(self) -> ContextManager[Any]:
+        """Around a user's action from its arrival to its answer (a wider span than the lock is held for)."""
+
+    def node_turn(self) -> None:
+        """Before a node's report that will change state takes the lock: it may wait (bounded) for users."""
+
+
+class PlainLock:
+    """The coordinator's lock where nothing orders its waiters: users' actions wait as anything else does."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> "PlainLock":
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+    def for_user(self) -> ContextManager[Any]:
+        return self
+
+    def user_action(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def node_turn(self) -> None:
+        pass
 
 
 class NodeView(Protocol):
@@ -187,6 +233,9 @@ class Engine(Protocol):
     @property
     def name(self) -> str: ...
 
+    def event_lock(self) -> EventLock:
+        """The coordinator's lock (called once, as the coordinator is built, before `serve` and `attach`)."""
+
     def serve(self, front: Front) -> None:
         """Before the coordinator's server starts: add the engine's own RPC services (or nothing)."""
 
@@ -213,7 +262,10 @@ class Engine(Protocol):
 
 
 class EngineBase:
-    """What an engine need not write: no services, no watch, its nodes' own addresses."""
+    """What an engine need not write: a plain lock, no services, no watch, its nodes' own addresses."""
+
+    def event_lock(self) -> EventLock:
+        return PlainLock()
 
     def serve(self, front: Front) -> None:
         pass

@@ -24,7 +24,7 @@ class InProcessClient:
     def submit(self, spec: pb.JobSpec, retry_for: float = 0.0) -> str:
         """`retry_for`: nothing to retry in-process (the Client's signature)."""
         request_checks.check("SubmitJob", pb.SubmitJobRequest(spec=spec))
-        with self.core.user_first.user():
+        with self.core.lock.user_action():
             return self.core.submit(jobspec.from_pb(spec), self.clock(), owner=self.owner)[0]
 
     def job(self, job_id: str) -> pb.Job:

@@ -31,7 +31,8 @@ class CoordinatorProcess:
         """`engine`: where jobs run besides the agents that register (engine.py); None: agents alone."""
         self.store = SqliteStore(f"{state_dir}/{STATE_FILE}" if state_dir != ":memory:" else ":memory:",
                                  retention=Retention(settings.retention_jobs, settings.retention_days))
-        self.core = CoordinatorCore(self.store, settings, now=time.time())
+        self.core = CoordinatorCore(self.store, settings, now=time.time(),
+                                    lock=engine.event_lock() if engine is not None else None)
         self.engine = engine
         self._stop = threading.Event()
         self._checker = threading.Thread(target=self._check_loop, daemon=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import socket
-import sys
 import threading
 import time
 from concurrent import futures
@@ -46,7 +45,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @guard
     def SubmitJob(self, request, context, principal):
         spec = jobspec.from_pb(request.spec)
-        with self.core.user_first.user():  # queued and stored before the nodes' heartbeats take the lock
+        with self.core.lock.user_action():  # queued and stored before the nodes' heartbeats take the lock
             job_id, state = self.submissions.submit(spec, principal.name) if self.submissions else \
                 self.core.submit(spec, self.clock(), owner=principal.name)
         return pb.SubmitJobResponse(job_id=job_id, state=state)
@@ -147,9 +146,6 @@ class CoordinatorServer:
         node ever joins (a stored state, read)."""
         self.authority = authority or Authority.create(hosts=[listen.rsplit(":", 1)[0].strip("[]")])
         self.plaintext = plaintext
-        # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than
-        # Python's default 5 ms, or each of a submit's GIL re-acquisitions waits behind them.
-        sys.setswitchinterval(0.0005)
         self.owns_process = process is None
         self._agent_service = None  # the node protocol's AgentService, once an engine asks for it
         if process is None:

@@ -1,4 +1,5 @@
-"""Users' actions before agents' heartbeats (cluster/coordinator/user_first.py), on a real core."""
+"""Users' actions before agents' heartbeats (cluster/engines/agents/user_first.py: the agents engine's lock), on a
+real core."""
 
 import threading
 
@@ -7,7 +8,7 @@ import pytest
 from tests.agent_core import AgentCore
 from cluster.coordinator.core import Settings
 from cluster.coordinator.store import SqliteStore
-from cluster.coordinator.user_first import USERS_IN_A_ROW, UserFirst, UserFirstLock
+from cluster.engines.agents.user_first import USERS_IN_A_ROW, UserFirstLock
 from cluster.shared.config import ExperimentConfig
 from cluster.shared.model import Address, AgentRecord, JobSpec
 from cluster.shared.work import AgentReport
@@ -31,30 +32,30 @@ def core(tmp_path):
 
 
 def test_a_heartbeat_that_would_change_state_waits_while_a_user_action_is_in_flight(core):
-    core.user_first.agent_wait_most = 30.0  # no bound in this test: only the user's end lets it go
+    core.lock.agent_wait_most = 30.0  # no bound in this test: only the user's end lets it go
     core.heartbeat(AgentReport("a1", (), ()), 1.0)
     answered = threading.Event()
-    with core.user_first.user():
+    with core.lock.user_action():
         beat = threading.Thread(target=lambda: (core.heartbeat(AgentReport("a1", (), ("9-zz",)), 2.0),
                                                 answered.set()))
         beat.start()
-        _wait_until(lambda: core.user_first.agents_waiting == 1, "the heartbeat waits for its turn")
+        _wait_until(lambda: core.lock.agents_waiting == 1, "the heartbeat waits for its turn")
         assert not answered.is_set() and core.agents["a1"].leased == set()  # nothing applied yet
     beat.join(10)
     assert answered.is_set() and core.agents["a1"].leased == {"9-zz"}
 
 
 def test_an_idle_nodes_heartbeat_never_waits(core):
-    with core.user_first.user():
+    with core.lock.user_action():
         assert core.heartbeat(AgentReport("a1", (), ()), 2.0) is not None  # no lock, no wait
         assert core.agents["a1"].last_heartbeat == 2.0
 
 
 def test_agents_wait_at_most_the_bound_however_long_users_keep_coming():
-    first = UserFirst(agent_wait_most=0.01)
-    with first.user():
-        first.agent_turn()  # returns after the bound, though a user action is still in flight
-    first.agent_turn()  # nobody in flight: at once
+    first = UserFirstLock(agent_wait_most=0.01)
+    with first.user_action():
+        first.node_turn()  # returns after the bound, though a user action is still in flight
+    first.node_turn()  # nobody in flight: at once
     assert first.agents_waiting == 0
 
 
@@ -164,3 +165,17 @@ def test_the_lock_is_reentrant_and_refuses_a_release_by_another_thread():
         assert failed
     with lock.for_user():  # let go: free again
         pass
+
+
+def test_the_agents_engine_gives_the_coordinator_the_user_first_lock_and_other_engines_a_plain_one():
+    """Issue 48, Must 3: the ordering is the agents engine's (Engine.event_lock), not the job side's."""
+    from cluster.coordinator.engine import PlainLock
+    from cluster.engines import create_engine, kind
+
+    assert isinstance(create_engine("agents").event_lock(), UserFirstLock)
+    assert isinstance(create_engine("local", kind("local").options(slots=1)).event_lock(), PlainLock)
+    plain = PlainLock()
+    with plain.user_action():
+        plain.node_turn()  # nothing orders a plain lock's waiters: no wait
+        with plain.for_user(), plain:  # reentrant
+            pass

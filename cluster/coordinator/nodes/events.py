@@ -78,7 +78,7 @@ class NodeEvents:
             # The common case, an idle node: no lock, no SQL (an attribute write is atomic).
             agent.last_heartbeat = now
             return Work()
-        host.user_first.agent_turn()
+        host.lock.node_turn()  # users' actions in flight first, where the engine's lock orders them
         with host.event(version_of=name) as event:
             agent = host.agents.get(name)
             if agent is None or agent.lost:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from cluster.coordinator.nodes import reconcile
-from cluster.coordinator.user_first import UserFirstLock
+from cluster.coordinator.engine import EventLock
 from cluster.coordinator.values import AgentLive, Settings
 
 
@@ -16,7 +16,7 @@ class Liveness:
     many agents are alive; `lock`: the core's (taken only when an agent starts or stops beaconing)."""
 
     def __init__(self, agents: Mapping[str, AgentLive], live_count: Callable[[], int], settings: Settings,
-                 lock: UserFirstLock):
+                 lock: EventLock):
         self.agents, self.live_count, self.settings, self.lock = agents, live_count, settings, lock
         self.beaconing: set[str] = set()  # live agents whose beacons prove them alive
         self.update()

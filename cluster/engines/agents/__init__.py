@@ -4,8 +4,10 @@ start and stop runs, travels with each heartbeat's answer); its exits, output an
 same service. A Slurm allocation runs the same agents through srun.
 
 This engine's own (engine.py): UDP beacons (beacons.py), which prove an agent alive between rare heartbeats,
-and the pokes that wake an agent when its work changed; the 10,000-agent measurement (docs/benchmarks.md)
-needs both. It has no options: its agents say what they have when they register."""
+and the pokes that wake an agent when its work changed; the coordinator's lock, which lets users' actions go
+before agents' reports (user_first.py); the interpreter's switch interval for its heartbeat threads. The
+10,000-agent measurement (docs/benchmarks.md) needs all of them. It has no options: its agents say what
+they have when they register."""
 
 from __future__ import annotations
 

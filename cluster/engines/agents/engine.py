@@ -3,12 +3,16 @@ beacons on the coordinator's server; silent agents are found lost on each tick."
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
-from cluster.coordinator.engine import EngineBase, EngineHost, Front
+from cluster.coordinator.engine import EngineBase, EngineHost, EventLock, Front
 
 if TYPE_CHECKING:  # imported by serve(): a coordinator with another engine never loads it
     from cluster.engines.agents.beacons import BeaconService
+
+
+SWITCH_INTERVAL = 0.0005  # seconds a thread keeps the GIL before handing it over (Python's default: 0.005)
 
 
 class AgentsEngine(EngineBase):
@@ -18,11 +22,21 @@ class AgentsEngine(EngineBase):
         self.host: EngineHost | None = None
         self.beacons: BeaconService | None = None
 
+    def event_lock(self) -> EventLock:
+        """Users' actions before its agents' heartbeats (user_first.py)."""
+        from cluster.engines.agents.user_first import UserFirstLock
+
+        return UserFirstLock()
+
     def serve(self, front: Front) -> None:
         """The node protocol's AgentService on the coordinator's server, and liveness beacons on its port
         number (UDP)."""
         from cluster.engines.agents.beacons import BeaconService
 
+        # Hundreds of heartbeat threads share the GIL with a submit: hand it over sooner than Python's
+        # default 5 ms, or each of a submit's GIL re-acquisitions waits behind them (this process's
+        # interpreter: the agents engine's coordinator is a daemon of its own).
+        sys.setswitchinterval(SWITCH_INTERVAL)
         host = front.host
         self.beacons = BeaconService(front.address, front.port, host.node_seen, host.work_version,
                                      secret=front.authority.derived_key("liveness beacons"),

@@ -12,7 +12,7 @@ from cluster.engines.agents.user_first import UserFirstLock
 class AgentCore(CoordinatorCore):
     def __init__(self, store, settings: Settings = Settings(), now: float = 0.0):
         super().__init__(store, settings, now, lock=UserFirstLock())  # the agents engine's (Engine.event_lock)
-        self.liveness, self.handshake = self.nodes.liveness, self.nodes.handshake
+        self.handshake = self.nodes.handshake
 
     def register(self, record, running, leased, now, watched: bool = True) -> None:
         self.nodes.register(record, running, leased, now, watched)

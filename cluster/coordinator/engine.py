@@ -4,13 +4,15 @@ job side but this module and never writes a job's, an allocation's or a run's st
 out the verbs the job side gives each node, and answers with typed events through one narrow `EngineHost`.
 
     Engine       name; event_lock(): the coordinator's one lock, as its nodes' traffic needs it ordered;
-                 serve(front): its own RPC services on the coordinator's server (before it starts);
+                 serve(front): its own RPC services on the coordinator's server (before it starts), each
+                 call through front.call (the credential and role check);
                  attach(host): offer its nodes and start watching; tick(now): its periodic watch;
                  peer_addresses(job, nodes): where a run's peers reach each node (None: the node's own
                  address); close(timeout): stop what it started, within the bound
     EngineHost   the job side as an engine sees it, methods only:
                  nodes      register_node, node_report -> Work (its verbs), node_held_elsewhere,
-                            node_withdrawn, node_seen, check_silent, node, holds, on_work_changed, work_version
+                            node_withdrawn, node_seen, check_silent, node_count, node, holds, on_work_changed,
+                            work_version
                  a node's   report_exit, push_logs, push_metrics
                  output
                  gangs      placement, job, gang_event(GangReady | CouldNotStart | Disrupted | NodeVanished |
@@ -20,9 +22,10 @@ out the verbs the job side gives each node, and answers with typed events throug
                  (reserve), probe its peers, start its share (StartTask: the per-node plan), carry a
                  preemption request, dump stacks, stop (and release) a run
 
-A node speaks the node protocol (cluster/coordinator/nodes/): an agent over gRPC (Front.serve_agents: the
-agents engine, Slurm, a Kubernetes pod's agent), or its engine in-process (the local engine, the Kubernetes
-engine for a node no pod of a run holds). Engines are one package each under cluster/engines/, each declaring
+A node speaks the node protocol (cluster/coordinator/nodes/: what its reports mean, the verbs it gets back):
+an agent over the agents engine's gRPC AgentService (cluster/engines/agents/: agents on machines, Slurm's,
+a Kubernetes pod's, whose engine runs the agents engine for its pods), or its engine in-process (the local
+engine, the Kubernetes engine for a node no pod of a run holds). Engines are one package each under cluster/engines/, each declaring
 its options and flags (cluster/engines/__init__.py: EngineKind), and one line in its registry;
 docs/development.md has a worked skeleton.
 """
@@ -35,7 +38,7 @@ import threading
 from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from cluster.coordinator.values import Settings
-from cluster.shared.credentials import Authority
+from cluster.shared.credentials import Authority, Principal
 from cluster.shared.model import AgentRecord, Allocation, Job, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport, RunningJob, Work
 from tfdist.errors import InternalError
@@ -146,6 +149,10 @@ class NodeView(Protocol):
     def leased(self) -> Collection[str]:  # jobs whose ports it holds
         ...
 
+    @property
+    def beaconing(self) -> bool:  # its beacons prove it alive (node_seen with beacons), since it registered
+        ...
+
 
 class EngineHost(Protocol):
     @property
@@ -154,9 +161,10 @@ class EngineHost(Protocol):
 
     # ------------------------------------------------------------ nodes
     def register_node(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
-                      watched: bool = True, held_elsewhere: int = 0) -> None:
+                      watched: bool = True, held_elsewhere: int = 0, metrics_address: str = "") -> None:
         """A node (re)joins, saying what it runs and holds. `watched`: lost when silent (False: the engine
-        answers for it); `held_elsewhere`: its slots that work outside tfdist holds."""
+        answers for it); `held_elsewhere`: its slots that work outside tfdist holds; `metrics_address`:
+        HOST:PORT of its own /metrics, if it serves one."""
 
     def node_report(self, report: AgentReport, now: float) -> Work | None:
         """What a node runs and holds, its port checks and probes: its work back (None: register again)."""
@@ -166,11 +174,15 @@ class EngineHost(Protocol):
     def node_withdrawn(self, name: str, why: str, now: float) -> None:
         """The engine no longer offers the node: it is lost, and the jobs on it fail saying why."""
 
-    def node_seen(self, name: str, now: float) -> bool:
-        """A sign of life other than a report (a beacon); False if the node is not counted alive."""
+    def node_seen(self, name: str, now: float, beacons: bool = False) -> bool:
+        """A sign of life other than a report; `beacons`: the node's beacons prove it alive from now on
+        until it registers again (`tfdist agents` says so). False if the node is not counted alive."""
 
-    def check_silent(self, now: float) -> None:
-        """Watched nodes silent past `settings.lost_after` are lost (their jobs fail)."""
+    def check_silent(self, now: float) -> list[str]:
+        """Watched nodes silent past `settings.lost_after` are lost (their jobs fail): their names."""
+
+    def node_count(self) -> int:
+        """How many nodes are counted alive."""
 
     def node(self, name: str) -> NodeView | None: ...
 
@@ -213,8 +225,9 @@ class EngineHost(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Front:
     """The coordinator's gRPC server, for an engine's own services: added before it starts, each call
-    through `gate` (the credential and role check every RPC passes). `serve_agents(beacons)` adds the node
-    protocol's AgentService (for nodes that run `tfdist agent`; `beacons`: the agents engine's)."""
+    through `gate` (the credential and role check every RPC passes): `call(method, request, context, handler)`
+    answers one RPC with `handler(request, principal)` once the caller's credential and role passed, and each
+    error as its status code."""
     server: Any  # grpc.Server
     gate: Any  # rpc_edge.Gate
     host: EngineHost
@@ -222,11 +235,12 @@ class Front:
     address: str  # HOST of the listen address
     port: int
     plaintext: bool = False  # served without TLS (--insecure-plaintext): credentials it issues say so
-    serve_agents: Callable[..., None] = dataclasses.field(default=lambda beacons=None: _no_agent_service())
+    call: Callable[[str, Any, Any, Callable[[Any, Principal], Any]], Any] = \
+        dataclasses.field(default=lambda method, request, context, handler: _no_gate(method))
 
 
-def _no_agent_service() -> None:
-    raise InternalError("this Front has no AgentService to serve (its server was built without the node protocol)")
+def _no_gate(method: str) -> None:
+    raise InternalError(f"{method}: this Front checks no credential (built without the coordinator's gate)")
 
 
 class Engine(Protocol):

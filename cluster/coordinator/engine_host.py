@@ -30,8 +30,8 @@ class CoreHost:
 
     # ------------------------------------------------------------ nodes
     def register_node(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
-                      watched: bool = True, held_elsewhere: int = 0) -> None:
-        self.core.nodes.register(record, running, leased, now, watched, held_elsewhere)
+                      watched: bool = True, held_elsewhere: int = 0, metrics_address: str = "") -> None:
+        self.core.nodes.register(record, running, leased, now, watched, held_elsewhere, metrics_address)
 
     def node_report(self, report: AgentReport, now: float) -> Work | None:
         return self.core.nodes.heartbeat(report, now)
@@ -45,11 +45,14 @@ class CoreHost:
                 self.core.node_lost(name, policy.Outcome(JobState.FAILED, why, 1), now)
             self.core.lifecycle.schedule(now)
 
-    def node_seen(self, name: str, now: float) -> bool:
-        return self.core.nodes.liveness.seen(name, now)
+    def node_seen(self, name: str, now: float, beacons: bool = False) -> bool:
+        return self.core.nodes.seen(name, now, beacons)
 
-    def check_silent(self, now: float) -> None:
-        self.core.nodes.check_lost(now)
+    def check_silent(self, now: float) -> list[str]:
+        return self.core.nodes.check_lost(now)
+
+    def node_count(self) -> int:
+        return len(self.core.lifecycle.live.index.nodes)  # one read of a dict's size: no lock
 
     def node(self, name: str) -> NodeView | None:
         return self.core.agents.get(name)

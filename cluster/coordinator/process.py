@@ -80,5 +80,4 @@ class CoordinatorProcess:
     def close(self, engine_timeout: float = 10.0) -> None:
         self.close_engine(engine_timeout)
         self._stop.set()
-        self.core.agent_board.close()  # held WaitForWork calls answer now
         self.store.close()

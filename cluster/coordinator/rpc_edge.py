@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any, Callable
 
 import grpc
 
@@ -27,30 +28,36 @@ def authenticate(authority: Authority, metadata) -> Principal | None:
     return authority.verify(token) if token and len(token) <= MAX_TOKEN_CHARS else None
 
 
-def guard(fn):
+def answer(gate: "Gate", method: str, request, context, handler: Callable[[Any, Principal], Any]):
     """Every RPC passes here: the caller's credential is verified and its role checked (access.RULES) before
-    the handler runs, with the principal handed to it. Domain errors become their status code (each error
-    carries its own); anything else is a bug: logged whole, answered with one line."""
+    `handler(request, principal)` runs. Domain errors become their status code (each error carries its own);
+    anything else is a bug: logged whole, answered with one line. An engine's services call it through
+    Front.call."""
+    telemetry = gate.core.telemetry
+    started = time.perf_counter()
+    try:
+        principal = gate.check(method, request, context.invocation_metadata())
+        request_checks.check(method, request)  # every field in bounds, or INVALID_ARGUMENT naming it
+        return handler(request, principal)
+    except TfdistError as e:
+        if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack
+            log.exception("%s failed", method)
+        telemetry.rpc_errors.labels(method, e.grpc_code).inc()
+        context.abort(grpc.StatusCode[e.grpc_code], str(e))
+    except Exception as e:
+        log.exception("%s failed", method)
+        telemetry.rpc_errors.labels(method, "INTERNAL").inc()
+        context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {method}: {type(e).__name__}: {e}")
+    finally:
+        telemetry.rpc_seconds.labels(method).observe(time.perf_counter() - started)
+
+
+def guard(fn):
+    """A servicer's RPC method through `answer`, the principal handed to it."""
     method = fn.__name__
 
     def wrapper(self, request, context):
-        telemetry = self.core.telemetry
-        started = time.perf_counter()
-        try:
-            principal = self.gate.check(method, request, context.invocation_metadata())
-            request_checks.check(method, request)  # every field in bounds, or INVALID_ARGUMENT naming it
-            return fn(self, request, context, principal)
-        except TfdistError as e:
-            if e.grpc_code == "INTERNAL":  # tfdist's own bug (PlanError, InternalError...): keep its stack
-                log.exception("%s failed", method)
-            telemetry.rpc_errors.labels(method, e.grpc_code).inc()
-            context.abort(grpc.StatusCode[e.grpc_code], str(e))
-        except Exception as e:
-            log.exception("%s failed", method)
-            telemetry.rpc_errors.labels(method, "INTERNAL").inc()
-            context.abort(grpc.StatusCode.INTERNAL, f"coordinator error in {method}: {type(e).__name__}: {e}")
-        finally:
-            telemetry.rpc_seconds.labels(method).observe(time.perf_counter() - started)
+        return answer(self.gate, method, request, context, lambda r, principal: fn(self, r, context, principal))
     wrapper.__name__ = method
     return wrapper
 

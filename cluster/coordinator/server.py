@@ -4,6 +4,7 @@ Domain errors map to status codes here and only here."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import socket
 import threading
@@ -14,7 +15,7 @@ import grpc
 
 from cluster.coordinator import answers, metrics, views
 from cluster.coordinator.experiments import views as experiment_views
-from cluster.coordinator.rpc_edge import Gate, guard
+from cluster.coordinator.rpc_edge import Gate, answer, guard
 from cluster.coordinator.wire_guard import WireGuard
 from cluster.coordinator.engine import ENGINE_THREADS, Engine, Front
 from cluster.coordinator.core import CoordinatorCore, Settings
@@ -147,7 +148,6 @@ class CoordinatorServer:
         self.authority = authority or Authority.create(hosts=[listen.rsplit(":", 1)[0].strip("[]")])
         self.plaintext = plaintext
         self.owns_process = process is None
-        self._agent_service = None  # the node protocol's AgentService, once an engine asks for it
         if process is None:
             if not settings.store_key:  # the job stores' secrets: stable for as long as the authority is
                 settings = dataclasses.replace(settings, store_key=self.authority.derived_key("job store"))
@@ -191,7 +191,7 @@ class CoordinatorServer:
         self.address = f"{host}:{self.port}"
         if self.owns_process and self.process.engine is not None:  # its own services, e.g. the agents'
             self.process.engine.serve(Front(self.server, gate, self.core.host, self.authority, host, self.port,
-                                            plaintext, serve_agents=lambda beacons=None: self._serve_agents(gate, beacons)))
+                                            plaintext, call=functools.partial(answer, gate)))
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:
             try:
@@ -217,14 +217,6 @@ class CoordinatorServer:
     def _scraper(self, token: str) -> Principal | None:
         return self.authority.verify(token)
 
-    def _serve_agents(self, gate, beacons) -> None:
-        """The node protocol's AgentService, for an engine whose nodes run `tfdist agent` (once)."""
-        from cluster.coordinator.nodes.service import AgentServicer, add_to_server
-
-        if self._agent_service is None:
-            self._agent_service = AgentServicer(self.core, self.core.nodes, gate, beacons=beacons)
-            add_to_server(self._agent_service, self.server)
-
     def start(self) -> "CoordinatorServer":
         """The engine attaches first (its services answer from the first call), then the server starts."""
         try:
@@ -247,7 +239,6 @@ class CoordinatorServer:
             self.process.close_engine(engine_timeout)  # its workers' last exits still reach the store
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.stop()
-        self.core.agent_board.close()  # held WaitForWork calls answer now
         self.server.stop(grace).wait()
         self.submissions.stop()
         if self.owns_process:

@@ -3,13 +3,15 @@ over a real socket, and the heartbeat interval an agent gets once its beacons pr
 
 import socket
 import threading
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cluster.coordinator.nodes import reconcile
+from cluster.coordinator.nodes.events import NodeEvents
 from cluster.engines.agents.beacons import REPOKE_AFTER, BeaconBook, BeaconService
-from cluster.coordinator.nodes.liveness import Liveness
+from cluster.engines.agents.liveness import Liveness
+from cluster.shared.heartbeat_budget import heartbeat_interval
 from cluster.coordinator.values import AgentLive, Settings
 from cluster.shared import beacon
 from cluster.shared.model import AgentRecord
@@ -255,7 +257,11 @@ def _live(name):
 def test_an_agent_is_on_the_long_interval_only_once_a_beacon_arrived():
     settings_ = Settings(lost_after=6.0, heartbeat_interval=1.0, max_heartbeats_per_s=250.0)
     agents = {f"n{i}": _live(f"n{i}") for i in range(10_000)}
-    liveness = Liveness(agents, lambda: len(agents), settings_, threading.RLock())
+    # The job side's half as it is (NodeEvents.seen over these nodes); the host's other reads as CoreHost's.
+    nodes = types.SimpleNamespace(host=types.SimpleNamespace(agents=agents, lock=threading.RLock()))
+    host = types.SimpleNamespace(settings=settings_, node=agents.get, node_count=lambda: len(agents),
+                                 node_seen=lambda name, now, beacons=False: NodeEvents.seen(nodes, name, now, beacons))
+    liveness = Liveness(host)
     assert liveness.interval("n0") == 2.0  # 10,000 on heartbeats: three within lost_after
     for i in range(0, 10_000, 2):  # every other agent beacons
         assert liveness.seen(f"n{i}", 5.0)
@@ -264,13 +270,16 @@ def test_an_agent_is_on_the_long_interval_only_once_a_beacon_arrived():
     assert liveness.interval("n1") == 2.0  # its heartbeats still prove it alive: capped by lost_after
     agents["n0"].lost = True
     assert not liveness.seen("n0", 9.0) and agents["n0"].last_heartbeat == 5.0  # a lost node stays lost
+    agents["n2"] = _live("n2")  # n2 registered again: until its new beacons come, its heartbeats prove it alive
+    liveness.gone("n2")
+    assert liveness.interval("n2") == 2.0 and liveness.seen("n2", 9.0) and liveness.interval("n2") == 20.0
 
 
 def test_beacon_agents_heartbeat_within_the_budget_not_within_lost_after():
     s = Settings(lost_after=6.0, heartbeat_interval=1.0, max_heartbeats_per_s=250.0)
-    assert reconcile.heartbeat_interval(10_000, s) == 2.0
-    assert reconcile.heartbeat_interval(10_000, s, beacons=True) == 40.0
-    assert reconcile.heartbeat_interval(10, s, beacons=True) == 1.0
+    assert heartbeat_interval(10_000, s) == 2.0
+    assert heartbeat_interval(10_000, s, beacons=True) == 40.0
+    assert heartbeat_interval(10, s, beacons=True) == 1.0
     assert beacon.interval(s.lost_after) == 1.5
 
 

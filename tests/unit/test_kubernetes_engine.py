@@ -110,8 +110,8 @@ def start(core, api, start_timeout=60.0) -> KubernetesEngine:
     engine = KubernetesEngine(KubernetesOptions(namespace="ml", image="tfdist:1", start_timeout=start_timeout),
                               api_factory=api)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(1))  # never started: the services are only added
-    engine.serve(Front(server, None, core.host, Authority.create(), "127.0.0.1", 7470,
-                       serve_agents=lambda beacons=None: None))  # the AgentService: test_engine.py's real one
+    engine.serve(Front(server, None, core.host, Authority.create(), "127.0.0.1", 7470))  # its pods' AgentService
+    # is added to the server, which never starts (test_engine.py has the real one)
     core.attach_engine(engine)
     return engine
 

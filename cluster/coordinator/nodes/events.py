@@ -7,7 +7,8 @@ applies. Agent work is level-triggered: derived on every heartbeat from the dura
 messages a restart could lose.
 
 Every engine's nodes speak it, through the engine host (cluster/coordinator/engine_host.py): agents over
-gRPC (service.py), the local engine in-process for its one node (`watched=False`: an engine's own node is never
+the agents engine's gRPC AgentService (cluster/engines/agents/service.py, which also keeps their liveness and
+long poll), the local engine in-process for its one node (`watched=False`: an engine's own node is never
 lost for silence)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from cluster.coordinator import job_machine, policy
 from cluster.coordinator.values import AgentLive, BadRequest, Lookup
 from cluster.coordinator.nodes import reconcile, work as work_lib
 from cluster.coordinator.nodes.handshake import Handshake
-from cluster.coordinator.nodes.liveness import Liveness
+from cluster.shared.heartbeat_budget import heartbeat_interval
 from cluster.shared.model import AgentRecord, Allocation, AllocState
 from cluster.shared.work import AgentReport, RunningJob, Work
 
@@ -31,18 +32,17 @@ class NodeEvents:
         self.host = host
         self.restart_grace(now)
         self.handshake = Handshake(host)
-        self.liveness = Liveness(host.agents, lambda: len(host.lifecycle.live.index.nodes), host.settings, host.lock)
 
     def restart_grace(self, now: float) -> None:
         """After a coordinator's restart every known agent gets a full grace period to re-attach, from `now`
         (as its engine attaches): lost_after, plus the longest heartbeat interval it may have been given (its
         beacons count again once a heartbeat confirms them)."""
-        grace = reconcile.heartbeat_interval(len(self.host.agents), self.host.settings, beacons=True)
+        grace = heartbeat_interval(len(self.host.agents), self.host.settings, beacons=True)
         for agent in self.host.agents.values():
             agent.last_heartbeat = max(agent.last_heartbeat, now + grace)
 
     def register(self, record: AgentRecord, running: Sequence[RunningJob], leased: Iterable[str], now: float,
-                 watched: bool = True, held_elsewhere: int = 0) -> None:
+                 watched: bool = True, held_elsewhere: int = 0, metrics_address: str = "") -> None:
         """An agent (re)joins, saying what it runs and which jobs' ports it holds (on heartbeats until its
         first beacon arrives, if it beacons). `watched`: lost when silent (False: an engine's own node);
         `held_elsewhere`: its slots work outside tfdist holds (AgentLive.held_elsewhere)."""
@@ -58,8 +58,8 @@ class NodeEvents:
                               leased=set(leased), attempts={j.job_id: j.attempt for j in running}, watched=watched,
                               held_elsewhere=held_elsewhere)
             host.agents[record.name] = agent
+            host.metrics_addresses[record.name] = metrics_address
             host.lifecycle.node_changed(record.name)
-            self.liveness.gone(record.name)
             log.info("agent %s %s: %d %s slots, running %s", record.name, "re-attached" if previous else "registered",
                      record.slots, "GPU" if record.gpu else "CPU", sorted(agent.running) or "nothing")
             self._reconcile(agent, now, came_back=True)
@@ -117,18 +117,36 @@ class NodeEvents:
             host.lifecycle.node_changed(name)
             host.lifecycle.schedule(now)
 
-    def check_lost(self, now: float) -> None:
-        """Declares silent agents lost, failing and freeing their jobs. Called periodically (Engine.tick)."""
+    def check_lost(self, now: float) -> list[str]:
+        """Declares silent agents lost, failing and freeing their jobs; returns their names. Called periodically
+        (Engine.tick)."""
         host = self.host
         silent = reconcile.lost_agents(list(host.agents.values()), now, host.settings.lost_after)  # no lock: reads
         if not silent:
-            return
+            return []
+        lost = []
         with host.event():
             for name, silence in reconcile.still_silent(host.agents, silent, now, host.settings.lost_after):
-                self.liveness.gone(name)
                 host.node_lost(name, policy.lost(name, silence), now)
+                lost.append(name)
                 log.warning("agent %s lost: no heartbeat or beacon for %.1fs", name, silence)
             host.lifecycle.schedule(now)
+        return lost
+
+    def seen(self, name: str, now: float, beacons: bool = False) -> bool:
+        """A sign of life from `name` other than a report (a beacon): alive now. False if it is not counted
+        alive (lost, unknown): it must heartbeat, and so learn that it registers again. No lock but where its
+        liveness changes (an attribute write, as an idle heartbeat's)."""
+        agent = self.host.agents.get(name)
+        if agent is None or agent.lost:
+            return False
+        agent.last_heartbeat = max(agent.last_heartbeat, now)
+        if beacons and not agent.beaconing:  # its first beacon (since it registered, or this coordinator started)
+            with self.host.lock:
+                if agent.lost or self.host.agents.get(name) is not agent:
+                    return False
+                agent.beaconing = True
+        return True
 
     def _attempt(self, job_id: str) -> int | None:
         job = self.host.store.job(job_id)

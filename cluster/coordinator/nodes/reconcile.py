@@ -13,7 +13,7 @@ import enum
 from typing import Collection, Iterable, Mapping, Sequence
 
 from cluster.coordinator import policy
-from cluster.coordinator.values import AgentLive, Reads, Settings
+from cluster.coordinator.values import AgentLive, Reads
 from cluster.shared.model import Allocation, AllocState
 
 RESTARTED = "restarted (its agent registered again without the job's workers)"
@@ -95,14 +95,3 @@ def still_silent(agents: Mapping[str, AgentLive], silent: Iterable[tuple[str, fl
     so that a submission never waits for it), those still live and silent now, under the lock: not heard
     from meanwhile, nor registered again."""
     return lost_agents([a for name, _ in silent if (a := agents.get(name)) is not None], now, lost_after)
-
-
-def heartbeat_interval(alive: int, settings: Settings, beacons: bool = False) -> float:
-    """Agents heartbeat every `heartbeat_interval` seconds, stretched so that all `alive` of them together
-    send at most `max_heartbeats_per_s` (a Python gRPC server spends about 0.65 ms of CPU per call). An
-    agent whose heartbeats prove it alive never goes so long that fewer than three fit in `lost_after`;
-    one whose beacons do (`beacons`) heartbeats only to report and fetch work, which pokes bring forward."""
-    wanted = max(settings.heartbeat_interval, alive / settings.max_heartbeats_per_s)
-    if beacons:
-        return wanted
-    return min(wanted, max(settings.heartbeat_interval, settings.lost_after / 3))

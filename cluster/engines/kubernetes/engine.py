@@ -7,7 +7,8 @@ agents' protocol (cluster/coordinator/nodes/events.py). While no pod runs on a n
 in-process; when a job's run is placed, every node of the gang asks to lease its ports, and once all of them
 do, the engine creates the run's objects together (manifests.py: the Secret with each pod's run credential,
 the headless Service, the pods). Each pod runs `tfdist agent --only-run JOB/ATTEMPT` as its node's agent:
-it registers over the AgentService this engine serves, leases and probes the ports, starts the node's
+it registers over the agents engine's AgentService (this engine runs one for its pods, without beacons:
+create_engine through the registry, no import), leases and probes the ports, starts the node's
 workers and ships their output, exits and progress, exactly as an agent on a machine does, so logs, metrics,
 the watchdogs, the job store, preemption and restarts are the agents' own. The pods are watched through the
 API (gangs.py decides): a gang not all Running within its bound is torn down and placed again (or failed, if
@@ -25,7 +26,8 @@ import threading
 import time
 from typing import Any, Sequence
 
-from cluster.coordinator.engine import EngineBase, EngineHost, Front, GangReady, NodeVanished
+from cluster.coordinator.engine import Engine, EngineBase, EngineHost, EventLock, Front, GangReady, NodeVanished
+from cluster.engines import create_engine, kind
 from cluster.engines.kubernetes import gangs, manifests, run_objects
 from cluster.engines.kubernetes.gangs import Gang
 from cluster.engines.kubernetes.reports import RunReports
@@ -53,6 +55,9 @@ class KubernetesEngine(EngineBase):
     def __init__(self, options: KubernetesOptions, api_factory=Api):
         self.options = options
         self._api_factory = api_factory
+        # Its pods' agents speak the agents' protocol: the agents engine serves and watches them (no beacons
+        # leave a pod).
+        self.agents: Engine = create_engine("agents", kind("agents").options(beacons=False))
         self.api: Api | None = None
         self._host: EngineHost | None = None
         self._authority: Any = None
@@ -74,15 +79,19 @@ class KubernetesEngine(EngineBase):
         self._threads: list[threading.Thread] = []
 
     # ---------------------------------------------------------------- the Engine protocol
+    def event_lock(self) -> EventLock:
+        return self.agents.event_lock()
+
     def serve(self, front: Front) -> None:
-        """The node protocol's AgentService, which its pods' agents speak (no beacons: a pod heartbeats)."""
+        """The agents engine's AgentService, which its pods' agents speak."""
         self._authority, self._plaintext = front.authority, front.plaintext
         self._advertise = self._advertise or f"{front.address}:{front.port}"
-        front.serve_agents()
+        self.agents.serve(front)
 
     def attach(self, host: EngineHost) -> None:
         if self._authority is None:
             raise InternalError("the Kubernetes engine needs the coordinator's server (Engine.serve) before attach")
+        self.agents.attach(host)
         self._host = host
         self.api = self._api_factory(self.options.namespace, self.options.kubeconfig)
         host.on_work_changed(self._work_changed)
@@ -100,7 +109,7 @@ class KubernetesEngine(EngineBase):
     def tick(self, now: float) -> None:
         """Pods' agents silent past lost_after are lost (their runs fail), as agents are."""
         if self._host is not None:
-            self._host.check_silent(now)
+            self.agents.tick(now)
 
     def close(self, timeout: float) -> None:
         """Its threads stop; the pods and their agents outlive the coordinator (a restarted one re-adopts them)."""
@@ -108,6 +117,7 @@ class KubernetesEngine(EngineBase):
         self._wake.set()
         for thread in self._threads:
             thread.join(timeout=min(timeout, 5.0))
+        self.agents.close(timeout)
         if self.api is not None:  # what it asked of the API server (benchmarks/kubernetes_gangs.py reads it)
             log.info("kubernetes: API calls made: %s", ", ".join(f"{k}={v}" for k, v in sorted(self.api.calls.items())))
 

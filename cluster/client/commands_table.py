@@ -152,14 +152,19 @@ AGENT = Command("agent", "run a node agent", _handler("daemon_commands", "run_ag
 ))
 
 CREDENTIALS_COMMAND = Command(
-    "credentials", "make a cluster's CA and certificate, and credentials for nodes and users",
+    "credentials", "issue, list and revoke credentials for nodes and users (or make a cluster's CA and certificate)",
     _handler("credentials_commands", "make_credentials"), description=(
-        "Makes DIR the cluster's credentials directory if it is not one yet (a CA, the coordinator's TLS "
-        "certificate, a secret; or your site's certificates with --site-cert/--site-key/--site-ca), then writes "
-        "one credential file per --node/--user/--admin/--monitor into DIR/issued (or -o FILE for one). Give "
-        "each node its file (`tfdist agent --credentials FILE`) and each user theirs (`--credentials FILE`)."),
+        "Without DIR, asks a running coordinator with an admin credential (--coordinator, --credentials): one "
+        "credential file per --node/--user/--admin/--monitor, written here as KIND-NAME.json (or -o FILE for "
+        "one); --list what it issued and revoked; --revoke KIND:NAME refuses every credential of that name issued "
+        "so far, and nothing else. With DIR, on the coordinator's host: makes DIR the cluster's credentials "
+        "directory if it is not one yet (a CA, the coordinator's TLS certificate, a secret; or your site's "
+        "certificates with --site-cert/--site-key/--site-ca), then writes the credential files into DIR/issued. "
+        "Every credential expires (--days; by default 90 days for users and admins, 365 for nodes and monitors). "
+        "Give each node its file (`tfdist agent --credentials FILE`) and each user theirs (`--credentials FILE`)."),
     args=(
-        arg("dir", metavar="DIR", help="the credentials directory (`tfdist coordinator --credentials-dir DIR`)"),
+        arg("dir", metavar="DIR", nargs="?", help="the credentials directory (`tfdist coordinator --credentials-dir "
+                                                  "DIR`); without it, a running coordinator issues them"),
         arg("--node", action="append", default=[], metavar="NAME", help="a node credential for NAME (repeatable)"),
         arg("--user", action="append", default=[], metavar="NAME", help="a user credential (repeatable)"),
         arg("--admin", action="append", default=[], metavar="NAME", help="an admin credential: acts on every job"),
@@ -168,7 +173,20 @@ CREDENTIALS_COMMAND = Command(
                                                 "cluster CA (ca.pem) into DIR, the files a Prometheus scrape job reads"),
         arg("--host", action="append", default=[], metavar="NAME_OR_IP",
             help="a name or address the coordinator is reached at (into a new certificate; repeatable)"),
-        arg("--coordinator", metavar="HOST:PORT", help="written into the files, so their holders need no --coordinator"),
+        arg("--coordinator", metavar="HOST:PORT", help="without DIR: the coordinator to ask (default "
+                                                       f"${COORDINATOR_ENV}); with DIR: written into the files, so "
+                                                       "their holders need no --coordinator"),
+        arg("--credentials", metavar="FILE", default_from=_env(CREDENTIALS_ENV),
+            help=f"without DIR: your admin credential (default ${CREDENTIALS_ENV}; a coordinator you run on this "
+                 "machine needs none)"),
+        arg("--days", type=float, metavar="N", help="how long the credentials hold (default 90 for users and admins, "
+                                                    "365 for nodes and monitors)"),
+        arg("--list", action="store_true", help="without DIR: the credentials the coordinator issued, and the names "
+                                                "revoked"),
+        arg("--revoke", action="append", default=[], metavar="KIND:NAME",
+            help="without DIR: refuse every credential of KIND (user, admin, monitor, node) NAME issued until now "
+                 "(repeatable); one issued afterwards holds"),
+        JSON,
         arg("-o", "--output", metavar="FILE", help="the file for the one credential asked for"),
         arg("--site-cert", metavar="PEM", help="your site's certificate for the coordinator (with --site-key, --site-ca)"),
         arg("--site-key", metavar="PEM"),

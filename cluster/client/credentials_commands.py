@@ -1,9 +1,11 @@
-"""`tfdist credentials DIR ...`: what a small cluster needs, in one command.
+"""`tfdist credentials ...`: a cluster's credentials.
 
-DIR becomes the cluster's credentials directory the first time (a CA, the coordinator's certificate, the
-secret credentials are signed with; or a site's own certificates), and every --node/--user/--admin/--monitor
-asked for is written as one 0600 credential file. Running it again on the same DIR issues more
-credentials under the same authority.
+Without DIR, a running coordinator issues, lists and revokes them for an admin credential, over its API (no
+shell on the coordinator's host, no copy of its secret): each credential asked for is written here as one
+0600 file. With DIR, on the coordinator's host: DIR becomes the cluster's credentials directory the first time
+(a CA, the coordinator's certificate, the secret credentials are signed with; or a site's own certificates),
+and every --node/--user/--admin/--monitor asked for is written as one 0600 credential file; running it again
+on the same DIR issues more under the same authority. Every credential expires (--days).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 
 from cluster.client.usage import UsageError
-from cluster.shared.credentials import Authority, CredentialError, check_name
+from cluster.shared.credentials import Authority, CredentialError, check_days, check_name
 from tfdist.private_files import private_dir, write_private
 
 
@@ -43,6 +45,18 @@ def _authority(args) -> tuple[Authority, bool]:
 
 def make_credentials(args) -> int:
     wanted = [(kind, name) for kind in ("node", "user", "admin", "monitor") for name in getattr(args, kind)]
+    if args.days is not None:
+        try:
+            check_days(args.days)
+        except CredentialError as e:
+            raise UsageError(f"tfdist credentials: --days: {e}") from None
+    if not args.dir:
+        from cluster.client.credentials_api import ask_coordinator
+
+        return ask_coordinator(args, wanted)
+    if args.list or args.revoke:
+        raise UsageError("tfdist credentials: --list and --revoke ask a running coordinator (its book of revoked "
+                         "names is its own): drop DIR and give --coordinator HOST:PORT with an admin --credentials FILE")
     try:
         for kind, name in wanted:
             check_name(kind, name)
@@ -60,7 +74,7 @@ def make_credentials(args) -> int:
               f"tfdist coordinator --credentials-dir {args.dir}")
     issued = os.path.join(args.dir, "issued")
     for kind, name in wanted:
-        credential = authority.issue(kind, name, args.coordinator or "", args.insecure_plaintext)
+        credential = authority.issue(kind, name, args.coordinator or "", args.insecure_plaintext, args.days)
         path = args.output or os.path.join(private_dir(issued), f"{kind}-{name}.json")
         credential.save(path)
         print(f"{kind} {name}: {path}")

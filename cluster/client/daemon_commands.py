@@ -20,6 +20,7 @@ from tfdist.errors import UserError
 from tfdist.private_files import daemon_umask, private_dir
 
 STOP_DEADLINE = 10.0  # seconds a daemon may take to stop after SIGTERM, whatever the other side does
+LOCAL_ADMIN_DAYS = 365  # the coordinator daemon's own user's credential (published on this machine, 0600)
 
 
 def _setup_daemon_logging(verbosity: str) -> None:
@@ -124,7 +125,8 @@ def run_coordinator(args) -> int:
                         max_log_lines=args.max_log_lines)
     server = CoordinatorServer(args.state_dir, args.listen, authority, settings, engine=engine,
                                plaintext=args.insecure_plaintext, http_listen=http_address(args.listen, args.http)).start()
-    published = publish_local(server.issue("admin", user_name()), server.port)
+    # Its own user's, for tfdist commands on this machine: as long as a daemon may run without a restart.
+    published = publish_local(server.issue("admin", user_name(), days=LOCAL_ADMIN_DAYS), server.port)
     transport = "plaintext" if args.insecure_plaintext else "TLS"
     print(f"tfdist coordinator listening on {server.address} ({transport}; state in {args.state_dir})", flush=True)
     if server.metrics_endpoint is not None:

@@ -13,6 +13,7 @@ tests/unit/test_access_matrix.py fails on it), so a new RPC cannot slip past aut
   every user, with environment values never shown back (answers.redact).
 - A monitor credential reads: job lists and details, agents, metrics. It changes nothing and reads no logs
   (logs may hold anything a script prints).
+- Credentials are an admin's alone to issue, list and revoke (credential_book.py).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ RULES: dict[str, Rule] = {
     "GetMetrics": _rule(*READ, owned=True),
     "GetExperiment": _rule(*READ),
     "ListExperiments": _rule(*READ),
+    "IssueCredential": _rule(ADMIN),
+    "ListCredentials": _rule(ADMIN),
+    "RevokeCredential": _rule(ADMIN),
     # service AgentService: nodes, each only as itself
     "Register": _rule(NODE, RUN, agent_field=lambda r: r.agent.name),
     "Heartbeat": _rule(NODE, RUN, agent_field=lambda r: r.agent),

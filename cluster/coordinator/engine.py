@@ -227,7 +227,8 @@ class Front:
     """The coordinator's gRPC server, for an engine's own services: added before it starts, each call
     through `gate` (the credential and role check every RPC passes): `call(method, request, context, handler)`
     answers one RPC with `handler(request, principal)` once the caller's credential and role passed, and each
-    error as its status code."""
+    error as its status code; `verify(token)`: who a token names, if it still holds (not expired, not
+    revoked), for what an engine checks itself (an agent's /metrics scraper)."""
     server: Any  # grpc.Server
     gate: Any  # rpc_edge.Gate
     host: EngineHost
@@ -237,6 +238,7 @@ class Front:
     plaintext: bool = False  # served without TLS (--insecure-plaintext): credentials it issues say so
     call: Callable[[str, Any, Any, Callable[[Any, Principal], Any]], Any] = \
         dataclasses.field(default=lambda method, request, context, handler: _no_gate(method))
+    verify: Callable[[str], Principal | None] = lambda token: None  # who a token names, if it still holds
 
 
 def _no_gate(method: str) -> None:

@@ -275,11 +275,23 @@ def _report_metrics(request) -> None:
     _metrics(request.metrics, "metrics")
 
 
+def _credential_name(request) -> None:
+    text(request.kind, "kind", 16)
+    text(request.name, "name", 128)
+
+
+def _issue_credential(request) -> None:
+    _credential_name(request)
+    finite(request.days, "days")
+
+
 RULES: dict[str, Callable[[Any], None]] = {
     "SubmitJob": lambda request: None,  # the spec: jobspec.from_pb(validate=True) runs check_config
     "GetJob": _by_job, "CancelJob": _by_job, "PreemptJob": _by_job, "ResumeJob": _by_job,
     "ListJobs": _list_jobs, "GetLogs": _get_logs, "GetMetrics": _get_metrics, "ListAgents": lambda request: None,
     "GetExperiment": lambda request: _experiment_id(request.experiment_id), "ListExperiments": lambda request: None,
+    "IssueCredential": _issue_credential, "ListCredentials": lambda request: None,
+    "RevokeCredential": lambda request: _credential_name(request),
     "Register": _register, "Heartbeat": _heartbeat, "WaitForWork": _wait_for_work, "ReportExit": _report_exit,
     "PushLogs": _push_logs, "ReportMetrics": _report_metrics, "CheckScrapeToken": _check_scrape_token,
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import grpc
 
@@ -13,7 +13,7 @@ from cluster.coordinator import access, request_checks
 from cluster.coordinator.experiments import views as experiment_views
 from cluster.coordinator.core import CoordinatorCore
 from cluster.shared.auth import bearer_token
-from cluster.shared.credentials import Authority, Principal, parse_run_name
+from cluster.shared.credentials import Principal, parse_run_name
 from tfdist.errors import NotFoundError, PermissionDeniedError, TfdistError, UnauthenticatedError, UserError
 
 log = logging.getLogger("tfdist.coordinator")
@@ -22,10 +22,24 @@ NO_CREDENTIAL = ("missing or wrong credential: pass --credentials FILE (or set T
                  "credential this coordinator issued")
 
 
-def authenticate(authority: Authority, metadata) -> Principal | None:
-    """Who a call's token names, or None (no token, too long, or not one `authority` issued)."""
+class Verifier(Protocol):
+    """What checks a token: the coordinator's CredentialBook (its authority, expiry and revocations)."""
+
+    def verify(self, token: str) -> Principal | None: ...
+
+    def problem(self, token: str) -> str: ...
+
+
+def authenticate(verifier: Verifier, metadata) -> Principal | None:
+    """Who a call's token names, or None (no token, too long, expired, revoked, or not one this cluster issued)."""
     token = bearer_token(metadata)
-    return authority.verify(token) if token and len(token) <= MAX_TOKEN_CHARS else None
+    return verifier.verify(token) if token and len(token) <= MAX_TOKEN_CHARS else None
+
+
+def refusal(verifier: Verifier, metadata) -> str:
+    """What a refused caller is told: why its token no longer holds where it is one this cluster signed."""
+    token = bearer_token(metadata)
+    return (verifier.problem(token) if token and len(token) <= MAX_TOKEN_CHARS else "") or NO_CREDENTIAL
 
 
 def answer(gate: "Gate", method: str, request, context, handler: Callable[[Any, Principal], Any]):
@@ -63,16 +77,16 @@ def guard(fn):
 
 
 class Gate:
-    """Authenticates a call's token against the authority, then applies access.decide."""
+    """Authenticates a call's token (the credential book), then applies access.decide."""
 
-    def __init__(self, authority: Authority, core: CoordinatorCore):
-        self.authority, self.core = authority, core
+    def __init__(self, verifier: Verifier, core: CoordinatorCore):
+        self.verifier, self.core = verifier, core
         self.reader = core.store.reader()  # owners are read without the coordinator's lock (log followers)
 
     def check(self, method: str, request, metadata) -> Principal:
-        principal = authenticate(self.authority, metadata)
+        principal = authenticate(self.verifier, metadata)
         if principal is None:
-            raise UnauthenticatedError(NO_CREDENTIAL)
+            raise UnauthenticatedError(refusal(self.verifier, metadata))
         access.decide(method, principal, request, self._owner_of)
         if principal.kind == access.RUN:
             self._check_run(principal)

@@ -19,6 +19,8 @@ from cluster.coordinator.rpc_edge import Gate, answer, guard
 from cluster.coordinator.wire_guard import WireGuard
 from cluster.coordinator.engine import ENGINE_THREADS, Engine, Front
 from cluster.coordinator.core import CoordinatorCore, Settings
+from cluster.coordinator.credential_book import CredentialBook
+from cluster.coordinator.credential_calls import CredentialCalls
 from cluster.coordinator.process import CoordinatorProcess
 from cluster.shared import jobspec
 from cluster.shared.listen import bind_failure
@@ -37,8 +39,10 @@ FOLLOWER_THREADS = 64  # long-polling log followers on top; more followers poll 
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
-    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time, submissions: SubmitQueue | None = None):
+    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time, submissions: SubmitQueue | None = None,
+                 credentials: CredentialCalls | None = None):
         self.core, self.gate, self.clock = core, gate, clock
+        self.credentials = credentials  # an administrator's issuing, listing and revoking (None: refused)
         self.submissions = submissions  # None: each submission is its own event (in-process tests)
         self.follower = views.LogFollower(core)
         self.follow_slots = threading.BoundedSemaphore(FOLLOWER_THREADS)
@@ -81,6 +85,23 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     @guard
     def ListExperiments(self, request, context, principal):
         return experiment_views.experiments_answer(self.follower.reader)
+
+    @guard
+    def IssueCredential(self, request, context, principal):
+        return self._credentials().issue(request, principal)
+
+    @guard
+    def ListCredentials(self, request, context, principal):
+        return self._credentials().listing()
+
+    @guard
+    def RevokeCredential(self, request, context, principal):
+        return self._credentials().revoke(request, principal)
+
+    def _credentials(self) -> CredentialCalls:
+        if self.credentials is None:
+            raise UserError("this coordinator issues no credentials through its API")
+        return self.credentials
 
     @guard
     def GetLogs(self, request, context, principal):
@@ -154,6 +175,8 @@ class CoordinatorServer:
             process = CoordinatorProcess(state_dir, settings, engine)
         self.process = process
         self.store, self.core = process.store, process.core
+        # Who may still use a credential (expiry, revocations): kept with the state it serves.
+        self.book = CredentialBook(self.authority, state_dir if self.owns_process else "")
         try:
             self._serve(listen, max_workers, plaintext, http_listen)
         except BaseException:
@@ -167,12 +190,13 @@ class CoordinatorServer:
                    ("grpc.so_reuseport", 0)]
         threads = max_workers + FOLLOWER_THREADS + ENGINE_THREADS
         # Undecodable requests: a one-line status, and a rate-limited log line (wire_guard).
-        wire = WireGuard(self.authority, lambda method, code: self.core.telemetry.rpc_errors.labels(method, code).inc())
+        wire = WireGuard(self.book, lambda method, code: self.core.telemetry.rpc_errors.labels(method, code).inc())
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options, interceptors=[wire])
-        gate = Gate(self.authority, self.core)
+        gate = Gate(self.book, self.core)
         self.submissions = SubmitQueue(self.core.submit_batch)  # concurrent submissions share a transaction
-        pb_grpc.add_CoordinatorServicer_to_server(CoordinatorServicer(self.core, gate, submissions=self.submissions),
-                                                  self.server)
+        servicer = CoordinatorServicer(self.core, gate, submissions=self.submissions,
+                                       credentials=CredentialCalls(self.book, lambda: self.local_address, plaintext))
+        pb_grpc.add_CoordinatorServicer_to_server(servicer, self.server)
         bind_error = None
         try:
             _check_port_free(listen)  # before gRPC, whose C core would print a line of its own
@@ -191,7 +215,7 @@ class CoordinatorServer:
         self.address = f"{host}:{self.port}"
         if self.owns_process and self.process.engine is not None:  # its own services, e.g. the agents'
             self.process.engine.serve(Front(self.server, gate, self.core.host, self.authority, host, self.port,
-                                            plaintext, call=functools.partial(answer, gate)))
+                                            plaintext, call=functools.partial(answer, gate), verify=self.book.verify))
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:
             try:
@@ -210,12 +234,13 @@ class CoordinatorServer:
             return f"127.0.0.1:{self.port}"
         return self.address
 
-    def issue(self, kind: str, name: str) -> Credential:
-        """A credential of this coordinator's authority, naming where it listens."""
-        return self.authority.issue(kind, name, self.local_address, self.plaintext)
+    def issue(self, kind: str, name: str, days: float | None = None) -> Credential:
+        """A credential of this coordinator's authority, naming where it listens (recorded in its book; `days`:
+        how long it holds, None: its kind's default)."""
+        return self.book.issue(kind, name, days, "", self.local_address, self.plaintext)
 
     def _scraper(self, token: str) -> Principal | None:
-        return self.authority.verify(token)
+        return self.book.verify(token)
 
     def start(self) -> "CoordinatorServer":
         """The engine attaches first (its services answer from the first call), then the server starts."""

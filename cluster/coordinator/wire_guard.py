@@ -23,8 +23,7 @@ from typing import Callable
 import grpc
 from google.protobuf import descriptor_pool
 
-from cluster.coordinator.rpc_edge import NO_CREDENTIAL, authenticate
-from cluster.shared.credentials import Authority
+from cluster.coordinator.rpc_edge import NO_CREDENTIAL, Verifier, authenticate
 
 log = logging.getLogger("tfdist.coordinator")
 LOG_EVERY = 10.0  # seconds between two log lines about undecodable requests, at most
@@ -92,9 +91,9 @@ class WireGuard(grpc.ServerInterceptor):
     """Wraps every method's handler so that an undecodable request is refused in one status line, and
     logged at most once per LOG_EVERY seconds. `refused(method, code)` counts each refusal (telemetry)."""
 
-    def __init__(self, authority: Authority, refused: Callable[[str, str], None] = lambda method, code: None,
+    def __init__(self, verifier: Verifier, refused: Callable[[str, str], None] = lambda method, code: None,
                  clock: Callable[[], float] = time.monotonic):
-        self.authority, self.refused, self.clock = authority, refused, clock
+        self.verifier, self.refused, self.clock = verifier, refused, clock
         self.tally = Tally("undecodable request")
         self.lock = threading.Lock()
         self.wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}  # per method served
@@ -146,7 +145,7 @@ class WireGuard(grpc.ServerInterceptor):
 
     def _refuse(self, bad: Undecodable, context) -> None:
         """Aborts the call (raises): UNAUTHENTICATED first, as Gate would, else INVALID_ARGUMENT."""
-        known = authenticate(self.authority, context.invocation_metadata()) is not None
+        known = authenticate(self.verifier, context.invocation_metadata()) is not None
         code = grpc.StatusCode.INVALID_ARGUMENT if known else grpc.StatusCode.UNAUTHENTICATED
         with self.lock:
             line = self.tally.note(peer_host(context.peer() or "unknown peer"),

@@ -166,8 +166,8 @@ def find_credential(address: str | None, path: str | None) -> tuple[str, Credent
             return address, matches[-1]
         raise CredentialError(
             f"no credential for the coordinator at {address}: pass --credentials FILE (or set {CREDENTIALS_ENV}); "
-            f"`tfdist credentials DIR --user NAME` on the coordinator's host makes one. (Coordinators you run on this machine "
-            f"are found by themselves in {runtime_dir()}.)")
+            f"an administrator issues one (`tfdist credentials --user NAME`). (Coordinators you run on this "
+            f"machine are found by themselves in {runtime_dir()}.)")
     if len(local) == 1:
         return local[0].coordinator, local[0]
     if local:

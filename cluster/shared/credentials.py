@@ -2,9 +2,12 @@
 
 A cluster's `Authority` is a directory the coordinator reads: a CA (its key signs the coordinator's TLS
 certificate and nothing else), that certificate and key, and a secret that signs credentials. A
-`Credential` is one small JSON file a node or a user holds: its kind, its name, a token bound to both
-(HMAC-SHA256 under the secret, so a node's token cannot be used under another node's name), the CA
-to verify the coordinator with, and, optionally, the coordinator's address.
+`Credential` is one small JSON file a node or a user holds: its kind, its name, a token bound to both and to
+when it was issued and until when it holds (HMAC-SHA256 under the secret, so a node's token cannot be used
+under another node's name, nor past its expiry), the CA to verify the coordinator with, and, optionally, the
+coordinator's address. Every token expires (DAYS: a kind's default lifetime); the coordinator also refuses
+the tokens of a name revoked after they were issued (cluster/coordinator/credential_book.py), so one user is
+revoked without re-keying anyone else.
 
 Kinds: `node` (an agent: only agent RPCs, only as that node), `user` (submits jobs and acts on its
 own), `admin` (a user who may act on every job), `monitor` (reads the cluster, changes nothing).
@@ -26,6 +29,7 @@ import os
 import re
 import stat
 import secrets
+import time
 
 from tfdist.errors import UserError
 from tfdist.private_files import private_dir, read_mounted, read_private, write_private
@@ -33,7 +37,11 @@ from tfdist.private_files import private_dir, read_mounted, read_private, write_
 RUN_KIND = "run"  # one run's agent on one node (run_name): a Kubernetes pod's
 KINDS = ("node", "user", "admin", "monitor", RUN_KIND)
 SERVER_NAME = "tfdist-coordinator"  # always in a generated certificate; clients verify against it
-TOKEN_VERSION = "tfd1"
+TOKEN_VERSION = "tfd2"  # tfd2:KIND:NAME:ISSUED_MS:EXPIRES:SIGNATURE (tfd1 tokens had no expiry: refused)
+OLD_TOKEN_VERSION = "tfd1"
+DAY = 86_400
+DAYS = {"user": 90, "admin": 90, "monitor": 365, "node": 365, RUN_KIND: 365}  # a kind's default lifetime
+MAX_DAYS = 3_650
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
 MAX_FILE = 64 * 1024  # a credential or PEM file larger than this is not one tfdist wrote
 
@@ -46,10 +54,12 @@ class CredentialError(UserError):
 
 @dataclasses.dataclass(frozen=True)
 class Principal:
-    """Who made a call, as its credential says."""
+    """Who made a call, as its credential says (`issued_ms`, `expires`: its token's, 0 where unknown)."""
 
     kind: str
     name: str
+    issued_ms: int = dataclasses.field(default=0, compare=False)  # when the token was issued (ms since the epoch)
+    expires: int = dataclasses.field(default=0, compare=False)  # until when it holds (s since the epoch)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
@@ -78,25 +88,66 @@ def check_name(kind: str, name: str) -> None:
                               "starting with a letter or digit")
 
 
-def _signature(secret: bytes, kind: str, name: str) -> str:
-    digest = hmac.new(secret, f"{TOKEN_VERSION}\0{kind}\0{name}".encode(), hashlib.sha256).digest()
+def _signature(secret: bytes, *fields: str) -> str:
+    digest = hmac.new(secret, "\0".join(fields).encode(), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
-def make_token(secret: bytes, kind: str, name: str) -> str:
+def check_days(days: float) -> None:
+    if not 0 < days <= MAX_DAYS:
+        raise CredentialError(f"a credential's lifetime of {days:g} days is out of range: give 1 to {MAX_DAYS} days")
+
+
+def make_token(secret: bytes, kind: str, name: str, days: float | None = None, now: float | None = None) -> str:
+    """A token for `kind` `name`, valid for `days` (None: the kind's default) from `now`."""
     check_name(kind, name)
-    return f"{TOKEN_VERSION}:{kind}:{name}:{_signature(secret, kind, name)}"
+    days = DAYS[kind] if days is None else days
+    check_days(days)
+    now = time.time() if now is None else now
+    issued, expires = str(int(now * 1000)), str(int(now + days * DAY))
+    return f"{TOKEN_VERSION}:{kind}:{name}:{issued}:{expires}:{_signature(secret, TOKEN_VERSION, kind, name, issued, expires)}"
 
 
-def verify_token(secret: bytes, token: str) -> Principal | None:
-    """The principal a token names, if the secret signed it; None for anything else (constant time in
-    the signature)."""
+def _signed(secret: bytes, token: str) -> Principal | None:
+    """The principal a token names if the secret signed it, expired or not; None for anything else (constant
+    time in the signature)."""
     parts = token.split(":")
-    if len(parts) != 4 or parts[0] != TOKEN_VERSION or parts[1] not in KINDS or not NAME_PATTERN.match(parts[2]):
+    if len(parts) != 6 or parts[0] != TOKEN_VERSION or parts[1] not in KINDS or not NAME_PATTERN.match(parts[2]) \
+            or not parts[3].isdigit() or not parts[4].isdigit() or len(parts[3]) > 16 or len(parts[4]) > 13:
         return None
-    if not hmac.compare_digest(parts[3].encode(), _signature(secret, parts[1], parts[2]).encode()):
+    if not hmac.compare_digest(parts[5].encode(), _signature(secret, *parts[:5]).encode()):
         return None
-    return Principal(parts[1], parts[2])
+    return Principal(parts[1], parts[2], int(parts[3]), int(parts[4]))
+
+
+def verify_token(secret: bytes, token: str, now: float | None = None) -> Principal | None:
+    """The principal a token names, if the secret signed it and it has not expired; None for anything else."""
+    principal = _signed(secret, token)
+    if principal is None or principal.expires <= (time.time() if now is None else now):
+        return None
+    return principal
+
+
+def token_problem(secret: bytes, token: str, now: float | None = None) -> str:
+    """Why a token this secret signed is refused (it expired; it is of the earlier, unexpiring format), or ""
+    (forged, or from another cluster: nothing more is said)."""
+    principal = _signed(secret, token)
+    now = time.time() if now is None else now
+    if principal is not None and principal.expires <= now:
+        when = datetime.datetime.fromtimestamp(principal.expires, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return (f"{principal.kind} credential {principal.name} expired on {when}: ask an administrator for a new one "
+                f"(tfdist credentials --{_flag(principal.kind)} {principal.name})")
+    parts = token.split(":")
+    if len(parts) == 4 and parts[0] == OLD_TOKEN_VERSION and parts[1] in KINDS and NAME_PATTERN.match(parts[2]) and \
+            hmac.compare_digest(parts[3].encode(), _signature(secret, OLD_TOKEN_VERSION, parts[1], parts[2]).encode()):
+        return (f"{parts[1]} credential {parts[2]} was made by an earlier tfdist and never expires, so it is no "
+                f"longer accepted: ask an administrator for a new one (tfdist credentials --{_flag(parts[1])} "
+                f"{parts[2]})")
+    return ""
+
+
+def _flag(kind: str) -> str:
+    return kind if kind in ("node", "user", "admin", "monitor") else "user"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +195,8 @@ class Credential:
         try:
             data = read_mounted(path, MAX_FILE)  # a Secret volume's key is a link inside it (a pod's credential)
         except FileNotFoundError:
-            raise CredentialError(f"credential file {path} does not exist; make one on the coordinator's host with "
-                                  "`tfdist credentials DIR --user NAME` (or --node NAME)") from None
+            raise CredentialError(f"credential file {path} does not exist; an administrator issues one with "
+                                  "`tfdist credentials --user NAME` (or --node NAME)") from None
         except OSError as e:
             raise CredentialError(f"cannot read credential file {path}: {e.strerror}") from None
         st = os.lstat(path)
@@ -244,12 +295,17 @@ class Authority:
         return dataclasses.replace(self, ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem, ca_key_pem=b"",
                                    server_name="")
 
-    def issue(self, kind: str, name: str, coordinator: str = "", plaintext: bool = False) -> Credential:
-        return Credential(kind, name, make_token(self.secret, kind, name), self.ca_pem.decode(), self.server_name,
-                          coordinator, plaintext)
+    def issue(self, kind: str, name: str, coordinator: str = "", plaintext: bool = False, days: float | None = None,
+              now: float | None = None) -> Credential:
+        """`days`: how long it holds (None: the kind's default, DAYS)."""
+        return Credential(kind, name, make_token(self.secret, kind, name, days, now), self.ca_pem.decode(),
+                          self.server_name, coordinator, plaintext)
 
-    def verify(self, token: str) -> Principal | None:
-        return verify_token(self.secret, token)
+    def verify(self, token: str, now: float | None = None) -> Principal | None:
+        return verify_token(self.secret, token, now)
+
+    def problem(self, token: str, now: float | None = None) -> str:
+        return token_problem(self.secret, token, now)
 
     def derived_key(self, purpose: str) -> bytes:
         """A key for `purpose` (e.g. the job stores' secrets) that only this authority can compute."""

@@ -114,3 +114,14 @@ class Client:
 
     def list_agents(self) -> list[pb.AgentInfo]:
         return list(self.call(self.coordinator.ListAgents, pb.ListAgentsRequest()).agents)
+
+    def issue_credential(self, kind: str, name: str, days: float = 0.0) -> str:
+        """The credential file's JSON (an admin's call; days 0: the kind's default lifetime)."""
+        return self.call(self.coordinator.IssueCredential,
+                         pb.IssueCredentialRequest(kind=kind, name=name, days=days)).credential_json
+
+    def list_credentials(self) -> pb.ListCredentialsResponse:
+        return self.call(self.coordinator.ListCredentials, pb.ListCredentialsRequest())
+
+    def revoke_credential(self, kind: str, name: str) -> pb.RevokeCredentialResponse:
+        return self.call(self.coordinator.RevokeCredential, pb.RevokeCredentialRequest(kind=kind, name=name))

@@ -82,13 +82,13 @@ def test_launch_follows_and_ctrl_c_cancels(daemons, marker):
      "(set --coordinator or TFDIST_COORDINATOR)\n"),
     (["jobs", "--coordinator", "127.0.0.1:1"],
      "tfdist: error: no credential for the coordinator at 127.0.0.1:1: pass --credentials FILE (or set "
-     "TFDIST_CREDENTIALS); `tfdist credentials DIR --user NAME` on the coordinator's host makes one. (Coordinators "
+     "TFDIST_CREDENTIALS); an administrator issues one (`tfdist credentials --user NAME`). (Coordinators "
      "you run on this machine are found by themselves in {runtime}.)\n"),
     (["job", "999"], "tfdist: error: job 999 not found; `tfdist jobs` lists the jobs\n"),
     (["cancel", "nope"], "tfdist: error: job nope not found; `tfdist jobs` lists the jobs\n"),
     (["jobs", "--credentials", "/nonexistent/cred.json"],
-     "tfdist: error: credential file /nonexistent/cred.json does not exist; make one on the coordinator's host with "
-     "`tfdist credentials DIR --user NAME` (or --node NAME)\n"),
+     "tfdist: error: credential file /nonexistent/cred.json does not exist; an administrator issues one with "
+     "`tfdist credentials --user NAME` (or --node NAME)\n"),
 ])
 def test_client_errors_are_one_line(daemons, marker, args, expected, tmp_path):
     result = run_cli(args, marker, timeout=60, cwd=str(tmp_path), **daemons)

@@ -11,6 +11,7 @@ import ipaddress
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 
@@ -255,7 +256,8 @@ while True:  # does not exit on SIGTERM, as a TensorFlow worker does not (FACTS)
 
 # ---------------------------------------------------------------- tfdist on the real node (issue 45, Must 1)
 # The coordinator as a pod from `tfdist kubernetes manifests | kubectl apply -f -`, unchanged, on a volume whose
-# root is root's; a user's credential through `kubectl exec`; `tfdist launch` through `kubectl port-forward`
+# root is root's; the admin credential from the Secret tfdist-admin and a user's issued with it over the API (no
+# `kubectl exec`); `tfdist launch` through `kubectl port-forward`
 # from a directory no pod has; every job's pods from the image `tfdist kubernetes image` built
 # (tests/kubernetes/tfdist_on_node.py).
 DIGITS = """name: digits-real
@@ -305,6 +307,29 @@ def test_the_shipped_coordinator_runs_as_a_pod_on_a_volume_whose_root_is_roots(d
     assert agents.returncode == 0, agents.stderr
     listed = json.loads(agents.stdout)
     assert [(a["name"], a["slots"]) for a in listed["agents"]] == [(deployed.node.name, 2)], listed
+
+
+@pytest.mark.timeout(300)
+def test_users_are_issued_and_revoked_over_the_api_with_the_admin_credential_the_secret_holds(deployed):
+    """Issue 49, Must 3: the fixture read the admin credential from the Secret tfdist-admin with kubectl and issued
+    alice's over the API (no shell in the coordinator's pod). Revoking bob refuses bob alone."""
+    from tests.kubernetes.tfdist_on_node import CLI
+
+    def as_admin(*args: str):
+        return subprocess.run([*CLI, *args, "--credentials", deployed.admin_credential, "--coordinator",
+                               f"{deployed.address}:{deployed.port}"], cwd=deployed.home, env=deployed.env(),
+                              capture_output=True, text=True, timeout=120)
+
+    bob = os.path.join(deployed.home, "bob.json")
+    assert as_admin("credentials", "--user", "bob", "-o", bob).returncode == 0
+    as_bob = [*CLI, "agents", "--credentials", bob, "--coordinator", f"{deployed.address}:{deployed.port}"]
+    assert subprocess.run(as_bob, env=deployed.env(), capture_output=True, timeout=120).returncode == 0
+    assert as_admin("credentials", "--revoke", "user:bob").returncode == 0
+    refused = subprocess.run(as_bob, env=deployed.env(), capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "user credential bob was revoked" in refused.stderr, refused.stderr
+    assert deployed.cli("agents", timeout=60).returncode == 0  # alice's: untouched
+    listed = json.loads(as_admin("credentials", "--list", "--json").stdout)
+    assert {i["name"] for i in listed["issued"] if i["kind"] == "user"} >= {"alice", "bob"}
 
 
 @pytest.mark.timeout(900)

@@ -1,11 +1,12 @@
 """tfdist on the real node, set up as docs/kubernetes.md tells a platform engineer to: the image built by
 `tfdist kubernetes image` and loaded into the node's containerd (a registry's part), a StorageClass whose
 volumes' roots are root's (as a block volume's are), `tfdist kubernetes manifests | kubectl apply -f -`
-unchanged, a user's credential made with `kubectl exec` in the coordinator's pod, and the coordinator reached
-through `kubectl port-forward`. Jobs are then launched with `tfdist launch` from a directory no pod has."""
+unchanged, the coordinator reached through `kubectl port-forward`, the admin credential read from the Secret
+tfdist-admin with kubectl, and a user's credential issued with it over the coordinator's API (no exec). Jobs are then launched with `tfdist launch` from a directory no pod has."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -138,6 +139,7 @@ class Deployed:
         self.kubectl = Kubectl(plane)
         self.home = tempfile.mkdtemp(prefix="tfdist-real-user-")  # the user's HOME and launch directory
         self.credential = os.path.join(self.home, "alice.json")
+        self.admin_credential = os.path.join(self.home, "admin.json")
         self.address, self.port = "127.0.0.1", 0
         self.forward: subprocess.Popen | None = None
         self.volumes: LocalVolumes | None = None
@@ -159,8 +161,9 @@ class Deployed:
             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": STORAGE_CLASS,
                      "resources": {"requests": {"storage": "1Gi"}}}}))
         self.volumes.check_bound()
-        self._credential()
+        self._admin_credential()
         self._reach()
+        self._credential()
         return self
 
     def _coordinator_ready(self):
@@ -173,14 +176,21 @@ class Deployed:
                 raise AssertionError(f"the coordinator crash-loops: {self.kubectl('-n', NS, 'logs', pod.metadata.name, '--previous')[-3000:]}")
         return None
 
+    def _admin_credential(self) -> None:
+        """docs/kubernetes.md step 4, as a namespace's administrator: the admin credential the coordinator keeps
+        in the Secret tfdist-admin, read with kubectl (no exec into its pod: the shipped RBAC has none)."""
+        encoded = wait_for("the coordinator's admin credential in Secret tfdist-admin", lambda: self.kubectl(
+            "-n", NS, "get", "secret", "tfdist-admin", "--ignore-not-found", "-o", "jsonpath={.data.credential\\.json}"),
+            timeout=120, every=0.5)
+        with open(os.open(self.admin_credential, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(base64.b64decode(encoded).decode())
+
     def _credential(self) -> None:
-        """docs/kubernetes.md step 3: the credential made and read in the coordinator's pod."""
-        self.kubectl("-n", NS, "exec", "deploy/tfdist-coordinator", "--", "tfdist", "credentials",
-                     "/var/lib/tfdist/state/credentials", "--user", "alice", "--coordinator", "127.0.0.1:7470")
-        text = self.kubectl("-n", NS, "exec", "deploy/tfdist-coordinator", "--", "cat",
-                            "/var/lib/tfdist/state/credentials/issued/user-alice.json")
-        with open(os.open(self.credential, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-            f.write(text)
+        """docs/kubernetes.md step 4: alice's credential issued over the coordinator's API."""
+        done = subprocess.run([*CLI, "credentials", "--user", "alice", "-o", self.credential, "--credentials",
+                               self.admin_credential, "--coordinator", f"{self.address}:{self.port}"], cwd=self.home,
+                              env=self.env(), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
 
     def _reach(self) -> None:
         """docs/kubernetes.md step 4, as from a laptop: `kubectl port-forward svc/tfdist-coordinator` (through
@@ -197,7 +207,9 @@ class Deployed:
     def _answers(self) -> bool:
         if self.forward is not None and self.forward.poll() is not None:
             raise AssertionError(f"kubectl port-forward ended: {self.forward.stdout.read()[-2000:]}")
-        return self.cli("agents", timeout=60).returncode == 0
+        return subprocess.run([*CLI, "agents", "--credentials", self.admin_credential, "--coordinator",
+                               f"{self.address}:{self.port}"], cwd=self.home, env=self.env(), capture_output=True,
+                              text=True, timeout=60).returncode == 0
 
     # ------------------------------------------------------------------ what the user does
     def env(self) -> dict:

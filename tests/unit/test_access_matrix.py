@@ -36,6 +36,7 @@ EXPECTED_ALLOWED = {
     "ReportExit": {"node", "run"}, "PushLogs": {"node", "run"}, "ReportMetrics": {"node", "run"},
     "CheckScrapeToken": {"node", "run"},
     "GetExperiment": READERS, "ListExperiments": READERS,
+    "IssueCredential": {"admin"}, "ListCredentials": {"admin"}, "RevokeCredential": {"admin"},
 }
 DENIED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -95,6 +96,10 @@ def request_for(method: str, job_id: str, spec, scraper_token: str = ""):
             pb.Metric(rank=0, step=1, name="loss", value=1.0)]),
         "CheckScrapeToken": pb.CheckScrapeTokenRequest(agent=agent, token=scraper_token),
         "GetExperiment": pb.GetExperimentRequest(experiment_id="e1"), "ListExperiments": pb.ListExperimentsRequest(),
+        # names no caller of this table holds: revoking one changes nothing for them
+        "IssueCredential": pb.IssueCredentialRequest(kind="user", name="zed"),
+        "ListCredentials": pb.ListCredentialsRequest(),
+        "RevokeCredential": pb.RevokeCredentialRequest(kind="user", name="yves"),
     }[method]
 
 

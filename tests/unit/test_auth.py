@@ -10,21 +10,46 @@ import sys
 import pytest
 
 from cluster.shared import auth
-from cluster.shared.credentials import Authority, Credential, CredentialError, make_token, verify_token
+from cluster.shared.credentials import (DAY, Authority, Credential, CredentialError, _signature, make_token,
+                                        token_problem, verify_token)
 from tests.conftest import REPO
 
 SECRET = b"s" * 32
 
 
-def test_a_token_names_its_kind_and_name_and_nothing_else():
-    token = make_token(SECRET, "node", "n1")
-    assert verify_token(SECRET, token).kind == "node" and verify_token(SECRET, token).name == "n1"
-    version, kind, name, signature = token.split(":")
-    for forged in (f"{version}:node:n2:{signature}", f"{version}:admin:n1:{signature}",
-                   f"{version}:user:n1:{signature}", token[:-1] + ("A" if token[-1] != "A" else "B"), "",
-                   "tfd1:node:n1", token + ":x", "Bearer " + token):
-        assert verify_token(SECRET, forged) is None, forged
-    assert verify_token(b"t" * 32, token) is None  # another cluster's secret
+def test_a_token_names_its_kind_and_name_and_when_it_expires_and_nothing_else():
+    token = make_token(SECRET, "node", "n1", days=2, now=1_000.0)
+    principal = verify_token(SECRET, token, now=1_001.0)
+    assert (principal.kind, principal.name, principal.issued_ms, principal.expires) == ("node", "n1", 1_000_000,
+                                                                                         1_000 + 2 * DAY)
+    version, kind, name, issued, expires, signature = token.split(":")
+    later = str(int(expires) + DAY)
+    for forged in (f"{version}:node:n2:{issued}:{expires}:{signature}", f"{version}:admin:n1:{issued}:{expires}:{signature}",
+                   f"{version}:user:n1:{issued}:{expires}:{signature}", f"{version}:node:n1:{issued}:{later}:{signature}",
+                   f"{version}:node:n1:{int(issued) + 1}:{expires}:{signature}",
+                   token[:-1] + ("A" if token[-1] != "A" else "B"), "", "tfd2:node:n1", token + ":x", "Bearer " + token):
+        assert verify_token(SECRET, forged, now=1_001.0) is None, forged
+    assert verify_token(b"t" * 32, token, now=1_001.0) is None  # another cluster's secret
+
+
+def test_every_token_expires_and_an_expired_one_says_so():
+    token = make_token(SECRET, "user", "alice", now=1_000.0)  # a user's: 90 days
+    assert verify_token(SECRET, token, now=1_000.0 + 90 * DAY - 1) is not None
+    assert verify_token(SECRET, token, now=1_000.0 + 90 * DAY) is None
+    said = token_problem(SECRET, token, now=1_000.0 + 90 * DAY)
+    assert said.startswith("user credential alice expired on 1970-04-01") and "tfdist credentials --user alice" in said
+    assert token_problem(SECRET, token, now=1_001.0) == ""  # it holds: nothing to say
+    assert token_problem(b"t" * 32, token, now=1e12) == ""  # another cluster's, or forged: nothing is said
+    for days in (0, -1, 3_651):
+        with pytest.raises(CredentialError, match="1 to 3650 days"):
+            make_token(SECRET, "user", "alice", days=days)
+
+
+def test_an_earlier_tfdist_s_token_which_never_expired_is_refused_saying_how_to_get_a_new_one():
+    old = f"tfd1:user:alice:{_signature(SECRET, 'tfd1', 'user', 'alice')}"
+    assert verify_token(SECRET, old) is None
+    assert "made by an earlier tfdist and never expires" in token_problem(SECRET, old)
+    assert token_problem(SECRET, old.replace("alice", "bob")) == ""  # not one this secret signed
 
 
 @pytest.mark.parametrize("kind,name", [("root", "x"), ("user", ""), ("user", "a:b"), ("node", "-x"),

@@ -37,8 +37,8 @@ from tests.conftest import run_cli
      "tfdist agent: --credentials FILE is required: this node's credential, made on the coordinator's host with "
      "`tfdist credentials DIR --node n1` (or set TFDIST_CREDENTIALS)"),
     (["agent", "--coordinator", "127.0.0.1:1", "--credentials", "missing.json"], None,
-     "tfdist: error: credential file missing.json does not exist; make one on the coordinator's host with "
-     "`tfdist credentials DIR --user NAME` (or --node NAME)"),
+     "tfdist: error: credential file missing.json does not exist; an administrator issues one with "
+     "`tfdist credentials --user NAME` (or --node NAME)"),
     (["agent", "--coordinator", "127.0.0.1:1", "--slots", "0"], None,
      "tfdist agent: --slots must be at least 1, got 0"),
     (["coordinator", "--listen", ":7474", "--state-dir", "state"], None,  # issue 30: "the address is in use"

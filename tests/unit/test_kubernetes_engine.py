@@ -63,6 +63,11 @@ class MemoryApi:
         listed(self.pods())
         stopping.wait()
 
+    def get(self, kind, name):
+        with self.lock:
+            found = self.objects.get((kind, name))
+        return json.loads(json.dumps(found)) if found is not None else None
+
     def create(self, obj, dry_run=False):
         if self.refuse is not None and obj["kind"] == "Pod" and self.refusals != 0:
             self.refusals -= 1
@@ -113,6 +118,8 @@ def start(core, api, start_timeout=60.0) -> KubernetesEngine:
     engine.serve(Front(server, None, core.host, Authority.create(), "127.0.0.1", 7470))  # its pods' AgentService
     # is added to the server, which never starts (test_engine.py has the real one)
     core.attach_engine(engine)
+    assert ("Secret", "tfdist-admin") in api.objects  # the first administrator's credential (admin_secret.py)
+    api.created[:] = [made for made in api.created if made != "Secret/tfdist-admin"]  # the tests count the jobs'
     return engine
 
 
@@ -178,7 +185,8 @@ def test_a_pod_that_ends_mid_run_fails_the_run_naming_it_and_its_objects_go(kube
         "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])
     wait_for(lambda: core.store.job(job_id).state == JobState.FAILED, "the job to fail", timeout=10)
     assert f"its pod {pods[1]} ended (Failed, exit code 137 (OOMKilled))" in core.store.job(job_id).message
-    wait_for(lambda: not api.objects, "its pods, Service and Secret deleted", timeout=10)
+    wait_for(lambda: list(api.objects) == [("Secret", "tfdist-admin")], "its pods, Service and Secret deleted",
+             timeout=10)
     wait_for(lambda: not core.allocs.all(), "its nodes free again", timeout=10)
 
 
@@ -352,3 +360,25 @@ def test_a_pod_evicted_by_node_pressure_places_the_job_again_at_once(kube):
     job = core.store.job(job_id)
     assert job.restarts == 0 and job.state != JobState.FAILED and "(Evicted - The node was low" in job.message, \
         job.message
+
+
+def test_the_admin_credential_s_secret_is_made_once_and_again_when_it_no_longer_holds():
+    """Issue 49, Must 3: the first administrator's credential, read with kubectl (no exec into the pod)."""
+    from cluster.engines.kubernetes import admin_secret
+
+    api, authority, revoked, clock = MemoryApi("ml"), Authority.create(), set(), [time.time()]
+
+    def verify(token):
+        return None if token in revoked else authority.verify(token, clock[0])
+
+    def issue():
+        clock[0] += 1
+        return authority.issue("admin", admin_secret.ADMIN, "tfdist-coordinator.ml.svc:7470", now=clock[0])
+
+    assert admin_secret.ensure(api, "ml", issue, verify)
+    held = admin_secret.held_token(api.get("Secret", "tfdist-admin"))
+    assert verify(held).kind == "admin" and api.get("Secret", "tfdist-admin")["metadata"]["namespace"] == "ml"
+    assert not admin_secret.ensure(api, "ml", issue, verify)  # it holds: left as it is
+    revoked.add(held)  # `tfdist credentials --revoke admin:kubernetes-admin`, then a restart
+    assert admin_secret.ensure(api, "ml", issue, verify)
+    assert admin_secret.held_token(api.get("Secret", "tfdist-admin")) not in ("", held)

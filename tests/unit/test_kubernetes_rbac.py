@@ -2,6 +2,8 @@
 cluster-wide role only reads nodes and pods, every object named and labelled for its namespace. The rights
 themselves are tried on the real apiserver (tests/kubernetes/test_rbac.py)."""
 
+import pytest
+
 from cluster.engines.kubernetes.rbac import rbac_objects
 
 
@@ -30,3 +32,22 @@ def test_the_namespace_enforces_podsecurity_restricted_and_the_jobs_account_has_
     role = next(o for o in objects if o["kind"] == "Role")
     assert {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
             "verbs": ["get", "list", "watch", "create", "delete"]} in role["rules"]
+
+
+def test_nobody_is_given_exec_or_attach_into_a_pod_by_the_shipped_manifests():
+    """Issue 49, Must 3: credentials are issued over the coordinator's API with the admin credential in the
+    Secret tfdist-admin; no shipped rule lets anyone into the coordinator's pod (or a job's)."""
+    from cluster.engines.kubernetes.deploy import coordinator_objects
+
+    for obj in [*rbac_objects("tfdist"), *coordinator_objects("tfdist", "tfdist:1")]:
+        for rule in obj.get("rules", []):
+            assert not {"pods/exec", "pods/attach", "pods/portforward", "*"} & set(rule["resources"]), obj["metadata"]
+
+
+def test_no_job_may_be_given_the_administrator_s_credential():
+    from cluster.engines.kubernetes.options import allowed_secrets
+    from tfdist.errors import UserError
+
+    assert allowed_secrets(["s3-credentials,tfdist-admin-notes"]) == ("s3-credentials", "tfdist-admin-notes")
+    with pytest.raises(UserError, match="--allow-secret tfdist-admin would give jobs the administrator's credential"):
+        allowed_secrets(["s3-credentials", "tfdist-admin"])

@@ -90,7 +90,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
 
     def _check_scrape_token(self, request, principal):
         """Who a scraper of the agent's /metrics is: a credential that may read the cluster, or an error."""
-        scraper = self.front.authority.verify(request.token) if request.token else None
+        scraper = self.front.verify(request.token) if request.token else None
         if scraper is None:
             raise UnauthenticatedError("unknown or wrong token: use a credential this cluster issued")
         reader_principal(scraper)

@@ -105,6 +105,16 @@ class Api:
                     return
                 seen(kind, pod.to_dict())
 
+    def get(self, kind: str, name: str) -> Json | None:
+        """This namespace's object, or None where there is none."""
+        try:
+            return self._call(f"get {kind}", lambda: self.client.get(_resource(kind), name,
+                                                                     namespace=self.namespace).to_dict())
+        except ApiRefused as e:
+            if e.code == 404:
+                return None
+            raise
+
     def create(self, obj: Mapping[str, Any], dry_run: bool = False) -> Json:
         """Creates `obj` (`dry_run`: only asks the API's admission whether it would: quota, PodSecurity, the spec)."""
         from lightkube import codecs

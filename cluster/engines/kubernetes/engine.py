@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from cluster.coordinator.engine import Engine, EngineBase, EngineHost, EventLock, Front, GangReady, NodeVanished
 from cluster.engines import create_engine, kind
-from cluster.engines.kubernetes import gangs, manifests, run_objects
+from cluster.engines.kubernetes import admin_secret, gangs, manifests, run_objects
 from cluster.engines.kubernetes.gangs import Gang
 from cluster.engines.kubernetes.reports import RunReports
 from cluster.engines.kubernetes.api import Api, KubernetesError
@@ -62,6 +62,7 @@ class KubernetesEngine(EngineBase):
         self._host: EngineHost | None = None
         self._authority: Any = None
         self._plaintext = False
+        self._verify: Any = None
         self._advertise = options.advertise
         self._selector = run_objects.node_selector(options.node_selector)
         self._gangs: dict[tuple[str, int], Gang] = {}
@@ -84,7 +85,7 @@ class KubernetesEngine(EngineBase):
 
     def serve(self, front: Front) -> None:
         """The agents engine's AgentService, which its pods' agents speak."""
-        self._authority, self._plaintext = front.authority, front.plaintext
+        self._authority, self._plaintext, self._verify = front.authority, front.plaintext, front.verify
         self._advertise = self._advertise or f"{front.address}:{front.port}"
         self.agents.serve(front)
 
@@ -103,8 +104,20 @@ class KubernetesEngine(EngineBase):
                                   f"{FIRST_LIST:g}s{': ' + self._pods.error if self._pods.error else ''}; check "
                                   "--kubeconfig, the API server, and the coordinator's RBAC (tfdist kubernetes manifests)")
         self._adopt()
+        self._admin_credential()
         self._sync_offers()
         self._start("kubernetes-engine", self._loop)
+
+    def _admin_credential(self) -> None:
+        """The first administrator's credential in the Secret tfdist-admin (admin_secret.py)."""
+        try:
+            if admin_secret.ensure(self.api, self.options.namespace,
+                                   lambda: self._authority.issue("admin", admin_secret.ADMIN, self._advertise,
+                                                                 self._plaintext), self._verify):
+                log.info("kubernetes: an admin credential is in Secret %s/%s (kubectl -n %s get secret %s)",
+                         self.options.namespace, admin_secret.SECRET, self.options.namespace, admin_secret.SECRET)
+        except KubernetesError as e:
+            log.warning("kubernetes: no admin credential in Secret %s: %s", admin_secret.SECRET, e)
 
     def tick(self, now: float) -> None:
         """Pods' agents silent past lost_after are lost (their runs fail), as agents are."""

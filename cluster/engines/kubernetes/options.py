@@ -82,4 +82,13 @@ def options_from(args: argparse.Namespace) -> KubernetesOptions:
         pull_timeout=args.image_pull_timeout, node_selector=args.node_selector or "",
         tolerate=tuple(names("--tolerate", args.tolerate or ["nvidia.com/gpu"])), node_kind=args.node_kind,
         system_nodes=args.offer_system_nodes, job_service_account=args.job_service_account,
-        guaranteed=args.pod_qos == "guaranteed", allow_secrets=tuple(names("--allow-secret", args.allow_secret or [])))
+        guaranteed=args.pod_qos == "guaranteed", allow_secrets=allowed_secrets(args.allow_secret or []))
+
+
+def allowed_secrets(values: list[str]) -> tuple[str, ...]:
+    """--allow-secret's names; never the coordinator's own admin credential (admin_secret.py)."""
+    found = tuple(names("--allow-secret", values))
+    if "tfdist-admin" in found:
+        raise UserError("tfdist coordinator: --allow-secret tfdist-admin would give jobs the administrator's "
+                        "credential; allow only the Secrets their pods need")
+    return found

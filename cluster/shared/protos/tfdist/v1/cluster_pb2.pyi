@@ -370,6 +370,76 @@ class ListExperimentsResponse(_message.Message):
     experiments: _containers.RepeatedCompositeFieldContainer[Experiment]
     def __init__(self, experiments: _Optional[_Iterable[_Union[Experiment, _Mapping]]] = ...) -> None: ...
 
+class IssueCredentialRequest(_message.Message):
+    __slots__ = ("kind", "name", "days")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DAYS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    days: float
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., days: _Optional[float] = ...) -> None: ...
+
+class IssueCredentialResponse(_message.Message):
+    __slots__ = ("credential_json",)
+    CREDENTIAL_JSON_FIELD_NUMBER: _ClassVar[int]
+    credential_json: str
+    def __init__(self, credential_json: _Optional[str] = ...) -> None: ...
+
+class ListCredentialsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class IssuedCredential(_message.Message):
+    __slots__ = ("kind", "name", "issued_at", "expires_at", "issued_by", "revoked")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_BY_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    issued_at: float
+    expires_at: float
+    issued_by: str
+    revoked: bool
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., issued_at: _Optional[float] = ..., expires_at: _Optional[float] = ..., issued_by: _Optional[str] = ..., revoked: _Optional[bool] = ...) -> None: ...
+
+class RevokedName(_message.Message):
+    __slots__ = ("kind", "name", "revoked_at")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    revoked_at: float
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., revoked_at: _Optional[float] = ...) -> None: ...
+
+class ListCredentialsResponse(_message.Message):
+    __slots__ = ("issued", "revoked")
+    ISSUED_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    issued: _containers.RepeatedCompositeFieldContainer[IssuedCredential]
+    revoked: _containers.RepeatedCompositeFieldContainer[RevokedName]
+    def __init__(self, issued: _Optional[_Iterable[_Union[IssuedCredential, _Mapping]]] = ..., revoked: _Optional[_Iterable[_Union[RevokedName, _Mapping]]] = ...) -> None: ...
+
+class RevokeCredentialRequest(_message.Message):
+    __slots__ = ("kind", "name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class RevokeCredentialResponse(_message.Message):
+    __slots__ = ("revoked", "revoked_at")
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    revoked: int
+    revoked_at: float
+    def __init__(self, revoked: _Optional[int] = ..., revoked_at: _Optional[float] = ...) -> None: ...
+
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

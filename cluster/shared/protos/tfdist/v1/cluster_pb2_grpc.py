@@ -89,6 +89,21 @@ class CoordinatorStub:
                 request_serializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsRequest.SerializeToString,
                 response_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsResponse.FromString,
                 _registered_method=True)
+        self.IssueCredential = channel.unary_unary(
+                '/tfdist.v1.Coordinator/IssueCredential',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.IssueCredentialRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.IssueCredentialResponse.FromString,
+                _registered_method=True)
+        self.ListCredentials = channel.unary_unary(
+                '/tfdist.v1.Coordinator/ListCredentials',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.ListCredentialsRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListCredentialsResponse.FromString,
+                _registered_method=True)
+        self.RevokeCredential = channel.unary_unary(
+                '/tfdist.v1.Coordinator/RevokeCredential',
+                request_serializer=tfdist_dot_v1_dot_cluster__pb2.RevokeCredentialRequest.SerializeToString,
+                response_deserializer=tfdist_dot_v1_dot_cluster__pb2.RevokeCredentialResponse.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -160,6 +175,24 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def IssueCredential(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeCredential(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +250,21 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.ListExperiments,
                     request_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsRequest.FromString,
                     response_serializer=tfdist_dot_v1_dot_cluster__pb2.ListExperimentsResponse.SerializeToString,
+            ),
+            'IssueCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.IssueCredential,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.IssueCredentialRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.IssueCredentialResponse.SerializeToString,
+            ),
+            'ListCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCredentials,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.ListCredentialsRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.ListCredentialsResponse.SerializeToString,
+            ),
+            'RevokeCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeCredential,
+                    request_deserializer=tfdist_dot_v1_dot_cluster__pb2.RevokeCredentialRequest.FromString,
+                    response_serializer=tfdist_dot_v1_dot_cluster__pb2.RevokeCredentialResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -516,6 +564,87 @@ class Coordinator:
             '/tfdist.v1.Coordinator/ListExperiments',
             tfdist_dot_v1_dot_cluster__pb2.ListExperimentsRequest.SerializeToString,
             tfdist_dot_v1_dot_cluster__pb2.ListExperimentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IssueCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/IssueCredential',
+            tfdist_dot_v1_dot_cluster__pb2.IssueCredentialRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.IssueCredentialResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/ListCredentials',
+            tfdist_dot_v1_dot_cluster__pb2.ListCredentialsRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.ListCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfdist.v1.Coordinator/RevokeCredential',
+            tfdist_dot_v1_dot_cluster__pb2.RevokeCredentialRequest.SerializeToString,
+            tfdist_dot_v1_dot_cluster__pb2.RevokeCredentialResponse.FromString,
             options,
             channel_credentials,
             insecure,

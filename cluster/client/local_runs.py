@@ -116,6 +116,12 @@ class LocalRun:
         """Whether job `number` is among the run's numbers."""
         return self.number <= number <= max(self.last, self.number)
 
+    def started(self) -> bool:
+        """Whether its launch opened its store (made under the run's lock, which a launch takes first)."""
+        from cluster.coordinator.daemon import STATE_FILE
+
+        return os.path.exists(os.path.join(self.path, STATE_FILE))
+
     def holder(self) -> int | None:
         """The pid of the process holding the run's store (a launch, a resume, a reader; 0 if it does not
         say), None when none does."""
@@ -306,6 +312,14 @@ def connect(run: LocalRun) -> Iterator[Connection]:
 
     holder = run.holder()
     deadline = time.monotonic() + BUSY_WAIT
+    # A run whose launch reserved its numbers but has not opened its store yet: opening it here would take its
+    # lock first, and the launch would then fail on a state dir "in use" (a reader asking as it started).
+    while holder is None and not run.started():
+        if time.monotonic() > deadline:
+            raise UnavailableError(f"local run {run.number} has not started: its launch opened no state in {run.path} "
+                                   f"within {BUSY_WAIT:g}s (it may have failed before); `tfdist jobs` lists the runs")
+        time.sleep(0.1)
+        holder = run.holder()
     while holder is not None:
         credential = published_by(holder)
         if credential is not None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from cluster.coordinator.heap import freeze_after_full_collections
 from cluster.coordinator.in_process import InProcessClient
-from cluster.coordinator.process import CoordinatorProcess
+from cluster.coordinator.process import STATE_FILE, CoordinatorProcess  # noqa: F401 (STATE_FILE: what a state dir holds)
 from cluster.coordinator.values import Settings
 from cluster.shared.model import AgentRecord, JobSpec, JobState
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod, Secret, Service
+from lightkube.resources.networking_v1 import NetworkPolicy
 
 from tests.conftest import REPO, LocalCluster, cli_env, processes_with_marker, wait_for
 from tests.kubernetes.cluster_helpers import coordinator_rights, remove_rights
@@ -36,9 +37,9 @@ class Kube:
         self.admin, self.cluster, self.kubelets, self.marker = admin, cluster, kubelets, marker
 
     def objects(self) -> list[str]:
-        """What tfdist has in its namespace (pods, Services, Secrets, but the ServiceAccount's own)."""
+        """What tfdist has for jobs in its namespace (pods, Services, Secrets, NetworkPolicies)."""
         found = []
-        for resource in (Pod, Service, Secret):
+        for resource in (Pod, Service, Secret, NetworkPolicy):
             found += [f"{resource.__name__}/{o.metadata.name}" for o in self.admin.list(resource, namespace=NS)
                       if (o.metadata.labels or {}).get("app.kubernetes.io/managed-by") == "tfdist" and
                       (o.metadata.labels or {}).get("tfdist.io/job")]
@@ -126,6 +127,27 @@ def test_a_two_node_mwms_job_trains_through_pods_with_identical_weights_and_leav
     context = json.loads((out / "rank0.json").read_text())
     assert context["size"] == 2, context
     wait_for(lambda: not kube.objects(), "the job's pods, Service and Secret to be deleted", timeout=60,
+             logs=kube.objects)
+
+
+def test_each_run_s_pods_take_connections_from_each_other_alone(kube, tmp_path):
+    """Issue 49, Must 4, as objects on the real API server (the test kubelets' network enforces no policy): the
+    run's NetworkPolicy, made with it through the shipped RBAC, selects its pods and lets in only them; it goes
+    with the run."""
+    started = kube.cluster.cli("launch", "--detach", "--slots", "2", "--", sys.executable, "-c",
+                               "import time; print('up', flush=True); time.sleep(600)", timeout=120)
+    assert started.returncode == 0, started.stderr
+    job_id = started.stdout.strip()
+    wait_for(lambda: len(kube.pods()) == 2, "the gang's pods", timeout=120)
+    policies = [p for p in kube.admin.list(NetworkPolicy, namespace=NS) if (p.metadata.labels or {}).get("tfdist.io/job")]
+    assert len(policies) == 1, [p.metadata.name for p in policies]
+    spec, pod_labels = policies[0].spec, [p.metadata.labels for p in kube.admin.list(Pod, namespace=NS)
+                                          if (p.metadata.labels or {}).get("tfdist.io/job")]
+    assert spec.policyTypes == ["Ingress"] and len(spec.ingress) == 1 and len(spec.ingress[0].from_) == 1
+    assert spec.ingress[0].from_[0].podSelector.matchLabels == spec.podSelector.matchLabels
+    assert all(spec.podSelector.matchLabels.items() <= labels.items() for labels in pod_labels)
+    assert kube.cluster.cli("cancel", job_id, timeout=60).returncode == 0
+    wait_for(lambda: not kube.objects(), "the run's objects, its NetworkPolicy among them, deleted", timeout=90,
              logs=kube.objects)
 
 

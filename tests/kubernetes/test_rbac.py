@@ -8,9 +8,11 @@ import pytest
 from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.core_v1 import ObjectReference, ServicePort, ServiceSpec
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import LabelSelector, ObjectMeta
+from lightkube.models.networking_v1 import NetworkPolicySpec
 from lightkube.resources.core_v1 import Namespace, Node, Pod, Secret, Service, ServiceAccountToken
 from lightkube.resources.events_v1 import Event
+from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 
 from cluster.engines.kubernetes.rbac import COORDINATOR, rbac_objects
@@ -60,6 +62,9 @@ def test_the_coordinator_may_make_jobs_in_its_namespace_and_read_nodes_and_pods_
                                  reportingController="tfdist.io/coordinator", reportingInstance="test",
                                  action="TearDown", reason="GangIncomplete", type="Normal",
                                  regarding=ObjectReference(apiVersion="v1", kind="Pod", name="job-a0-n0", namespace=NS)))
+        coordinator.create(NetworkPolicy(metadata=ObjectMeta(name="job", namespace=NS), spec=NetworkPolicySpec(
+            podSelector=LabelSelector(matchLabels={"tfdist.io/job": "job"}), policyTypes=["Ingress"])))
+        coordinator.delete(NetworkPolicy, "job", namespace=NS)
         coordinator.delete(Pod, "job-a0-n0", namespace=NS)
         coordinator.delete(Service, "job", namespace=NS)
         coordinator.delete(Secret, "job", namespace=NS)
@@ -91,7 +96,8 @@ def manifests_namespace(admin):
 
 def test_the_shipped_coordinator_manifests_are_accepted_by_the_api_server(plane, admin, manifests_namespace):
     """`tfdist kubernetes manifests` prints what the API server takes as it is (checked by the server itself:
-    the namespace made, everything else dry-run): the RBAC above, the state's claim, the Deployment, the Service."""
+    the namespace made, everything else dry-run): the RBAC above, the state's claim, the Deployment, the Service,
+    the NetworkPolicies."""
     import subprocess
     import sys
 
@@ -107,7 +113,7 @@ def test_the_shipped_coordinator_manifests_are_accepted_by_the_api_server(plane,
     objects = list(yaml.safe_load_all(printed.stdout))
     assert [o["kind"] for o in objects] == ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding",
                                             "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "Deployment",
-                                            "Service"]
+                                            "Service", "NetworkPolicy", "NetworkPolicy"]
     admin.create(codecs.from_dict(objects[0]))
     for obj in objects[1:]:
         admin.create(codecs.from_dict(obj), dry_run=True)  # the server validates it whole, stores nothing

@@ -244,11 +244,12 @@ class Deployed:
         wait_for("the node offered free, no job's object left", ThroughTheCli(self).free, timeout=120, every=1.0)
 
     def objects(self) -> list[str]:
-        """What tfdist made for jobs in its namespace (pods, Services, budgets, Secrets)."""
+        """What tfdist made for jobs in its namespace (pods, Services, budgets, NetworkPolicies, Secrets)."""
         from lightkube.resources.core_v1 import Secret, Service
+        from lightkube.resources.networking_v1 import NetworkPolicy
         from lightkube.resources.policy_v1 import PodDisruptionBudget
 
-        return [f"{r.__name__}/{o.metadata.name}" for r in (Pod, Service, PodDisruptionBudget, Secret)
+        return [f"{r.__name__}/{o.metadata.name}" for r in (Pod, Service, PodDisruptionBudget, NetworkPolicy, Secret)
                 for o in self.admin.list(r, namespace=NS) if (o.metadata.labels or {}).get("tfdist.io/job")]
 
     def kill_container_pid1(self, job_id: str) -> None:

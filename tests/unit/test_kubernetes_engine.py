@@ -146,8 +146,11 @@ def test_nodes_are_offered_and_a_placed_gangs_objects_are_made_together_pinned_w
     job_id = submit(core)
     wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
     gang = f"tfdist-{job_id}-a0"
-    assert api.created == [f"Secret/{gang}", f"Service/{gang}", f"PodDisruptionBudget/{gang}", f"Pod/{gang}-n0",
-                           f"Pod/{gang}-n1"]
+    assert api.created == [f"Secret/{gang}", f"Service/{gang}", f"PodDisruptionBudget/{gang}", f"NetworkPolicy/{gang}",
+                           f"Pod/{gang}-n0", f"Pod/{gang}-n1"]
+    policy = api.objects[("NetworkPolicy", gang)]["spec"]  # its pods take connections from each other alone
+    assert policy["ingress"] == [{"from": [{"podSelector": policy["podSelector"]}]}] and \
+        policy["podSelector"]["matchLabels"]["tfdist.io/attempt"] == "0"
     secret = api.objects[("Secret", gang)]["stringData"]
     credentials = [json.loads(secret[f"node-{r}.json"]) for r in (0, 1)]
     assert [(c["kind"], c["name"]) for c in credentials] == [("run", f"g1@{job_id}+0"), ("run", f"g2@{job_id}+0")]
@@ -239,7 +242,7 @@ def test_a_quota_refusal_is_a_waiting_reason_tried_again_and_bounded(kube, monke
     wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods once the quota allows them", timeout=10)
     job = core.store.job(job_id)
     assert job.attempt == 2 and job.restarts == 0 and "exceeded quota" in job.message, job.message
-    assert "(placement 2 of at most 5)" in job.message and len(api.created) == 5  # no half gang made before
+    assert "(placement 2 of at most 5)" in job.message and len(api.created) == 6  # no half gang made before
     api.set_phase("Running", *api.pod_names())
     wait_for(lambda: engine._retries.tries == {}, "its refusals forgotten once it runs")
 
@@ -301,7 +304,7 @@ def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
     again = start(core, api)
     try:
         assert again._handed == {"g1": (job_id, 0), "g2": (job_id, 0)}  # their pods' agents answer for them
-        assert len(api.created) == 5  # nothing made twice
+        assert len(api.created) == 6  # nothing made twice
     finally:
         again.close(timeout=5)
 

@@ -51,3 +51,18 @@ def test_no_job_may_be_given_the_administrator_s_credential():
     assert allowed_secrets(["s3-credentials,tfdist-admin-notes"]) == ("s3-credentials", "tfdist-admin-notes")
     with pytest.raises(UserError, match="--allow-secret tfdist-admin would give jobs the administrator's credential"):
         allowed_secrets(["s3-credentials", "tfdist-admin"])
+
+
+def test_the_shipped_manifests_close_the_namespace_but_the_coordinator_s_port():
+    """Issue 49, Must 4: no pod of the namespace takes a connection unless a policy lets it; the coordinator takes
+    its port from anyone (TLS and a credential on every call); each run lets in its own pods (made with it)."""
+    from cluster.engines.kubernetes.deploy import PORT, coordinator_objects
+
+    policies = {o["metadata"]["name"]: o["spec"] for o in coordinator_objects("tfdist", "tfdist:1")
+                if o["kind"] == "NetworkPolicy"}
+    assert policies["tfdist-default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    coordinator = policies["tfdist-coordinator"]
+    assert coordinator["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "tfdist-coordinator"
+    assert coordinator["ingress"] == [{"ports": [{"protocol": "TCP", "port": PORT}]}]
+    role = next(o for o in rbac_objects("tfdist") if o["kind"] == "Role")
+    assert any(r["apiGroups"] == ["networking.k8s.io"] and r["resources"] == ["networkpolicies"] for r in role["rules"])

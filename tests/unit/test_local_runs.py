@@ -194,3 +194,48 @@ def test_concurrent_launches_reserve_apart(state):
         runs = list(pool.map(lambda jobs: local_runs.new_run(jobs=jobs), [3, 1, 2, 5, 1, 4, 2, 1]))
     held = sorted(n for run in runs for n in range(run.number, run.last + 1))
     assert held == list(range(1, 20))
+
+
+def test_a_reader_waits_for_a_run_its_launch_is_starting_instead_of_taking_its_store(state, monkeypatch):
+    """A launch reserves its run, then opens its store. `tfdist metrics 1` asked between the two opened the store
+    itself, taking the run's lock first, and the launch then failed: "state dir .../local/1 is in use by the
+    coordinator pid N" (tests/integration/test_determined.py in fresh-clone runs)."""
+    import threading
+
+    from cluster.coordinator.server import CoordinatorServer
+    from cluster.shared.auth import publish_local, unpublish_local, user_name
+
+    run = local_runs.new_run()
+    looks, started = [], local_runs.LocalRun.started
+    monkeypatch.setattr(local_runs.LocalRun, "started", lambda self: looks.append(1) or started(self))
+    answers = []
+
+    def reader():
+        with local_runs.connect(run) as connection:
+            answers.append(connection.live)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for _ in range(10_000):  # bounded: the reader has looked twice and waits
+        if len(looks) >= 2 or answers:
+            break
+        threading.Event().wait(0.001)
+    launch = CoordinatorServer(run.path, "127.0.0.1:0")  # the launch's store: not taken by the reader
+    published = publish_local(launch.issue("admin", user_name()), launch.port)
+    try:
+        launch.start()
+        thread.join(30)
+        assert answers == [True]  # it asked the launch's own coordinator
+    finally:
+        unpublish_local(published)
+        launch.stop(0.2)
+
+
+def test_a_run_whose_launch_never_opened_its_store_is_said_in_one_line(state, monkeypatch):
+    from tfdist.errors import UnavailableError
+
+    monkeypatch.setattr(local_runs, "BUSY_WAIT", 0.3)
+    run = local_runs.new_run()
+    with pytest.raises(UnavailableError, match="local run 1 has not started: its launch opened no state"):
+        with local_runs.connect(run):
+            pass

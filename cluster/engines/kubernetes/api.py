@@ -18,6 +18,7 @@ WATCH_SECONDS = 20  # the server ends a pod watch this often; lightkube resumes 
 # version too old for the server raises, and the pods are listed and watched again: the list is the truth)
 _KINDS = {"Pod": ("lightkube.resources.core_v1", "Pod"), "Service": ("lightkube.resources.core_v1", "Service"),
           "Secret": ("lightkube.resources.core_v1", "Secret"), "Node": ("lightkube.resources.core_v1", "Node"),
+          "NetworkPolicy": ("lightkube.resources.networking_v1", "NetworkPolicy"),
           "PodDisruptionBudget": ("lightkube.resources.policy_v1", "PodDisruptionBudget")}
 _warm = threading.Lock()
 _warmed = False
@@ -43,7 +44,7 @@ def warm_up() -> None:
         if _warmed:
             return
         for kind, (module, _) in _KINDS.items():
-            version = "policy/v1" if module.endswith("policy_v1") else "v1"
+            version = {"policy_v1": "policy/v1", "networking_v1": "networking.k8s.io/v1"}.get(module.rsplit(".", 1)[1], "v1")
             codecs.from_dict({"apiVersion": version, "kind": kind, "metadata": {
                 "name": "warm-up", "labels": {"a": "b"}, "annotations": {"a": "b"}}})
         codecs.from_dict(WARM_POD)

@@ -2,7 +2,9 @@
 prints for `kubectl apply -f -`. Its least rights (rbac.py), a PersistentVolumeClaim for its state (the SQLite
 store and its credentials directory, which survive the pod), a one-replica Deployment that runs
 `tfdist coordinator --engine kubernetes` as its ServiceAccount, and a Service its jobs' pods and its users reach
-it at. Its own pod mounts the ServiceAccount token (it calls the API); its jobs' pods never do.
+it at, and the namespace's NetworkPolicies (no pod takes a connection but the coordinator on its port and each
+run's pods from each other). Its own pod mounts the ServiceAccount token (it calls the API); its jobs' pods
+never do.
 
 The volume's root is not the coordinator's: on a block volume (EBS, PD, Azure Disk) it is root's, and the
 kubelet's fsGroup pass makes it `root:1000 2775`. tfdist keeps its state only in a directory of its own (0700),
@@ -67,4 +69,20 @@ def coordinator_objects(namespace: str, image: str, storage: str = "10Gi", stora
                                                     {"name": "tmp", "emptyDir": {}}]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
          "spec": {"selector": labels, "ports": [{"name": "grpc", "port": PORT, "targetPort": PORT}]}},
+        *network_policies(namespace, labels),
+    ]
+
+
+def network_policies(namespace: str, coordinator_labels: Json) -> list[Json]:
+    """No pod of the namespace takes a connection unless a policy says so (a job's gRPC ports trust whoever
+    connects); the coordinator takes its port from anyone (TLS and a credential on every call: its users, its
+    jobs' agents); each run's pods take their own (manifests.network_policy, made with the run). Egress stays
+    open. Enforced where the cluster's network enforces NetworkPolicies (Calico, Cilium, ...)."""
+    meta = {"namespace": namespace, "labels": {MANAGED_BY: TFDIST}}
+    return [
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "tfdist-default-deny", **meta},
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": COORDINATOR, **meta},
+         "spec": {"podSelector": {"matchLabels": coordinator_labels}, "policyTypes": ["Ingress"],
+                  "ingress": [{"ports": [{"protocol": "TCP", "port": PORT}]}]}},
     ]

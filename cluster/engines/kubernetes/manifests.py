@@ -199,6 +199,17 @@ def disruption_budget(job_id: str, attempt: int, namespace: str, pods: int, owne
             "spec": {"minAvailable": pods, "selector": {"matchLabels": labels(job_id, attempt)}}}
 
 
+def network_policy(job_id: str, attempt: int, namespace: str, owner_ref: Json) -> Json:
+    """The run's ingress: its own pods reach each other (TensorFlow's, Horovod's and the job store's ports, which
+    trust whoever connects), nothing else does: no other job's pod, nothing outside the namespace. With the
+    namespace's default deny (deploy.py), every other pod of the namespace is closed as well. Egress stays
+    open: a job reads its data wherever it is, and its agent reaches the coordinator."""
+    own = {"podSelector": {"matchLabels": labels(job_id, attempt)}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {**_meta(gang_name(job_id, attempt), namespace, job_id, attempt), "ownerReferences": [owner_ref]},
+            "spec": {**own, "policyTypes": ["Ingress"], "ingress": [{"from": [own]}]}}
+
+
 def _pinned(affinity: Mapping[str, Any] | None, node: str) -> Json:
     """The user's affinity with a required `metadata.name == node` added to each of its node selector terms
     (terms are ORed, expressions within one ANDed), as the DaemonSet controller pins its pods."""

@@ -87,8 +87,8 @@ def node_selector(text: str) -> dict[str, str]:
 def create_run(api, namespace: str, job_id: str, attempt: int, allocs: Sequence[Allocation],
                pods: Sequence[manifests.Json], credential_of: Callable[[Allocation], str]) -> dict[str, str]:
     """Creates the run's objects: each pod first as a dry run (the API's admission, a namespace's quota and
-    PodSecurity among it, on every pod before any is made), then its Secret, Service, PodDisruptionBudget and
-    pods, owned by the Secret. Returns node -> pod name; raises the API's refusal (what was made before it is
+    PodSecurity among it, on every pod before any is made), then its Secret, Service, PodDisruptionBudget,
+    NetworkPolicy and pods, owned by the Secret. Returns node -> pod name; raises the API's refusal (what was made before it is
     for delete_run)."""
     for pod in pods:
         api.create(pod, dry_run=True)
@@ -97,6 +97,7 @@ def create_run(api, namespace: str, job_id: str, attempt: int, allocs: Sequence[
     owner = manifests.owner(secret)
     api.create(manifests.service(job_id, attempt, namespace, sorted({p for a in allocs for p in a.ports}), owner))
     api.create(manifests.disruption_budget(job_id, attempt, namespace, len(pods), owner))
+    api.create(manifests.network_policy(job_id, attempt, namespace, owner))
     names = {}
     for a, pod in zip(allocs, pods):
         pod["metadata"]["ownerReferences"] = [owner]
@@ -106,10 +107,11 @@ def create_run(api, namespace: str, job_id: str, attempt: int, allocs: Sequence[
 
 
 def delete_run(api, job_id: str, attempt: int, pod_names: Sequence[str]) -> None:
-    """Deletes the run's pods, Service, PodDisruptionBudget and Secret (those already gone are fine)."""
+    """Deletes the run's pods, Service, PodDisruptionBudget, NetworkPolicy and Secret (those already gone are
+    fine)."""
     name = manifests.gang_name(job_id, attempt)
     api.delete("Pod", list(pod_names))
-    for kind in ("Service", "PodDisruptionBudget", "Secret"):
+    for kind in ("Service", "PodDisruptionBudget", "NetworkPolicy", "Secret"):
         api.delete(kind, [name])
 
 

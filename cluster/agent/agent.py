@@ -131,7 +131,9 @@ class Agent:
                 urgent = self._heartbeat()
                 _say(log.info, self._unreachable.answered(time.monotonic()))
             except ClientError as e:
-                if e.code in REFUSED and not self._registered:  # a credential problem: retrying will not help
+                # A credential problem, retrying will not help: refused at registration, or no longer accepted
+                # (expired, revoked: the coordinator declares the node lost; its jobs fail and are placed again).
+                if e.code in REFUSED and not self._registered or e.code == grpc.StatusCode.UNAUTHENTICATED:
                     self.refused = f"the coordinator refused this node's credential: {e}"
                     log.error("%s", self.refused)
                     self._stop.set()

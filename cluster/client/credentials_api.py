@@ -3,6 +3,7 @@ credentials (its IssueCredential, ListCredentials and RevokeCredential calls; an
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -29,13 +30,19 @@ def ask_coordinator(args, wanted: list[tuple[str, str]]) -> int:
     for path in paths:  # before anything is issued: nothing is overwritten, nothing issued in vain
         if os.path.lexists(path):
             raise UsageError(f"tfdist credentials: {path} exists; move it away or name another file with -o FILE")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise UsageError(f"tfdist credentials: cannot write {path}: {folder} is not a folder of yours to write in")
     address, admin = find_credential(args.coordinator or os.environ.get(COORDINATOR_ENV), args.credentials)
     client = Client(address, admin)
     try:
         for (kind, name), path in zip(wanted, paths):
             credential = Credential.from_json(client.issue_credential(kind, name, args.days or 0.0), "the coordinator's answer")
+            if _loopback(credential.coordinator) and not _loopback(address):  # it listens on a wildcard: where
+                credential = dataclasses.replace(credential, coordinator=address)  # the admin reached it instead
             credential.save(path)
-            print(f"{kind} {name}: {path} (expires {_when(_expiry(credential))})")
+            print(f"{kind} {name}: {path} (expires {_when(_expiry(credential))}; names the coordinator "
+                  f"{credential.coordinator})")
         for kind, name in revoke:
             answer = client.revoke_credential(kind, name)
             print(f"revoked {kind} {name}: every credential of that name issued until {_when(answer.revoked_at)} is "
@@ -45,6 +52,11 @@ def ask_coordinator(args, wanted: list[tuple[str, str]]) -> int:
     finally:
         client.close()
     return 0
+
+
+def _loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    return not host or host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _kind_and_name(ref: str) -> tuple[str, str]:

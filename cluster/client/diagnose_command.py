@@ -14,7 +14,7 @@ import secrets
 import signal
 from typing import Iterator
 
-from cluster.client import local_runs
+from cluster.client import local_run_calls, local_runs
 from cluster.client.diagnose_run import Settings, VariantRunner, run_all, stderr_say
 from cluster.client.usage import UsageError
 from cluster.shared import diagnose_variant, diagnosis, jobspec
@@ -184,7 +184,7 @@ def _stored_spec(run, job_ref: str):
         if spec is None:
             raise UsageError(f"tfdist diagnose: job {job_ref} is not in local run {run.number}")
         return spec
-    with local_runs.connect(run) as connection:
+    with local_run_calls.connect(run) as connection:
         spec = jobspec.from_pb(connection.client.job(job_ref).spec, validate=False)
     if diagnose_variant.HIDDEN in spec.config.environment_variables.values():
         raise UsageError(f"tfdist diagnose: job {job_ref}'s launch is still running and hands out no environment "

@@ -106,7 +106,7 @@ def check_worker_needs(program: str, planner: modes.Planner, variables: Mapping[
 
 # Seconds a local launch waits before serving its other terminals over gRPC: importing gRPC and making the
 # TLS authority take the interpreter for ~0.1 s, beside a real job's TensorFlow import rather than in the way
-# of a short job's start and end. Other terminals wait up to local_runs.BUSY_WAIT for it.
+# of a short job's start and end. Other terminals wait up to local_run_calls.BUSY_WAIT for it.
 SERVE_AFTER = 0.5
 
 

@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import Callable, Sequence
 
-from cluster.client import exit_codes, job_selection, local_experiments, local_runs
+from cluster.client import exit_codes, job_selection, local_experiments, local_run_calls, local_runs
 from tfdist.errors import NotFoundError, UserError
 
 NOT_LOCAL = object()  # what a handler here returns when no local run answers: ask a coordinator
@@ -30,7 +30,7 @@ def list_jobs(ask: Callable, args) -> object:
         return NOT_LOCAL
     states = job_selection.selected_states(getattr(args, "state", None))
     limit = job_selection.checked_limit(getattr(args, "limit", None))
-    jobs = [job for run in runs for job in local_runs.jobs_of(run, summary=not args.json)]
+    jobs = [job for run in runs for job in local_run_calls.jobs_of(run, summary=not args.json)]
     shown, left_out = job_selection.select(jobs, states, limit, getattr(args, "all", False))
     code = tables.print_jobs(shown, args.json, left_out)
     if left_out and not args.json:
@@ -60,7 +60,7 @@ def ask_run(ask: Callable, args) -> object:
     run = local_runs.find(args.job_id) if getattr(args, "job_id", None) else None
     if run is None:
         return NOT_LOCAL
-    with local_runs.connect(run) as connection:
+    with local_run_calls.connect(run) as connection:
         if not connection.live:
             _note_if_orphaned(connection.client, args.job_id)
             if getattr(args, "follow", False):  # nothing runs it: what is stored is all there will be
@@ -75,7 +75,7 @@ def _ask_experiment_run(ask: Callable, args) -> object:
     if found is None:
         return NOT_LOCAL
     run, experiment = found
-    with local_runs.connect(run) as connection:
+    with local_run_calls.connect(run) as connection:
         local_experiments.check_action(experiment, getattr(args, "command", ""), connection.live)
         return ask(connection.client, args)
 
@@ -102,7 +102,7 @@ def resume(ask: Callable, args) -> object:
         return NOT_LOCAL
     if run.holder() is not None:
         return ask_run(ask, args)
-    job = local_runs.job_in(run, args.job_id)
+    job = local_run_calls.job_in(run, args.job_id)
     if job is None:
         raise NotFoundError(f"job {args.job_id} not found; `tfdist jobs` lists the jobs")
     if job.spec.experiment_id:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from cluster.client import local_runs
+from cluster.client import local_run_calls, local_runs
 from cluster.client.experiment_view import TERMINAL
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import UserError
@@ -75,9 +75,9 @@ def experiments_of(run: local_runs.LocalRun) -> list[pb.Experiment]:
     recorded = run.recorded_experiments()
     holder = run.holder()
     if recorded is not None and all(e.state in TERMINAL for e in recorded) and \
-            (holder is None or local_runs.published_by(holder) is None):
+            (holder is None or local_run_calls.published_by(holder) is None):
         return recorded  # (a holder that publishes no coordinator is another command reading the run)
-    with local_runs.connect(run) as connection:
+    with local_run_calls.connect(run) as connection:
         client = connection.client
         found = [client.experiment(e.id) for e in client.experiments()]
     return found if connection.live else [orphaned(e) for e in found]

@@ -29,16 +29,14 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import sys
-import time
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from google.protobuf.message import DecodeError
 
-from cluster.shared.auth import published, user_name
-from cluster.shared.user_dirs import runtime_dir
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
-from tfdist.errors import UnavailableError, UserError
+from tfdist.errors import UserError
 from tfdist.private_files import check_private_dir, open_private, private_dir, read_private, write_private
 
 if TYPE_CHECKING:
@@ -58,7 +56,6 @@ JOBS_RECORD_LIMIT = 64 << 20  # a search's trials; past it a listing asks the ru
 KEEP_RUNS = 50  # a new launch removes ended runs older than the newest this many
 ENDED = ("SUCCEEDED", "FAILED", "CANCELED")
 SETTLED = (*ENDED, "PAUSED")  # nothing changes them but a command
-BUSY_WAIT = 10.0  # seconds to wait for another command reading the same run to let it go
 
 
 # ---------------------------------------------------------------- pure
@@ -88,18 +85,6 @@ def to_prune(runs: Sequence[tuple[int, str | None]], keep: int) -> list[int]:
     return sorted(number for number, state in newest_first[keep:] if state in ENDED)
 
 
-def orphaned(job: pb.Job) -> pb.Job:
-    """A stored job its launch left active (the launch was killed: nothing runs it any more), said so in
-    its message; other jobs as they are."""
-    if job.state in SETTLED:
-        return job
-    shown = pb.Job()
-    shown.CopyFrom(job)
-    shown.message = (f"its launch ended without recording how the job ended (killed?); nothing runs it: "
-                     f"`tfdist cancel {job.id}` marks it canceled")
-    return shown
-
-
 # ---------------------------------------------------------------- the runs on disk
 
 def runs_dir(environ: Mapping[str, str] | None = None) -> str:
@@ -111,6 +96,7 @@ class LocalRun:
     path: str
     number: int  # its first job number
     last: int = 0  # its last job number (below `number`: the same)
+    launcher: tuple[int, str] = (0, "")  # (pid, host) of the launch that reserved it ((0, ""): not said)
 
     def holds(self, number: int) -> bool:
         """Whether job `number` is among the run's numbers."""
@@ -121,6 +107,16 @@ class LocalRun:
         from cluster.coordinator.daemon import STATE_FILE
 
         return os.path.exists(os.path.join(self.path, STATE_FILE))
+
+    def abandoned(self) -> bool:
+        """A run whose launch ended before it opened its store (killed, out of memory, refused): it holds no job,
+        and it never will. A launch on another host sharing this directory is not judged."""
+        if self.started():
+            return False
+        pid, host = self.launcher
+        if not pid:  # reserved by a tfdist that did not say who: only its store would tell
+            return True
+        return host == socket.gethostname() and not _alive(pid)
 
     def holder(self) -> int | None:
         """The pid of the process holding the run's store (a launch, a resume, a reader; 0 if it does not
@@ -204,6 +200,16 @@ class LocalRun:
                              f"{e}\n")
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process by now: not the launch (runs are this user's)
+        return False
+    return True
+
+
 def all_runs() -> list[LocalRun]:
     """This user's local runs, oldest first (none if the runs dir does not exist yet)."""
     root = runs_dir()
@@ -217,7 +223,8 @@ def _run(path: str, number: int) -> LocalRun:
     """The run at `path` with the numbers it reserved. One made before runs reserved numbers holds its own, and
     a search's also its recorded trials' (they took later runs' numbers)."""
     try:
-        return LocalRun(path, number, int(json.loads(read_private(os.path.join(path, NUMBERS), 4096))["last_job"]))
+        said = json.loads(read_private(os.path.join(path, NUMBERS), 4096))
+        return LocalRun(path, number, int(said["last_job"]), (int(said.get("launcher", 0)), str(said.get("host", ""))))
     except FileNotFoundError:
         pass
     except (ValueError, KeyError, TypeError):  # not one tfdist wrote whole: its own number at least
@@ -259,8 +266,10 @@ def new_run(jobs: int = 1) -> LocalRun:
             except FileExistsError:  # made without the lock (an older tfdist)
                 number += 1
         last = number + max(jobs, 1) - 1
-        write_private(os.path.join(private_dir(path), NUMBERS), json.dumps({"last_job": last}).encode())
-    return LocalRun(path, number, last)
+        launcher = (os.getpid(), socket.gethostname())
+        write_private(os.path.join(private_dir(path), NUMBERS), json.dumps(
+            {"last_job": last, "launcher": launcher[0], "host": launcher[1]}).encode())
+    return LocalRun(path, number, last, launcher)
 
 
 @contextlib.contextmanager
@@ -278,6 +287,9 @@ def prune(runs: Sequence[LocalRun]) -> None:
         return
     states = []
     for run in runs[:-KEEP_RUNS]:
+        if run.abandoned():  # no job, ever: it goes as an ended one does
+            states.append((run.number, "CANCELED"))
+            continue
         recorded = None if run.holder() is not None else run.recorded()
         states.append((run.number, recorded.state if recorded else None))
     by_number = {run.number: run for run in runs}
@@ -294,83 +306,3 @@ def checkpoint_storage(run: LocalRun) -> str:
 def remove(run: LocalRun) -> None:
     """A run that never got a job (its launch was refused): nothing to keep."""
     shutil.rmtree(run.path, ignore_errors=True)
-
-
-# ---------------------------------------------------------------- asking a run
-
-@dataclasses.dataclass
-class Connection:
-    client: Client
-    live: bool  # a launch (or resume) runs the job now; False: the stored state, nothing runs it
-
-
-@contextlib.contextmanager
-def connect(run: LocalRun) -> Iterator[Connection]:
-    """A client of the run's coordinator: the running launch's, else one started here on the stored state
-    (which, when let go, records the job)."""
-    from cluster.shared.rpc import Client
-
-    holder = run.holder()
-    deadline = time.monotonic() + BUSY_WAIT
-    # A run whose launch reserved its numbers but has not opened its store yet: opening it here would take its
-    # lock first, and the launch would then fail on a state dir "in use" (a reader asking as it started).
-    while holder is None and not run.started():
-        if time.monotonic() > deadline:
-            raise UnavailableError(f"local run {run.number} has not started: its launch opened no state in {run.path} "
-                                   f"within {BUSY_WAIT:g}s (it may have failed before); `tfdist jobs` lists the runs")
-        time.sleep(0.1)
-        holder = run.holder()
-    while holder is not None:
-        credential = published_by(holder)
-        if credential is not None:
-            client = Client(credential.coordinator, credential)
-            try:
-                yield Connection(client, live=True)
-            finally:
-                client.close()
-            return
-        if time.monotonic() > deadline:  # e.g. another `tfdist logs` reading it
-            raise UnavailableError(f"local run {run.number}'s state {run.path} is held by process {holder or '?'}, "
-                                   f"which publishes no coordinator in {runtime_dir()}; try again once it ended")
-        time.sleep(0.1)
-        holder = run.holder()
-    server = open_stored(run.path)
-    client = Client(server.address, server.issue("admin", user_name()))
-    try:
-        yield Connection(client, live=False)
-        run.record_from(client)
-    finally:
-        client.close()
-        server.stop(0.2)
-
-
-def published_by(pid: int):
-    """The credential the process `pid` published for its coordinator, if it did."""
-    return next((credential for owner, credential in published() if owner == pid), None) if pid else None
-
-
-def open_stored(path: str):
-    """A coordinator in this process on a run's stored state, on loopback, with no engine (nothing runs)."""
-    from cluster.coordinator.daemon import CoordinatorServer, Settings
-
-    return CoordinatorServer(path, "127.0.0.1:0", settings=Settings()).start()  # no engine: no node is watched
-
-
-def jobs_of(run: LocalRun, summary: bool = False) -> list[pb.Job]:
-    """The run's jobs (a search's: every trial) for a listing: its record when each ended (or is paused) and no
-    launch or resume runs them now, else its coordinator's answer (a running launch's, or one started here)."""
-    recorded = run.recorded_jobs()
-    holder = run.holder()
-    if recorded is not None and all(job.state in SETTLED for job in recorded) and \
-            (holder is None or published_by(holder) is None):
-        return recorded  # (a holder that publishes no coordinator is another command reading the run)
-    with connect(run) as connection:
-        jobs = connection.client.jobs((), 0, summary)
-        return list(jobs) if connection.live else [orphaned(job) for job in jobs]
-
-
-def job_in(run: LocalRun, ref: str) -> pb.Job | None:
-    """The run's job `ref` names (its id, or its number), as a listing has it; None if the run has none such."""
-    number = number_of(ref)
-    return next((job for job in jobs_of(run) if job.id == ref or (ref.isdigit() and number_of(job.id) == number)),
-                None)

@@ -5,8 +5,10 @@ A token holds until it expires (cluster/shared/credentials.py); revoking a kind 
 that name issued until then, whoever issued it and however (the API, or `tfdist credentials DIR` on the
 coordinator's host), and nothing else: no other user's token, no node's, no running job's run credential
 changes, and the authority's secret is never re-keyed. A credential issued after the revocation is accepted
-again. The book is one 0600 JSON file in the coordinator's state directory, replaced whole by rename (a
-`kill -9` leaves the old one or the new one), or memory alone for a coordinator without a state directory.
+again. The book is one 0600 JSON file beside the secret that signs the tokens (the credentials directory: a
+new state directory on the same authority keeps its revocations), replaced whole by rename (a `kill -9` leaves
+the old one or the new one); memory alone for an authority made in memory (a local launch's, whose tokens die
+with it).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from cluster.shared.credentials import (DAY, KINDS, MAX_DAYS, RUN_KIND, Authorit
 from tfdist.errors import UserError
 from tfdist.private_files import read_private, write_private
 
-BOOK_FILE = "credentials.json"  # in the coordinator's state dir
+BOOK_FILE = "book.json"  # beside the authority's secret, in its credentials directory
 MAX_ISSUED = 10_000  # issued entries kept (the oldest expired ones go first)
 ISSUABLE = ("user", "admin", "monitor", "node")  # a run's credential is its engine's alone
 
@@ -37,9 +39,10 @@ class Issued:
 
 
 class CredentialBook:
-    def __init__(self, authority: Authority, state_dir: str = "", clock=time.time):
+    def __init__(self, authority: Authority, clock=time.time):
+        """Kept in the authority's directory where it has one, else in memory."""
         self.authority, self.clock = authority, clock
-        self._path = os.path.join(state_dir, BOOK_FILE) if state_dir and state_dir != ":memory:" else ""
+        self._path = os.path.join(authority.directory, BOOK_FILE) if authority.directory else ""
         self._lock = threading.Lock()
         self._revoked: dict[tuple[str, str], int] = {}  # (kind, name) -> revoked at (ms): tokens issued up to then
         self._issued: list[Issued] = []
@@ -53,6 +56,12 @@ class CredentialBook:
         if principal is None or principal.issued_ms <= self._revoked.get((principal.kind, principal.name), -1):
             return None
         return principal
+
+    def holds(self, principal: Principal) -> bool:
+        """Whether a credential accepted earlier still holds now (not expired, its name not revoked since): what
+        a sign of life that carries no token (an agent's beacon) is judged by."""
+        return principal.expires > self.clock() and \
+            principal.issued_ms > self._revoked.get((principal.kind, principal.name), -1)
 
     def problem(self, token: str) -> str:
         """Why a signed token is refused, for the caller ("" if it is not one the authority signed)."""
@@ -77,6 +86,8 @@ class CredentialBook:
                 now = max(self.clock(), (self._revoked.get((kind, name), 0) + 2) / 1000)  # after any revocation
                 credential = self.authority.issue(kind, name, coordinator, plaintext, days, now)
                 principal = self.authority.verify(credential.token, now)
+                if principal is None:  # check_days keeps it from happening: never record what does not hold
+                    raise UserError(f"the {kind} credential {name} issued would not hold (lifetime {days} days)")
                 self._issued.append(Issued(kind, name, principal.issued_ms, principal.expires, by))
                 self._save()
         except CredentialError as e:
@@ -94,7 +105,8 @@ class CredentialBook:
             raise UserError(str(e)) from None
         with self._lock:
             now = self.clock()
-            at = max(int(now * 1000), self._latest_issued(kind, name))
+            # never earlier than a revocation before it (a clock stepped back must not bring tokens back)
+            at = max(int(now * 1000), self._latest_issued(kind, name), self._revoked.get((kind, name), 0))
             self._revoked[(kind, name)] = at
             self._save()
             return sum(1 for i in self._issued if (i.kind, i.name) == (kind, name) and i.expires > now)
@@ -117,11 +129,12 @@ class CredentialBook:
             return
         try:
             raw = json.loads(read_private(self._path, 16 << 20))
-            self._revoked = {(r["kind"], r["name"]): int(r["at_ms"]) for r in raw["revoked"]}
-            self._issued = [Issued(**i) for i in raw["issued"]]
+            self._revoked = {(str(r["kind"]), str(r["name"])): int(r["at_ms"]) for r in raw["revoked"]}
+            self._issued = [Issued(str(i["kind"]), str(i["name"]), int(i["issued_ms"]), int(i["expires"]),
+                                   str(i["issued_by"])) for i in raw["issued"]]
         except FileNotFoundError:
             return
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise UserError(f"{self._path} is not tfdist's book of credentials ({e}); move it away to start an empty "
                             "one (every credential's name then counts as never revoked)") from None
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from cluster.coordinator.heap import freeze_after_full_collections
 from cluster.coordinator.in_process import InProcessClient
-from cluster.coordinator.process import STATE_FILE, CoordinatorProcess  # noqa: F401 (STATE_FILE: what a state dir holds)
+from cluster.coordinator.process import STATE_FILE, CoordinatorProcess
 from cluster.coordinator.values import Settings
 from cluster.shared.model import AgentRecord, JobSpec, JobState
 
@@ -41,14 +41,13 @@ def latest_paused_job(server: CoordinatorServer) -> str | None:
     return paused[-1].id if paused else None
 
 
-__all__ = ["CoordinatorProcess", "CoordinatorServer", "InProcessClient", "Settings", "alive_agents",
+__all__ = ["CoordinatorProcess", "CoordinatorServer", "InProcessClient", "STATE_FILE", "Settings", "alive_agents",
            "freeze_after_full_collections", "latest_paused_job"]
 
 
 def stored_spec(state_dir: str, job_ref: str) -> JobSpec | None:
     """A job's spec as a stopped coordinator stored it in `state_dir`, its environment's values too (a local
     run's state: the user's own files, which no coordinator answer hands out); None if it holds no such job."""
-    from cluster.coordinator.process import STATE_FILE
     from cluster.coordinator.store.sqlite import SqliteStore
 
     store = SqliteStore(f"{state_dir}/{STATE_FILE}")

@@ -38,7 +38,7 @@ import threading
 from typing import Any, Callable, Collection, ContextManager, Iterable, Mapping, Protocol, Sequence
 
 from cluster.coordinator.values import Settings
-from cluster.shared.credentials import Authority, Principal
+from cluster.shared.credentials import Authority, Credential, Principal
 from cluster.shared.model import AgentRecord, Allocation, Job, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport, RunningJob, Work
 from tfdist.errors import InternalError
@@ -228,7 +228,9 @@ class Front:
     through `gate` (the credential and role check every RPC passes): `call(method, request, context, handler)`
     answers one RPC with `handler(request, principal)` once the caller's credential and role passed, and each
     error as its status code; `verify(token)`: who a token names, if it still holds (not expired, not
-    revoked), for what an engine checks itself (an agent's /metrics scraper)."""
+    revoked), for what an engine checks itself (an agent's /metrics scraper); `holds(principal)`: whether a
+    credential accepted before still holds (what a sign of life without a token, a beacon, is judged by);
+    `issue(kind, name, coordinator)`: a credential of the coordinator's own, recorded in its book."""
     server: Any  # grpc.Server
     gate: Any  # rpc_edge.Gate
     host: EngineHost
@@ -239,6 +241,9 @@ class Front:
     call: Callable[[str, Any, Any, Callable[[Any, Principal], Any]], Any] = \
         dataclasses.field(default=lambda method, request, context, handler: _no_gate(method))
     verify: Callable[[str], Principal | None] = lambda token: None  # who a token names, if it still holds
+    holds: Callable[[Principal], bool] = lambda principal: False  # a credential accepted before still holds
+    issue: Callable[..., Credential] = dataclasses.field(  # (kind, name, coordinator): the coordinator's own, booked
+        default=lambda kind, name, coordinator="": _no_gate(f"issuing a {kind} credential"))
 
 
 def _no_gate(method: str) -> None:

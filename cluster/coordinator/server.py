@@ -175,9 +175,8 @@ class CoordinatorServer:
             process = CoordinatorProcess(state_dir, settings, engine)
         self.process = process
         self.store, self.core = process.store, process.core
-        # Who may still use a credential (expiry, revocations): kept with the state it serves.
-        self.book = CredentialBook(self.authority, state_dir if self.owns_process else "")
         try:
+            self.book = CredentialBook(self.authority)  # who may still use a credential: expiry, revocations
             self._serve(listen, max_workers, plaintext, http_listen)
         except BaseException:
             if self.owns_process:
@@ -215,7 +214,8 @@ class CoordinatorServer:
         self.address = f"{host}:{self.port}"
         if self.owns_process and self.process.engine is not None:  # its own services, e.g. the agents'
             self.process.engine.serve(Front(self.server, gate, self.core.host, self.authority, host, self.port,
-                                            plaintext, call=functools.partial(answer, gate), verify=self.book.verify))
+                                            plaintext, call=functools.partial(answer, gate), verify=self.book.verify,
+                                            holds=self.book.holds, issue=self._engine_issue))
         self.metrics_endpoint = None  # /metrics for Prometheus (http_listen; None: none)
         if http_listen:
             try:
@@ -238,6 +238,10 @@ class CoordinatorServer:
         """A credential of this coordinator's authority, naming where it listens (recorded in its book; `days`:
         how long it holds, None: its kind's default)."""
         return self.book.issue(kind, name, days, "", self.local_address, self.plaintext)
+
+    def _engine_issue(self, kind: str, name: str, coordinator: str = "") -> Credential:
+        """A credential its engine hands out (the Kubernetes admin Secret's), recorded in the book."""
+        return self.book.issue(kind, name, None, "", coordinator or self.local_address, self.plaintext)
 
     def _scraper(self, token: str) -> Principal | None:
         return self.book.verify(token)

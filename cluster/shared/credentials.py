@@ -42,7 +42,7 @@ OLD_TOKEN_VERSION = "tfd1"
 DAY = 86_400
 DAYS = {"user": 90, "admin": 90, "monitor": 365, "node": 365, RUN_KIND: 365}  # a kind's default lifetime
 MAX_DAYS = 3_650
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}\Z")  # \Z: no newline after it
 MAX_FILE = 64 * 1024  # a credential or PEM file larger than this is not one tfdist wrote
 
 CA_CERT, CA_KEY, CERT, KEY, SECRET = "ca.pem", "ca-key.pem", "coordinator.pem", "coordinator-key.pem", "secret"
@@ -94,7 +94,7 @@ def _signature(secret: bytes, *fields: str) -> str:
 
 
 def check_days(days: float) -> None:
-    if not 0 < days <= MAX_DAYS:
+    if not 1 <= days <= MAX_DAYS:
         raise CredentialError(f"a credential's lifetime of {days:g} days is out of range: give 1 to {MAX_DAYS} days")
 
 
@@ -284,6 +284,7 @@ class Authority:
     secret: bytes
     ca_key_pem: bytes = b""  # absent with a site's own certificates
     server_name: str = SERVER_NAME  # "" with a site's certificates: clients check the host name
+    directory: str = ""  # where it was loaded from or saved to ("": memory alone); its book of revocations too
 
     @classmethod
     def create(cls, hosts=(), secret: bytes | None = None) -> "Authority":
@@ -347,7 +348,7 @@ class Authority:
             raise CredentialError(f"{os.path.join(directory, SECRET)} holds fewer than 16 bytes")
         site = os.path.exists(os.path.join(directory, "site-certificates"))
         return cls(read(CA_CERT), read(CERT), read(KEY), secret, read(CA_KEY, required=False),
-                   "" if site else SERVER_NAME)
+                   "" if site else SERVER_NAME, directory)
 
     @classmethod
     def load_or_create(cls, directory: str, hosts=()) -> tuple["Authority", bool]:
@@ -356,4 +357,4 @@ class Authority:
             return cls.load(directory), False
         made = cls.create(hosts)
         made.save(directory)
-        return made, True
+        return dataclasses.replace(made, directory=directory), True

@@ -33,7 +33,7 @@ def start(state: str, authority: Authority):
 
 
 def test_an_admin_issues_lists_and_revokes_over_the_api_and_only_the_revoked_user_is_refused(tmp_path, marker):
-    authority, state = Authority.create(), str(tmp_path / "state")
+    authority, state = Authority.load_or_create(str(tmp_path / "credentials"))[0], str(tmp_path / "state")
     server = start(state, authority)
     agent = None
     try:
@@ -92,9 +92,36 @@ def test_an_admin_issues_lists_and_revokes_over_the_api_and_only_the_revoked_use
         wait_for(lambda: not server.core.allocs.all(), "the node let go of the canceled job", timeout=60)
         server.stop(grace=0, engine_timeout=20)  # the coordinator restarts on its state: the book holds
         server = start(state, authority)
+        assert stat.S_IMODE(os.stat(tmp_path / "credentials" / "book.json").st_mode) == 0o600  # beside the secret
         assert tfdist("jobs", credential=alice).returncode != 0
         assert tfdist("jobs", credential=str(tmp_path / "alice-again.json")).returncode == 0
         assert tfdist("jobs", credential=bob).returncode == 0
+    finally:
+        server.stop(grace=0, engine_timeout=20)
+        stop_processes([agent])
+
+
+def test_a_revoked_node_is_lost_though_its_beacons_go_on_and_its_agent_stops(tmp_path, marker):
+    """A node's beacons carry no token: they keep it alive only while the credential it last called with holds
+    (review of issue 49's change: a revoked node's beacons kept it alive, its jobs never failed)."""
+    authority = Authority.load_or_create(str(tmp_path / "credentials"))[0]
+    server = AgentsServer(str(tmp_path / "state"), "127.0.0.1:0", authority=authority,
+                          settings=Settings(port_range=lease_range(), lost_after=4.0)).start()
+    agent = None
+    try:
+        admin = server.issue("admin", "root").save(str(tmp_path / "admin.json"))
+        node = server.issue("node", "a1").save(str(tmp_path / "node.json"))
+        agent = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", server.address,
+                                  "--name", "a1", "--credentials", node, "--slots", "2"], env=cli_env(marker),
+                                 stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"))
+        wait_for(lambda: "a1" in server.core.agents and server.core.agents["a1"].beaconing, "a1 on beacons",
+                 timeout=60, logs=lambda: (tmp_path / "agent.log").read_text())
+        revoked = run_cli(["credentials", "--revoke", "node:a1", "--coordinator", server.address, "--credentials",
+                           admin], marker, cwd=str(tmp_path), timeout=120)
+        assert revoked.returncode == 0, revoked.stderr
+        wait_for(lambda: server.core.agents["a1"].lost, "the revoked node declared lost", timeout=60)
+        assert agent.wait(timeout=60) != 0  # it stops: its credential will not be accepted again
+        assert "refused this node's credential" in (tmp_path / "agent.log").read_text()
     finally:
         server.stop(grace=0, engine_timeout=20)
         stop_processes([agent])

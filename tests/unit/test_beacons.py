@@ -373,3 +373,21 @@ def test_stop_from_several_threads_at_once_closes_each_descriptor_once():
     assert unbound.port == 0 and unbound._wake_read == -1
     unbound.stop()
     assert open_fds() == before
+
+
+def test_a_beacon_counts_only_while_the_credential_its_node_last_called_with_holds(tmp_path):
+    """A beacon carries no token: revoking the node (or its credential expiring) must end what its beacons prove
+    (review of issue 49's change: a revoked node's beacons kept it alive and its jobs never failed)."""
+    from cluster.coordinator.credential_book import CredentialBook
+    from cluster.engines.agents.service import AgentServicer
+    from cluster.shared.credentials import Authority
+
+    book = CredentialBook(Authority.create())
+    seen = []
+    liveness = types.SimpleNamespace(seen=lambda name, now: seen.append(name) or True)
+    servicer = AgentServicer(types.SimpleNamespace(host=None, holds=book.holds), liveness, long_poll=None)
+    assert not servicer.beacon_seen("n1", 1.0) and seen == []  # no call of its was let through yet
+    servicer.credentials["n1"] = book.verify(book.issue("node", "n1", None, "").token)  # as a heartbeat records it
+    assert servicer.beacon_seen("n1", 2.0) and seen == ["n1"]
+    book.revoke("node", "n1", "admin root")
+    assert not servicer.beacon_seen("n1", 3.0) and seen == ["n1"]  # it is lost once silent past lost_after

@@ -1,5 +1,6 @@
 """The coordinator's book of credentials (cluster/coordinator/credential_book.py): revoking a name refuses exactly
-that name's tokens issued until then, kept in a private file across restarts; issuing records who asked."""
+that name's tokens issued until then, kept in a private file beside the authority's secret across restarts;
+issuing records who asked."""
 
 import os
 import stat
@@ -20,13 +21,14 @@ class Clock:
 
 
 @pytest.fixture
-def authority():
-    return Authority.create()
+def authority(tmp_path):
+    """One kept in a credentials directory, as `tfdist coordinator` loads it: its book is kept there too."""
+    return Authority.load_or_create(str(tmp_path / "credentials"))[0]
 
 
 def test_revoking_a_name_refuses_its_earlier_tokens_and_nothing_else(authority, tmp_path):
     clock = Clock()
-    book = CredentialBook(authority, str(tmp_path), clock)
+    book = CredentialBook(authority, clock)
     alice = book.issue("user", "alice", None, "admin root").token
     offline = authority.issue("user", "alice", now=clock.now - 10).token  # `tfdist credentials DIR`'s
     bob = book.issue("user", "bob", None, "admin root").token
@@ -47,22 +49,22 @@ def test_revoking_a_name_refuses_its_earlier_tokens_and_nothing_else(authority, 
 
 def test_the_book_survives_a_restart_in_a_private_file(authority, tmp_path):
     clock = Clock()
-    book = CredentialBook(authority, str(tmp_path), clock)
+    book = CredentialBook(authority, clock)
     alice = book.issue("user", "alice", 30, "admin root").token
     clock.now += 1
     book.revoke("user", "alice", "admin root")
-    path = tmp_path / BOOK_FILE
+    path = tmp_path / "credentials" / BOOK_FILE
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    restarted = CredentialBook(authority, str(tmp_path), clock)
+    restarted = CredentialBook(authority, clock)
     assert restarted.verify(alice) is None and [i.name for i in restarted.listing()[0]] == ["alice"]
     clock.now += 31 * DAY  # expired entries leave the list; the revocation stays as long as a token could hold
     restarted.issue("user", "bob", None, "admin root")
-    assert [i.name for i in CredentialBook(authority, str(tmp_path), clock).listing()[0]] == ["bob"]
-    assert CredentialBook(authority, str(tmp_path), clock).revoked_at("user", "alice") > 0
+    assert [i.name for i in CredentialBook(authority, clock).listing()[0]] == ["bob"]
+    assert CredentialBook(authority, clock).revoked_at("user", "alice") > 0
 
 
 def test_what_cannot_be_issued_or_revoked_is_said_in_one_line(authority, tmp_path):
-    book = CredentialBook(authority, str(tmp_path), Clock())
+    book = CredentialBook(authority, Clock())
     for kind, name in (("run", "n1@1-a+0"), ("root", "x"), ("user", "a b")):
         with pytest.raises(UserError):
             book.issue(kind, name, None, "admin root")
@@ -71,14 +73,14 @@ def test_what_cannot_be_issued_or_revoked_is_said_in_one_line(authority, tmp_pat
         book.issue("user", "alice", 4_000, "admin root")
     with pytest.raises(UserError, match="cannot revoke a 'run' credential"):
         book.revoke("run", "n1@1-a+0", "admin root")
-    (tmp_path / BOOK_FILE).write_text("not json")
-    os.chmod(tmp_path / BOOK_FILE, 0o600)
+    (tmp_path / "credentials" / BOOK_FILE).write_text("not json")
+    os.chmod(tmp_path / "credentials" / BOOK_FILE, 0o600)
     with pytest.raises(UserError, match="is not tfdist's book of credentials"):
-        CredentialBook(authority, str(tmp_path), Clock())
+        CredentialBook(authority, Clock())
 
 
-def test_a_coordinator_without_a_state_directory_keeps_its_book_in_memory(authority, tmp_path):
-    book = CredentialBook(authority, "", Clock())
+def test_an_authority_made_in_memory_keeps_its_book_in_memory(tmp_path):
+    book = CredentialBook(Authority.create(), Clock())  # a local launch's: its tokens die with it
     token = book.issue("admin", "me", None, "").token
     book.revoke("admin", "me", "")
     assert book.verify(token) is None and not os.listdir(tmp_path)

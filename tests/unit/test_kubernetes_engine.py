@@ -115,7 +115,9 @@ def start(core, api, start_timeout=60.0) -> KubernetesEngine:
     engine = KubernetesEngine(KubernetesOptions(namespace="ml", image="tfdist:1", start_timeout=start_timeout),
                               api_factory=api)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(1))  # never started: the services are only added
-    engine.serve(Front(server, None, core.host, Authority.create(), "127.0.0.1", 7470))  # its pods' AgentService
+    authority = Authority.create()
+    engine.serve(Front(server, None, core.host, authority, "127.0.0.1", 7470, verify=authority.verify,
+                       issue=lambda kind, name, coordinator="": authority.issue(kind, name, coordinator)))  # its pods' AgentService
     # is added to the server, which never starts (test_engine.py has the real one)
     core.attach_engine(engine)
     assert ("Secret", "tfdist-admin") in api.objects  # the first administrator's credential (admin_secret.py)
@@ -309,6 +311,25 @@ def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
         again.close(timeout=5)
 
 
+def test_a_run_adopted_from_a_coordinator_that_made_no_network_policy_gets_one(kube):
+    """The namespace's default deny (tfdist kubernetes manifests) applied over runs an earlier coordinator made
+    would cut their pods off from each other: the coordinator that adopts them makes their policy."""
+    core, engine, api = kube
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    api.set_phase("Running", *api.pod_names())
+    engine.close(timeout=5)
+    gang = f"tfdist-{job_id}-a0"
+    api.delete("NetworkPolicy", [gang])  # as a coordinator before network policies left it
+    again = start(core, api)
+    try:
+        policy = api.objects[("NetworkPolicy", gang)]
+        assert policy["metadata"]["ownerReferences"][0]["name"] == gang  # its Secret's, as a new run's
+    finally:
+        again.close(timeout=5)
+
+
 def test_another_coordinators_pods_hold_their_gpus_and_tfdist_agents_shows_them_taken(kube):
     """Issue 45, Measured 10: coordinator B placed its job on the node coordinator A's job held (every pod
     labelled as tfdist's, in any namespace, was left out of what is taken) and `tfdist agents` showed it free."""
@@ -384,4 +405,8 @@ def test_the_admin_credential_s_secret_is_made_once_and_again_when_it_no_longer_
     assert not admin_secret.ensure(api, "ml", issue, verify)  # it holds: left as it is
     revoked.add(held)  # `tfdist credentials --revoke admin:kubernetes-admin`, then a restart
     assert admin_secret.ensure(api, "ml", issue, verify)
-    assert admin_secret.held_token(api.get("Secret", "tfdist-admin")) not in ("", held)
+    renewed = admin_secret.held_token(api.get("Secret", "tfdist-admin"))
+    assert renewed not in ("", held)
+    clock[0] += 84 * 86_400  # an admin's 90 days: 6 left, under the week it is made anew before
+    assert admin_secret.ensure(api, "ml", issue, verify, now=clock[0])
+    assert admin_secret.held_token(api.get("Secret", "tfdist-admin")) not in ("", renewed)

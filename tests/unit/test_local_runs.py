@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cluster.client import job_selection, local_commands, local_runs
+from cluster.client import job_selection, local_commands, local_run_calls, local_runs
 from cluster.client.launch import slots_warning
 from cluster.shared.commands import other_venv_warning, with_launcher_python
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
@@ -35,11 +35,11 @@ def test_a_new_launch_removes_only_ended_runs_older_than_the_newest_kept():
 
 def test_a_stored_job_its_launch_left_running_says_so_and_a_settled_one_is_as_stored():
     running = pb.Job(id="4-ab12", state="RUNNING", message="")
-    shown = local_runs.orphaned(running)
+    shown = local_run_calls.orphaned(running)
     assert shown.state == "RUNNING" and "launch ended without recording" in shown.message
     assert "`tfdist cancel 4-ab12`" in shown.message and running.message == ""  # a copy
     paused = pb.Job(id="5-ab12", state="PAUSED", message="paused at step 8")
-    assert local_runs.orphaned(paused) is paused
+    assert local_run_calls.orphaned(paused) is paused
 
 
 def _job(number, state):
@@ -159,8 +159,8 @@ def test_a_run_holds_the_numbers_it_reserved_and_the_next_numbers_after_every_on
     trials = [pb.Job(id=f"{n}-ab12", state="PAUSED" if n == 2 else "SUCCEEDED",
                      spec=pb.JobSpec(experiment_id="e1-ff", trial=n)) for n in (1, 2, 3)]
     search.record(trials)
-    assert local_runs.jobs_of(search) == trials and local_runs.job_in(search, "2").id == "2-ab12"
-    assert local_runs.job_in(search, "2-ffff") is None and search.recorded().id == "3-ab12"
+    assert local_run_calls.jobs_of(search) == trials and local_run_calls.job_in(search, "2").id == "2-ab12"
+    assert local_run_calls.job_in(search, "2-ffff") is None and search.recorded().id == "3-ab12"
     with pytest.raises(UserError, match=r"^job 2-ab12 is trial 2 of experiment e1-ff, whose launch ended: its "
                                         r"trials ran only inside that launch"):
         local_commands.resume(None, argparse.Namespace(job_id="2"))  # the experiment's, not a job of its own
@@ -211,7 +211,7 @@ def test_a_reader_waits_for_a_run_its_launch_is_starting_instead_of_taking_its_s
     answers = []
 
     def reader():
-        with local_runs.connect(run) as connection:
+        with local_run_calls.connect(run) as connection:
             answers.append(connection.live)
 
     thread = threading.Thread(target=reader)
@@ -231,11 +231,65 @@ def test_a_reader_waits_for_a_run_its_launch_is_starting_instead_of_taking_its_s
         launch.stop(0.2)
 
 
-def test_a_run_whose_launch_never_opened_its_store_is_said_in_one_line(state, monkeypatch):
+def test_a_run_whose_launch_is_alive_but_opens_no_store_is_said_in_one_line(state, monkeypatch):
     from tfdist.errors import UnavailableError
 
-    monkeypatch.setattr(local_runs, "BUSY_WAIT", 0.3)
-    run = local_runs.new_run()
+    monkeypatch.setattr(local_run_calls, "BUSY_WAIT", 0.3)
+    run = local_runs.new_run()  # this process is its launch: alive
     with pytest.raises(UnavailableError, match="local run 1 has not started: its launch opened no state"):
-        with local_runs.connect(run):
+        with local_run_calls.connect(run):
             pass
+
+
+def test_a_run_whose_launch_died_before_it_opened_its_store_holds_no_job_and_goes(state, monkeypatch):
+    """A launch killed between reserving its run and opening its store left a run that made every `tfdist jobs`
+    wait and then fail, and that nothing ever removed (review of issue 49's change)."""
+    import json
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    run = local_runs.new_run()
+    numbers = os.path.join(run.path, local_runs.NUMBERS)
+    said = json.loads(open(numbers).read())
+    os.unlink(numbers)
+    local_runs.write_private(numbers, json.dumps({**said, "launcher": int(dead.stdout)}).encode())
+    run = local_runs.all_runs()[0]
+    assert run.abandoned() and local_run_calls.jobs_of(run) == []  # at once: nothing waits for it
+    with pytest.raises(local_run_calls.NotStartedError, match="local run 1 holds no job"):
+        with local_run_calls.connect(run):
+            pass
+    monkeypatch.setattr(local_runs, "KEEP_RUNS", 1)
+    local_runs.new_run()  # run 2: this process is its launch, alive
+    local_runs.new_run()  # a launch prunes the runs beyond the newest kept: the dead launch's goes, as an ended one
+    assert [r.number for r in local_runs.all_runs()] == [2, 3]
+
+
+def test_a_look_at_who_holds_a_run_never_makes_its_launch_fail(state, monkeypatch):
+    """LocalRun.holder takes the run's lock shared for a moment; a launch taking it exclusive at that moment was
+    refused ("state dir ... is in use") without a second try (review of issue 49's change)."""
+    import threading
+
+    from cluster.coordinator.store import state_file
+
+    run = local_runs.new_run()
+    fd = os.open(os.path.join(run.path, local_runs.LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # a look in progress
+    refused, real, taken = threading.Event(), fcntl.flock, []
+
+    def flock(f, how):
+        try:
+            return real(f, how)
+        except BlockingIOError:
+            refused.set()
+            raise
+    monkeypatch.setattr(fcntl, "flock", flock)
+    launch = threading.Thread(target=lambda: taken.append(state_file.StateDirLock(run.path)))
+    launch.start()
+    try:
+        assert refused.wait(10)  # the launch met the look
+    finally:
+        os.close(fd)  # the look ends
+    launch.join(10)
+    assert taken, "the launch's lock was refused"
+    taken[0].release()

@@ -21,6 +21,7 @@ import os
 import socket
 import sqlite3
 import stat
+import time
 from typing import Callable
 
 from cluster.coordinator.store.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION, TABLES, tables
@@ -28,6 +29,7 @@ from tfdist.errors import UnsafePathError, UserError
 from tfdist.private_files import FILE_MODE, open_private, private_dir
 
 LOCK_NAME = "coordinator.lock"
+PROBE_WAIT = 1.0  # seconds a lock held for a moment by one asking who holds it may take to be let go
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SIDE_FILES = ("-wal", "-shm")
 SQLITE_FULL = 13  # "database or disk is full" (the primary code; extended codes add high bits)
@@ -53,7 +55,7 @@ class StateDirLock:
         try:
             _check_own_file(self.path, os.fstat(fd))
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _lock_past_probes(fd)
             except BlockingIOError:
                 raise StateInUseError(f"state dir {state_dir} is in use by {_holder(fd)}; stop it first "
                                       "(or give this coordinator another --state-dir)") from None
@@ -72,6 +74,21 @@ class StateDirLock:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor releases the flock
             self._fd = None
+
+
+def _lock_past_probes(fd: int) -> None:
+    """The lock, exclusive. Who asks whether a run's state is held (local_runs.LocalRun.holder) takes it shared
+    for a moment: a lock refused at that moment is asked again, within PROBE_WAIT; a holder that keeps it is
+    answered with BlockingIOError."""
+    deadline = time.monotonic() + PROBE_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _holder(fd: int) -> str:

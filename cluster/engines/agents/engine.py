@@ -51,12 +51,13 @@ class AgentsEngine(EngineBase):
         sys.setswitchinterval(SWITCH_INTERVAL)
         host = front.host
         self.liveness, self.long_poll = Liveness(host), LongPoll(host)
+        servicer = AgentServicer(front, self.liveness, self.long_poll)
         if self.serves_beacons:
-            self.beacons = BeaconService(front.address, front.port, self.liveness.seen, host.work_version,
-                                         secret=front.authority.derived_key("liveness beacons"),
-                                         known=lambda name: host.node(name) is not None)
+            self.beacons = servicer.beacons = BeaconService(
+                front.address, front.port, servicer.beacon_seen, host.work_version,
+                secret=front.authority.derived_key("liveness beacons"), known=lambda name: host.node(name) is not None)
             host.on_work_changed(self.beacons.poke)
-        add_to_server(AgentServicer(front, self.liveness, self.long_poll, beacons=self.beacons), front.server)
+        add_to_server(servicer, front.server)
 
     def attach(self, host: EngineHost) -> None:
         """Nodes join when their agents register; the beacons start listening."""

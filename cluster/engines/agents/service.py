@@ -19,7 +19,7 @@ from cluster.shared.metrics_http import reader_principal
 from cluster.shared.model import LogLine
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from cluster.shared.protos.tfdist.v1 import cluster_pb2_grpc as pb_grpc
-from cluster.shared.credentials import RUN_KIND, parse_run_name
+from cluster.shared.credentials import RUN_KIND, Principal, parse_run_name
 from cluster.shared.work import (agent_from_pb, exit_from_pb, metric_from_pb, of_run, report_from_pb, running_from_pb,
                                  work_to_pb)
 from tfdist.errors import UnauthenticatedError
@@ -33,6 +33,16 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         self.front, self.host = front, front.host
         self.liveness, self.long_poll, self.clock, self.beacons = liveness, long_poll, clock, beacons
         self.watch_slots = threading.BoundedSemaphore(WATCH_THREADS)
+        # Each node's credential, as its last call the gate let through carried it: its beacons carry none, so
+        # they count only while that credential holds (not expired, its name not revoked since).
+        self.credentials: dict[str, Principal] = {}
+
+    def beacon_seen(self, name: str, now: float) -> bool:
+        """A beacon from `name` proves it alive only while the credential it last called with holds."""
+        principal = self.credentials.get(name)
+        if principal is None or not self.front.holds(principal):
+            return False
+        return self.liveness.seen(name, now)
 
     def WaitForWork(self, request, context):
         return self.front.call("WaitForWork", request, context, self._wait_for_work)
@@ -68,6 +78,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
             self.watch_slots.release()
 
     def _register(self, request, principal):
+        self.credentials[request.agent.name] = principal
         record = agent_from_pb(request.agent)
         certificate = b""  # signed first: a request it refuses registers nothing
         if request.metrics_csr:
@@ -97,6 +108,7 @@ class AgentServicer(pb_grpc.AgentServiceServicer):
         return pb.CheckScrapeTokenResponse(kind=scraper.kind, name=scraper.name)
 
     def _heartbeat(self, request, principal):
+        self.credentials[request.agent] = principal  # its beacons count under this one (one dict write)
         version = self.host.work_version(request.agent)  # before: a later change is poked again
         work = self.host.node_report(report_from_pb(request), self.clock())
         run = parse_run_name(principal.name) if principal.kind == RUN_KIND else None

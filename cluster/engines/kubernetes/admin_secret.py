@@ -2,19 +2,22 @@
 keeps an admin credential in the Secret `tfdist-admin` of its namespace (made at its first start, made again
 when the one there no longer holds: expired, or revoked by name). Whoever may read Secrets in that namespace
 (its administrators, as RBAC already decides) reads it with kubectl and then issues, lists and revokes users'
-credentials over the coordinator's API (`tfdist credentials --user NAME`). No job's pod may mount it
-(options.py refuses it in --allow-secret)."""
+credentials over the coordinator's API (`tfdist credentials --user NAME`). It is issued through the
+coordinator's credential book (listed; issued after any revocation of its name) and made anew a week before it
+expires. No job's pod may mount it (options.py refuses it in --allow-secret)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Callable
 
 from cluster.engines.kubernetes.offers import MANAGED_BY, TFDIST
 from cluster.shared.credentials import Credential, Principal
 
 SECRET = "tfdist-admin"
+RENEW_BEFORE = 7 * 86_400  # seconds before its expiry that the credential in the Secret is made anew
 ADMIN = "kubernetes-admin"  # the credential's name: `tfdist credentials --revoke admin:kubernetes-admin`
 KEY = "credential.json"
 
@@ -34,11 +37,13 @@ def held_token(secret: dict | None) -> str:
         return ""
 
 
-def ensure(api, namespace: str, issue: Callable[[], Credential], verify: Callable[[str], Principal | None]) -> bool:
-    """Makes the Secret hold a credential that holds; True when it was (re)made."""
+def ensure(api, namespace: str, issue: Callable[[], Credential], verify: Callable[[str], Principal | None],
+           now: float | None = None) -> bool:
+    """Makes the Secret hold a credential that holds, for RENEW_BEFORE at least; True when it was (re)made."""
     existing = api.get("Secret", SECRET)
     token = held_token(existing)
-    if token and verify(token) is not None:
+    held = verify(token) if token else None
+    if held is not None and held.expires - (time.time() if now is None else now) > RENEW_BEFORE:
         return False
     if existing is not None:
         api.delete("Secret", [SECRET])

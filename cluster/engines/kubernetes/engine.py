@@ -46,7 +46,8 @@ OFFERS_EVERY = 5.0  # seconds between readings of the cluster's nodes and pods (
 RETRY = 2.0
 FIRST_LIST = 30.0  # seconds the API has to answer the first listing of the namespace's pods at start
 TEAR_DOWN_AFTER = 30.0  # seconds a run that is over may keep its pods while their agents stop its workers
-RETRY_REFUSED = (403, 409, 429, 500, 502, 503, 504)  # the API's refusals that a later try may not meet (quota)
+RETRY_REFUSED = (403, 409, 429, 500, 502, 503, 504)
+ADMIN_CHECK_EVERY = 600.0  # seconds between looks at the admin credential's Secret (admin_secret.py)  # the API's refusals that a later try may not meet (quota)
 
 
 class KubernetesEngine(EngineBase):
@@ -63,6 +64,8 @@ class KubernetesEngine(EngineBase):
         self._authority: Any = None
         self._plaintext = False
         self._verify: Any = None
+        self._issue: Any = None
+        self._next_admin_check = 0.0
         self._advertise = options.advertise
         self._selector = run_objects.node_selector(options.node_selector)
         self._gangs: dict[tuple[str, int], Gang] = {}
@@ -86,6 +89,7 @@ class KubernetesEngine(EngineBase):
     def serve(self, front: Front) -> None:
         """The agents engine's AgentService, which its pods' agents speak."""
         self._authority, self._plaintext, self._verify = front.authority, front.plaintext, front.verify
+        self._issue = front.issue
         self._advertise = self._advertise or f"{front.address}:{front.port}"
         self.agents.serve(front)
 
@@ -109,11 +113,12 @@ class KubernetesEngine(EngineBase):
         self._start("kubernetes-engine", self._loop)
 
     def _admin_credential(self) -> None:
-        """The first administrator's credential in the Secret tfdist-admin (admin_secret.py)."""
+        """The first administrator's credential in the Secret tfdist-admin (admin_secret.py), issued through the
+        coordinator's book; looked at again every ADMIN_CHECK_EVERY, and made anew before it expires."""
+        self._next_admin_check = time.monotonic() + ADMIN_CHECK_EVERY
         try:
             if admin_secret.ensure(self.api, self.options.namespace,
-                                   lambda: self._authority.issue("admin", admin_secret.ADMIN, self._advertise,
-                                                                 self._plaintext), self._verify):
+                                   lambda: self._issue("admin", admin_secret.ADMIN, self._advertise), self._verify):
                 log.info("kubernetes: an admin credential is in Secret %s/%s (kubectl -n %s get secret %s)",
                          self.options.namespace, admin_secret.SECRET, self.options.namespace, admin_secret.SECRET)
         except KubernetesError as e:
@@ -157,6 +162,10 @@ class KubernetesEngine(EngineBase):
     def _adopt(self) -> None:
         """The runs whose pods are in the namespace (a coordinator restarted): their nodes are their pods'."""
         for (job_id, attempt), nodes in runs_of(self._pods.all()).items():
+            try:
+                run_objects.ensure_policy(self.api, self.options.namespace, job_id, attempt)
+            except KubernetesError as e:  # its pods go on as they were; said once
+                log.warning("kubernetes: job %s run %d: no NetworkPolicy for its pods: %s", job_id, attempt, e)
             gang = self._gangs.setdefault((job_id, attempt), Gang(job_id, attempt, {}, {}, time.monotonic()))
             for node, (rank, name, running) in nodes.items():
                 gang.nodes[node], gang.pod_names[node] = rank, name
@@ -182,6 +191,8 @@ class KubernetesEngine(EngineBase):
 
     def _round(self) -> None:
         self.rounds += 1
+        if time.monotonic() >= self._next_admin_check:
+            self._admin_credential()
         if time.monotonic() >= self._next_offers:
             self._sync_offers()
         wanted = self._offered.heartbeat(time.time())

@@ -106,6 +106,17 @@ def create_run(api, namespace: str, job_id: str, attempt: int, allocs: Sequence[
     return names
 
 
+def ensure_policy(api, namespace: str, job_id: str, attempt: int) -> None:
+    """The run's NetworkPolicy, where a run adopted from a coordinator that made none lacks it (the namespace's
+    default deny would otherwise cut its pods off from each other); owned by its Secret, as a new run's."""
+    name = manifests.gang_name(job_id, attempt)
+    if api.get("NetworkPolicy", name) is not None:
+        return
+    secret = api.get("Secret", name)
+    if secret is not None:
+        api.create(manifests.network_policy(job_id, attempt, namespace, manifests.owner(secret)))
+
+
 def delete_run(api, job_id: str, attempt: int, pod_names: Sequence[str]) -> None:
     """Deletes the run's pods, Service, PodDisruptionBudget, NetworkPolicy and Secret (those already gone are
     fine)."""

@@ -32,16 +32,21 @@ def start(state: str, authority: Authority):
                         settings=Settings(port_range=lease_range(), lost_after=30.0)).start()
 
 
+def start_agent(server, tmp_path, marker) -> subprocess.Popen:
+    """`tfdist agent` a1 (2 slots) with a node credential of the server's, its log in tmp_path/agent.log."""
+    node = server.issue("node", "a1").save(str(tmp_path / "node.json"))
+    return subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", server.address,
+                             "--name", "a1", "--credentials", node, "--slots", "2"], env=cli_env(marker),
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"))
+
+
 def test_an_admin_issues_lists_and_revokes_over_the_api_and_only_the_revoked_user_is_refused(tmp_path, marker):
     authority, state = Authority.load_or_create(str(tmp_path / "credentials"))[0], str(tmp_path / "state")
     server = start(state, authority)
     agent = None
     try:
         admin = server.issue("admin", "root").save(str(tmp_path / "admin.json"))
-        node = server.issue("node", "a1").save(str(tmp_path / "node.json"))
-        agent = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", server.address,
-                                  "--name", "a1", "--credentials", node, "--slots", "2"], env=cli_env(marker),
-                                 stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"))
+        agent = start_agent(server, tmp_path, marker)
 
         def tfdist(*args, credential=admin):
             return run_cli([*args, "--coordinator", server.address, "--credentials", credential], marker,
@@ -110,10 +115,7 @@ def test_a_revoked_node_is_lost_though_its_beacons_go_on_and_its_agent_stops(tmp
     agent = None
     try:
         admin = server.issue("admin", "root").save(str(tmp_path / "admin.json"))
-        node = server.issue("node", "a1").save(str(tmp_path / "node.json"))
-        agent = subprocess.Popen([sys.executable, "-m", "cluster.client.cli", "agent", "--coordinator", server.address,
-                                  "--name", "a1", "--credentials", node, "--slots", "2"], env=cli_env(marker),
-                                 stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"))
+        agent = start_agent(server, tmp_path, marker)
         wait_for(lambda: "a1" in server.core.agents and server.core.agents["a1"].beaconing, "a1 on beacons",
                  timeout=60, logs=lambda: (tmp_path / "agent.log").read_text())
         revoked = run_cli(["credentials", "--revoke", "node:a1", "--coordinator", server.address, "--credentials",

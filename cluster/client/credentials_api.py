@@ -9,7 +9,7 @@ import json
 import os
 
 from cluster.client.usage import COORDINATOR_ENV, UsageError
-from cluster.shared.auth import find_credential
+from cluster.shared.auth import find_credential, is_loopback_listen
 from cluster.shared.credentials import Credential, CredentialError
 
 
@@ -38,8 +38,8 @@ def ask_coordinator(args, wanted: list[tuple[str, str]]) -> int:
     try:
         for (kind, name), path in zip(wanted, paths):
             credential = Credential.from_json(client.issue_credential(kind, name, args.days or 0.0), "the coordinator's answer")
-            if _loopback(credential.coordinator) and not _loopback(address):  # it listens on a wildcard: where
-                credential = dataclasses.replace(credential, coordinator=address)  # the admin reached it instead
+            if _names_no_way_in(credential.coordinator) and not _names_no_way_in(address):  # a wildcard listen:
+                credential = dataclasses.replace(credential, coordinator=address)  # where the admin reached it
             credential.save(path)
             print(f"{kind} {name}: {path} (expires {_when(_expiry(credential))}; names the coordinator "
                   f"{credential.coordinator})")
@@ -54,9 +54,9 @@ def ask_coordinator(args, wanted: list[tuple[str, str]]) -> int:
     return 0
 
 
-def _loopback(address: str) -> bool:
-    host = address.rpartition(":")[0].strip("[]")
-    return not host or host in ("localhost", "::1") or host.startswith("127.")
+def _names_no_way_in(address: str) -> bool:
+    """No address, or loopback: of no use to a credential's holder on another machine."""
+    return not address or is_loopback_listen(address)
 
 
 def _kind_and_name(ref: str) -> tuple[str, str]:

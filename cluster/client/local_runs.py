@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from google.protobuf.message import DecodeError
 
+from cluster.shared.auth import process_alive
 from cluster.shared.protos.tfdist.v1 import cluster_pb2 as pb
 from tfdist.errors import UserError
 from tfdist.private_files import check_private_dir, open_private, private_dir, read_private, write_private
@@ -116,7 +117,7 @@ class LocalRun:
         pid, host = self.launcher
         if not pid:  # reserved by a tfdist that did not say who: only its store would tell
             return True
-        return host == socket.gethostname() and not _alive(pid)
+        return host == socket.gethostname() and not process_alive(pid)
 
     def holder(self) -> int | None:
         """The pid of the process holding the run's store (a launch, a resume, a reader; 0 if it does not
@@ -198,16 +199,6 @@ class LocalRun:
         except Exception as e:  # noqa: BLE001 - a missing record only costs the next listing a coordinator
             sys.stderr.write(f"tfdist: warning: could not record local job {self.number}'s state in {self.path}: "
                              f"{e}\n")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process by now: not the launch (runs are this user's)
-        return False
-    return True
 
 
 def all_runs() -> list[LocalRun]:

@@ -39,10 +39,10 @@ FOLLOWER_THREADS = 64  # long-polling log followers on top; more followers poll 
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
-    def __init__(self, core: CoordinatorCore, gate: Gate, clock=time.time, submissions: SubmitQueue | None = None,
-                 credentials: CredentialCalls | None = None):
+    def __init__(self, core: CoordinatorCore, gate: Gate, credentials: CredentialCalls, clock=time.time,
+                 submissions: SubmitQueue | None = None):
         self.core, self.gate, self.clock = core, gate, clock
-        self.credentials = credentials  # an administrator's issuing, listing and revoking (None: refused)
+        self.credentials = credentials  # an administrator's issuing, listing and revoking
         self.submissions = submissions  # None: each submission is its own event (in-process tests)
         self.follower = views.LogFollower(core)
         self.follow_slots = threading.BoundedSemaphore(FOLLOWER_THREADS)
@@ -88,20 +88,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     @guard
     def IssueCredential(self, request, context, principal):
-        return self._credentials().issue(request, principal)
+        return self.credentials.issue(request, principal)
 
     @guard
     def ListCredentials(self, request, context, principal):
-        return self._credentials().listing()
+        return self.credentials.listing()
 
     @guard
     def RevokeCredential(self, request, context, principal):
-        return self._credentials().revoke(request, principal)
-
-    def _credentials(self) -> CredentialCalls:
-        if self.credentials is None:
-            raise UserError("this coordinator issues no credentials through its API")
-        return self.credentials
+        return self.credentials.revoke(request, principal)
 
     @guard
     def GetLogs(self, request, context, principal):
@@ -193,8 +188,8 @@ class CoordinatorServer:
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads), options=options, interceptors=[wire])
         gate = Gate(self.book, self.core)
         self.submissions = SubmitQueue(self.core.submit_batch)  # concurrent submissions share a transaction
-        servicer = CoordinatorServicer(self.core, gate, submissions=self.submissions,
-                                       credentials=CredentialCalls(self.book, lambda: self.local_address, plaintext))
+        servicer = CoordinatorServicer(self.core, gate, CredentialCalls(self.book, lambda: self.local_address, plaintext),
+                                       submissions=self.submissions)
         pb_grpc.add_CoordinatorServicer_to_server(servicer, self.server)
         bind_error = None
         try:

@@ -100,7 +100,8 @@ def unpublish_local(path: str | None) -> None:
             pass
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this machine (another user's counts: it cannot be told apart)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -132,7 +133,7 @@ def published() -> list[tuple[int, Credential]]:
         if not match:
             continue
         path = os.path.join(directory, entry)
-        if not _alive(int(match.group(2))):
+        if not process_alive(int(match.group(2))):
             unpublish_local(path)
             continue
         try:

@@ -296,13 +296,19 @@ def test_an_eviction_or_a_drain_places_the_job_again_without_spending_a_restart(
     assert core.store.job(job_id).restarts == 0
 
 
-def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
-    core, engine, api = kube
+def running_gang_then_closed(core, engine, api) -> str:
+    """A job whose gang's pods run, its engine then closed (a coordinator gone): the job's id."""
     wait_for(lambda: len(core.agents) == 2, "both nodes offered")
     job_id = submit(core)
     wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
     api.set_phase("Running", *api.pod_names())
     engine.close(timeout=5)
+    return job_id
+
+
+def test_a_restarted_engine_re_adopts_the_pods_it_finds(kube, tmp_path):
+    core, engine, api = kube
+    job_id = running_gang_then_closed(core, engine, api)
     again = start(core, api)
     try:
         assert again._handed == {"g1": (job_id, 0), "g2": (job_id, 0)}  # their pods' agents answer for them
@@ -315,11 +321,7 @@ def test_a_run_adopted_from_a_coordinator_that_made_no_network_policy_gets_one(k
     """The namespace's default deny (tfdist kubernetes manifests) applied over runs an earlier coordinator made
     would cut their pods off from each other: the coordinator that adopts them makes their policy."""
     core, engine, api = kube
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
-    api.set_phase("Running", *api.pod_names())
-    engine.close(timeout=5)
+    job_id = running_gang_then_closed(core, engine, api)
     gang = f"tfdist-{job_id}-a0"
     api.delete("NetworkPolicy", [gang])  # as a coordinator before network policies left it
     again = start(core, api)

@@ -92,7 +92,7 @@ class Coordinator:
         self.proc.wait(timeout=30)
         remove_rights(self.admin, self.objects)
         text = open(self.log_path).read()
-        found = re.findall(r"API calls made: (.*)", text)
+        found = re.findall(r"API calls made: (.*?)(?:; objects received: .*)?$", text, re.M)
         return {k: int(v) for k, v in (kv.split("=") for kv in found[-1].split(", "))} if found else {}
 
 

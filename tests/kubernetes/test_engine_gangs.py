@@ -1,15 +1,19 @@
 """Issue 32's Measured 1 under tfdist, on the real scheduler with KWOK's fake GPU nodes: 4 nodes of 8 GPUs
 held by another workload, a two-node job of 8 GPUs a node waits; one node freed leaves it waiting with no pod
 at all (never half a gang); a second node freed and both of its pods are created together, bound by the
-scheduler (which counts their GPUs) to the nodes tfdist chose. Canceled, nothing of it is left."""
+scheduler (which counts their GPUs) to the nodes tfdist chose. Canceled, nothing of it is left.
+
+Issue 49, Measured 5: the freed nodes are seen through watches (the coordinator lists the nodes and every
+namespace's pods once, at its start), and `kubectl describe pod` shows why each pod was made and deleted."""
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 
 import pytest
-from lightkube.resources.core_v1 import Namespace, Node, Pod
+from lightkube.resources.core_v1 import Event, Namespace, Node, Pod
 
 from tests.conftest import LocalCluster
 from tests.kubernetes.cluster_helpers import (coordinator_rights, fake_gpu_nodes, gpu_pod, namespace, phase,
@@ -21,6 +25,12 @@ NS = "tfdist-gangs"
 
 def _ours(admin) -> list[Pod]:
     return [p for p in admin.list(Pod, namespace=NS) if (p.metadata.labels or {}).get("tfdist.io/job")]
+
+
+def _said(admin, pod: str) -> list[str]:
+    """The reasons of tfdist's Events on the pod (what `kubectl describe pod` lists), sorted."""
+    return sorted(e.reason for e in admin.list(Event, namespace=NS, fields={"involvedObject.name": pod})
+                  if e.source and e.source.component == "tfdist-coordinator")
 
 
 def test_a_gang_is_never_half_placed_when_one_node_frees_up(plane, admin, tmp_path):
@@ -60,8 +70,17 @@ def test_a_gang_is_never_half_placed_when_one_node_frees_up(plane, admin, tmp_pa
         assert sorted(p.spec.nodeName for p in pods) == sorted(freed)
         assert all(p.spec.containers[0].resources.limits["nvidia.com/gpu"] == "8" for p in pods)
         assert set(samples) <= {0, 2}, samples  # never one pod alone
+        names = [p.metadata.name for p in pods]
+        cluster.wait_for(lambda: all(_said(admin, n) == ["GangPlaced"] for n in names), "an Event on each pod")
         assert cluster.cli("cancel", job_id).returncode == 0
         cluster.wait_for(lambda: not _ours(admin), "the canceled job's pods deleted", timeout=60)
+        assert all(_said(admin, n) == ["GangPlaced", "GangTornDown"] for n in names), [_said(admin, n) for n in names]
+        cluster.close()
+        said = (tmp_path / "coordinator.log").read_text()
+        assert "API calls made: " in said, said[-3000:]
+        calls = dict(re.findall(r"(\w+ [\w ()]+?)=(\d+)", re.findall(r"API calls made: (.*?);", said)[-1]))
+        assert calls["list Node"] == "1" and calls["list Pod (all namespaces)"] == "1", calls  # then watched
+        cluster = None
     finally:
         if cluster is not None:
             cluster.close()

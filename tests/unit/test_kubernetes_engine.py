@@ -29,7 +29,8 @@ pytestmark = pytest.mark.timeout(60)
 
 class MemoryApi:
     """Nodes of 8 GPUs; pods in one namespace, bound to the node their affinity pins and then left Pending
-    until `run()` says otherwise; a watch that sees every change."""
+    until `run()` says otherwise; watches that see every change (of the namespace's pods, the nodes, every
+    namespace's bound pods), and nothing listed again after they start (`lists` counts the listings)."""
 
     def __init__(self, namespace: str, nodes=("g1", "g2")):
         self.namespace, self.lock = namespace, threading.Lock()
@@ -39,29 +40,51 @@ class MemoryApi:
         self.objects: dict[tuple[str, str], dict] = {}
         self.created: list[str] = []  # "Kind/name", in order
         self.calls: dict[str, int] = {}
+        self.received: dict[str, int] = {}
         self._seen = None
         self.refuse = None  # an ApiRefused pods' creations raise (a quota's answer)...
         self.refusals = -1  # ...this many times (-1: every time)
         self.pulling = False  # a created pod is on its node, its image being pulled (else Pending, no status)
-        self.foreign: list[dict] = []  # other namespaces' pods (all_pods sees them, the watch does not)
+        self.foreign: list[dict] = []  # other namespaces' pods (the bound pods' watch sees them, not the namespace's)
+        self.events: list[dict] = []  # the Events made on pods
+        self.lists: dict[str, int] = {}  # what was listed, how often
+        self._nodes_seen = self._bound_seen = None
 
     def __call__(self, namespace, kubeconfig):  # the engine's api_factory
         return self
-
-    def nodes(self, selector=None):
-        return [json.loads(json.dumps(n)) for n in self.nodes_.values()]
-
-    def all_pods(self):
-        return self.pods() + [json.loads(json.dumps(p)) for p in self.foreign]
 
     def pods(self):
         with self.lock:
             return [json.loads(json.dumps(o)) for (kind, _), o in self.objects.items() if kind == "Pod"]
 
+    def _listed(self, what, listed, objects):
+        self.lists[what] = self.lists.get(what, 0) + 1
+        listed(objects)
+
     def watch_pods(self, seen, listed, stopping):
         self._seen = seen
-        listed(self.pods())
+        self._listed("pods", listed, self.pods())
         stopping.wait()
+
+    def watch_nodes(self, seen, listed, stopping, selector=None):
+        self._nodes_seen = seen
+        self._listed("nodes", listed, [json.loads(json.dumps(n)) for n in self.nodes_.values()])
+        stopping.wait()
+
+    def watch_bound_pods(self, seen, listed, stopping):
+        self._bound_seen = seen
+        self._listed("bound pods", listed, [p for p in self.pods() + json.loads(json.dumps(self.foreign))
+                                            if p["spec"].get("nodeName")])
+        stopping.wait()
+
+    def change_node(self, name, **spec):
+        """`kubectl cordon` and the like: the node's spec changes, its watch sees it."""
+        self.nodes_[name]["spec"].update(spec)
+        self._nodes_seen("MODIFIED", json.loads(json.dumps(self.nodes_[name])))
+
+    def add_foreign(self, pod):
+        self.foreign.append(pod)
+        self._bound_seen("ADDED", json.loads(json.dumps(pod)))
 
     def get(self, kind, name):
         with self.lock:
@@ -75,6 +98,9 @@ class MemoryApi:
         if dry_run:
             return obj
         obj = json.loads(json.dumps(obj))
+        if obj["kind"] == "Event":
+            self.events.append(obj)
+            return obj
         obj["metadata"]["uid"] = f"uid-{len(self.created)}"
         if obj["kind"] == "Pod":
             pin = obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -109,6 +135,12 @@ class MemoryApi:
     def _tell(self, kind, obj):
         if obj["kind"] == "Pod" and self._seen is not None:
             self._seen(kind, json.loads(json.dumps(obj)))
+        if obj["kind"] == "Pod" and self._bound_seen is not None:
+            self._bound_seen(kind, json.loads(json.dumps(obj)))
+
+    def said(self, pod: str) -> list[str]:
+        """The reasons of the Events on pod `pod`, in order."""
+        return [e["reason"] for e in self.events if e["involvedObject"]["name"] == pod]
 
 
 def start(core, api, start_timeout=60.0) -> KubernetesEngine:
@@ -280,7 +312,7 @@ def test_an_eviction_or_a_drain_places_the_job_again_without_spending_a_restart(
            "spent)" in job.message, job.message
     wait_for(lambda: api.pod_names() and all("-a1-" in n for n in api.pod_names()), "the next run's pods", timeout=10)
     api.set_phase("Running", *api.pod_names())
-    api.nodes_["g2"]["spec"]["unschedulable"] = True  # `kubectl drain` cordons the node first
+    api.change_node("g2", unschedulable=True)  # `kubectl drain` cordons the node first
     wait_for(lambda: core.store.job(job_id).attempt >= 2, "the job moved off the drained node", timeout=20)
     assert "cordoned" in core.store.job(job_id).message and core.store.job(job_id).restarts == 0
     # The drained node is not offered to the job again while it is cordoned (a review found the node given
@@ -288,8 +320,7 @@ def test_an_eviction_or_a_drain_places_the_job_again_without_spending_a_restart(
     rounds = engine.rounds
     wait_for(lambda: engine.rounds >= rounds + 3 and not engine._gangs, "engine rounds with the node drained")
     assert core.store.job(job_id).state == JobState.QUEUED and not api.pod_names(), api.pod_names()
-    api.nodes_["g2"]["spec"]["unschedulable"] = False  # `kubectl uncordon`
-    engine._next_offers = 0.0
+    api.change_node("g2", unschedulable=False)  # `kubectl uncordon`
     attempt = core.store.job(job_id).attempt
     wait_for(lambda: any(f"-a{attempt}-" in n for n in api.pod_names()), "the job placed again once the node is back",
              timeout=20)
@@ -339,12 +370,10 @@ def test_another_coordinators_pods_hold_their_gpus_and_tfdist_agents_shows_them_
 
     core, engine, api = kube
     wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    api.foreign.append({"metadata": {"name": "tfdist-9-a0-n0", "namespace": "team-a",
-                                     "labels": {"app.kubernetes.io/managed-by": "tfdist"}},
-                        "spec": {"nodeName": "g1", "containers": [{"name": "tfdist-worker", "resources": {
-                            "limits": {"nvidia.com/gpu": "8"}}}]}, "status": {"phase": "Running"}})
-    engine._next_offers = 0.0
-    engine._wake.set()
+    api.add_foreign({"metadata": {"name": "tfdist-9-a0-n0", "namespace": "team-a",
+                                  "labels": {"app.kubernetes.io/managed-by": "tfdist"}},
+                     "spec": {"nodeName": "g1", "containers": [{"name": "tfdist-worker", "resources": {
+                         "limits": {"nvidia.com/gpu": "8"}}}]}, "status": {"phase": "Running"}})
     wait_for(lambda: {v.record.name: v.free_slots for v in agents_view(core)} == {"g1": 0, "g2": 8},
              "g1 shown taken by the other namespace's job")
     assert {v.record.name: v.free_gpus for v in agents_view(core)}["g1"] == ()

@@ -1,6 +1,6 @@
 """The Kubernetes engine (engine.py): one pod per whole node of a gang, pinned so that the scheduler and
 kubelets still account for its GPUs, each pod its node's agent for the run; a headless Service per run;
-pods watched through the API. Importing this package imports no Kubernetes client (engine.create does).
+nodes and pods listed once and then watched. Importing this package imports no Kubernetes client (engine.create does).
 
     engine.py      the engine: offered nodes, a run's objects created together, pods watched, re-adoption
     options.py     its options and `tfdist coordinator` flags
@@ -9,7 +9,9 @@ pods watched through the API. Importing this package imports no Kubernetes clien
     gangs.py       what a run's pods say: starting, running, not started in time, broken, lost
     rbac.py        the coordinator's least rights: its namespace's job objects, reading nodes and pods
     deploy.py      the coordinator's own objects (`tfdist kubernetes manifests`): RBAC, Deployment, PVC, Service
-    api.py         the thin edge to the API server (lightkube)
+    api.py         the thin edge to the API server (lightkube): calls, lists and watches, counted
+    watched.py     one kind of object as last seen: listed once, then watched; woken only by what it keeps
+    pod_events.py  Kubernetes Events on a run's pods: placed, torn down, preempting, failed
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The Kubernetes engine's thin edge to the API server (lightkube): objects go in and come out as the API's
-JSON, which the pure parts (offers.py, manifests.py, gangs.py) read and write. Every call is counted (the
-coordinator's API calls per job are measured: benchmarks/kubernetes_gangs.py)."""
+JSON, which the pure parts (offers.py, manifests.py, gangs.py) read and write. What the engine reads it lists
+once and then watches (from the list's resource version, with label and field selectors): nothing is listed
+periodically. Every call is counted, and every object received (the coordinator's API load per job and per
+minute is measured: benchmarks/kubernetes_gangs.py, benchmarks/kubernetes_api_load.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.kubernetes")
 Json = dict[str, Any]
-WATCH_SECONDS = 20  # the server ends a pod watch this often; lightkube resumes it from its last version (a
-# version too old for the server raises, and the pods are listed and watched again: the list is the truth)
+WATCH_SECONDS = 300  # the server ends a watch this often; lightkube resumes it from its last version (a
+# version too old for the server raises, and the objects are listed and watched again: the list is the truth)
+LIST_CHUNK = 500  # objects per page of a list (a cluster's 10,000 pods are 20 pages, not one huge answer)
 _KINDS = {"Pod": ("lightkube.resources.core_v1", "Pod"), "Service": ("lightkube.resources.core_v1", "Service"),
           "Secret": ("lightkube.resources.core_v1", "Secret"), "Node": ("lightkube.resources.core_v1", "Node"),
+          "Event": ("lightkube.resources.core_v1", "Event"),
           "NetworkPolicy": ("lightkube.resources.networking_v1", "NetworkPolicy"),
           "PodDisruptionBudget": ("lightkube.resources.policy_v1", "PodDisruptionBudget")}
 _warm = threading.Lock()
@@ -46,7 +50,8 @@ def warm_up() -> None:
         for kind, (module, _) in _KINDS.items():
             version = {"policy_v1": "policy/v1", "networking_v1": "networking.k8s.io/v1"}.get(module.rsplit(".", 1)[1], "v1")
             codecs.from_dict({"apiVersion": version, "kind": kind, "metadata": {
-                "name": "warm-up", "labels": {"a": "b"}, "annotations": {"a": "b"}}})
+                "name": "warm-up", "labels": {"a": "b"}, "annotations": {"a": "b"}},
+                **({"involvedObject": {"kind": "Pod", "name": "p", "uid": "u"}} if kind == "Event" else {})})
         codecs.from_dict(WARM_POD)
         _warmed = True
 
@@ -70,41 +75,63 @@ class Api:
         self.namespace = namespace
         self.client = Client(config, namespace=namespace, field_manager=TFDIST)
         self.calls: collections.Counter[str] = collections.Counter()  # "verb kind" -> API calls made
+        self.received: collections.Counter[str] = collections.Counter()  # kind -> objects listed or watched
         warm_up()
 
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+    def _call(self, what: str, call: Callable[[], Any], count: bool = True) -> Any:
         from lightkube import ApiError
 
-        self.calls[what] += 1
+        if count:
+            self.calls[what] += 1
         try:
             return call()
         except ApiError as e:
             raise ApiRefused(what, e.status.code or 0, e.status.message or str(e)) from None
 
-    def nodes(self, selector: Mapping[str, str] | None = None) -> list[Json]:
-        return self._call("list Node", lambda: [n.to_dict() for n in self.client.list(_resource("Node"),
-                                                                                      labels=dict(selector or {}) or None)])
-
-    def all_pods(self) -> list[Json]:
-        """Every pod of the cluster that holds its node's resources (others' take GPUs and CPUs)."""
-        return self._call("list Pod (all namespaces)", lambda: [
-            p.to_dict() for p in self.client.list(_resource("Pod"), namespace="*")])
+    def watch(self, kind: str, seen: Callable[[str, Json], None], listed: Callable[[list[Json]], None],
+              stopping: threading.Event, *, scope: str, namespace: str | None = None,
+              labels: Mapping[str, Any] | None = None, fields: Mapping[str, Any] | None = None) -> None:
+        """Lists the objects (`listed(all of them)`, in chunks of LIST_CHUNK), then hands each change after that
+        list's resource version to `seen(type, object)`, until `stopping`. lightkube resumes the watch from the
+        last version it saw each time the server ends it; a version the server no longer has (410 Gone) raises,
+        and the caller lists again (the list is the truth). `scope` names the call in `calls` and `received`."""
+        resource = _resource(kind)
+        where: dict[str, Any] = {"labels": dict(labels) if labels else None, "fields": dict(fields) if fields else None}
+        if namespace is not None:
+            where["namespace"] = namespace
+        what = f"{kind}{scope}"
+        while not stopping.is_set():
+            objects = self._call(f"list {what}", lambda: self.client.list(resource, chunk_size=LIST_CHUNK, **where))
+            items = self._call(f"list {what}", lambda: [o.to_dict() for o in objects], count=False)
+            self.received[what] += len(items)
+            listed(items)
+            self.calls[f"watch {what}"] += 1
+            for change, obj in self.client.watch(resource, resource_version=objects.resourceVersion,
+                                                 server_timeout=WATCH_SECONDS, **where):
+                if stopping.is_set():
+                    return
+                self.received[what] += 1
+                seen(change, obj.to_dict())
 
     def watch_pods(self, seen: Callable[[str, Json], None], listed: Callable[[list[Json]], None],
                    stopping: threading.Event) -> None:
-        """Lists this namespace's tfdist pods (`listed(all of them)`), then hands each change to `seen(type, pod)`
-        until the watch ends; again, until `stopping`."""
-        Pod = _resource("Pod")
-        while not stopping.is_set():
-            pods = self.client.list(Pod, namespace=self.namespace, labels={MANAGED_BY: TFDIST})
-            self.calls["list Pod"] += 1
-            listed([p.to_dict() for p in pods])
-            self.calls["watch Pod"] += 1
-            for kind, pod in self.client.watch(Pod, namespace=self.namespace, labels={MANAGED_BY: TFDIST},
-                                               resource_version=pods.resourceVersion, server_timeout=WATCH_SECONDS):
-                if stopping.is_set():
-                    return
-                seen(kind, pod.to_dict())
+        """This namespace's tfdist pods (its runs')."""
+        self.watch("Pod", seen, listed, stopping, scope="", namespace=self.namespace, labels={MANAGED_BY: TFDIST})
+
+    def watch_nodes(self, seen: Callable[[str, Json], None], listed: Callable[[list[Json]], None],
+                    stopping: threading.Event, selector: Mapping[str, str] | None = None) -> None:
+        """The cluster's nodes (those `selector` picks: the pool offered)."""
+        self.watch("Node", seen, listed, stopping, scope="", labels=selector)
+
+    def watch_bound_pods(self, seen: Callable[[str, Json], None], listed: Callable[[list[Json]], None],
+                         stopping: threading.Event) -> None:
+        """Every namespace's pods that hold their node's resources: bound to a node and not ended (the server
+        filters: a pod that ends arrives as DELETED)."""
+        from lightkube import operators
+
+        self.watch("Pod", seen, listed, stopping, scope=" (all namespaces)", namespace="*",
+                   fields={"spec.nodeName": operators.not_equal(""),
+                           "status.phase": operators.not_in(["Succeeded", "Failed"])})
 
     def get(self, kind: str, name: str) -> Json | None:
         """This namespace's object, or None where there is none."""

@@ -15,6 +15,11 @@ API (gangs.py decides): a gang not all Running within its bound is torn down and
 it cannot start); a pod that ends or vanishes fails its run; a run that is over has its objects deleted and
 its nodes answered for by the engine again once its pods are gone.
 
+What it reads of the cluster it lists once and then watches (watched.py): its namespace's tfdist pods, the
+nodes of its pool, and every namespace's pods bound to a node and not ended (what others hold of a node); what
+the cluster offers is read from them, never by listing again. What it decides about a run's pods is also said
+as Kubernetes Events on them (pod_events.py): placed, torn down (why), preempting, failed.
+
 A coordinator restarted (even killed) lists its namespace's tfdist pods and re-adopts them: their agents
 register again and say what they run; nothing is left that no job holds.
 """
@@ -28,23 +33,22 @@ from typing import Any, Sequence
 
 from cluster.coordinator.engine import Engine, EngineBase, EngineHost, EventLock, Front, GangReady, NodeVanished
 from cluster.engines import create_engine, kind
-from cluster.engines.kubernetes import admin_secret, gangs, manifests, run_objects
+from cluster.engines.kubernetes import admin_secret, gangs, manifests, pod_events, run_objects
 from cluster.engines.kubernetes.gangs import Gang
 from cluster.engines.kubernetes.reports import RunReports
 from cluster.engines.kubernetes.api import Api, KubernetesError
 from cluster.engines.kubernetes.offered import OfferedNodes
-from cluster.engines.kubernetes.offers import node_offers, tolerations_of
+from cluster.engines.kubernetes.offers import tolerations_of
+from cluster.engines.kubernetes.cluster_view import WATCH_THREAD, ClusterView
 from cluster.engines.kubernetes.options import KubernetesOptions
-from cluster.engines.kubernetes.pods import PodWatch, runs_of
+from cluster.engines.kubernetes.pods import adopted
 from cluster.shared.credentials import CredentialError, run_name
 from cluster.shared.model import Job, JobState
 from tfdist.errors import InternalError, TfdistError
 
 log = logging.getLogger("tfdist.kubernetes")
 ROUND = 1.0  # seconds between the engine's rounds when nothing wakes it
-OFFERS_EVERY = 5.0  # seconds between readings of the cluster's nodes and pods (what it offers)
 RETRY = 2.0
-FIRST_LIST = 30.0  # seconds the API has to answer the first listing of the namespace's pods at start
 TEAR_DOWN_AFTER = 30.0  # seconds a run that is over may keep its pods while their agents stop its workers
 RETRY_REFUSED = (403, 409, 429, 500, 502, 503, 504)
 ADMIN_CHECK_EVERY = 600.0  # seconds between looks at the admin credential's Secret (admin_secret.py)  # the API's refusals that a later try may not meet (quota)
@@ -74,11 +78,12 @@ class KubernetesEngine(EngineBase):
         self._tolerations = tolerations_of(options.tolerate)
         self._policy = manifests.PodPolicy(options.job_service_account, tuple(self._tolerations), options.guaranteed)
         self._retries = run_objects.Retries()  # placements in a row whose pods did not start, per job
-        self._reports = RunReports(lambda: self.host, self._retries)
+        self._reports = RunReports(lambda: self.host, self._retries, self._say_job)
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._pods = PodWatch(None, self._stop, self._wake.set)  # the namespace's tfdist pods; its api set at attach
-        self._next_offers = 0.0
+        self._view = ClusterView(options.namespace, self._stop, self._wake.set)  # listed once, then watched
+        self._pods = self._view.pods
+        self._events = pod_events.PodEvents(lambda: self.api, options.namespace, self._view.uid_of)
         self.rounds = 0  # rounds made (a test waits on them, not on the clock)
         self._threads: list[threading.Thread] = []
 
@@ -100,13 +105,7 @@ class KubernetesEngine(EngineBase):
         self._host = host
         self.api = self._api_factory(self.options.namespace, self.options.kubeconfig)
         host.on_work_changed(self._work_changed)
-        self._pods.api = self.api
-        self._start("kubernetes-pods", self._pods.run)
-        if not self._pods.listed.wait(FIRST_LIST):
-            self._stop.set()
-            raise KubernetesError(f"the Kubernetes API did not list namespace {self.options.namespace}'s pods within "
-                                  f"{FIRST_LIST:g}s{': ' + self._pods.error if self._pods.error else ''}; check "
-                                  "--kubeconfig, the API server, and the coordinator's RBAC (tfdist kubernetes manifests)")
+        self._view.start(self.api, self._selector, self._start)
         self._adopt()
         self._admin_credential()
         self._sync_offers()
@@ -130,14 +129,19 @@ class KubernetesEngine(EngineBase):
             self.agents.tick(now)
 
     def close(self, timeout: float) -> None:
-        """Its threads stop; the pods and their agents outlive the coordinator (a restarted one re-adopts them)."""
+        """Its threads stop; the pods and their agents outlive the coordinator (a restarted one re-adopts them).
+        Its watches' threads are not waited for: each is blocked reading the API's stream until its next change,
+        holds nothing to save, and ends there (a daemon thread: the process does not wait for it either)."""
         self._stop.set()
         self._wake.set()
         for thread in self._threads:
-            thread.join(timeout=min(timeout, 5.0))
+            if not thread.name.startswith(WATCH_THREAD):
+                thread.join(timeout=min(timeout, 5.0))
         self.agents.close(timeout)
         if self.api is not None:  # what it asked of the API server (benchmarks/kubernetes_gangs.py reads it)
-            log.info("kubernetes: API calls made: %s", ", ".join(f"{k}={v}" for k, v in sorted(self.api.calls.items())))
+            log.info("kubernetes: API calls made: %s; objects received: %s",
+                     ", ".join(f"{k}={v}" for k, v in sorted(self.api.calls.items())),
+                     ", ".join(f"{k}={v}" for k, v in sorted(self.api.received.items())))
 
     # ---------------------------------------------------------------- plumbing
     @property
@@ -161,19 +165,9 @@ class KubernetesEngine(EngineBase):
 
     def _adopt(self) -> None:
         """The runs whose pods are in the namespace (a coordinator restarted): their nodes are their pods'."""
-        for (job_id, attempt), nodes in runs_of(self._pods.all()).items():
-            try:
-                run_objects.ensure_policy(self.api, self.options.namespace, job_id, attempt)
-            except KubernetesError as e:  # its pods go on as they were; said once
-                log.warning("kubernetes: job %s run %d: no NetworkPolicy for its pods: %s", job_id, attempt, e)
-            gang = self._gangs.setdefault((job_id, attempt), Gang(job_id, attempt, {}, {}, time.monotonic()))
-            for node, (rank, name, running) in nodes.items():
-                gang.nodes[node], gang.pod_names[node] = rank, name
-                if running:
-                    gang.seen_running.add(node)
-                self._handed[node] = (job_id, attempt)
-        if self._gangs:
-            log.info("kubernetes: re-adopted the pods of %s", ", ".join(f"{j} (run {a})" for j, a in self._gangs))
+        self._gangs.update(adopted(self.api, self.options.namespace, self._pods.all()))
+        for gang in self._gangs.values():
+            self._handed.update({node: (gang.job_id, gang.attempt) for node in gang.nodes})
 
     # ---------------------------------------------------------------- the engine's rounds
     def _loop(self) -> None:
@@ -193,7 +187,7 @@ class KubernetesEngine(EngineBase):
         self.rounds += 1
         if time.monotonic() >= self._next_admin_check:
             self._admin_credential()
-        if time.monotonic() >= self._next_offers:
+        if self._view.offers_due():
             self._sync_offers()
         wanted = self._offered.heartbeat(time.time())
         for (job_id, attempt), names in wanted.items():
@@ -202,11 +196,10 @@ class KubernetesEngine(EngineBase):
             self._watch_gang(gang)
 
     def _sync_offers(self) -> None:
-        """Reads what the cluster offers; a drain cordons a node first: its gang moves, then the node drains."""
-        self._next_offers = time.monotonic() + OFFERS_EVERY
-        self._offered.read(node_offers(self.api.nodes(self._selector), self.api.all_pods(),  # type: ignore[union-attr]
-                                       tolerations=self._tolerations, namespace=self.options.namespace,
-                                       system=self.options.system_nodes, kind=self.options.node_kind))
+        """Reads what the cluster offers, from what the watches keep (no API call); a drain cordons a node
+        first: its gang moves, then the node drains."""
+        self._offered.read(self._view.offers(tolerations=self._tolerations, namespace=self.options.namespace,
+                                             system=self.options.system_nodes, kind=self.options.node_kind))
         for name, run in list(self._handed.items()):
             gang = self._gangs.get(run)
             if gang is None or gang.tearing_down or getattr(self._offered.offers.get(name), "why_not", "") != "cordoned":
@@ -214,7 +207,7 @@ class KubernetesEngine(EngineBase):
             if gang.ready:
                 self._reports.disrupted(gang, f"node {name} was cordoned (a drain)")
             else:  # not started yet: placed again elsewhere, bounded as any start that failed
-                self._tear_down(gang)
+                self._tear_down(gang, f"node {name} was cordoned (a drain) before its pods ran")
                 self._reports.not_started_again(gang.job_id, f"node {name} was cordoned (a drain) before its pods ran")
 
 
@@ -254,17 +247,21 @@ class KubernetesEngine(EngineBase):
                                                                    self._advertise, self._plaintext).to_json())
         except CredentialError as e:  # a node name too long for a credential's
             self._reports.fail(job_id, f"no credential can be made for its pods: {e}", restartable=False)
-            self._tear_down(gang)
+            self._tear_down(gang, "no credential can be made for its pods")
             return
         except KubernetesError as e:
-            self._tear_down(gang)
+            self._tear_down(gang, f"its objects could not all be created: {e}")
             if getattr(e, "code", 0) in RETRY_REFUSED:  # a quota, a conflict, an API busy: a waiting reason
                 self._reports.not_started_again(job_id, f"its pods were refused: {e}")
             else:
                 self._reports.fail(job_id, f"its pods could not be created: {e}", restartable=False)
             return
+        gang.pod_uids.update({a.agent: p["metadata"].get("uid", "") for a, p in zip(allocs, pods)})
         log.info("kubernetes: job %s run %d: %d pod(s) created on %s", job_id, attempt, len(allocs),
                  ", ".join(a.agent for a in allocs))
+        self._events.gang(gang, pod_events.PLACED, f"job {job_id} (run {attempt}): its gang of {len(allocs)} pod(s) "
+                          f"placed together on whole nodes {', '.join(a.agent for a in allocs)} by tfdist; this pod "
+                          "is node {node}'s, and every pod of the gang starts or none does")
 
     def _watch_gang(self, gang: Gang) -> None:
         pods = {node: self._pods.get(gang.pod_names.get(node, "")) for node in gang.nodes}
@@ -284,8 +281,11 @@ class KubernetesEngine(EngineBase):
             gang.over_since = gang.over_since or time.monotonic()
             moved_on = job is not None and job.attempt != gang.attempt  # its pods' run credentials are refused now
             if moved_on or self._workers_gone(gang) or time.monotonic() - gang.over_since > TEAR_DOWN_AFTER:
-                self._tear_down(gang)
+                self._tear_down(gang, gangs.over(job, gang.attempt))
             return
+        if job.preempt_requested:
+            self._events.gang(gang, pod_events.PREEMPTING, f"job {job.id}: preempted by tfdist: every worker stops at "
+                              "one step with a checkpoint, and the job waits in the queue to resume from it")
         verdict = gangs.judge(pods, gang.pod_names, sorted(gang.seen_running), time.monotonic() - gang.created,
                               self.options.start_timeout, self.options.pull_timeout)
         if verdict.verdict == gangs.Verdict.RUNNING:
@@ -294,7 +294,8 @@ class KubernetesEngine(EngineBase):
                 self._retries.started(gang.job_id)
                 self.host.gang_event(gang.job_id, GangReady())  # its start-up clock starts: pulls are over
         elif verdict.verdict == gangs.Verdict.DISRUPTED and set(gang.nodes) - gang.seen_running:
-            self._tear_down(gang)  # taken back before it ran (an admission error, a deletion): a start that failed
+            # Taken back before it ran (an admission error, a deletion): a start that failed.
+            self._tear_down(gang, verdict.why)
             self._reports.not_started_again(gang.job_id, verdict.why)
         elif verdict.verdict == gangs.Verdict.DISRUPTED:
             self._reports.disrupted(gang, verdict.why)
@@ -304,18 +305,18 @@ class KubernetesEngine(EngineBase):
             if still and (gangs.pod_phase(pods.get(verdict.node)) == "Failed" or pods.get(verdict.node) is None):
                 self._lost(gang, verdict.node, verdict.why)  # its agent is gone already (the kubelet's eviction)
         elif verdict.verdict == gangs.Verdict.NOT_STARTED:
-            self._tear_down(gang)
+            self._tear_down(gang, verdict.why)
             self._reports.not_started_again(gang.job_id, verdict.why)
         elif verdict.verdict == gangs.Verdict.BROKEN:
             self._reports.fail(gang.job_id, verdict.why, restartable=False)
-            self._tear_down(gang)
+            self._tear_down(gang, verdict.why)
         elif verdict.verdict == gangs.Verdict.LOST:
             self._lost(gang, verdict.node, verdict.why)
 
     def _lost(self, gang: Gang, node: str, why: str) -> None:
         """The pod of `node` took its agent with it: its ranks are gone (the job machine decides the rest)."""
         self.host.gang_event(gang.job_id, NodeVanished(node, why))
-        self._tear_down(gang)
+        self._tear_down(gang, f"node {node}'s pod is gone: {why}")
 
     def _workers_gone(self, gang: Gang) -> bool:
         """Whether no pod of the run still reports its workers (or holds its ports)."""
@@ -323,8 +324,11 @@ class KubernetesEngine(EngineBase):
         return not any(a is not None and not a.lost and self._handed.get(node) == (gang.job_id, gang.attempt) and
                        (gang.job_id in a.running or gang.job_id in a.leased) for node, a in agents)
 
-    def _tear_down(self, gang: Gang) -> None:
-        """Deletes the run's pods, Service and Secret; its nodes come back once its pods are gone."""
+    def _tear_down(self, gang: Gang, why: str) -> None:
+        """Deletes the run's pods, Service and Secret (said on its pods first); its nodes come back once its pods
+        are gone."""
+        self._events.gang(gang, pod_events.TORN_DOWN, f"job {gang.job_id} (run {gang.attempt}): every pod of its "
+                          f"gang is deleted: {why}")
         gang.tearing_down = True
         try:
             run_objects.delete_run(self.api, gang.job_id, gang.attempt, list(gang.pod_names.values()))
@@ -340,5 +344,10 @@ class KubernetesEngine(EngineBase):
         """Its pod is gone: the engine answers for the node again."""
         del self._handed[node]
         self._offered.give_back(node)
-        self._next_offers = 0.0  # its slots may have changed meanwhile
+        self._view.read_again()  # its slots may have changed meanwhile
         self._wake.set()
+
+    # ---------------------------------------------------------------- Events on its pods (pod_events.py)
+    def _say_job(self, job_id: str, reason: str, message: str) -> None:
+        for gang in [g for g in self._gangs.values() if g.job_id == job_id and not g.tearing_down]:
+            self._events.gang(gang, reason, message)

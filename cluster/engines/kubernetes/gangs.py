@@ -161,3 +161,16 @@ class Gang:
     tearing_down: bool = False
     disrupted: bool = False  # the job heard of its disruption (once)
     ready: bool = False  # every pod was seen Running (the job heard NodesReady)
+    pod_uids: dict[str, str] = dataclasses.field(default_factory=dict)  # node -> its pod's uid, as created
+    said: set[str] = dataclasses.field(default_factory=set)  # the Events said on its pods (each reason once)
+
+
+def over(job: Any, attempt: int) -> str:
+    """Why a run's pods go once the job side is done with run `attempt` of `job` (None: the job is gone)."""
+    if job is None:
+        return "the job is gone"
+    if job.attempt != attempt:
+        return f"the job moved on to run {job.attempt}"
+    if job.state.value == "QUEUED":
+        return "the job is back in the queue"
+    return f"the job is {job.state.value}{': ' + job.message if job.message else ''}"

@@ -170,3 +170,35 @@ def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Seq
     return [o if not o.offered or bool(o.gpus) == (kind == "gpu") else dataclasses.replace(
         o, why_not=f"a {'CPU' if kind == 'gpu' else 'GPU'} node: this coordinator offers {kind.upper()} nodes, never "
                    "both in one gang (--node-kind; --node-selector for a pool)") for o in offers]
+
+
+def slim_node(node: Json) -> dict[str, Any]:
+    """What node_offers reads of a Node, nothing else: a node's heartbeat (its conditions' times) leaves it as
+    it was, so the engine is not woken for it."""
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
+    return {"metadata": {"name": meta.get("name", ""), "labels": dict(meta.get("labels") or {})},
+            "spec": {"unschedulable": bool(spec.get("unschedulable")),
+                     "taints": [{k: t.get(k) for k in ("key", "value", "effect")} for t in spec.get("taints") or ()]},
+            "status": {"allocatable": dict(status.get("allocatable") or {}),
+                       "conditions": [{"type": c.get("type"), "status": c.get("status")}
+                                      for c in status.get("conditions") or () if c.get("type") == "Ready"]}}
+
+
+def slim_pod(pod: Json) -> dict[str, Any] | None:
+    """What node_offers reads of a pod that holds its node's resources (None: it holds none: not bound, or
+    ended): its node, what it requests, whose it is. Another workload's status changes leave it as it was."""
+    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if not spec.get("nodeName") or phase in _ENDED:
+        return None
+    labels = meta.get("labels") or {}
+
+    def resources(containers: Any) -> list[dict[str, Any]]:
+        return [{"resources": {k: dict(v) for k, v in (c.get("resources") or {}).items()
+                              if k in ("limits", "requests") and v}} for c in containers or ()]
+
+    return {"metadata": {"name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
+                         "labels": {k: labels[k] for k in (MANAGED_BY, JOB) if k in labels}},
+            "spec": {"nodeName": spec["nodeName"], "containers": resources(spec.get("containers")),
+                     "initContainers": resources(spec.get("initContainers"))},
+            "status": {"phase": phase}}

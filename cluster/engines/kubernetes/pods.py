@@ -1,59 +1,18 @@
-"""The namespace's tfdist pods as last seen: listed, then kept current by a watch (api.watch_pods) in a thread
-of its own, listed and watched again after any error. The engine reads them without calling the API, and is
-woken at each change."""
+"""The runs a restarted coordinator finds among its namespace's tfdist pods (kept current by a watch:
+watched.py), read from the labels and annotations manifests.py puts on each pod, and adopted."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from typing import Any, Callable
+import time
+from typing import Any
 
-from cluster.engines.kubernetes import manifests
-from cluster.engines.kubernetes.gangs import pod_phase
+from cluster.engines.kubernetes import manifests, run_objects
+from cluster.engines.kubernetes.api import KubernetesError
+from cluster.engines.kubernetes.gangs import Gang, pod_phase
 
 log = logging.getLogger("tfdist.kubernetes")
 Json = dict[str, Any]
-RETRY = 2.0  # seconds before listing and watching again after an error
-
-
-class PodWatch:
-    def __init__(self, api, stop: threading.Event, changed: Callable[[], None]):
-        self.api, self._stop, self._changed = api, stop, changed
-        self._pods: dict[str, Json] = {}
-        self._lock = threading.Lock()
-        self.listed = threading.Event()  # the first listing arrived
-        self.error = ""  # the last error met (for the start's message)
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.api.watch_pods(self._seen, self._listed, self._stop)
-            except Exception as e:  # noqa: BLE001 - the API restarting, a dropped watch: list and watch again
-                self.error = str(e)
-                log.warning("kubernetes: watching pods: %s; again in %gs", e, RETRY)
-                self._stop.wait(RETRY)
-
-    def get(self, name: str) -> Json | None:
-        with self._lock:
-            return self._pods.get(name)
-
-    def all(self) -> list[Json]:
-        with self._lock:
-            return list(self._pods.values())
-
-    def _listed(self, pods: list[Json]) -> None:
-        with self._lock:
-            self._pods = {p["metadata"]["name"]: p for p in pods}
-        self.listed.set()
-        self._changed()
-
-    def _seen(self, kind: str, pod: Json) -> None:
-        with self._lock:
-            if kind == "DELETED":
-                self._pods.pop(pod["metadata"]["name"], None)
-            else:
-                self._pods[pod["metadata"]["name"]] = pod
-        self._changed()
 
 
 def runs_of(pods: list[Json]) -> dict[tuple[str, int], dict[str, tuple[int, str, bool]]]:
@@ -68,3 +27,22 @@ def runs_of(pods: list[Json]) -> dict[tuple[str, int], dict[str, tuple[int, str,
         if job_id and node and attempt.isdigit() and rank.isdigit():
             runs.setdefault((job_id, int(attempt)), {})[node] = (int(rank), meta["name"], pod_phase(pod) == "Running")
     return runs
+
+
+def adopted(api: Any, namespace: str, pods: list[Json]) -> dict[tuple[str, int], Gang]:
+    """The runs of `pods` as gangs the engine watches again, each given the NetworkPolicy an earlier coordinator
+    may not have made (without it the namespace's default deny cuts its pods off from each other)."""
+    found: dict[tuple[str, int], Gang] = {}
+    for (job_id, attempt), nodes in runs_of(pods).items():
+        try:
+            run_objects.ensure_policy(api, namespace, job_id, attempt)
+        except KubernetesError as e:  # its pods go on as they were; said once
+            log.warning("kubernetes: job %s run %d: no NetworkPolicy for its pods: %s", job_id, attempt, e)
+        gang = found[(job_id, attempt)] = Gang(job_id, attempt, {}, {}, time.monotonic())
+        for node, (rank, name, running) in nodes.items():
+            gang.nodes[node], gang.pod_names[node] = rank, name
+            if running:
+                gang.seen_running.add(node)
+    if found:
+        log.info("kubernetes: re-adopted the pods of %s", ", ".join(f"{j} (run {a})" for j, a in found))
+    return found

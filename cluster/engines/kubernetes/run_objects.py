@@ -88,8 +88,8 @@ def create_run(api, namespace: str, job_id: str, attempt: int, allocs: Sequence[
                pods: Sequence[manifests.Json], credential_of: Callable[[Allocation], str]) -> dict[str, str]:
     """Creates the run's objects: each pod first as a dry run (the API's admission, a namespace's quota and
     PodSecurity among it, on every pod before any is made), then its Secret, Service, PodDisruptionBudget,
-    NetworkPolicy and pods, owned by the Secret. Returns node -> pod name; raises the API's refusal (what was made before it is
-    for delete_run)."""
+    NetworkPolicy and pods, owned by the Secret (each pod's uid, as made, written into `pods`). Returns node -> pod
+    name; raises the API's refusal (what was made before it is for delete_run)."""
     for pod in pods:
         api.create(pod, dry_run=True)
     secret = api.create(manifests.secret(job_id, attempt, namespace, {
@@ -102,7 +102,7 @@ def create_run(api, namespace: str, job_id: str, attempt: int, allocs: Sequence[
     for a, pod in zip(allocs, pods):
         pod["metadata"]["ownerReferences"] = [owner]
         names[a.agent] = pod["metadata"]["name"]
-        api.create(pod)
+        pod["metadata"]["uid"] = (api.create(pod).get("metadata") or {}).get("uid", "")  # its Events name it
     return names
 
 

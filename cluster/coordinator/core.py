@@ -85,6 +85,7 @@ class CoordinatorCore:
         handed each queued run (handover.py) instead of the scheduler's round."""
         self.nodes.restart_grace(time.time() if now is None else now)  # from now: its nodes may re-attach
         self.lifecycle.addresses_of_job = engine.peer_addresses
+        self.lifecycle.demand_to = engine.demand
         if engine.places_gangs:
             self.lifecycle.hand_over(Handover(engine.name, engine.place))
         engine.attach(self.host)

@@ -18,6 +18,8 @@ out the verbs the job side gives each node, and answers with typed events throug
                  gangs      placement, job, gang_event(GangReady | CouldNotStart | Disrupted | NodeVanished |
                             GangFailed); where the engine places gangs itself (places_gangs; each queued
                             run handed over once as a GangRequest through place): gang_waiting, gang_placed
+                 growth     nodes_expected(NodesExpected): nodes its cluster may still add (an autoscaled
+                            pool); the job side answers with Engine.demand (how many the queue lacks)
     Work         the verbs for one node (cluster/shared/work.py): lease and check a placed gang's ports
                  (reserve), probe its peers, start its share (StartTask: the per-node plan), carry a
                  preemption request, dump stacks, stop (and release) a run
@@ -79,6 +81,16 @@ class GangFailed:
 
 
 GangEvent = GangReady | CouldNotStart | Disrupted | NodeVanished | GangFailed
+
+
+@dataclasses.dataclass(frozen=True)
+class NodesExpected:
+    """Nodes the engine's cluster may still add (an autoscaled pool's room): `count` more of `slots` each, and
+    who adds them (`why`, for waiting reasons). A job that fits only with them waits instead of being
+    refused; the engine hears how many of them the queue lacks (Engine.demand)."""
+    slots: int
+    count: int
+    why: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +233,9 @@ class EngineHost(Protocol):
         """Why a run it was handed still waits (its quota, a scale-up): the job's waiting reason names it.
         False if that run no longer waits for the engine."""
 
+    def nodes_expected(self, expected: Sequence[NodesExpected], now: float) -> None:
+        """The nodes its cluster may still add, as of now (replacing what it said before; () for none)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Front:
@@ -278,6 +293,11 @@ class Engine(Protocol):
         """Called (under the coordinator's lock: return at once) for each queued run, once, where the engine
         places gangs itself."""
 
+    def demand(self, nodes: Mapping[int, int]) -> None:
+        """Where it said nodes may be added (EngineHost.nodes_expected): after a scheduling round that changed
+        it, how many more nodes of each size the queued jobs lack (size -> count; empty: none). Called under
+        the coordinator's lock: return at once."""
+
     def close(self, timeout: float) -> None:
         """Stop everything it started, within `timeout` seconds (its workers get their grace)."""
 
@@ -301,3 +321,6 @@ class EngineBase:
 
     def place(self, request: GangRequest) -> None:
         raise InternalError(f"{type(self).__name__} does not place gangs itself (places_gangs is False)")
+
+    def demand(self, nodes: Mapping[int, int]) -> None:
+        pass

@@ -11,8 +11,8 @@ from cluster.coordinator import job_machine, policy
 from cluster.coordinator.handover import placement_problem
 from cluster.coordinator.values import Settings
 from cluster.coordinator.scheduler import Assignment
-from cluster.coordinator.engine import (CouldNotStart, Disrupted, GangEvent, GangFailed, GangReady, NodeVanished,
-                                        NodeView)
+from cluster.coordinator.engine import (CouldNotStart, Disrupted, GangEvent, GangFailed, GangReady, NodesExpected,
+                                        NodeVanished, NodeView)
 from cluster.shared.model import AgentRecord, Allocation, Job, JobState, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport, RunningJob, Work
 from tfdist.errors import InternalError
@@ -107,6 +107,11 @@ class CoreHost:
                 return False
             lifecycle.schedule(now)  # the waiting reasons, again
             return True
+
+    def nodes_expected(self, expected: Sequence[NodesExpected], now: float) -> None:
+        with self.core.event():
+            if self.core.lifecycle.expect(tuple(expected)):
+                self.core.lifecycle.schedule(now)  # the waiting reasons and the demand, again
 
     def _job_event(self, job_id: str, event: GangEvent) -> job_machine.Event:
         """Under the lock: the job machine's event for what the engine said."""

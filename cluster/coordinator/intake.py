@@ -44,7 +44,7 @@ class Intake:
         if known is not None:
             return known.id, known.state.value
         spec = self._as_variant_of_original(spec, owner)
-        refusal = self.admissions.refusal(spec, self.lifecycle.live.index.sizes) if admit else ""
+        refusal = self.admissions.refusal(spec, self.lifecycle.sizes()) if admit else ""
         if refusal:
             raise BadRequest(refusal)
         seq = max(self.store.next_job_seq(), self.settings.first_job_seq)

@@ -14,8 +14,11 @@ import logging
 import time
 from typing import Callable, Mapping, Sequence
 
-from cluster.coordinator import job_machine, placement as placement_lib, scheduler, wait_reasons
+from collections import Counter
+
+from cluster.coordinator import growth, job_machine, placement as placement_lib, scheduler, wait_reasons
 from cluster.coordinator.allocations import AllocationTable
+from cluster.coordinator.engine import NodesExpected
 from cluster.coordinator.handover import Handover
 from cluster.coordinator.capacity import LiveNodes
 from cluster.coordinator.metrics import Telemetry
@@ -56,11 +59,38 @@ class JobLifecycle:
         # `subscribe` (the experiments runner: a trial's searcher hears of it at the event's end).
         self._transition_listeners: list[Callable[[Job, JobState, float], None]] = []
         self.handover: Handover | None = None  # an engine that places gangs itself: queued runs go to it
+        # Nodes the engine's cluster may still add (EngineHost.nodes_expected), and where the queue's lack of
+        # them is told after each round (Engine.demand, set as it attaches), what was told last.
+        self.expected: tuple[NodesExpected, ...] = ()
+        self.demand_to: Callable[[Mapping[int, int]], None] | None = None
+        self._told: dict[int, int] = {}
 
     def node_changed(self, name: str) -> None:
         """The core registered node `name` again or declared it lost."""
         self.agents_version += 1
         self.live.refresh([name])
+
+    def expect(self, expected: tuple[NodesExpected, ...]) -> bool:
+        """The nodes the engine's cluster may still add, from now on; False if that is what it said before."""
+        if expected == self.expected:
+            return False
+        self.expected, self._last_round = expected, None
+        return True
+
+    def sizes(self) -> Counter[int]:
+        """How many nodes of each size a job may count on: the live ones (busy or not) and the expected."""
+        return growth.with_expected(self.live.index.sizes, self.expected)
+
+    def _tell_demand(self) -> None:
+        """After a round: how many of the expected nodes the queued jobs lack, told to the engine if changed."""
+        if self.demand_to is None or not (self.expected or self._told):
+            return
+        idle = Counter(n.slots for n in self.live.index.nodes.values() if n.free_slots == n.slots) \
+            if self.expected and self.queue else Counter()
+        lack = growth.missing_nodes(self.queue.jobs(), idle, self.expected) if self.expected else {}
+        if lack != self._told:
+            self._told = lack
+            self.demand_to(lack)
 
     def reload_queue(self) -> None:
         """The queue index from the store (at start, and after an event rolled back)."""
@@ -225,10 +255,12 @@ class JobLifecycle:
         if not self.queue:
             self.runs.set_waiting({})
             self._last_round = None
+            self._tell_demand()
             return
         if submitted is not None and self._last_round is not None and isinstance(self.runs.waiting, BlockedReasons) \
                 and self._last_round.places_nothing_more(self.allocs.version, self.agents_version, submitted):
             self.runs.waiting.add(submitted)
+            self._tell_demand()
             return
         # A job restarting waits until every node let its previous run go (one allocation per job and node).
         holding = [job_id for job_id in self.allocs.jobs() if job_id in self.queue]
@@ -237,11 +269,14 @@ class JobLifecycle:
             self._last_round = None
             return
         started = time.perf_counter()
-        decision = scheduler.schedule(self.live.index, self.queue.jobs(), lambda: surroundings(self.allocs, self.agents, self.store, now), ordered=True,
+        decision = scheduler.schedule(self.live.index, self.queue.jobs(),
+                                      lambda: surroundings(self.allocs, self.agents, self.store, now, self.expected),
+                                      ordered=True,
                                       skip=holding, current=lambda j: j in self.queue and not self.allocs.of_job(j))
         self.telemetry.rounds.observe(time.perf_counter() - started)
         self.runs.set_waiting(decision.waiting)
         failed = sum(not self.place(assignment, now) for assignment in decision.assignments)
+        self._tell_demand()
         self._last_round = None if failed else Round(self.allocs.version, self.agents_version, decision.settled,
                                                      decision.reserver_priority)
 
@@ -278,15 +313,18 @@ class JobLifecycle:
 
 
 def surroundings(allocs: AllocationTable, agents: Mapping[str, AgentLive], store: StateStore,
-                 now: float) -> wait_reasons.Surroundings:
-    """What a queued job's reason names besides free slots: who holds each node, the lost nodes."""
+                 now: float, expected: Sequence[NodesExpected] = ()) -> wait_reasons.Surroundings:
+    """What a queued job's reason names besides free slots: who holds each node, the lost nodes, the nodes
+    the cluster may still add."""
     holders: dict[str, list[wait_reasons.Holder]] = {}
     for a in allocs.all():
         holders.setdefault(a.agent, []).append(wait_reasons.Holder(a.job_id, a.state == AllocState.RELEASING))
     lost = tuple(wait_reasons.LostNode(a.name, a.record.slots, now - a.last_heartbeat)
                  for a in list(agents.values()) if a.lost)  # copied in one step: listings read without the lock
     return wait_reasons.Surroundings({k: tuple(v) for k, v in holders.items()}, lost,
-                                     Lookup(lambda job_id: (job := store.job(job_id)) and job.spec.name))
+                                     Lookup(lambda job_id: (job := store.job(job_id)) and job.spec.name),
+                                     tuple(wait_reasons.ExpectedNodes(e.slots, e.count, e.why) for e in expected
+                                           if e.count > 0))
 
 
 def stack_lines(plan: JobPlan | None) -> int:

@@ -37,12 +37,21 @@ class LostNode:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExpectedNodes:
+    """Nodes the cluster may still add (an autoscaled pool): `count` more of `slots` each; `why`: who adds them."""
+    slots: int
+    count: int
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Surroundings:
     """What a queued job's reason needs beyond the scheduler's free slots. `holders`: node -> the jobs
     holding it; `names`: job id -> its name, read with `.get` for the few jobs named (a Lookup)."""
     holders: Mapping[str, Sequence[Holder]] = dataclasses.field(default_factory=dict)
     lost: Sequence[LostNode] = ()
     names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    expected: Sequence[ExpectedNodes] = ()
 
 
 class FreeNode(Protocol):
@@ -122,7 +131,9 @@ class QueueReasons:
         self.nodes = sorted(nodes, key=lambda n: (-n.free_slots, n.name))  # the most free first
         self.largest = max((n.slots for n in nodes), default=0)
         self.reserver = next(iter(kept_for.values()), "")
-        everything = [n.slots for n in nodes] + [n.slots for n in around.lost]
+        self.expected = tuple(around.expected)
+        everything = [n.slots for n in nodes] + [n.slots for n in around.lost] + \
+            [e.slots for e in self.expected for _ in range(min(e.count, most))]
         self.total = sum(everything)
         self.sizes = sorted(set(everything))
         self.alive = achievable_sizes([n.slots for n in nodes], limit=most)
@@ -163,7 +174,14 @@ class QueueReasons:
         else:
             head = f"waiting for {_slots(slots)} free on one node" + \
                 (f"; the most free is {shared.best.free_slots} on {cut(shared.best.name)}" if shared.best else "")
-        if not _fits(self.alive, slots):
+        growing = [e for e in self.expected if e.slots >= slots or slots % e.slots == 0]
+        if growing:
+            grow = growing[0]
+            head += f"; {grow.why} may add up to {grow.count} node{'s' if grow.count > 1 else ''} of " \
+                    f"{_slots(grow.slots)}"
+        if growing and not _fits(self.alive, slots):
+            closing = "it starts once they are added and Ready"
+        elif not _fits(self.alive, slots):
             names = listed([n.name for n in shared.lost])
             closing = f"it starts when {names} {'is' if len(shared.lost) == 1 else 'are'} back (or lower --slots)"
         elif shared.holders:

@@ -82,6 +82,20 @@ class MemoryApi:
         self.nodes_[name]["spec"].update(spec)
         self._nodes_seen("MODIFIED", json.loads(json.dumps(self.nodes_[name])))
 
+    def add_node(self, name, labels=None):
+        """The cluster autoscaler's answer: a node appears, and the scheduler binds one unbound pod there."""
+        self.nodes_[name] = {"metadata": {"name": name, "labels": dict(labels or {})}, "spec": {},
+                             "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "32"},
+                                        "conditions": [{"type": "Ready", "status": "True"}]}}
+        self._nodes_seen("ADDED", json.loads(json.dumps(self.nodes_[name])))
+        with self.lock:
+            waiting = next((o for (kind, _), o in sorted(self.objects.items())
+                            if kind == "Pod" and not o["spec"].get("nodeName")), None)
+            if waiting is not None:
+                waiting["spec"]["nodeName"] = name
+        if waiting is not None:
+            self._tell("MODIFIED", waiting)
+
     def add_foreign(self, pod):
         self.foreign.append(pod)
         self._bound_seen("ADDED", json.loads(json.dumps(pod)))
@@ -102,9 +116,10 @@ class MemoryApi:
             self.events.append(obj)
             return obj
         obj["metadata"]["uid"] = f"uid-{len(self.created)}"
-        if obj["kind"] == "Pod":
+        if obj["kind"] == "Pod" and "affinity" in obj["spec"]:
             pin = obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             obj["spec"]["nodeName"] = pin["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+        if obj["kind"] == "Pod":  # a pod pinned nowhere (an autoscaled pool's placeholder) stays unbound
             obj["status"] = {"phase": "Pending"}
             if self.pulling:
                 obj["status"]["containerStatuses"] = [{"name": "tfdist-worker", "state": {
@@ -143,9 +158,9 @@ class MemoryApi:
         return [e["reason"] for e in self.events if e["involvedObject"]["name"] == pod]
 
 
-def start(core, api, start_timeout=60.0) -> KubernetesEngine:
-    engine = KubernetesEngine(KubernetesOptions(namespace="ml", image="tfdist:1", start_timeout=start_timeout),
-                              api_factory=api)
+def start(core, api, start_timeout=60.0, **options) -> KubernetesEngine:
+    engine = KubernetesEngine(KubernetesOptions(namespace="ml", image="tfdist:1", start_timeout=start_timeout,
+                                                **options), api_factory=api)
     server = grpc.server(concurrent.futures.ThreadPoolExecutor(1))  # never started: the services are only added
     authority = Authority.create()
     engine.serve(Front(server, None, core.host, authority, "127.0.0.1", 7470, verify=authority.verify,

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 from typing import Callable
 
 from cluster.engines.kubernetes.offers import MANAGED_BY, TFDIST
 from cluster.shared.credentials import Credential, Principal
+from tfdist.errors import UserError
+
+log = logging.getLogger("tfdist.kubernetes")
 
 SECRET = "tfdist-admin"
 RENEW_BEFORE = 7 * 86_400  # seconds before its expiry that the credential in the Secret is made anew
@@ -49,3 +53,24 @@ def ensure(api, namespace: str, issue: Callable[[], Credential], verify: Callabl
         api.delete("Secret", [SECRET])
     api.create(manifest(issue(), namespace))
     return True
+
+
+class AdminSecret:
+    """`ensure`, looked at again every CHECK_EVERY seconds (from the engine's rounds); said in the log."""
+
+    CHECK_EVERY = 600.0
+
+    def __init__(self, api, namespace: str, issue: Callable[[], Credential], verify: Callable[[str], Principal | None]):
+        self._api, self.namespace, self._issue, self._verify = api, namespace, issue, verify
+        self._next = 0.0
+
+    def check(self) -> None:
+        if time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + self.CHECK_EVERY
+        try:
+            if ensure(self._api, self.namespace, self._issue, self._verify):
+                log.info("kubernetes: an admin credential is in Secret %s/%s (kubectl -n %s get secret %s)",
+                         self.namespace, SECRET, self.namespace, SECRET)
+        except UserError as e:  # the API refused or cannot be reached: the next look tries again
+            log.warning("kubernetes: no admin credential in Secret %s: %s", SECRET, e)

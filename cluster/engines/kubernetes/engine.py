@@ -42,6 +42,7 @@ from cluster.engines.kubernetes.offers import tolerations_of
 from cluster.engines.kubernetes.cluster_view import WATCH_THREAD, ClusterView
 from cluster.engines.kubernetes.options import KubernetesOptions
 from cluster.engines.kubernetes.pods import adopted
+from cluster.engines.kubernetes.pool import AutoscaledPool
 from cluster.shared.credentials import CredentialError, run_name
 from cluster.shared.model import Job, JobState
 from tfdist.errors import InternalError, TfdistError
@@ -50,8 +51,7 @@ log = logging.getLogger("tfdist.kubernetes")
 ROUND = 1.0  # seconds between the engine's rounds when nothing wakes it
 RETRY = 2.0
 TEAR_DOWN_AFTER = 30.0  # seconds a run that is over may keep its pods while their agents stop its workers
-RETRY_REFUSED = (403, 409, 429, 500, 502, 503, 504)
-ADMIN_CHECK_EVERY = 600.0  # seconds between looks at the admin credential's Secret (admin_secret.py)  # the API's refusals that a later try may not meet (quota)
+RETRY_REFUSED = (403, 409, 429, 500, 502, 503, 504)  # the API's refusals that a later try may not meet (quota)
 
 
 class KubernetesEngine(EngineBase):
@@ -69,7 +69,7 @@ class KubernetesEngine(EngineBase):
         self._plaintext = False
         self._verify: Any = None
         self._issue: Any = None
-        self._next_admin_check = 0.0
+        self._admin: Any = None  # the Secret with the first administrator's credential (set at attach)
         self._advertise = options.advertise
         self._selector = run_objects.node_selector(options.node_selector)
         self._gangs: dict[tuple[str, int], Gang] = {}
@@ -77,6 +77,8 @@ class KubernetesEngine(EngineBase):
         self._offered = OfferedNodes(lambda: self.host, self._handed)
         self._tolerations = tolerations_of(options.tolerate)
         self._policy = manifests.PodPolicy(options.job_service_account, tuple(self._tolerations), options.guaranteed)
+        self._pool = AutoscaledPool(options, lambda: self.api, self._policy, self._selector) \
+            if options.autoscaled else None  # the --node-selector pool may grow (pool.py)
         self._retries = run_objects.Retries()  # placements in a row whose pods did not start, per job
         self._reports = RunReports(lambda: self.host, self._retries, self._say_job)
         self._stop = threading.Event()
@@ -107,21 +109,12 @@ class KubernetesEngine(EngineBase):
         host.on_work_changed(self._work_changed)
         self._view.start(self.api, self._selector, self._start)
         self._adopt()
-        self._admin_credential()
+        self._admin = admin_secret.AdminSecret(self.api, self.options.namespace,
+                                               lambda: self._issue("admin", admin_secret.ADMIN, self._advertise),
+                                               self._verify)
+        self._admin.check()
         self._sync_offers()
         self._start("kubernetes-engine", self._loop)
-
-    def _admin_credential(self) -> None:
-        """The first administrator's credential in the Secret tfdist-admin (admin_secret.py), issued through the
-        coordinator's book; looked at again every ADMIN_CHECK_EVERY, and made anew before it expires."""
-        self._next_admin_check = time.monotonic() + ADMIN_CHECK_EVERY
-        try:
-            if admin_secret.ensure(self.api, self.options.namespace,
-                                   lambda: self._issue("admin", admin_secret.ADMIN, self._advertise), self._verify):
-                log.info("kubernetes: an admin credential is in Secret %s/%s (kubectl -n %s get secret %s)",
-                         self.options.namespace, admin_secret.SECRET, self.options.namespace, admin_secret.SECRET)
-        except KubernetesError as e:
-            log.warning("kubernetes: no admin credential in Secret %s: %s", admin_secret.SECRET, e)
 
     def tick(self, now: float) -> None:
         """Pods' agents silent past lost_after are lost (their runs fail), as agents are."""
@@ -159,6 +152,12 @@ class KubernetesEngine(EngineBase):
         if any(name in self._offered.owned for name in names):
             self._wake.set()
 
+    def demand(self, nodes) -> None:
+        """How many of the autoscaled pool's nodes the queue lacks: its placeholders follow (pool.py)."""
+        if self._pool is not None:
+            self._pool.demand(nodes)
+            self._wake.set()
+
     def peer_addresses(self, job: Job, names: Sequence[str]) -> dict[str, str]:
         """Each placed node's address for the run's peers: its pod's DNS name under the run's Service."""
         return {name: manifests.dns_name(job.id, job.attempt, name, self.options.namespace) for name in names}
@@ -185,10 +184,11 @@ class KubernetesEngine(EngineBase):
 
     def _round(self) -> None:
         self.rounds += 1
-        if time.monotonic() >= self._next_admin_check:
-            self._admin_credential()
+        self._admin.check()
         if self._view.offers_due():
             self._sync_offers()
+        if self._pool is not None:
+            self._pool.reconcile(self._pods.all())
         wanted = self._offered.heartbeat(time.time())
         for (job_id, attempt), names in wanted.items():
             self._maybe_create(job_id, attempt, names)
@@ -200,6 +200,8 @@ class KubernetesEngine(EngineBase):
         first: its gang moves, then the node drains."""
         self._offered.read(self._view.offers(tolerations=self._tolerations, namespace=self.options.namespace,
                                              system=self.options.system_nodes, kind=self.options.node_kind))
+        if self._pool is not None:
+            self._pool.tell(self.host, len(self._view.nodes.all()))
         for name, run in list(self._handed.items()):
             gang = self._gangs.get(run)
             if gang is None or gang.tearing_down or getattr(self._offered.offers.get(name), "why_not", "") != "cordoned":

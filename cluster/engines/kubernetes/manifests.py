@@ -222,3 +222,28 @@ def _pinned(affinity: Mapping[str, Any] | None, node: str) -> Json:
                                                                 if f.get("key") != "metadata.name"), pin]}
                                      for term in terms]
     return result
+
+
+PLACEHOLDER_LABEL = "tfdist.io/placeholder"
+PAUSE = "registry.k8s.io/pause:3.10"  # a placeholder's image where the coordinator names no jobs' image
+
+
+def placeholder(name: str, namespace: str, *, image: str, slots: int, gpus: bool, selector: Mapping[str, str],
+                policy: PodPolicy = PodPolicy()) -> Json:
+    """A pod that asks for one whole node of an autoscaled pool (`selector`'s labels, its taints tolerated) and
+    runs nothing of use: pending, it is the demand a cluster autoscaler answers with a node; tfdist deletes it
+    as soon as it is bound (the node is there). Labelled as tfdist's (offers do not count it as another
+    workload's) and restricted as every tfdist pod; the jobs' image, so a new node pulls it early."""
+    asked = {"nvidia.com/gpu": str(slots)} if gpus else {"cpu": str(slots)}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {MANAGED_BY: TFDIST, JOB_LABEL: "tfdist-placeholder", PLACEHOLDER_LABEL: "true"}},
+            "spec": {"nodeSelector": dict(selector), "tolerations": [dict(t) for t in policy.tolerations],
+                     "serviceAccountName": policy.service_account, "automountServiceAccountToken": False,
+                     "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": policy.user, "runAsGroup": policy.user,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "placeholder", "image": image or PAUSE,
+                                     **({"command": ["sleep", "infinity"]} if image else {}),
+                                     "resources": {"requests": dict(asked), "limits": dict(asked)},
+                                     "securityContext": copy.deepcopy(RESTRICTED_CONTAINER)}]}}

@@ -9,7 +9,7 @@ import os
 import re
 import shlex
 
-from cluster.shared.command_args import arg, positive_float
+from cluster.shared.command_args import arg, bounded, positive_float
 from tfdist.errors import UserError
 
 POD_AGENT_COMMAND_ENV = "TFDIST_POD_AGENT_COMMAND"  # how its pods run tfdist, where the image's entry is not `tfdist`
@@ -31,6 +31,14 @@ class KubernetesOptions:
     job_service_account: str = "tfdist-job"  # the jobs' pods' ServiceAccount (no rights, no token)
     guaranteed: bool = False  # the jobs' pods' CPU and memory limits equal their requests (QoS Guaranteed)
     allow_secrets: tuple[str, ...] = ()  # the Secrets a job's pod_spec may give its pods
+    # An autoscaled pool (the --node-selector's nodes): it may grow to pool_max_nodes nodes of pool_node_slots
+    # slots each (GPUs; CPUs with node_kind cpu). 0: the pool is what is there.
+    pool_max_nodes: int = 0
+    pool_node_slots: int = 0
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.pool_max_nodes > 0
 
 
 def _seconds(flag: str, default: float, help: str) -> object:
@@ -59,6 +67,13 @@ FLAGS = (
         help="kubernetes: guaranteed: the jobs' pods' CPU and memory limits equal their requests"),
     arg("--allow-secret", action="append", metavar="NAME",
         help="kubernetes: a Secret a job's pod_spec may give its pods (repeatable; default: none)"),
+    arg("--pool-max-nodes", type=bounded(1, 100_000), metavar="N",
+        help="kubernetes: the --node-selector pool is autoscaled and may grow to N nodes: a job that fits once "
+             "it grew waits (a pending placeholder pod per missing node asks the autoscaler) instead of being "
+             "refused"),
+    arg("--pool-node-slots", type=bounded(1, 4096), metavar="SLOTS",
+        help="kubernetes: with --pool-max-nodes, the GPUs of a node the autoscaler adds (its CPUs with "
+             "--node-kind cpu)"),
 )
 
 
@@ -82,7 +97,24 @@ def options_from(args: argparse.Namespace) -> KubernetesOptions:
         pull_timeout=args.image_pull_timeout, node_selector=args.node_selector or "",
         tolerate=tuple(names("--tolerate", args.tolerate or ["nvidia.com/gpu"])), node_kind=args.node_kind,
         system_nodes=args.offer_system_nodes, job_service_account=args.job_service_account,
-        guaranteed=args.pod_qos == "guaranteed", allow_secrets=allowed_secrets(args.allow_secret or []))
+        guaranteed=args.pod_qos == "guaranteed", allow_secrets=allowed_secrets(args.allow_secret or []),
+        **pool(args))
+
+
+def pool(args: argparse.Namespace) -> dict[str, int]:
+    """--pool-max-nodes and --pool-node-slots, given together and with the pool's --node-selector."""
+    most, slots = getattr(args, "pool_max_nodes", None), getattr(args, "pool_node_slots", None)
+    if most is None and slots is None:
+        return {}
+    if most is None or slots is None:
+        given, missing = ("--pool-max-nodes", "--pool-node-slots") if slots is None else \
+            ("--pool-node-slots", "--pool-max-nodes")
+        raise UserError(f"tfdist coordinator: {given} needs {missing} too (how many nodes the autoscaled pool may "
+                        "grow to, and each one's GPUs): e.g. --pool-max-nodes 8 --pool-node-slots 8")
+    if not args.node_selector:
+        raise UserError("tfdist coordinator: --pool-max-nodes needs --node-selector LABEL=VALUE naming the "
+                        "autoscaled pool's node labels (its placeholder pods ask the autoscaler for such nodes)")
+    return {"pool_max_nodes": most, "pool_node_slots": slots}
 
 
 def allowed_secrets(values: list[str]) -> tuple[str, ...]:

@@ -30,10 +30,12 @@ def ready(node: Node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or ()))
 
 
-def fake_gpu_nodes(client: Client, names: list[str], gpus: int = 8, cpu: str = "32") -> None:
-    """Nodes KWOK keeps Ready, each with `gpus` allocatable nvidia.com/gpu; returns once all are Ready."""
+def fake_gpu_nodes(client: Client, names: list[str], gpus: int = 8, cpu: str = "32",
+                   labels: dict[str, str] | None = None) -> None:
+    """Nodes KWOK keeps Ready, each with `gpus` allocatable nvidia.com/gpu (and `labels`); returns once all are
+    Ready."""
     for name in names:
-        client.create(Node(metadata=ObjectMeta(name=name, labels=KWOK_LABEL),
+        client.create(Node(metadata=ObjectMeta(name=name, labels={**KWOK_LABEL, **(labels or {})}),
                            status=NodeStatus(allocatable={"cpu": cpu, "memory": "256Gi", "pods": "110",
                                                           "nvidia.com/gpu": str(gpus)})))
     wait_for(f"fake nodes {names} Ready", lambda: all(ready(client.get(Node, n)) for n in names))

@@ -126,14 +126,14 @@ class ControlPlane:
             raise
         return self
 
-    def start_kwok(self, label: str = "type=kwok", timeout: float = 30.0) -> None:
-        """KWOK for the fake nodes labelled `label` (tests/kubernetes/kwok_stages.yaml: Ready at once, pods
-        Running at once), as its own identity bound to cluster-admin by the test's RBAC setup. Stopped
+    def start_kwok(self, label: str = "type=kwok", timeout: float = 30.0, stages: str = KWOK_STAGES) -> None:
+        """KWOK for the fake nodes labelled `label` (`stages`, tests/kubernetes/kwok_stages.yaml by default:
+        Ready at once, pods Running at once), as its own identity bound to cluster-admin by the test's RBAC setup. Stopped
         with the plane."""
         home = os.path.join(self.root, "kwok-home")  # its default config path (~/.kwok) must not be the user's
         os.makedirs(home, mode=0o700, exist_ok=True)
         self._env["HOME"] = home
-        self._start("kwok", ["kwok", f"--kubeconfig={self.admin()}", f"--config={KWOK_STAGES}",
+        self._start("kwok", ["kwok", f"--kubeconfig={self.admin()}", f"--config={stages}",
                              f"--manage-nodes-with-label-selector={label}", "--node-lease-duration-seconds=40",
                              "--server-address=127.0.0.1:0"])
         self._wait("kwok", lambda: "Watch nodes" in self.log_tail("kwok", 50), time.monotonic() + timeout)

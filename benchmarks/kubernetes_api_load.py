@@ -3,7 +3,7 @@
 coordinator of the code at `--checkout before=DIR` and of this checkout, one after the other, on the same
 control plane, in the same run.
 
-KWOK posts each node's status every `--node-heartbeat` seconds (300, jittered by a fifth: a kubelet posts it
+KWOK posts each node's status every `--node-heartbeat` seconds (300, up to a fifth more: a kubelet posts it
 every 5 min when nothing changed, its heartbeats being Leases; the suite's KWOK stages post every 15-35 s).
 
 Each coordinator runs `tfdist coordinator --engine kubernetes` with its shipped RBAC, with
@@ -127,6 +127,9 @@ def populate(admin, nodes: int, others: int) -> list[str]:
 
     from tests.kubernetes.cluster_helpers import KWOK_LABEL, namespace
 
+    from cluster.engines.kubernetes.api import warm_up
+
+    warm_up()  # each kind decoded once before threads do it at once (msgspec's first decodes race: SIGSEGV)
     names = [f"load-{i:04d}" for i in range(nodes)]
     namespace(admin, OTHERS)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -200,7 +203,7 @@ def measure(plane, admin, root: str, checkout: str, side: str, nodes: int, minut
 
 
 def heartbeat_stages(root: str, seconds: float) -> str:
-    """The suite's KWOK stages with a node's status posted every `seconds` (jittered by a fifth)."""
+    """The suite's KWOK stages with a node's status posted every `seconds` to 1.2 * `seconds`."""
     from tests.kubernetes.control_plane import KWOK_STAGES
 
     text = open(KWOK_STAGES).read()
@@ -208,8 +211,8 @@ def heartbeat_stages(root: str, seconds: float) -> str:
     assert old in text, "the node-heartbeat stage changed: update benchmarks/kubernetes_api_load.py"
     path = os.path.join(root, "kwok_stages.yaml")
     with open(path, "w") as f:
-        f.write(text.replace(old, f"durationMilliseconds: {int(seconds * 1000)}\n    "
-                                  f"jitterDurationMilliseconds: {int(seconds * 200)}"))
+        f.write(text.replace(old, f"durationMilliseconds: {int(seconds * 1000)}\n    "  # KWOK waits between the
+                                  f"jitterDurationMilliseconds: {int(seconds * 1200)}"))  # two (not their sum)
     return path
 
 

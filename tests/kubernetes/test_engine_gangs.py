@@ -74,7 +74,8 @@ def test_a_gang_is_never_half_placed_when_one_node_frees_up(plane, admin, tmp_pa
         cluster.wait_for(lambda: all(_said(admin, n) == ["GangPlaced"] for n in names), "an Event on each pod")
         assert cluster.cli("cancel", job_id).returncode == 0
         cluster.wait_for(lambda: not _ours(admin), "the canceled job's pods deleted", timeout=60)
-        assert all(_said(admin, n) == ["GangPlaced", "GangTornDown"] for n in names), [_said(admin, n) for n in names]
+        cluster.wait_for(lambda: all(_said(admin, n) == ["GangPlaced", "GangTornDown"] for n in names),
+                         "an Event on each pod: torn down")
         cluster.close()
         said = (tmp_path / "coordinator.log").read_text()
         assert "API calls made: " in said, said[-3000:]

@@ -44,6 +44,7 @@ class MemoryApi:
         self._seen = None
         self.refuse = None  # an ApiRefused pods' creations raise (a quota's answer)...
         self.refusals = -1  # ...this many times (-1: every time)
+        self.refused = 0  # how many were refused
         self.pulling = False  # a created pod is on its node, its image being pulled (else Pending, no status)
         self.foreign: list[dict] = []  # other namespaces' pods (the bound pods' watch sees them, not the namespace's)
         self.events: list[dict] = []  # the Events made on pods
@@ -108,6 +109,7 @@ class MemoryApi:
     def create(self, obj, dry_run=False):
         if self.refuse is not None and obj["kind"] == "Pod" and self.refusals != 0:
             self.refusals -= 1
+            self.refused += 1
             raise self.refuse
         if dry_run:
             return obj
@@ -116,9 +118,11 @@ class MemoryApi:
             self.events.append(obj)
             return obj
         obj["metadata"]["uid"] = f"uid-{len(self.created)}"
-        if obj["kind"] == "Pod" and "affinity" in obj["spec"]:
-            pin = obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-            obj["spec"]["nodeName"] = pin["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+        pin = (((obj.get("spec", {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") or {"nodeSelectorTerms": [{}]})["nodeSelectorTerms"][0]
+        field = (pin.get("matchFields") or [{}])[0]
+        if obj["kind"] == "Pod" and field.get("operator") == "In":  # pinned to its node (tfdist's pods)
+            obj["spec"]["nodeName"] = field["values"][0]
         if obj["kind"] == "Pod":  # a pod pinned nowhere (an autoscaled pool's placeholder) stays unbound
             obj["status"] = {"phase": "Pending"}
             if self.pulling:

@@ -43,6 +43,11 @@ def placeholders(api) -> list[dict]:
         return [o for (kind, _), o in api.objects.items() if kind == "Pod" and o["metadata"]["labels"].get(PLACEHOLDER)]
 
 
+def made(api) -> int:
+    """How many placeholder pods were ever created."""
+    return sum(name.startswith("Pod/tfdist-placeholder-") for name in api.created)
+
+
 def test_a_job_that_fits_once_the_pool_grew_waits_asks_for_nodes_and_runs_on_them(pool):
     core, engine, api = pool
     job_id = submit(core, slots=16)  # two whole nodes of 8: the pool has none yet
@@ -64,7 +69,42 @@ def test_a_job_that_fits_once_the_pool_grew_waits_asks_for_nodes_and_runs_on_the
     assert sorted(a.agent for a in core.store.job(job_id).placement) == ["gpu-1", "gpu-2"]
     rounds = engine.rounds
     wait_for(lambda: engine.rounds >= rounds + 3, "more of the engine's rounds")
-    assert not placeholders(api)  # nothing lacks a node now: no placeholder made again
+    assert not placeholders(api) and made(api) == 2  # one per node that came, none made again
+
+
+def test_an_idle_node_of_the_pool_is_used_and_never_taken_by_a_placeholder(pool):
+    """A review's finding: a placeholder that only named the pool was bound to its idle node at once, deleted
+    as 'found its node', made again, bound again: the autoscaler never saw a pending pod."""
+    core, engine, api = pool
+    api.add_node("gpu-0", {"pool": "gpu"})
+    wait_for(lambda: "gpu-0" in core.agents, "the pool's first node offered", timeout=10)
+    job_id = submit(core, slots=16)
+    wait_for(lambda: len(placeholders(api)) == 1, "one placeholder: the idle node is the job's", timeout=10)
+    terms = placeholders(api)[0]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-0"]}]}]
+    api.add_node("gpu-1", {"pool": "gpu"})
+    wait_for(lambda: sorted(a.agent for a in core.store.job(job_id).placement) == ["gpu-0", "gpu-1"],
+             "the job on the idle node and the new one", timeout=10)
+    wait_for(lambda: not placeholders(api), "no placeholder left", timeout=10)
+    assert made(api) == 1
+
+
+def test_a_node_still_booting_is_still_to_come_and_a_placeholder_left_behind_is_deleted(tmp_path):
+    store = SqliteStore(str(tmp_path / "coordinator.sqlite"))
+    core = CoordinatorCore(store, Settings(port_range=(23000, 23999)), now=time.time())
+    api = MemoryApi("ml", nodes=("booting",))
+    api.nodes_["booting"]["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    api.create({"kind": "Pod", "metadata": {"name": "tfdist-placeholder-old", "labels": {PLACEHOLDER: "true"}},
+                "spec": {}})  # an earlier coordinator's
+    engine = start(core, api, node_selector="pool=gpu", pool_max_nodes=2, pool_node_slots=8)
+    try:
+        assert not placeholders(api)
+        job_id = submit(core, slots=16)  # the booting node and one more: both still to come
+        assert "may add up to 2 nodes of 8 slots" in core.waiting[job_id], core.waiting[job_id]
+    finally:
+        engine.close(timeout=5)
+        store.close()
 
 
 def test_placeholders_follow_the_queue_and_go_when_it_needs_no_node(pool):
@@ -117,3 +157,19 @@ def test_an_autoscaled_pool_is_named_whole_or_refused_in_one_line(flags, message
         setattr(args, key, value)
     with pytest.raises(UserError, match=message):
         options_from(args)
+
+
+def test_a_placeholder_the_api_refuses_is_asked_for_again_after_a_pause_not_each_round(pool, caplog):
+    """A review's finding: a placeholder the API refused for good (an invalid spec, a quota) was made again at
+    every round, each second, and said again each time."""
+    from cluster.engines.kubernetes.api import ApiRefused
+
+    core, engine, api = pool
+    api.refuse = ApiRefused("create Pod", 403, "exceeded quota: gpus")
+    submit(core, slots=16)
+    wait_for(lambda: api.refused >= 1, "a placeholder refused", timeout=10)
+    rounds = engine.rounds
+    wait_for(lambda: engine.rounds >= rounds + 4, "more of the engine's rounds")
+    assert api.refused == 1  # not again before the pause is over
+    said = [r.message for r in caplog.records if "placeholder pods" in r.message]
+    assert len(said) == 1 and "exceeded quota: gpus" in said[0] and "tried again every 30s" in said[0], said

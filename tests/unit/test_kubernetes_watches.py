@@ -152,3 +152,13 @@ def test_events_the_api_refuses_change_nothing_of_the_job(kube, monkeypatch, cap
              all(g.ready for g in engine._gangs.values()), "the gang running")
     assert core.store.job(job_id).state != JobState.FAILED and not api.events
     assert sum("no Events on tfdist's pods" in r.message for r in caplog.records) == 1
+
+
+def test_a_bound_placeholder_holds_its_node_until_it_is_deleted():
+    """A placeholder an earlier coordinator left (or one not deleted yet) takes the node's GPUs for the
+    scheduler: the offers must not count the node free under it (a review's finding)."""
+    held = pod("a", gpus=8, namespace="ml", tfdist=True)
+    held["metadata"]["labels"]["tfdist.io/placeholder"] = "true"
+    assert node_offers([node("a", gpus=8)], [slim_pod(held)], namespace="ml")[0].taken == 8
+    assert node_offers([node("a", gpus=8)], [slim_pod(pod("a", gpus=8, namespace="ml", tfdist=True))],
+                       namespace="ml")[0].taken == 0  # a job's own pod: its allocation, not another workload

@@ -49,7 +49,7 @@ class Experiments:
             known = next((e for e in self.store.experiments() if e.spec.submission_id == spec.submission_id), None)
             if known is not None:
                 return known.id, known.state.value
-        refusal = self.intake.admissions.refusal(spec, self.lifecycle.live.index.sizes)
+        refusal = self.intake.admissions.refusal(spec, self.lifecycle.sizes())
         if refusal:
             raise BadRequest(refusal)
         config = searcher_lib.parse(spec.config.searcher)

@@ -18,6 +18,7 @@ log = logging.getLogger("tfdist.kubernetes")
 Json = dict[str, Any]
 WATCH_SECONDS = 300  # the server ends a watch this often; lightkube resumes it from its last version (a
 # version too old for the server raises, and the objects are listed and watched again: the list is the truth)
+WATCH_GRACE = 60  # seconds past WATCH_SECONDS a watch's stream may stay silent before it is taken for dead
 LIST_CHUNK = 500  # objects per page of a list (a cluster's 10,000 pods are 20 pages, not one huge answer)
 _KINDS = {"Pod": ("lightkube.resources.core_v1", "Pod"), "Service": ("lightkube.resources.core_v1", "Service"),
           "Secret": ("lightkube.resources.core_v1", "Secret"), "Node": ("lightkube.resources.core_v1", "Node"),
@@ -74,6 +75,13 @@ class Api:
                                   f"{why}; outside the cluster pass --kubeconfig FILE") from None
         self.namespace = namespace
         self.client = Client(config, namespace=namespace, field_manager=TFDIST)
+        # lightkube reads a watch's stream without a read timeout: a connection the network dropped without a
+        # word (the API server's host gone, a balancer's failover) would block its watch for ever, and nothing
+        # lists again. The server ends each watch after WATCH_SECONDS, so a stream silent for longer is dead:
+        # the read times out, the watch raises, and it is listed and watched again.
+        watch_timeout = getattr(getattr(self.client, "_client", None), "_watch_timeout", None)
+        if watch_timeout is not None:
+            watch_timeout.read = WATCH_SECONDS + WATCH_GRACE
         self.calls: collections.Counter[str] = collections.Counter()  # "verb kind" -> API calls made
         self.received: collections.Counter[str] = collections.Counter()  # kind -> objects listed or watched
         warm_up()

@@ -1,6 +1,6 @@
 """What the Kubernetes engine reads of the cluster, each listed once and then watched (watched.py): its
 namespace's tfdist pods (its runs'), the nodes of its pool, and every namespace's pods bound to a node and not
-ended (what other workloads hold of a node). What the cluster offers (offers.py) is read from what the watches
+ended (what other workloads hold of a node); only the first wakes the engine. What the cluster offers (offers.py) is read from what the watches
 keep, never by listing again: when one of them changed (at most once each OFFERS_GAP) and at least each
 OFFERS_EVERY (a node that held a run when last read may be free now)."""
 
@@ -16,15 +16,17 @@ from cluster.engines.kubernetes.watched import Watched, by_namespace_and_name
 
 OFFERS_GAP = 1.0  # seconds at least between two readings of what the cluster offers
 OFFERS_EVERY = 5.0  # seconds at most between two readings
-FIRST_LIST = 30.0  # seconds the API has to answer the first listings at start
+FIRST_LIST = 120.0  # seconds the API has to answer the first listings at start (a big cluster's pods, in pages)
 WATCH_THREAD = "kubernetes-watch-"  # the watches' threads' names begin so
 
 
 class ClusterView:
     def __init__(self, namespace: str, stop: threading.Event, changed: Callable[[], None]):
         self.pods = Watched(f"namespace {namespace}'s tfdist pods", stop, changed)
-        self.nodes = Watched("the cluster's nodes", stop, changed, slim_node)
-        self.bound = Watched("every namespace's bound pods", stop, changed, slim_pod, by_namespace_and_name)
+        # The nodes and others' pods wake nothing: with 10,000 pods they change many times a second, and the
+        # engine's rounds (each second) read them when they are due (offers_due).
+        self.nodes = Watched("the cluster's nodes", stop, lambda: None, slim_node)
+        self.bound = Watched("every namespace's bound pods", stop, lambda: None, slim_pod, by_namespace_and_name)
         self._stop = stop
         self._read = (-1, -1)  # the versions of nodes and bound the offers were last read from
         self._next = self._due = 0.0

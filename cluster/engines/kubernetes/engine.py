@@ -109,6 +109,7 @@ class KubernetesEngine(EngineBase):
         host.on_work_changed(self._work_changed)
         self._view.start(self.api, self._selector, self._start)
         self._adopt()
+        AutoscaledPool.clear_with(self.api, self._pods.all())  # what an earlier coordinator left
         self._admin = admin_secret.AdminSecret(self.api, self.options.namespace,
                                                lambda: self._issue("admin", admin_secret.ADMIN, self._advertise),
                                                self._verify)
@@ -130,6 +131,8 @@ class KubernetesEngine(EngineBase):
         for thread in self._threads:
             if not thread.name.startswith(WATCH_THREAD):
                 thread.join(timeout=min(timeout, 5.0))
+        if self._pool is not None:
+            self._pool.clear(self._pods.all())  # no demand left behind for the autoscaler
         self.agents.close(timeout)
         if self.api is not None:  # what it asked of the API server (benchmarks/kubernetes_gangs.py reads it)
             log.info("kubernetes: API calls made: %s; objects received: %s",
@@ -188,7 +191,7 @@ class KubernetesEngine(EngineBase):
         if self._view.offers_due():
             self._sync_offers()
         if self._pool is not None:
-            self._pool.reconcile(self._pods.all())
+            self._pool.reconcile(self._pods.all(), [n["metadata"]["name"] for n in self._view.nodes.all()])
         wanted = self._offered.heartbeat(time.time())
         for (job_id, attempt), names in wanted.items():
             self._maybe_create(job_id, attempt, names)
@@ -201,7 +204,7 @@ class KubernetesEngine(EngineBase):
         self._offered.read(self._view.offers(tolerations=self._tolerations, namespace=self.options.namespace,
                                              system=self.options.system_nodes, kind=self.options.node_kind))
         if self._pool is not None:
-            self._pool.tell(self.host, len(self._view.nodes.all()))
+            self._pool.tell(self.host, self._view.nodes.all())
         for name, run in list(self._handed.items()):
             gang = self._gangs.get(run)
             if gang is None or gang.tearing_down or getattr(self._offered.offers.get(name), "why_not", "") != "cordoned":
@@ -211,7 +214,6 @@ class KubernetesEngine(EngineBase):
             else:  # not started yet: placed again elsewhere, bounded as any start that failed
                 self._tear_down(gang, f"node {name} was cordoned (a drain) before its pods ran")
                 self._reports.not_started_again(gang.job_id, f"node {name} was cordoned (a drain) before its pods ran")
-
 
     # ---------------------------------------------------------------- a run's objects
     def _maybe_create(self, job_id: str, attempt: int, names: set[str]) -> None:
@@ -224,14 +226,7 @@ class KubernetesEngine(EngineBase):
         if job is None or job.attempt != attempt or job.state != JobState.STARTING:
             return
         config = job.spec.config.kubernetes
-        image = run_objects.pod_image(config, allocs, self.options.image)
-        if not image:
-            kind = "gpu" if any(a.gpus for a in allocs) else "cpu"
-            pair = f" (its image pair names no {kind} image, for its {kind.upper()} nodes)" if config.get("image") else ""
-            self._reports.fail(job_id, f"no image for its pods{pair}: give `kubernetes: {{image: ...}}` in the job's "
-                               "config, or start the coordinator with --image", restartable=False)
-            return
-        refused = run_objects.refused_secret(config, self.options.allow_secrets)
+        image, refused = run_objects.image_or_refusal(config, allocs, self.options.image, self.options.allow_secrets)
         if refused:
             self._reports.fail(job_id, refused, restartable=False)
             return
@@ -327,10 +322,8 @@ class KubernetesEngine(EngineBase):
                        (gang.job_id in a.running or gang.job_id in a.leased) for node, a in agents)
 
     def _tear_down(self, gang: Gang, why: str) -> None:
-        """Deletes the run's pods, Service and Secret (said on its pods first); its nodes come back once its pods
+        """Deletes the run's pods, Service and Secret (then said on its pods); its nodes come back once its pods
         are gone."""
-        self._events.gang(gang, pod_events.TORN_DOWN, f"job {gang.job_id} (run {gang.attempt}): every pod of its "
-                          f"gang is deleted: {why}")
         gang.tearing_down = True
         try:
             run_objects.delete_run(self.api, gang.job_id, gang.attempt, list(gang.pod_names.values()))
@@ -341,6 +334,8 @@ class KubernetesEngine(EngineBase):
             return
         log.info("kubernetes: job %s run %d: its pods, Service, PodDisruptionBudget and Secret deleted", gang.job_id,
                  gang.attempt)
+        self._events.gang(gang, pod_events.TORN_DOWN, f"job {gang.job_id} (run {gang.attempt}): every pod of its "
+                          f"gang is deleted: {why}")
 
     def _give_back(self, node: str) -> None:
         """Its pod is gone: the engine answers for the node again."""
@@ -351,5 +346,5 @@ class KubernetesEngine(EngineBase):
 
     # ---------------------------------------------------------------- Events on its pods (pod_events.py)
     def _say_job(self, job_id: str, reason: str, message: str) -> None:
-        for gang in [g for g in self._gangs.values() if g.job_id == job_id and not g.tearing_down]:
+        for gang in [g for g in self._gangs.values() if g.job_id == job_id]:  # one torn down just now too
             self._events.gang(gang, reason, message)

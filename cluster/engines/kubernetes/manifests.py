@@ -26,7 +26,7 @@ import hashlib
 import re
 from typing import Any, Mapping, Sequence
 
-from cluster.engines.kubernetes.offers import GPU, JOB, MANAGED_BY, TFDIST
+from cluster.engines.kubernetes.offers import GPU, JOB, MANAGED_BY, PLACEHOLDER, TFDIST
 
 Json = dict[str, Any]
 WORKER = "tfdist-worker"  # the container that runs the node's ranks
@@ -224,26 +224,32 @@ def _pinned(affinity: Mapping[str, Any] | None, node: str) -> Json:
     return result
 
 
-PLACEHOLDER_LABEL = "tfdist.io/placeholder"
-PAUSE = "registry.k8s.io/pause:3.10"  # a placeholder's image where the coordinator names no jobs' image
+PLACEHOLDER_LABEL = PLACEHOLDER
+PAUSE = "registry.k8s.io/pause:3.10"  # a placeholder's image: it runs nothing
 
 
-def placeholder(name: str, namespace: str, *, image: str, slots: int, gpus: bool, selector: Mapping[str, str],
-                policy: PodPolicy = PodPolicy()) -> Json:
-    """A pod that asks for one whole node of an autoscaled pool (`selector`'s labels, its taints tolerated) and
-    runs nothing of use: pending, it is the demand a cluster autoscaler answers with a node; tfdist deletes it
-    as soon as it is bound (the node is there). Labelled as tfdist's (offers do not count it as another
-    workload's) and restricted as every tfdist pod; the jobs' image, so a new node pulls it early."""
-    asked = {"nvidia.com/gpu": str(slots)} if gpus else {"cpu": str(slots)}
+def placeholder(name: str, namespace: str, *, slots: int, gpus: bool, selector: Mapping[str, str],
+                existing: Sequence[str], policy: PodPolicy = PodPolicy()) -> Json:
+    """A pod that asks for one whole new node of an autoscaled pool (`selector`'s labels, its taints tolerated,
+    never one of the pool's `existing` nodes: an idle one must not take it) and runs nothing: pending, it is
+    the demand a cluster autoscaler answers with a node; tfdist deletes it as soon as it is bound (the node is
+    there). A GPU node's GPUs, or nine tenths of a CPU node's CPUs (some are the system's). Restricted as
+    every tfdist pod."""
+    asked = {"nvidia.com/gpu": str(slots)} if gpus else {"cpu": f"{slots * 900}m"}
+    # One requirement per node: the API takes a single value for a metadata.name field (the requirements of a
+    # term all hold at once).
+    avoid = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "NotIn", "values": [name]} for name in sorted(existing)]}]}} \
+        if existing else None
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace,
                          "labels": {MANAGED_BY: TFDIST, JOB_LABEL: "tfdist-placeholder", PLACEHOLDER_LABEL: "true"}},
             "spec": {"nodeSelector": dict(selector), "tolerations": [dict(t) for t in policy.tolerations],
+                     **({"affinity": {"nodeAffinity": avoid}} if avoid else {}),
                      "serviceAccountName": policy.service_account, "automountServiceAccountToken": False,
                      "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
                      "securityContext": {"runAsNonRoot": True, "runAsUser": policy.user, "runAsGroup": policy.user,
                                          "seccompProfile": {"type": "RuntimeDefault"}},
-                     "containers": [{"name": "placeholder", "image": image or PAUSE,
-                                     **({"command": ["sleep", "infinity"]} if image else {}),
+                     "containers": [{"name": "placeholder", "image": PAUSE,
                                      "resources": {"requests": dict(asked), "limits": dict(asked)},
                                      "securityContext": copy.deepcopy(RESTRICTED_CONTAINER)}]}}

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 GPU = "nvidia.com/gpu"
 MANAGED_BY = "app.kubernetes.io/managed-by"  # the label on everything tfdist creates
 JOB = "tfdist.io/job"  # and on a job's objects, the job's name
+PLACEHOLDER = "tfdist.io/placeholder"  # on an autoscaled pool's placeholder pods (pool.py)
 TFDIST = "tfdist"
 _SUFFIXES = {"m": Fraction(1, 1000), "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9),
              "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18), "Ki": Fraction(2**10),
@@ -141,7 +142,8 @@ def node_offers(nodes: Iterable[Json], pods: Iterable[Json], *, tolerations: Seq
         phase = (pod.get("status") or {}).get("phase")
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}  # a job's pod of this coordinator's (not its own Deployment's pod)
-        ours = labels.get(MANAGED_BY) == TFDIST and bool(labels.get(JOB)) and meta.get("namespace", "") == namespace
+        ours = labels.get(MANAGED_BY) == TFDIST and bool(labels.get(JOB)) and meta.get("namespace", "") == namespace \
+            and not labels.get(PLACEHOLDER)  # a placeholder bound to a node holds it until it is deleted
         if not node_name or phase in _ENDED or ours:
             continue
         on_node = used.setdefault(node_name, {})
@@ -186,7 +188,8 @@ def slim_node(node: Json) -> dict[str, Any]:
 
 def slim_pod(pod: Json) -> dict[str, Any] | None:
     """What node_offers reads of a pod that holds its node's resources (None: it holds none: not bound, or
-    ended): its node, what it requests, whose it is. Another workload's status changes leave it as it was."""
+    ended): its node, what it requests, whose it is. Its status is not kept (the watch's field selector sends
+    a pod that ends as deleted): another workload's status changes leave it as it was."""
     spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
     phase = (pod.get("status") or {}).get("phase")
     if not spec.get("nodeName") or phase in _ENDED:
@@ -198,7 +201,6 @@ def slim_pod(pod: Json) -> dict[str, Any] | None:
                               if k in ("limits", "requests") and v}} for c in containers or ()]
 
     return {"metadata": {"name": meta.get("name", ""), "namespace": meta.get("namespace", ""),
-                         "labels": {k: labels[k] for k in (MANAGED_BY, JOB) if k in labels}},
+                         "labels": {k: labels[k] for k in (MANAGED_BY, JOB, PLACEHOLDER) if k in labels}},
             "spec": {"nodeName": spec["nodeName"], "containers": resources(spec.get("containers")),
-                     "initContainers": resources(spec.get("initContainers"))},
-            "status": {"phase": phase}}
+                     "initContainers": resources(spec.get("initContainers"))}}

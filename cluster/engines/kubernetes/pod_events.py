@@ -2,7 +2,7 @@
 decided about them, as the cluster's own controllers do: the gang placed (on which whole nodes, chosen how), torn
 down (why), preempted (a node taken back, or tfdist's own preemption: a common step, a checkpoint) and failed.
 The Event's object is pure (event_object); PodEvents sends it. Best effort: an Event the API refuses is said once
-in the log and changes nothing of the job (the job's own message and log say it all too)."""
+in the log and changes nothing of the job (each is sent after what it says was done) (the job's own message and log say it all too)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import secrets
 from typing import Any, Callable, Mapping
 
 from cluster.engines.kubernetes.offers import MANAGED_BY, TFDIST
-from tfdist.errors import UserError
 
 log = logging.getLogger("tfdist.kubernetes")
 Json = dict[str, Any]
@@ -56,7 +55,7 @@ class PodEvents:
                                  secrets.token_hex(8))
             try:
                 api.create(event)
-            except UserError as e:  # the API refused (RBAC without events, a quota): the job goes on
+            except Exception as e:  # noqa: BLE001 - refused (RBAC without events, a quota) or unreachable: the job goes on
                 if not self._refused:
                     self._refused = True
                     log.warning("kubernetes: no Events on tfdist's pods: %s", e)

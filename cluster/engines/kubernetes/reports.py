@@ -25,8 +25,8 @@ class RunReports:
         self._host().gang_event(job_id, event)
 
     def fail(self, job_id: str, why: str, restartable: bool) -> None:
-        self._say(job_id, pod_events.FAILED, f"job {job_id} failed: {why}")
         self._handle(job_id, GangFailed(why, restartable))
+        self._say(job_id, pod_events.FAILED, f"job {job_id} failed: {why}")
 
     def not_started_again(self, job_id: str, why: str) -> None:
         """Its run did not start (pods refused, not bound in time, its node cordoned first): placed again after a
@@ -36,9 +36,9 @@ class RunReports:
             self.fail(job_id, f"its pods did not start in {tries} placements in a row; the last: {why}",
                       restartable=False)
             return
+        self._handle(job_id, CouldNotStart(f"{why} (placement {tries} of at most {most})"))
         self._say(job_id, pod_events.NOT_STARTED, f"job {job_id}: its gang did not start: {why}; placed again "
                   f"(placement {tries} of at most {most})")
-        self._handle(job_id, CouldNotStart(f"{why} (placement {tries} of at most {most})"))
 
     def disrupted(self, gang: Gang, why: str) -> None:
         """The cluster takes a node of the run back: the job stops at a common step and is placed again (once)."""
@@ -46,6 +46,6 @@ class RunReports:
             return
         gang.disrupted = True
         log.info("kubernetes: job %s run %d: %s", gang.job_id, gang.attempt, why)
+        self._handle(gang.job_id, Disrupted(why))
         self._say(gang.job_id, pod_events.PREEMPTING, f"job {gang.job_id}: {why}; every worker stops at one step "
                   "with a checkpoint, and the job is placed again from it (no restart spent)")
-        self._handle(gang.job_id, Disrupted(why))

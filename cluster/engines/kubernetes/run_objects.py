@@ -35,6 +35,19 @@ def refused_secret(config: Mapping[str, Any], allowed: Sequence[str]) -> str:
             f"mount; its administrator allows one with `tfdist coordinator --allow-secret {refused[0]}`")
 
 
+def image_or_refusal(config, allocs: Sequence[Allocation], default: str,
+                     allowed_secrets: Sequence[str]) -> tuple[str, str]:
+    """The run's pods' image, and why its pods cannot be made ("" when they can): no image, a Secret not
+    allowed."""
+    image = pod_image(config, allocs, default)
+    if not image:
+        kind = "gpu" if any(a.gpus for a in allocs) else "cpu"
+        pair = f" (its image pair names no {kind} image, for its {kind.upper()} nodes)" if config.get("image") else ""
+        return "", (f"no image for its pods{pair}: give `kubernetes: {{image: ...}}` in the job's config, or start "
+                    "the coordinator with --image")
+    return image, refused_secret(config, allowed_secrets)
+
+
 def pod_image(config: Mapping[str, Any], allocs: Sequence[Allocation], default: str) -> str:
     """The image of a run's pods: the config's kubernetes.image, or of its {cpu, gpu} pair (Determined's
     environment.image) the one for the nodes the job was placed on; else the coordinator's --image ("": none)."""

@@ -44,6 +44,9 @@ class Watched:
                 self.start(self._seen, self._listed, self._stop)  # type: ignore[misc]
             except Exception as e:  # noqa: BLE001 - the API restarting, a dropped watch, 410 Gone: list and watch again
                 self.error = str(e)
+                if getattr(getattr(e, "status", None), "code", 0) == 410:  # the version is gone: routine
+                    log.info("kubernetes: watching %s: its version expired; listing again", self.what)
+                    continue
                 log.warning("kubernetes: watching %s: %s; listing again in %gs", self.what, e, RETRY)
                 self._stop.wait(RETRY)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control plane the tests run (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler), the real node's kubelet and kube-proxy and the admin's kubectl (the same release) and cluster DNS (CoreDNS), and KWOK from the Go
+# kube-scheduler), the real node's kubelet and kube-proxy and the admin's kubectl (the same release) and cluster DNS (CoreDNS), KWOK and Kueue from the Go
 # module proxy, and keeps the binaries outside the clone, in the user's
 # cache: ${TFDIST_KUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfdist/kubernetes}/<build>/bin, one folder per build
 # (the Kubernetes and KWOK versions and a hash of this module), mode 0700, never a link nor another user's.
@@ -20,6 +20,7 @@ WAIT_MINUTES=45
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 MODULE="$HERE/controlplane"
 KWOK_VERSION=v0.8.0
+KUEUE_VERSION=v0.17.0  # tests/kubernetes/kueue.py runs it beside the plane (issue 49)
 COREDNS_VERSION=v1.15.0
 KUBE_VERSION=$(awk 'NF >= 2 && $(NF-1) == "k8s.io/kubernetes" && $NF ~ /^v/ {print $NF; exit}' "$MODULE/go.mod")
 [ -n "$KUBE_VERSION" ] || { echo "kubernetes: no k8s.io/kubernetes version in $MODULE/go.mod"; exit 1; }
@@ -39,7 +40,8 @@ if [ "${1:-}" = "--print-dir" ]; then
   echo "$build/bin"
   exit 0
 fi
-PROGRAMS="etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kwok coredns"
+BASE_PROGRAMS="etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kwok coredns"
+PROGRAMS="$BASE_PROGRAMS kueue"
 mkdir -p -m 0700 "$cache"
 for path in "$cache" "$build" "$cache/.lock" "$cache/build.log"; do  # ours, not links: nobody else's binaries run
   if [ -L "$path" ] || { [ -e "$path" ] && [ ! -O "$path" ]; }; then
@@ -49,9 +51,21 @@ for path in "$cache" "$build" "$cache/.lock" "$cache/build.log"; do  # ours, not
 done
 built() {
   for program in $PROGRAMS; do [ -x "$build/bin/$program" ] || return 1; done
+  [ "$(cat "$build/bin/.kueue-version" 2>/dev/null)" = "$KUEUE_VERSION" ]
+}
+base_built() {  # a build from before Kueue was added: Kueue alone is built into it, not the whole plane again
+  for program in $BASE_PROGRAMS; do [ -x "$build/bin/$program" ] || return 1; done
+}
+install_kueue() {  # into $1, atomically beside the others
+  echo "kubernetes: building Kueue $KUEUE_VERSION"
+  local into=$1
+  GOBIN="$work/kueue" go install "${GO_FLAGS[@]}" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  chmod 0700 "$work/kueue/kueue"
+  mv "$work/kueue/kueue" "$into/kueue"
+  echo "$KUEUE_VERSION" > "$into/.kueue-version"
 }
 said_built() {
-  echo "kubernetes: $KUBE_VERSION control plane and KWOK $KWOK_VERSION already built in $build/bin"
+  echo "kubernetes: $KUBE_VERSION control plane, KWOK $KWOK_VERSION and Kueue $KUEUE_VERSION already built in $build/bin"
 }
 status="$cache/build.status"  # the background build's exit code, written when it ends
 case "${1:-}" in
@@ -94,8 +108,13 @@ finish() {
   if [ -n "${record_status:-}" ]; then echo "$code" > "$status"; fi
 }
 trap finish EXIT
-mkdir -m 0700 "$work/bin"
+mkdir -m 0700 "$work/bin" "$work/kueue"
 started=$(date +%s)
+if base_built; then
+  install_kueue "$build/bin"
+  echo "kubernetes: Kueue built in $(( $(date +%s) - started )) s into $build/bin"
+  exit 0
+fi
 echo "kubernetes: building the $KUBE_VERSION control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), kubelet, kube-proxy and kubectl from the Go module proxy; the first build takes several minutes"
 (cd "$MODULE" && go build "${KUBE_FLAGS[@]}" -o "$work/bin/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -105,6 +124,7 @@ echo "kubernetes: building KWOK $KWOK_VERSION"
 GOBIN="$work/bin" go install "${GO_FLAGS[@]}" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 echo "kubernetes: building CoreDNS $COREDNS_VERSION (the real node's cluster DNS)"
 GOBIN="$work/bin" go install "${GO_FLAGS[@]}" "github.com/coredns/coredns@$COREDNS_VERSION"
+install_kueue "$work/bin"
 chmod 0700 "$work/bin"/*
 rm -rf "$build"
 mkdir -m 0700 "$build"

@@ -62,7 +62,7 @@ install_kueue() {  # into $1, atomically beside the others
   GOBIN="$work/kueue" go install "${GO_FLAGS[@]}" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
   chmod 0700 "$work/kueue/kueue"
   mv "$work/kueue/kueue" "$into/kueue"
-  echo "$KUEUE_VERSION" > "$into/.kueue-version"
+  (umask 077; echo "$KUEUE_VERSION" > "$into/.kueue-version")
 }
 said_built() {
   echo "kubernetes: $KUBE_VERSION control plane, KWOK $KWOK_VERSION and Kueue $KUEUE_VERSION already built in $build/bin"

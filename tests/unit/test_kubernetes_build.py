@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "tests" / "kubernetes" / "build_control_plane.sh"
 PROGRAMS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "kwok",
-            "coredns"]
+            "coredns", "kueue"]
 FAKE_GO = """#!/bin/bash
 # go build ... -o DIR/ PKG...: one empty program per package; go install PKG@V: into $GOBIN.
 echo "$*" >> "$FAKE_ROOT/go-calls"
@@ -52,11 +52,26 @@ def test_a_build_is_made_once_into_a_private_folder_and_then_found(env, tmp_path
     assert where.parent.parent == tmp_path / "cache" and where.parent.name.startswith("v1.37.2-kwokv0.8.0-")
     first = _run(env)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert sorted(p.name for p in where.iterdir()) == sorted(PROGRAMS)
-    assert all(oct(p.stat().st_mode & 0o777) == "0o700" for p in [where, where.parent, *where.iterdir()])
-    assert len(_calls(tmp_path)) == 3  # the control plane's and kubelet's build, KWOK's and CoreDNS's installs
+    assert sorted(p.name for p in where.iterdir()) == sorted([*PROGRAMS, ".kueue-version"])
+    assert all(oct(p.stat().st_mode & 0o777) == "0o700" for p in [where, where.parent, *where.glob("[!.]*")])
+    assert oct((where / ".kueue-version").stat().st_mode & 0o777) == "0o600"
+    assert len(_calls(tmp_path)) == 4  # the control plane's and kubelet's build, KWOK's, CoreDNS's, Kueue's installs
     again = _run(env)
-    assert again.returncode == 0 and "already built" in again.stdout and len(_calls(tmp_path)) == 3
+    assert again.returncode == 0 and "already built" in again.stdout and len(_calls(tmp_path)) == 4
+
+
+def test_a_build_made_before_kueue_gets_kueue_alone(env, tmp_path):
+    """A cache built before Kueue was added is not built again whole (tens of minutes): Kueue is added to it."""
+    first = _run(env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    where = pathlib.Path(_run(env, "--print-dir").stdout.strip())
+    (where / "kueue").unlink()
+    (where / ".kueue-version").unlink()
+    calls = len(_calls(tmp_path))
+    added = _run(env)
+    assert added.returncode == 0 and "Kueue built in" in added.stdout, added.stdout + added.stderr
+    assert len(_calls(tmp_path)) == calls + 1 and "sigs.k8s.io/kueue/cmd/kueue@" in _calls(tmp_path)[-1]
+    assert (where / "kueue").exists() and (where / ".kueue-version").read_text().strip().startswith("v")
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".building")]
 
 

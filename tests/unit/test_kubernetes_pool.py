@@ -173,3 +173,12 @@ def test_a_placeholder_the_api_refuses_is_asked_for_again_after_a_pause_not_each
     assert api.refused == 1  # not again before the pause is over
     said = [r.message for r in caplog.records if "placeholder pods" in r.message]
     assert len(said) == 1 and "exceeded quota: gpus" in said[0] and "tried again every 30s" in said[0], said
+
+
+@pytest.mark.parametrize("queue", ["Team A", "-a"])
+def test_a_kueue_queue_that_is_no_name_is_refused_in_one_line(queue):
+    from cluster.engines.kubernetes.options import kueue_queue
+    from tfdist.errors import UserError
+
+    with pytest.raises(UserError, match="is not a LocalQueue's name"):
+        kueue_queue(queue)

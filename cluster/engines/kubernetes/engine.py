@@ -236,7 +236,8 @@ class KubernetesEngine(EngineBase):
             self._handed[a.agent] = (job_id, attempt)
         pods = run_objects.run_pods(job_id, attempt, config, allocs, self._offered.offers, namespace=self.options.namespace,
                                     image=image, agent_prefix=self.options.agent_command, coordinator=self._advertise,
-                                    grace=self.host.settings.stop_grace + 30, policy=self._policy)
+                                    grace=self.host.settings.stop_grace + 30, policy=self._policy,
+                                    queue=self.options.kueue_queue)
         try:
             gang.pod_names.update({a.agent: p["metadata"]["name"] for a, p in zip(allocs, pods)})
             run_objects.create_run(self.api, self.options.namespace, job_id, attempt, allocs, pods,
@@ -309,6 +310,9 @@ class KubernetesEngine(EngineBase):
             self._tear_down(gang, verdict.why)
         elif verdict.verdict == gangs.Verdict.LOST:
             self._lost(gang, verdict.node, verdict.why)
+        elif verdict.verdict == gangs.Verdict.HELD:  # its start bound counts from the gates' lifting
+            gang.created = time.monotonic()
+            self._events.gang(gang, pod_events.HELD, f"job {gang.job_id} (run {gang.attempt}): {verdict.why}")
 
     def _lost(self, gang: Gang, node: str, why: str) -> None:
         """The pod of `node` took its agent with it: its ranks are gone (the job machine decides the rest)."""

@@ -7,7 +7,9 @@ down and places it again (NOT_STARTED: it waits on something outside the job, su
 took meanwhile). A pod on its node whose image is still being pulled (or whose pull failed and is being tried
 again: registries answer late, images are large) has the pull bound instead, which is longer; past it the
 job fails, as it does at once for what no wait changes (BROKEN: an image name that is no name, an image a
-`Never` pull policy does not have, a spec that makes no container). A pod that is evicted, preempted by the
+`Never` pull policy does not have, a spec that makes no container). A gang whose pods are held by their
+scheduling gates (Kueue's, until it admits the gang under its quota) is HELD: the start bound counts from
+when the gates are lifted. A pod that is evicted, preempted by the
 cluster's scheduler, deleted or stopped with its node is DISRUPTED (the job stops at a common step and is
 placed again, no restart spent); one of a started gang that ends on its own or vanishes took its node's
 agent with it: LOST names it.
@@ -20,6 +22,7 @@ import enum
 from typing import Any, Mapping, Sequence
 
 Json = Mapping[str, Any]
+KUEUE_GATE = "kueue.x-k8s.io/admission"  # Kueue's scheduling gate (manifests.KUEUE_GATE)
 # Container waiting reasons that no wait will change: the image name or the spec is wrong.
 BROKEN_REASONS = ("InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError",
                   "RunContainerError")
@@ -37,6 +40,7 @@ class Verdict(str, enum.Enum):
     BROKEN = "BROKEN"  # torn down and failed: it cannot start
     DISRUPTED = "DISRUPTED"  # the cluster takes a pod back (eviction, preemption, deletion): a routine event
     LOST = "LOST"  # a pod of the gang ended or vanished: its node's part of the run is gone
+    HELD = "HELD"  # pods held by their scheduling gates (Kueue's, until it admits the gang): no start clock yet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +130,14 @@ def judge(pods: Mapping[str, Json | None], names: Mapping[str, str], seen_runnin
     waiting = {node: pod for node, pod in pods.items() if pod_phase(pod) != "Running"}
     if not waiting:
         return GangVerdict(Verdict.RUNNING)
+    gated = sorted((node, gates) for node, pod in waiting.items() if pod is not None and
+                   (gates := [g.get("name", "") for g in (pod.get("spec") or {}).get("schedulingGates") or ()]))
+    if gated:  # admission is a queue, not a start: its clock starts once the gates are lifted
+        node, gates = gated[0]
+        return GangVerdict(Verdict.HELD, f"{len(gated)} of the gang's {len(pods)} pods held by their scheduling gates "
+                                         f"({', '.join(gates)}): waiting for "
+                                         f"{'Kueue to admit the gang' if KUEUE_GATE in gates else 'them to be lifted'}",
+                           node)
     broken = [(node, why) for node, pod in sorted(waiting.items()) if pod is not None
               for why, final in [why_pending(pod)] if final]
     if broken:

@@ -253,3 +253,24 @@ def placeholder(name: str, namespace: str, *, slots: int, gpus: bool, selector: 
                      "containers": [{"name": "placeholder", "image": PAUSE,
                                      "resources": {"requests": dict(asked), "limits": dict(asked)},
                                      "securityContext": copy.deepcopy(RESTRICTED_CONTAINER)}]}}
+
+
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
+KUEUE_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE = "kueue.x-k8s.io/retriable-in-group"  # "false": a pod that fails ends the group (quota freed)
+KUEUE_GATE = "kueue.x-k8s.io/admission"  # the scheduling gate Kueue's webhook puts on the pods it admits
+
+
+def in_kueue(pods: Sequence[Json], queue: str, group: str) -> list[Json]:
+    """The run's pods as one Kueue pod group of the LocalQueue `queue`: Kueue admits the whole group under its
+    ClusterQueue's quota (it gates them until then), or none of it. A pod of it that fails (or is deleted: its
+    kubelet ends it) ends the group, and Kueue frees its quota: tfdist makes the next run a group of its own,
+    where Kueue would otherwise wait for a replacement pod and keep the quota."""
+    grouped = copy.deepcopy(list(pods))
+    for pod in grouped:
+        meta = pod["metadata"]
+        meta["labels"] = {**meta.get("labels", {}), KUEUE_QUEUE: queue, KUEUE_GROUP: group}
+        meta["annotations"] = {**meta.get("annotations", {}), KUEUE_COUNT: str(len(grouped)),
+                               KUEUE_RETRIABLE: "false"}
+    return grouped

@@ -35,6 +35,7 @@ class KubernetesOptions:
     # slots each (GPUs; CPUs with node_kind cpu). 0: the pool is what is there.
     pool_max_nodes: int = 0
     pool_node_slots: int = 0
+    kueue_queue: str = ""  # a Kueue LocalQueue of the namespace: each run's pods are one pod group it admits
 
     @property
     def autoscaled(self) -> bool:
@@ -67,6 +68,9 @@ FLAGS = (
         help="kubernetes: guaranteed: the jobs' pods' CPU and memory limits equal their requests"),
     arg("--allow-secret", action="append", metavar="NAME",
         help="kubernetes: a Secret a job's pod_spec may give its pods (repeatable; default: none)"),
+    arg("--kueue-queue", metavar="LOCALQUEUE",
+        help="kubernetes: each run's pods are one Kueue pod group of this LocalQueue (in --namespace): Kueue admits "
+             "it under its ClusterQueue's quota, and the gang waits, gated, until it does"),
     arg("--pool-max-nodes", type=bounded(1, 100_000), metavar="N",
         help="kubernetes: the --node-selector pool is autoscaled and may grow to N nodes: a job that fits once "
              "it grew waits (a pending placeholder pod per missing node asks the autoscaler) instead of being "
@@ -98,7 +102,17 @@ def options_from(args: argparse.Namespace) -> KubernetesOptions:
         tolerate=tuple(names("--tolerate", args.tolerate or ["nvidia.com/gpu"])), node_kind=args.node_kind,
         system_nodes=args.offer_system_nodes, job_service_account=args.job_service_account,
         guaranteed=args.pod_qos == "guaranteed", allow_secrets=allowed_secrets(args.allow_secret or []),
-        **pool(args))
+        kueue_queue=kueue_queue(getattr(args, "kueue_queue", None)), **pool(args))
+
+
+def kueue_queue(name: str | None) -> str:
+    """--kueue-queue: a LocalQueue's name (a DNS label)."""
+    if name is None:
+        return ""
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+        raise UserError(f"tfdist coordinator: --kueue-queue {name!r} is not a LocalQueue's name (lowercase letters, "
+                        "digits and '-'); e.g. --kueue-queue team-a")
+    return name
 
 
 def pool(args: argparse.Namespace) -> dict[str, int]:

@@ -21,6 +21,7 @@ MESSAGE_MAX = 1024  # what the API keeps of an Event's message
 # The reasons, as Kubernetes' own controllers name theirs (CamelCase, one word).
 PLACED, TORN_DOWN, PREEMPTING, FAILED, NOT_STARTED = "GangPlaced", "GangTornDown", "Preempting", "GangFailed", \
     "GangNotStarted"
+HELD = "GangHeld"  # its pods' scheduling gates (Kueue's admission) hold the gang
 WARNINGS = (FAILED, NOT_STARTED)
 
 

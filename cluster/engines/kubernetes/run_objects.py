@@ -67,15 +67,17 @@ def gang_pod(job_id: str, attempt: int, alloc: Allocation, offer: NodeOffer | No
 
 def run_pods(job_id: str, attempt: int, config: Mapping[str, Any], allocs: Sequence[Allocation],
              offers: Mapping[str, NodeOffer], *, namespace: str, image: str, agent_prefix: Sequence[str],
-             coordinator: str, grace: float, policy: manifests.PodPolicy) -> list[manifests.Json]:
-    """The run's pods, one per allocation, owned by PENDING_OWNER until the run's Secret exists."""
+             coordinator: str, grace: float, policy: manifests.PodPolicy, queue: str = "") -> list[manifests.Json]:
+    """The run's pods, one per allocation, owned by PENDING_OWNER until the run's Secret exists; `queue`: a
+    Kueue LocalQueue that admits them as one pod group ("": none)."""
     if config.get("working_dir"):
         policy = manifests.PodPolicy(policy.service_account, policy.tolerations, policy.guaranteed, policy.user,
                                      str(config["working_dir"]))
-    return [manifests.pod(gang_pod(job_id, attempt, a, offers.get(a.agent)), namespace, image=image,
+    pods = [manifests.pod(gang_pod(job_id, attempt, a, offers.get(a.agent)), namespace, image=image,
                           command=agent_command(agent_prefix, coordinator, job_id, attempt, a), env={},
                           owner_ref=PENDING_OWNER, pod_spec=config.get("pod_spec"), grace=grace, policy=policy)
             for a in allocs]
+    return manifests.in_kueue(pods, queue, manifests.gang_name(job_id, attempt)) if queue else pods
 
 
 def agent_command(prefix: Sequence[str], coordinator: str, job_id: str, attempt: int, alloc: Allocation) -> list[str]:

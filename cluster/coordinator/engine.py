@@ -16,7 +16,7 @@ out the verbs the job side gives each node, and answers with typed events throug
                  a node's   report_exit, push_logs, push_metrics
                  output
                  gangs      placement, job, gang_event(GangReady | CouldNotStart | Disrupted | NodeVanished |
-                            GangFailed); where the engine places gangs itself (places_gangs; each queued
+                            GangFailed | GangHeld); where the engine places gangs itself (places_gangs; each queued
                             run handed over once as a GangRequest through place): gang_waiting, gang_placed
                  growth     nodes_expected(NodesExpected): nodes its cluster may still add (an autoscaled
                             pool); the job side answers with Engine.demand (how many the queue lacks)
@@ -80,7 +80,14 @@ class GangFailed:
     restartable: bool = False
 
 
-GangEvent = GangReady | CouldNotStart | Disrupted | NodeVanished | GangFailed
+@dataclasses.dataclass(frozen=True)
+class GangHeld:
+    """The run's nodes are not up yet for a reason outside the job (an admission queue holds its pods): its
+    start-up clock waits (said again while it is held), and `why` is the job's waiting reason."""
+    why: str
+
+
+GangEvent = GangReady | CouldNotStart | Disrupted | NodeVanished | GangFailed | GangHeld
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,8 +11,8 @@ from cluster.coordinator import job_machine, policy
 from cluster.coordinator.handover import placement_problem
 from cluster.coordinator.values import Settings
 from cluster.coordinator.scheduler import Assignment
-from cluster.coordinator.engine import (CouldNotStart, Disrupted, GangEvent, GangFailed, GangReady, NodesExpected,
-                                        NodeVanished, NodeView)
+from cluster.coordinator.engine import (CouldNotStart, Disrupted, GangEvent, GangFailed, GangHeld, GangReady,
+                                        NodesExpected, NodeVanished, NodeView)
 from cluster.shared.model import AgentRecord, Allocation, Job, JobState, LogLine, MetricRow, WorkerExit
 from cluster.shared.work import AgentReport, RunningJob, Work
 from tfdist.errors import InternalError
@@ -117,6 +117,8 @@ class CoreHost:
         """Under the lock: the job machine's event for what the engine said."""
         if isinstance(event, GangReady):
             return job_machine.NodesReady()
+        if isinstance(event, GangHeld):
+            return job_machine.NodesHeld(event.why)
         if isinstance(event, CouldNotStart):
             return job_machine.NotStarted(event.why)
         if isinstance(event, Disrupted):

@@ -105,12 +105,19 @@ class DeadlineCheck:
 
 
 @dataclasses.dataclass(frozen=True)
+class NodesHeld:
+    """Its engine's nodes for the run are not up yet for a reason outside the job (an admission queue holds its
+    pods): the start-up watchdog's clock does not run meanwhile, and `why` is the job's waiting reason."""
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
 class StacksAsked:
     node: str  # the node was told to dump its workers' stacks
 
 
 Event = Union[Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, NotStarted, PortsBusy,
-              Freed, Canceled, PreemptRequested, Resumed, DeadlineCheck, StacksAsked, Disrupted, NodesReady]
+              Freed, Canceled, PreemptRequested, Resumed, DeadlineCheck, StacksAsked, Disrupted, NodesReady, NodesHeld]
 
 
 # ---------------------------------------------------------------- actions: what to do about it

@@ -18,7 +18,8 @@ from typing import Callable, Sequence
 from cluster.coordinator import exits as exits_lib, policy, watchdogs
 from cluster.coordinator.job_events import (  # noqa: F401 (the machine's vocabulary, re-exported)
     Adopted, Placed, PlacementFailed, NodesStarted, Joined, Progress, Exited, Failed, NotStarted, PortsBusy, Freed,
-    Canceled, PreemptRequested, Resumed, Disrupted, NodesReady, DeadlineCheck, StacksAsked, SetState, Note, LogLine,
+    Canceled, PreemptRequested, Resumed, Disrupted, NodesReady, NodesHeld, DeadlineCheck, StacksAsked, SetState, Note,
+    LogLine,
     Hold, Release, TellNodes, Schedule, Count, Warn, Event, Action)
 from cluster.coordinator.run_state import NOTHING, RunState, frozen
 from cluster.coordinator.values import BadRequest as Refused  # the user's action does not apply to the job as it is
@@ -52,7 +53,7 @@ class Step:
 
 # ---------------------------------------------------------------- the machine
 # Events that change the run alone: no job read.
-RUN_ONLY = (Joined, Progress, PortsBusy, Freed, StacksAsked, NodesReady)
+RUN_ONLY = (Joined, Progress, PortsBusy, Freed, StacksAsked, NodesReady, NodesHeld)
 
 
 def step(facts: Facts, run: RunState, event: Event, now: float) -> Step:
@@ -126,7 +127,12 @@ def run_step(run: RunState, allocations: tuple[Allocation, ...], event: Event, n
         case StacksAsked(node):
             return Step(run.replace(dump_to=run.dump_to - {node}))
         case NodesReady():
-            return Step(run.replace(start_clock=now) if run.start_clock is not None else run)
+            return Step(run.replace(start_clock=now, held="") if run.start_clock is not None else run,
+                        touched=bool(run.held))
+        case NodesHeld(why):  # its start-up clock waits with it; its waiting reason is the engine's
+            if run.start_clock is None:
+                return Step(run)
+            return Step(run.replace(start_clock=now, held=why), touched=run.held != why)
     raise InternalError(f"not a run-only event: {event!r}")
 
 

@@ -29,6 +29,7 @@ class RunState:
     start_clock: float | None = None  # when its start-up began; None: start-up not watched (done, or not placed)
     joined: frozenset[int] = frozenset()  # ranks that joined (their nodes say)
     joining: str = ""  # whom its start-up waits for (the start-up watchdog's words)
+    held: str = ""  # what holds its nodes before they are up (its engine's words: an admission queue)
     # rank -> (last step, when it moved, on our clock)
     progress: Mapping[int, tuple[int, float]] = dataclasses.field(default_factory=lambda: EMPTY)
     left_training: frozenset[int] = frozenset()  # ranks that stopped reporting (their `fit` ended)
@@ -132,7 +133,8 @@ class WaitingReasons(Mapping):
         self._runs = runs
 
     def __getitem__(self, job_id: str) -> str:
-        reason = self._runs.waiting.get(job_id) or self._runs.get(job_id).joining
+        run = self._runs.get(job_id)
+        reason = self._runs.waiting.get(job_id) or run.held or run.joining
         if not reason:
             raise KeyError(job_id)
         return reason

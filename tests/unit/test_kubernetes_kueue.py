@@ -20,7 +20,8 @@ from tests.unit.test_kubernetes_engine import MemoryApi, start, submit
 @pytest.fixture
 def kueued(tmp_path):
     store = SqliteStore(str(tmp_path / "coordinator.sqlite"))
-    core = CoordinatorCore(store, Settings(port_range=(23000, 23999)), now=time.time())
+    # The job side's start-up watchdog at 1 s: a gang held longer than that must not fail for it.
+    core = CoordinatorCore(store, Settings(port_range=(23000, 23999), startup_timeout=1.0), now=time.time())
     api = MemoryApi("ml")
     engine = start(core, api, start_timeout=0.5, kueue_queue="team-a")  # pods have 0.5 s to be bound
     yield core, engine, api
@@ -53,10 +54,13 @@ def test_a_gang_kueue_holds_waits_for_its_admission_then_starts(kueued):
     rounds = engine.rounds
     wait_for(lambda: engine.rounds >= rounds + 4, "rounds past the 0.5 s start bound")
     assert api.pod_names() == pods and core.store.job(job_id).attempt == 0  # held, not torn down
+    assert core.store.job(job_id).state == JobState.STARTING  # nor failed by the start-up watchdog
+    assert "waiting for Kueue to admit the gang" in core.waiting[job_id], core.waiting[job_id]
     assert all(api.said(p)[-1] == "GangHeld" for p in pods), [api.said(p) for p in pods]
     held = next(e for e in api.events if e["reason"] == "GangHeld")
     assert "waiting for Kueue to admit the gang" in held["message"], held["message"]
     gate(api, *pods, gates=())  # admitted: Kueue lifts the gates, the scheduler binds them
     api.set_phase("Running", *pods)
     wait_for(lambda: all(g.ready for g in engine._gangs.values()), "the gang running", timeout=10)
-    assert core.store.job(job_id).attempt == 0 and core.store.job(job_id).state != JobState.FAILED
+    assert "Kueue" not in core.waiting.get(job_id, "")  # no longer held
+    assert core.store.job(job_id).attempt == 0  # its pods' agents (none here) would start the workers now

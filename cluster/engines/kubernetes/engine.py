@@ -31,7 +31,8 @@ import threading
 import time
 from typing import Any, Sequence
 
-from cluster.coordinator.engine import Engine, EngineBase, EngineHost, EventLock, Front, GangReady, NodeVanished
+from cluster.coordinator.engine import (Engine, EngineBase, EngineHost, EventLock, Front, GangHeld, GangReady,
+                                        NodeVanished)
 from cluster.engines import create_engine, kind
 from cluster.engines.kubernetes import admin_secret, gangs, manifests, pod_events, run_objects
 from cluster.engines.kubernetes.gangs import Gang
@@ -310,8 +311,9 @@ class KubernetesEngine(EngineBase):
             self._tear_down(gang, verdict.why)
         elif verdict.verdict == gangs.Verdict.LOST:
             self._lost(gang, verdict.node, verdict.why)
-        elif verdict.verdict == gangs.Verdict.HELD:  # its start bound counts from the gates' lifting
+        elif verdict.verdict == gangs.Verdict.HELD:  # its start bounds count from the gates' lifting
             gang.created = time.monotonic()
+            self.host.gang_event(gang.job_id, GangHeld(verdict.why))
             self._events.gang(gang, pod_events.HELD, f"job {gang.job_id} (run {gang.attempt}): {verdict.why}")
 
     def _lost(self, gang: Gang, node: str, why: str) -> None:

@@ -175,3 +175,23 @@ def test_a_coordinator_that_does_not_answer_is_one_line():
     view = Diagnoses(Api(Coordinator([], {}, error=error), Principal("user", "alice")))
     answer = view.answer("/api/diagnoses")
     assert (answer.status, answer.document) == (502, {"error": str(error)})
+
+
+def test_a_final_verdict_is_never_made_of_rows_read_before_the_variant_ended():
+    """The fresh-clone run's failure: the page called a run final while the synthetic variant's rows came from a
+    shared read made before its job ended (its last rows missing): its summary was not the CLI's."""
+    now = [200.0]
+    jobs = [job(2, "baseline"), job(3, "no_communication"), job(4, "synthetic_input", state="RUNNING")]
+    metrics = {"2-ab": rows(BASE), "3-ab": rows(APART), "4-ab": rows({0: [0.06], 1: [0.06]})}
+    coordinator = Coordinator(jobs, metrics)
+    view = Diagnoses(Api(coordinator, Principal("user", "alice"), clock=lambda: now[0]), clock=lambda: now[0])
+    assert not view.answer(f"/api/diagnoses/{RUN}").document["final"]
+    # Within the same second the variant's last rows land and its job ends: the job is read anew (ended), and
+    # the rows read before it ended are not reused for a final answer.
+    metrics["4-ab"] = rows(FED)
+    jobs[2] = job(4, "synthetic_input")
+    coordinator.calls.clear()
+    view.api.shared.forget_key(("job", "4-ab"))
+    document = view.answer(f"/api/diagnoses/{RUN}").document
+    reads = [run_document(RUN, [Read(j, metrics[j.id]) for j in jobs])]
+    assert document["final"] and document["summary"] == reads[0]["summary"], (document["summary"], reads)

@@ -89,24 +89,34 @@ class _Shared:
         self._keys: dict[Any, threading.Lock] = {}
         self._answers: dict[Any, tuple[float, Any]] = {}
 
-    def get(self, key, fetch: Callable[[], Any]):
+    def get(self, key, fetch: Callable[[], Any], since: float | None = None):
+        return self.get_when(key, fetch, since)[0]
+
+    def get_when(self, key, fetch: Callable[[], Any], since: float | None = None) -> tuple[Any, float]:
+        """The answer and when its call began (this clock). `since`: an answer whose call began before that
+        moment (or at it: a tie is no proof of order) is not reused (what is read must be newer than what another read said)."""
         with self._lock:
             key_lock = self._keys.setdefault(key, threading.Lock())
         with key_lock:
             with self._lock:
                 held = self._answers.get(key)
-            if held is not None and self.clock() - held[0] < self.ttl:
-                return held[1]
+            if held is not None and self.clock() - held[0] < self.ttl and (since is None or held[0] > since):
+                return held[1], held[0]
+            began = self.clock()
             answer = fetch()
             with self._lock:
                 if len(self._answers) > 256:  # one per job page open; forget them all now and then
                     self._answers.clear()
-                self._answers[key] = (self.clock(), answer)
-            return answer
+                self._answers[key] = (began, answer)
+            return answer, began
 
     def forget(self) -> None:
         with self._lock:
             self._answers.clear()
+
+    def forget_key(self, key) -> None:
+        with self._lock:
+            self._answers.pop(key, None)
 
 
 def agent_dicts(agents: list[pb.AgentInfo]) -> list[dict[str, Any]]:

@@ -198,8 +198,11 @@ class Diagnoses:
                                          "admin reads its metrics")
         shared, client = self.api.shared, self.api.client
         try:
-            job = shared.get(("job", summary.id), lambda: client.job(summary.id))
-            history = shared.get(("metrics", summary.id), lambda: client.metrics(summary.id))
+            job, read_at = shared.get_when(("job", summary.id), lambda: client.job(summary.id))
+            # An ended job's rows read after it was seen ended: all of them (they are stored before the exit that
+            # ends it), so its final verdict is the CLI's, not one from rows a shared read kept from before.
+            history = shared.get(("metrics", summary.id), lambda: client.metrics(summary.id),
+                                 since=read_at if job.state in FINISHED else None)
         except TfdistError as e:
             return Read(summary, problem=str(e))
         rows = tuple(m for m in history.metrics if m.name.startswith(worker_side.RECORD))

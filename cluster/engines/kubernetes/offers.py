@@ -105,17 +105,22 @@ def tolerations_of(keys: Sequence[str]) -> list[Json]:
     return [{"key": key, "operator": "Exists"} for key in keys]
 
 
+def ready(node: Json) -> bool:
+    """Whether the node's Ready condition is True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or ())
+
+
 def why_not(node: Json, tolerations: Sequence[Json] = (), system: bool = False) -> str:
     """"" when tfdist may place on `node`, else why not. `system`: control-plane nodes may be offered too."""
-    spec, status = node.get("spec") or {}, node.get("status") or {}
+    spec = node.get("spec") or {}
     if spec.get("unschedulable"):
         return "cordoned"
     labels = (node.get("metadata") or {}).get("labels") or {}
     role = next((r for r in SYSTEM_ROLES if r in labels), "")
     if role and not system:
         return f"a control-plane node ({role}): not offered to jobs"
-    ready = next((c for c in status.get("conditions") or () if c.get("type") == "Ready"), None)
-    if ready is None or ready.get("status") != "True":
+    if not ready(node):
         return "not Ready"
     for taint in spec.get("taints") or ():
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerated(taint, tolerations):

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from cluster.coordinator.engine import NodesExpected
 from cluster.engines.kubernetes import manifests
+from cluster.engines.kubernetes.offers import ready
 from cluster.engines.kubernetes.options import KubernetesOptions
 from tfdist.errors import UserError
 
@@ -30,11 +31,6 @@ def placeholders(pods: list[Json]) -> list[Json]:
     """The placeholder pods among this namespace's tfdist pods, those not being deleted."""
     return [p for p in pods if ((p.get("metadata") or {}).get("labels") or {}).get(manifests.PLACEHOLDER_LABEL)
             and not p["metadata"].get("deletionTimestamp")]
-
-
-def ready(node: Json) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or ())
 
 
 class AutoscaledPool:

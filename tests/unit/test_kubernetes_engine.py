@@ -192,6 +192,14 @@ def submit(core, slots=16, **config) -> str:
     return job_id
 
 
+def placed_gang(core, api, **config) -> str:
+    """A job submitted once both nodes are offered, returned once its gang's two pods exist."""
+    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
+    job_id = submit(core, **config)
+    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    return job_id
+
+
 def test_nodes_are_offered_and_a_placed_gangs_objects_are_made_together_pinned_with_run_credentials(kube):
     core, engine, api = kube
     wait_for(lambda: {a.name for a in core.agents.values() if not a.lost} == {"g1", "g2"}, "both nodes offered")
@@ -232,9 +240,7 @@ def test_a_gang_not_running_in_time_is_torn_down_and_placed_again_without_a_rest
 
 def test_a_pod_that_ends_mid_run_fails_the_run_naming_it_and_its_objects_go(kube):
     core, engine, api = kube
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api)
     pods = api.pod_names()
     api.set_phase("Running", *pods)
     api.set_phase("Failed", pods[1], containerStatuses=[{"name": "tfdist-worker", "state": {
@@ -248,9 +254,7 @@ def test_a_pod_that_ends_mid_run_fails_the_run_naming_it_and_its_objects_go(kube
 
 def test_an_image_name_that_is_no_name_fails_the_job_for_good(kube):
     core, engine, api = kube
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core, max_restarts=3)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api, max_restarts=3)
     api.set_phase("Pending", api.pod_names()[0], containerStatuses=[{"name": "tfdist-worker", "state": {
         "waiting": {"reason": "InvalidImageName", "message": "tfdist:1:: is no name"}}}])
     wait_for(lambda: core.store.job(job_id).state == JobState.FAILED, "the job to fail", timeout=10)
@@ -318,9 +322,7 @@ def test_quota_refusals_in_a_row_end_in_a_failure_naming_them(kube, monkeypatch)
 def test_an_eviction_or_a_drain_places_the_job_again_without_spending_a_restart(kube):
     """Issue 45, Measured 7: eviction, the scheduler's preemption and a drain failed the run and spent a restart."""
     core, engine, api = kube
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core, max_restarts=0)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api, max_restarts=0)
     api.set_phase("Running", *api.pod_names())
     api.set_phase("Running", api.pod_names()[1], conditions=[{"type": "DisruptionTarget", "status": "True",
                                                               "reason": "EvictionByEvictionAPI"}])
@@ -348,9 +350,7 @@ def test_an_eviction_or_a_drain_places_the_job_again_without_spending_a_restart(
 
 def running_gang_then_closed(core, engine, api) -> str:
     """A job whose gang's pods run, its engine then closed (a coordinator gone): the job's id."""
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api)
     api.set_phase("Running", *api.pod_names())
     engine.close(timeout=5)
     return job_id
@@ -424,9 +424,7 @@ def test_a_pod_evicted_by_node_pressure_places_the_job_again_at_once(kube):
     """A review's finding: a pod already Failed as Evicted (no PodDisruptionBudget stops the kubelet's own
     eviction) was judged disrupted at every round and the job waited for its node's silence."""
     core, engine, api = kube
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core, max_restarts=0)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api, max_restarts=0)
     api.set_phase("Running", *api.pod_names())
     wait_for(lambda: all(g.ready for g in engine._gangs.values()), "the gang running")
     api.set_phase("Failed", api.pod_names()[1], reason="Evicted", message="The node was low on resource: memory.")

@@ -14,7 +14,7 @@ from cluster.coordinator.store import SqliteStore
 from cluster.coordinator.values import Settings
 from cluster.shared.model import JobState
 from tests.conftest import wait_for
-from tests.unit.test_kubernetes_engine import MemoryApi, start, submit
+from tests.unit.test_kubernetes_engine import MemoryApi, placed_gang, start
 
 
 @pytest.fixture
@@ -40,9 +40,7 @@ def gate(api, *names, gates=("kueue.x-k8s.io/admission",)):
 
 def test_a_gang_kueue_holds_waits_for_its_admission_then_starts(kueued):
     core, engine, api = kueued
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api)
     pods = api.pod_names()
     for name in pods:
         meta = api.objects[("Pod", name)]["metadata"]

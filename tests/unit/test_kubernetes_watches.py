@@ -16,7 +16,7 @@ from cluster.engines.kubernetes.watched import Watched
 from cluster.shared.model import JobState
 from tests.conftest import wait_for
 from tests.unit import test_kubernetes_engine as lean
-from tests.unit.test_kubernetes_engine import submit
+from tests.unit.test_kubernetes_engine import placed_gang
 from tests.unit.test_kubernetes_offers import node, pod
 
 
@@ -103,9 +103,7 @@ def test_what_is_kept_of_nodes_and_pods_offers_what_they_would(nodes, pods, kind
 
 def test_each_run_s_pods_say_where_they_were_placed_and_why_they_were_torn_down(kube):
     core, engine, api = kube
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api)
     pods = api.pod_names()
     wait_for(lambda: all(api.said(p) == ["GangPlaced"] for p in pods), "an Event on each pod: placed")
     placed = [e for e in api.events if e["reason"] == "GangPlaced"]
@@ -121,9 +119,7 @@ def test_each_run_s_pods_say_where_they_were_placed_and_why_they_were_torn_down(
 
 def test_a_gang_that_cannot_start_says_so_on_its_pods_as_a_warning(kube):
     core, engine, api = kube
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api)
     bad = api.pod_names()[0]
     api.set_phase("Pending", bad, containerStatuses=[{"name": "tfdist-worker", "state": {
         "waiting": {"reason": "InvalidImageName", "message": "tfdist:1:: is no name"}}}])
@@ -144,9 +140,7 @@ def test_events_the_api_refuses_change_nothing_of_the_job(kube, monkeypatch, cap
         return create(obj, dry_run)
 
     monkeypatch.setattr(api, "create", refuse_events)
-    wait_for(lambda: len(core.agents) == 2, "both nodes offered")
-    job_id = submit(core)
-    wait_for(lambda: len(api.pod_names()) == 2, "the gang's pods", timeout=10)
+    job_id = placed_gang(core, api)
     api.set_phase("Running", *api.pod_names())
     wait_for(lambda: core.store.job(job_id).state == JobState.RUNNING or engine._gangs and
              all(g.ready for g in engine._gangs.values()), "the gang running")

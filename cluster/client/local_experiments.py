@@ -37,13 +37,7 @@ def names(experiment_id: str, ref: str) -> bool:
 def orphaned(experiment: pb.Experiment) -> pb.Experiment:
     """A stored experiment its launch left unended (the launch was killed: nothing runs its trials), said so
     in its message; an ended one as it is."""
-    if experiment.state in TERMINAL:
-        return experiment
-    shown = pb.Experiment()
-    shown.CopyFrom(experiment)
-    shown.message = (f"its launch ended without recording how the experiment ended (killed?); nothing runs its "
-                     f"trials: `tfdist cancel {experiment.id}` marks it canceled")
-    return shown
+    return local_run_calls.left_behind(experiment, TERMINAL, "experiment", "its trials")
 
 
 def listed(experiment: pb.Experiment) -> pb.Experiment:

@@ -24,12 +24,18 @@ BUSY_WAIT = 10.0  # seconds to wait for another command reading the same run to 
 def orphaned(job: pb.Job) -> pb.Job:
     """A stored job its launch left active (the launch was killed: nothing runs it any more), said so in
     its message; other jobs as they are."""
-    if job.state in SETTLED:
-        return job
-    shown = pb.Job()
-    shown.CopyFrom(job)
-    shown.message = (f"its launch ended without recording how the job ended (killed?); nothing runs it: "
-                     f"`tfdist cancel {job.id}` marks it canceled")
+    return left_behind(job, SETTLED, "job", "it")
+
+
+def left_behind(stored, ended, what: str, runs: str):
+    """`stored` (a job or an experiment) as its killed launch left it: unless its state is in `ended`, a copy
+    whose message says nothing runs `runs` any more and how to mark it canceled."""
+    if stored.state in ended:
+        return stored
+    shown = type(stored)()
+    shown.CopyFrom(stored)
+    shown.message = (f"its launch ended without recording how the {what} ended (killed?); nothing runs {runs}: "
+                     f"`tfdist cancel {stored.id}` marks it canceled")
     return shown
 
 
